@@ -1,0 +1,9 @@
+//! smolrun-kernels: the hot loops. Each kernel has a scalar twin here or in
+//! `smolrun_core::quant`, an aarch64 NEON face in `asm!` (with and without dotprod) and an
+//! x86-64 face; the dispatch table picks one per (weight type, CPU features) at load time.
+#![no_std]
+
+/// Plain f32 dot product: the scalar twin of the SIMD f32 kernels.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

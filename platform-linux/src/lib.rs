@@ -1,0 +1,1 @@
+//! smolrun platform adapter for linux.
