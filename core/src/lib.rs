@@ -11,5 +11,9 @@ extern crate alloc;
 extern crate std;
 
 pub mod gguf;
+pub mod math;
+pub mod model;
 pub mod platform;
 pub mod quant;
+pub mod sampler;
+pub mod tokenizer;

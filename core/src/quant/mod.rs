@@ -194,3 +194,41 @@ mod tests {
         assert_eq!(GgmlType::F32.bytes_for(u64::MAX), None);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The matvec contract. Every weight type pairs with one activation format (ggml's
+// `vec_dot_type`): the activation row is quantized once into that format, then dotted with
+// every weight row. These four functions are the single entry point the model code uses; the
+// per-format modules below them hold the block layouts and the scalar truth.
+// ---------------------------------------------------------------------------------------------
+
+/// Why a block-format operation could not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuantError {
+    /// smolrun has no implementation for this type in this role.
+    Unsupported {
+        ggml_type: GgmlType,
+        op: &'static str,
+    },
+    /// A length that is not a whole number of blocks, or buffers of mismatched size.
+    BadLength {
+        ggml_type: GgmlType,
+        expected: usize,
+        found: usize,
+    },
+}
+
+impl fmt::Display for QuantError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantError::Unsupported { ggml_type, op } => write!(
+                f,
+                "tensor type {ggml_type} is not supported for {op}; re-quantize the model to a supported type \
+                 (Q4_K_M, Q8_0, F16, ...)"
+            ),
+            QuantError::BadLength { ggml_type, expected, found } => {
+                write!(f, "{ggml_type}: expected a length of {expected}, found {found}")
+            }
+        }
+    }
+}
