@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The one test command (README.md): installs what the tests need on a fresh machine, then runs
+# formatting, lints, the bare-metal build of core and kernels, and every test in release mode.
+# Safe to re-run: every install step skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '\n== %s\n' "$*"; }
+
+say "toolchain targets and components"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+rustup target list --installed | grep -qx aarch64-unknown-none || rustup target add aarch64-unknown-none
+
+say "python packages for the synthetic models (gguf, numpy)"
+python3 -c 'import gguf, numpy' 2>/dev/null || python3 -m pip install --quiet gguf==0.19.0 numpy
+
+say "models (tools/fetch-models.sh; cached in ${SMOLRUN_MODELS:-~/.cache/smolrun/models})"
+tools/fetch-models.sh gemma3-270m qwen2.5-coder-0.5b
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+
+say "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+say "core and kernels build bare-metal (aarch64-unknown-none)"
+cargo build --release -p smolrun-core -p smolrun-kernels --target aarch64-unknown-none
+
+say "cargo test --workspace --release"
+cargo test --workspace --release
