@@ -1,6 +1,16 @@
 //! smolrun-linux: the Linux side of the platform traits core defines: mapped files, reads at an
 //! offset (buffered and O_DIRECT), memory probing, CPU features and the thread pool.
 
+mod clock;
+pub mod cpu;
+mod file;
 mod mapped;
+pub mod memory;
+mod pool;
 
+pub use clock::MonotonicClock;
+pub use cpu::{default_threads, detect_features, CpuTopology};
+pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};
 pub use mapped::MappedFile;
+pub use memory::LinuxMemory;
+pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_ITERATIONS};
