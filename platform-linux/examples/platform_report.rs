@@ -14,6 +14,7 @@ fn main() {
     let topology = CpuTopology::read();
     println!("cpus (number, max kHz): {:?}", topology.cpus);
     println!("fast cpus: {:?}", topology.fast_cpus());
+    println!("default cpus: {:?}", smolrun_linux::default_cpus());
     println!("default threads: {}", default_threads());
 
     let memory = LinuxMemory::new();

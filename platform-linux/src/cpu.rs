@@ -142,25 +142,66 @@ impl CpuTopology {
     }
 }
 
-/// How many threads a matvec job should use by default: the number of fast cores, capped by
-/// what the process may run on (affinity, cgroup CPU quota); `available_parallelism` when the
-/// topology says nothing.
+/// The CPUs this thread may run on (sched_getaffinity), e.g. Android puts background apps on
+/// the LITTLE cores this way. Empty when the call fails.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; the kernel fills at most size_of::<cpu_set_t>() bytes,
+    // and CPU_ISSET reads within the set for every cpu < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
+}
+
+/// The CPUs a pool should use by default: the fast ones this process may run on; all the
+/// allowed ones when none of those is fast or the topology says nothing. Suitable for
+/// [`crate::PoolOptions::pin_cpus`].
+pub fn default_cpus() -> Vec<usize> {
+    default_cpus_for(&CpuTopology::read(), &allowed_cpus())
+}
+
+/// [`default_cpus`] on a given topology and affinity, for tests.
+pub fn default_cpus_for(topology: &CpuTopology, allowed: &[usize]) -> Vec<usize> {
+    let fast_and_allowed: Vec<usize> = topology
+        .fast_cpus()
+        .into_iter()
+        .filter(|cpu| allowed.contains(cpu))
+        .collect();
+    if fast_and_allowed.is_empty() {
+        allowed.to_vec()
+    } else {
+        fast_and_allowed
+    }
+}
+
+/// How many threads a matvec job should use by default: the number of [`default_cpus`],
+/// capped by `available_parallelism` (which also counts a cgroup CPU quota), and that alone
+/// when the topology and affinity say nothing.
 pub fn default_threads() -> usize {
-    default_threads_for(&CpuTopology::read(), available_parallelism())
+    default_threads_for(
+        &CpuTopology::read(),
+        &allowed_cpus(),
+        available_parallelism(),
+    )
 }
 
 fn available_parallelism() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// [`default_threads`] on a given topology and parallelism, for tests.
-pub fn default_threads_for(topology: &CpuTopology, available: usize) -> usize {
-    let fast = topology.fast_cpus().len();
+/// [`default_threads`] on a given topology, affinity and parallelism, for tests.
+pub fn default_threads_for(topology: &CpuTopology, allowed: &[usize], available: usize) -> usize {
+    let cpus = default_cpus_for(topology, allowed).len();
     let available = available.max(1);
-    if fast == 0 {
+    if cpus == 0 {
         available
     } else {
-        fast.min(available)
+        cpus.min(available)
     }
 }
 
@@ -206,9 +247,12 @@ mod tests {
         let topology = layout("sys-cpu-4xa55");
         assert_eq!(topology.cpus.len(), 4);
         assert_eq!(topology.fast_cpus(), vec![0, 1, 2, 3]);
-        assert_eq!(default_threads_for(&topology, 4), 4);
-        // A process confined to 2 CPUs does not get 4 threads.
-        assert_eq!(default_threads_for(&topology, 2), 2);
+        let all = [0, 1, 2, 3];
+        assert_eq!(default_threads_for(&topology, &all, 4), 4);
+        // A process confined to 2 CPUs (affinity, or a CPU quota) does not get 4 threads.
+        assert_eq!(default_cpus_for(&topology, &[1, 2]), vec![1, 2]);
+        assert_eq!(default_threads_for(&topology, &[1, 2], 2), 2);
+        assert_eq!(default_threads_for(&topology, &all, 2), 2);
     }
 
     #[test]
@@ -216,7 +260,13 @@ mod tests {
         // RK3399-like numbering with the big cores last: 4x A53 @ 1.416 GHz, 4x A72 @ 1.8 GHz.
         let topology = layout("sys-cpu-4+4");
         assert_eq!(topology.fast_cpus(), vec![4, 5, 6, 7]);
-        assert_eq!(default_threads_for(&topology, 8), 4);
+        let all: Vec<usize> = (0..8).collect();
+        assert_eq!(default_cpus_for(&topology, &all), vec![4, 5, 6, 7]);
+        assert_eq!(default_threads_for(&topology, &all, 8), 4);
+        // A background process kept on the LITTLE cores uses those.
+        assert_eq!(default_cpus_for(&topology, &[0, 1, 2, 3]), vec![0, 1, 2, 3]);
+        // Only some big cores allowed: those, not the LITTLE ones next to them.
+        assert_eq!(default_cpus_for(&topology, &[2, 3, 6, 7]), vec![6, 7]);
     }
 
     #[test]
@@ -224,7 +274,8 @@ mod tests {
         // 4x A55 @ 1.8, 3x A78 @ 2.4, 1x X1 @ 2.84 GHz.
         let topology = layout("sys-cpu-1+3+4");
         assert_eq!(topology.fast_cpus(), vec![4, 5, 6, 7]);
-        assert_eq!(default_threads_for(&topology, 8), 4);
+        let all: Vec<usize> = (0..8).collect();
+        assert_eq!(default_threads_for(&topology, &all, 8), 4);
     }
 
     #[test]
@@ -232,15 +283,19 @@ mod tests {
         let topology = layout("sys-cpu-no-cpufreq");
         assert_eq!(topology.cpus, vec![(0, None), (1, None)]);
         assert!(topology.fast_cpus().is_empty());
-        assert_eq!(default_threads_for(&topology, 2), 2);
+        assert_eq!(default_cpus_for(&topology, &[0, 1]), vec![0, 1]);
+        assert_eq!(default_threads_for(&topology, &[0, 1], 2), 2);
         let nothing = CpuTopology::read_from(Path::new("/nonexistent"));
-        assert_eq!(default_threads_for(&nothing, 3), 3);
+        assert_eq!(default_threads_for(&nothing, &[], 3), 3);
     }
 
     #[test]
     fn this_machine() {
         let threads = default_threads();
         assert!(threads >= 1 && threads <= available_parallelism());
+        let allowed = allowed_cpus();
+        assert!(!allowed.is_empty());
+        assert!(default_cpus().iter().all(|cpu| allowed.contains(cpu)));
         #[cfg(target_arch = "x86_64")]
         assert!(!detect_features().neon);
         #[cfg(target_arch = "aarch64")]

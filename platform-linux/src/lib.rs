@@ -9,7 +9,7 @@ pub mod memory;
 mod pool;
 
 pub use clock::MonotonicClock;
-pub use cpu::{default_threads, detect_features, CpuTopology};
+pub use cpu::{allowed_cpus, default_cpus, default_threads, detect_features, CpuTopology};
 pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};
 pub use mapped::MappedFile;
 pub use memory::LinuxMemory;
