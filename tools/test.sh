@@ -8,7 +8,6 @@ say() { printf '\n== %s\n' "$*"; }
 
 say "toolchain targets and components"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
-rustup target list --installed | grep -qx aarch64-unknown-none || rustup target add aarch64-unknown-none
 
 say "python packages for the synthetic models (gguf, numpy)"
 python3 -c 'import gguf, numpy' 2>/dev/null || python3 -m pip install --quiet gguf==0.19.0 numpy
@@ -23,7 +22,7 @@ say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 
 say "core and kernels build bare-metal (aarch64-unknown-none)"
-cargo build --release -p smolrun-core -p smolrun-kernels --target aarch64-unknown-none
+tools/check-no-std.sh --release
 
 say "cargo test --workspace --release"
 cargo test --workspace --release
