@@ -6,6 +6,11 @@ same tensors with core::quant and compares the digests, so the committed files h
 never tensor data.
 
     tools/quant-golden.py [gemma3-270m] [qwen2.5-coder-0.5b] [qwen2.5-coder-1.5b]
+    tools/quant-golden.py --check-blocks
+
+--check-blocks cross-checks tests/golden/quant-blocks.json (written by tools/oracle/quant_ref.sh
+from libggml) with gguf-py: every block case of a type gguf-py can decode must dequantize to
+the same bits, so the two references agree with each other before smolrun is held to them.
 
 Models are read from $SMOLRUN_MODELS (default ~/.cache/smolrun/models); run
 tools/fetch-models.sh first. With no argument, every model that is present is done.
@@ -52,7 +57,35 @@ def tensor_digest(t) -> str:
     return h.hexdigest()
 
 
+def check_blocks():
+    path = os.path.join(ROOT, "tests", "golden", "quant-blocks.json")
+    with open(path) as f:
+        golden = json.load(f)
+    bad = 0
+    for w in golden["weights"]:
+        name = w["type"].upper()
+        qt = getattr(T, name, None)
+        results = []
+        for c in w["cases"]:
+            raw = np.frombuffer(bytes.fromhex(c["w"]), dtype=np.uint8)
+            want = np.frombuffer(bytes.fromhex(c["dequant"]), dtype="<u4")
+            try:
+                got = np.asarray(dequantize(raw, qt), dtype="<f4").reshape(-1).view("<u4")
+            except (NotImplementedError, KeyError, TypeError, AttributeError):
+                results = None
+                break
+            differing = int((got != want).sum())
+            bad += differing
+            results.append(f"{c['case']}: {'same' if differing == 0 else f'{differing} differ'}")
+        print(f"{name}: " + ("gguf-py cannot dequantize it" if results is None else ", ".join(results)))
+    if bad:
+        sys.exit(f"quant-golden: gguf-py and ggml disagree on {bad} values")
+
+
 def main(argv):
+    if argv == ["--check-blocks"]:
+        check_blocks()
+        return
     models_dir = os.environ.get("SMOLRUN_MODELS", os.path.expanduser("~/.cache/smolrun/models"))
     names = argv or list(MODELS)
     for name in names:
