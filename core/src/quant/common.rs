@@ -82,6 +82,19 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The integer core of the K-quant dot products, as ggml's scalar code arranges it: element e
+/// of a sub-block goes to lane e % 8, `aux32[lane] += scale * q8[e] * w[e]`. Integer sums are
+/// exact (|aux32| stays below 2^25 for every K format), so only the lane layout matters: it
+/// decides which f32 sums the lanes feed later.
+#[inline(always)]
+pub(crate) fn accumulate_lanes(aux32: &mut [i32; 8], scale: i32, q8: &[u8], w: &[i8]) {
+    for (q, w) in q8.chunks_exact(8).zip(w.chunks_exact(8)) {
+        for l in 0..8 {
+            aux32[l] += scale * (q[l] as i8 as i32 * w[l] as i32);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
