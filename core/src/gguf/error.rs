@@ -83,6 +83,12 @@ pub enum GgufError {
     DuplicateTensor {
         tensor: String,
     },
+    /// Writer only: the bytes handed over for a tensor do not match its type and shape.
+    TensorDataLength {
+        tensor: String,
+        expected: u64,
+        found: u64,
+    },
 }
 
 impl fmt::Display for GgufError {
@@ -158,6 +164,10 @@ impl fmt::Display for GgufError {
                  {data_len} bytes; the file is truncated (re-download it)"
             ),
             DuplicateTensor { tensor } => write!(f, "tensor '{tensor}' appears twice; the file is corrupt"),
+            TensorDataLength { tensor, expected, found } => write!(
+                f,
+                "tensor '{tensor}': its type and shape need {expected} bytes of data, {found} were given"
+            ),
         }
     }
 }
