@@ -71,8 +71,8 @@ impl TensorInfo<'_> {
     pub fn rows_cols(&self) -> (u64, u64) {
         (self.n_elements() / self.dims[0].max(1), self.dims[0])
     }
-    /// Bytes of one row of `dims[0]` elements. Parsing checked that this fits in u64 (every
-    /// dimension's product, zeros skipped, is at most i64::MAX), so it cannot overflow.
+    /// Bytes of one row of `dims[0]` elements. Parsing checked that this fits in u64, also for
+    /// tensors with an empty axis.
     pub fn row_bytes(&self) -> usize {
         (self.dims[0] / self.ggml_type.block_size() as u64 * self.ggml_type.type_size() as u64)
             as usize
@@ -238,12 +238,20 @@ impl<'a> Gguf<'a> {
                 });
             }
             let n_elements: u64 = dims.iter().product();
-            if dims[0] % ggml_type.block_size() as u64 != 0 {
+            if !dims[0].is_multiple_of(ggml_type.block_size() as u64) {
                 return Err(GgufError::RowNotWholeBlocks {
                     tensor: name.to_string(),
                     ggml_type,
                     row_len: dims[0],
                     block_size: ggml_type.block_size(),
+                });
+            }
+            // With an empty axis the tensor has no bytes, but its rows still have a length
+            // that row_bytes() must be able to compute.
+            if ggml_type.bytes_for(dims[0]).is_none() {
+                return Err(GgufError::ShapeOverflow {
+                    tensor: name.to_string(),
+                    dims,
                 });
             }
             let n_bytes =
@@ -253,7 +261,7 @@ impl<'a> Gguf<'a> {
                         tensor: name.to_string(),
                         dims,
                     })?;
-            if rel_offset % alignment != 0 {
+            if !rel_offset.is_multiple_of(alignment) {
                 return Err(GgufError::MisalignedTensor {
                     tensor: name.to_string(),
                     offset: rel_offset,

@@ -388,7 +388,7 @@ impl GgufWriter {
         if !bounded {
             return Err(overflow());
         }
-        if padded[0] % ggml_type.block_size() as u64 != 0 {
+        if !padded[0].is_multiple_of(ggml_type.block_size() as u64) {
             return Err(GgufError::RowNotWholeBlocks {
                 tensor: name.to_string(),
                 ggml_type,
@@ -396,6 +396,7 @@ impl GgufWriter {
                 block_size: ggml_type.block_size(),
             });
         }
+        ggml_type.bytes_for(padded[0]).ok_or_else(overflow)?;
         let n_bytes = ggml_type
             .bytes_for(padded.iter().product())
             .ok_or_else(overflow)?;
@@ -411,6 +412,10 @@ impl GgufWriter {
 
     pub fn alignment(&self) -> u64 {
         self.alignment
+    }
+
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
     }
 
     /// Offset of tensor `index` from the start of the data section: each tensor starts at the
