@@ -2,13 +2,15 @@
 
 pub mod gguf_bytes;
 
-use smolrun_core::gguf::{ArrayRef, Gguf, Value};
+use smolrun_core::gguf::{ArrayRef, Gguf, GgufWriter, MetaValue, Value};
 
 /// Parses `bytes` and then touches everything a model loader could touch: every metadata value
 /// (walking arrays, nested ones included, as strings, ints and floats), every tensor's data and
-/// shape helpers, and the `Display` of the error. Used by the fuzz target and by the test that
-/// replays the committed fuzz corpus, so both check the same thing. Returns a number derived
-/// from what it read so the work cannot be optimised away.
+/// shape helpers, and the `Display` of the error. Whatever parses is also written back with
+/// [`GgufWriter`]: the writer must accept everything the reader accepts, and writing what it
+/// wrote must give the same bytes. Used by the fuzz target and by the test that replays the
+/// committed fuzz corpus, so both check the same thing. Returns a number derived from what it
+/// read so the work cannot be optimised away.
 pub fn exercise_gguf(bytes: &[u8]) -> u64 {
     match Gguf::parse(bytes) {
         Err(e) => e.to_string().len() as u64,
@@ -34,9 +36,36 @@ pub fn exercise_gguf(bytes: &[u8]) -> u64 {
                 let (rows, cols) = t.rows_cols();
                 acc = acc.wrapping_add(rows ^ cols ^ t.shape().len() as u64);
             }
-            acc
+            let written = rewrite(&g);
+            let reparsed = Gguf::parse(&written)
+                .unwrap_or_else(|e| panic!("the writer's output does not parse: {e}"));
+            assert_eq!(reparsed.metadata.len(), g.metadata.len());
+            for (a, b) in g.tensors.iter().zip(&reparsed.tensors) {
+                assert_eq!(
+                    (a.name, a.ggml_type, a.shape()),
+                    (b.name, b.ggml_type, b.shape())
+                );
+                assert_eq!(g.tensor_data(a), reparsed.tensor_data(b));
+            }
+            assert!(rewrite(&reparsed) == written, "writing is not idempotent");
+            acc ^ written.len() as u64
         }
     }
+}
+
+/// `g` written anew: the same metadata in the same order, the same tensors laid out densely.
+pub fn rewrite(g: &Gguf<'_>) -> Vec<u8> {
+    let mut w = GgufWriter::new().with_version(g.version).unwrap();
+    for e in &g.metadata {
+        w.add(e.key, MetaValue::from(e.value))
+            .unwrap_or_else(|err| panic!("the writer refuses key '{}': {err}", e.key));
+    }
+    for t in &g.tensors {
+        w.add_tensor(t.name, t.ggml_type, t.shape())
+            .unwrap_or_else(|err| panic!("the writer refuses tensor '{}': {err}", t.name));
+    }
+    let data: Vec<&[u8]> = g.tensors.iter().map(|t| g.tensor_data(t)).collect();
+    w.to_bytes(&data).unwrap()
 }
 
 fn exercise_value(v: Value<'_>) -> u64 {

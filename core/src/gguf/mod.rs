@@ -225,8 +225,8 @@ impl<'a> Gguf<'a> {
                     found: type_id,
                 })?;
             // ggml stores dims as int64_t: each must be at most i64::MAX, and so must their
-            // product. Zero dims are skipped in the bound so that a tensor with an empty axis
-            // cannot smuggle in a row length whose byte size overflows.
+            // product. A zero dim counts as 1 here, so that an empty axis cannot hide an
+            // oversized other axis (whose row length later code would still multiply).
             let bounded = dims
                 .iter()
                 .try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1)))
