@@ -4,7 +4,7 @@
 
 use smolrun_core::gguf::{Gguf, GgufWriter, MetaValue};
 use smolrun_linux::MappedFile;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn model_path(file: &str) -> PathBuf {
     let dir = match std::env::var_os("SMOLRUN_MODELS") {
@@ -14,7 +14,7 @@ fn model_path(file: &str) -> PathBuf {
     dir.join(file)
 }
 
-fn header_round_trip(path: &PathBuf) {
+fn header_round_trip(path: &Path) {
     let mapped = MappedFile::open(path).unwrap();
     let g = Gguf::parse(mapped.bytes()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut w = GgufWriter::new().with_version(g.version).unwrap();
