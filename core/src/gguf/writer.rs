@@ -419,7 +419,8 @@ impl GgufWriter {
     }
 
     /// Offset of tensor `index` from the start of the data section: each tensor starts at the
-    /// next multiple of the alignment after the previous one ends.
+    /// next multiple of the alignment after the previous one ends. `index` must be below
+    /// [`tensor_count`](Self::tensor_count) (an index `add_tensor` returned).
     pub fn tensor_offset(&self, index: usize) -> u64 {
         self.tensors[..index]
             .iter()
@@ -427,7 +428,7 @@ impl GgufWriter {
             .next_multiple_of(self.alignment)
     }
 
-    /// Bytes of tensor `index`'s data as its type and shape require.
+    /// Bytes of tensor `index`'s data as its type and shape require (same `index` rule).
     pub fn tensor_bytes(&self, index: usize) -> u64 {
         self.tensors[index].n_bytes
     }
@@ -476,10 +477,9 @@ impl GgufWriter {
     /// The whole file: `data[i]` holds tensor `i`'s bytes, exactly `tensor_bytes(i)` of them.
     pub fn to_bytes(&self, data: &[&[u8]]) -> Result<Vec<u8>, GgufError> {
         if data.len() != self.tensors.len() {
-            return Err(GgufError::CountExceedsFile {
-                what: "tensor data slices given to the writer".to_string(),
-                count: data.len() as u64,
-                max_possible: self.tensors.len() as u64,
+            return Err(GgufError::TensorDataCount {
+                expected: self.tensors.len() as u64,
+                found: data.len() as u64,
             });
         }
         for (t, d) in self.tensors.iter().zip(data) {
@@ -635,6 +635,13 @@ mod tests {
         assert!(matches!(
             w.add_tensor("t", GgmlType::F32, &[4]),
             Err(GgufError::DuplicateTensor { .. })
+        ));
+        assert!(matches!(
+            w.to_bytes(&[]),
+            Err(GgufError::TensorDataCount {
+                expected: 1,
+                found: 0
+            })
         ));
         assert!(matches!(
             w.to_bytes(&[&[0u8; 15]]),
