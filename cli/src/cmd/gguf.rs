@@ -1,17 +1,193 @@
+//! `smolrun gguf ...`: look inside GGUF files.
+//!
+//! `info` prints what gguf-dump prints (header, every metadata key with its type and value,
+//! the tensor table) plus totals, reading only the header pages of the mapped file.
+
+use smolrun_core::gguf::{ArrayRef, Gguf, Value};
+use smolrun_core::quant::GgmlType;
+use smolrun_linux::MappedFile;
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
 #[derive(clap::Subcommand)]
 pub enum GgufCommand {
     /// Print metadata and the tensor table, like gguf-dump.
     Info {
-        /// Path to a .gguf file or a short model name.
+        /// Path to a .gguf file or a short model name (gemma3-270m, qwen2.5-coder-0.5b, ...).
         file: String,
+        /// Array elements to show before abbreviating.
+        #[arg(long, default_value_t = 5)]
+        array_items: usize,
     },
 }
 
 pub fn run(c: GgufCommand) -> Result<(), String> {
     match c {
-        GgufCommand::Info { file } => {
-            let _ = crate::models::resolve(&file)?;
-            Err("'gguf info' is not built yet".into())
-        }
+        GgufCommand::Info { file, array_items } => info(&file, array_items),
     }
+}
+
+fn info(file: &str, array_items: usize) -> Result<(), String> {
+    let path = crate::models::resolve(file)?;
+    let mapped = MappedFile::open(&path)?;
+    let gguf = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match print_info(&mut out, &path.display().to_string(), &gguf, array_items)
+        .and_then(|()| out.flush())
+    {
+        Ok(()) => Ok(()),
+        // `smolrun gguf info m | head` closes the pipe early; that is not an error.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("writing to stdout: {e}")),
+    }
+}
+
+fn print_info(
+    out: &mut impl Write,
+    path: &str,
+    g: &Gguf<'_>,
+    array_items: usize,
+) -> io::Result<()> {
+    writeln!(out, "{path}: {} bytes", g.bytes().len())?;
+    writeln!(
+        out,
+        "GGUF v{}, {} tensors, {} metadata keys, alignment {}, data offset {}",
+        g.version,
+        g.tensors.len(),
+        g.metadata.len(),
+        g.alignment,
+        g.data_offset
+    )?;
+
+    writeln!(out, "\nmetadata ({} keys):", g.metadata.len())?;
+    writeln!(
+        out,
+        "{:>5}  {:<10} {:>8}  key = value",
+        "idx", "type", "count"
+    )?;
+    for (i, entry) in g.metadata.iter().enumerate() {
+        let (type_name, count) = match entry.value {
+            Value::Array(a) => (format!("[{}]", a.elem_type.name()), a.len),
+            v => (v.type_name().to_string(), 1),
+        };
+        writeln!(
+            out,
+            "{:>5}  {:<10} {:>8}  {} = {}",
+            i + 1,
+            type_name,
+            count,
+            entry.key,
+            format_value(entry.value, array_items)
+        )?;
+    }
+
+    writeln!(out, "\ntensors ({}):", g.tensors.len())?;
+    writeln!(
+        out,
+        "{:>5}  {:<8} {:<24} {:>12} {:>12}  name",
+        "idx", "type", "shape", "offset", "bytes"
+    )?;
+    let mut by_type: BTreeMap<GgmlType, (usize, u64, u64)> = BTreeMap::new();
+    for (i, t) in g.tensors.iter().enumerate() {
+        let shape = t
+            .shape()
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(" x ");
+        writeln!(
+            out,
+            "{:>5}  {:<8} {:<24} {:>12} {:>12}  {}",
+            i + 1,
+            t.ggml_type.name(),
+            shape,
+            t.offset,
+            t.n_bytes,
+            t.name
+        )?;
+        let slot = by_type.entry(t.ggml_type).or_default();
+        slot.0 += 1;
+        slot.1 += t.n_elements();
+        slot.2 += t.n_bytes;
+    }
+
+    let (elements, bytes) = by_type
+        .values()
+        .fold((0u64, 0u64), |(e, b), v| (e + v.1, b + v.2));
+    writeln!(out, "\ntotals:")?;
+    for (ty, (n, e, b)) in &by_type {
+        writeln!(
+            out,
+            "  {:<8} {:>5} tensors {:>14} elements {:>14} bytes ({:.2} bits/weight)",
+            ty.name(),
+            n,
+            e,
+            b,
+            bits_per_weight(*b, *e)
+        )?;
+    }
+    writeln!(
+        out,
+        "  all      {:>5} tensors {:>14} elements {:>14} bytes ({:.1} MiB, {:.2} bits/weight); header {} bytes",
+        g.tensors.len(),
+        elements,
+        bytes,
+        bytes as f64 / (1024.0 * 1024.0),
+        bits_per_weight(bytes, elements),
+        g.data_offset
+    )
+}
+
+fn bits_per_weight(bytes: u64, elements: u64) -> f64 {
+    if elements == 0 {
+        0.0
+    } else {
+        bytes as f64 * 8.0 / elements as f64
+    }
+}
+
+/// Longest string shown whole; a chat template runs to kilobytes.
+const MAX_STRING_CHARS: usize = 60;
+
+fn format_value(v: Value<'_>, array_items: usize) -> String {
+    match v {
+        Value::Str(s) => format_str(s),
+        Value::Array(a) => format_array(a, array_items),
+        Value::F32(x) => format!("{x}"),
+        Value::F64(x) => format!("{x}"),
+        Value::Bool(x) => format!("{x}"),
+        v => match v.as_i64() {
+            Some(i) => i.to_string(),
+            // Only a u64 above i64::MAX gets here.
+            None => v.as_u64().map(|u| u.to_string()).unwrap_or_default(),
+        },
+    }
+}
+
+fn format_str(s: &str) -> String {
+    let n_chars = s.chars().count();
+    if n_chars <= MAX_STRING_CHARS {
+        format!("{s:?}")
+    } else {
+        let head: String = s.chars().take(MAX_STRING_CHARS).collect();
+        format!("{head:?}... ({n_chars} chars)")
+    }
+}
+
+fn format_array(a: ArrayRef<'_>, array_items: usize) -> String {
+    let shown: Vec<String> = a
+        .iter()
+        .take(array_items)
+        .map(|v| format_value(v, array_items))
+        .collect();
+    let more = a.len.saturating_sub(shown.len() as u64);
+    let mut s = format!("[{}", shown.join(", "));
+    if more > 0 {
+        if !shown.is_empty() {
+            s.push_str(", ");
+        }
+        s.push_str(&format!("... {more} more"));
+    }
+    s.push(']');
+    s
 }

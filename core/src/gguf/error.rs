@@ -83,6 +83,17 @@ pub enum GgufError {
     DuplicateTensor {
         tensor: String,
     },
+    /// Writer only: `to_bytes` got a different number of data slices than tensors were added.
+    TensorDataCount {
+        expected: u64,
+        found: u64,
+    },
+    /// Writer only: the bytes handed over for a tensor do not match its type and shape.
+    TensorDataLength {
+        tensor: String,
+        expected: u64,
+        found: u64,
+    },
 }
 
 impl fmt::Display for GgufError {
@@ -158,6 +169,14 @@ impl fmt::Display for GgufError {
                  {data_len} bytes; the file is truncated (re-download it)"
             ),
             DuplicateTensor { tensor } => write!(f, "tensor '{tensor}' appears twice; the file is corrupt"),
+            TensorDataCount { expected, found } => write!(
+                f,
+                "the writer has {expected} tensors but was given data for {found}"
+            ),
+            TensorDataLength { tensor, expected, found } => write!(
+                f,
+                "tensor '{tensor}': its type and shape need {expected} bytes of data, {found} were given"
+            ),
         }
     }
 }

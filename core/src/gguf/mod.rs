@@ -16,9 +16,11 @@
 
 mod error;
 mod value;
+pub mod writer;
 
 pub use error::GgufError;
-pub use value::{ArrayRef, Value, ValueType};
+pub use value::{ArrayIter, ArrayRef, Value, ValueType};
+pub use writer::{GgufWriter, MetaArray, MetaValue};
 
 use crate::quant::GgmlType;
 use alloc::collections::BTreeMap;
@@ -31,6 +33,10 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_DIMS: usize = 4;
 /// Arrays of arrays are legal; this bounds the recursion a hostile file can ask for.
 pub const MAX_ARRAY_NESTING: u32 = 8;
+/// Up-front capacity for the metadata and tensor tables. A count from the file is only a
+/// promise (checked against the bytes left, but a 1 GB hostile file could still promise tens of
+/// millions of entries of which none decode), so the tables grow as entries actually parse.
+const PREALLOCATE_AT_MOST: usize = 1024;
 
 /// One metadata entry: a key and its value, both borrowed from the file.
 #[derive(Debug, Clone, Copy)]
@@ -53,6 +59,10 @@ pub struct TensorInfo<'a> {
 }
 
 impl TensorInfo<'_> {
+    /// The used dimensions, ggml order (`shape()[0]` is the row length).
+    pub fn shape(&self) -> &[u64] {
+        &self.dims[..self.n_dims]
+    }
     pub fn n_elements(&self) -> u64 {
         // Checked at parse time not to overflow.
         self.dims.iter().product()
@@ -61,9 +71,11 @@ impl TensorInfo<'_> {
     pub fn rows_cols(&self) -> (u64, u64) {
         (self.n_elements() / self.dims[0].max(1), self.dims[0])
     }
-    /// Bytes of one row of `dims[0]` elements.
+    /// Bytes of one row of `dims[0]` elements. Parsing checked that this fits in u64, also for
+    /// tensors with an empty axis.
     pub fn row_bytes(&self) -> usize {
-        (self.dims[0] as usize / self.ggml_type.block_size()) * self.ggml_type.type_size()
+        (self.dims[0] / self.ggml_type.block_size() as u64 * self.ggml_type.type_size() as u64)
+            as usize
     }
 }
 
@@ -155,7 +167,7 @@ impl<'a> Gguf<'a> {
         const MIN_KV_BYTES: u64 = 8 + 4 + 1;
         const MIN_TENSOR_INFO_BYTES: u64 = 8 + 4 + 8 + 4 + 8;
         check_count("metadata count", n_kv, MIN_KV_BYTES, c.remaining())?;
-        let mut metadata = Vec::with_capacity(n_kv as usize);
+        let mut metadata = Vec::with_capacity((n_kv as usize).min(PREALLOCATE_AT_MOST));
         let mut keys = alloc::collections::BTreeSet::new();
         for i in 0..n_kv {
             let key = c.string(&|| alloc::format!("key of metadata entry {i}"))?;
@@ -190,7 +202,7 @@ impl<'a> Gguf<'a> {
             MIN_TENSOR_INFO_BYTES,
             c.remaining(),
         )?;
-        let mut raw = Vec::with_capacity(n_tensors as usize);
+        let mut raw = Vec::with_capacity((n_tensors as usize).min(PREALLOCATE_AT_MOST));
         let mut by_name = BTreeMap::new();
         for i in 0..n_tensors {
             let name = c.string(&|| alloc::format!("name of tensor {i}"))?;
@@ -212,20 +224,34 @@ impl<'a> Gguf<'a> {
                     tensor: name.to_string(),
                     found: type_id,
                 })?;
-            let n_elements = dims
+            // ggml stores dims as int64_t: each must be at most i64::MAX, and so must their
+            // product. A zero dim counts as 1 here, so that an empty axis cannot hide an
+            // oversized other axis (whose row length later code would still multiply).
+            let bounded = dims
                 .iter()
-                .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-                .filter(|&n| n <= i64::MAX as u64)
-                .ok_or_else(|| GgufError::ShapeOverflow {
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1)))
+                .is_some_and(|n| n <= i64::MAX as u64);
+            if !bounded {
+                return Err(GgufError::ShapeOverflow {
                     tensor: name.to_string(),
                     dims,
-                })?;
-            if dims[0] % ggml_type.block_size() as u64 != 0 {
+                });
+            }
+            let n_elements: u64 = dims.iter().product();
+            if !dims[0].is_multiple_of(ggml_type.block_size() as u64) {
                 return Err(GgufError::RowNotWholeBlocks {
                     tensor: name.to_string(),
                     ggml_type,
                     row_len: dims[0],
                     block_size: ggml_type.block_size(),
+                });
+            }
+            // With an empty axis the tensor has no bytes, but its rows still have a length
+            // that row_bytes() must be able to compute.
+            if ggml_type.bytes_for(dims[0]).is_none() {
+                return Err(GgufError::ShapeOverflow {
+                    tensor: name.to_string(),
+                    dims,
                 });
             }
             let n_bytes =
@@ -235,7 +261,7 @@ impl<'a> Gguf<'a> {
                         tensor: name.to_string(),
                         dims,
                     })?;
-            if rel_offset % alignment != 0 {
+            if !rel_offset.is_multiple_of(alignment) {
                 return Err(GgufError::MisalignedTensor {
                     tensor: name.to_string(),
                     offset: rel_offset,
@@ -308,7 +334,8 @@ impl<'a> Gguf<'a> {
         self.by_name.get(name).map(|&i| &self.tensors[i])
     }
 
-    /// The bytes of a tensor (its extent was checked at parse time).
+    /// The bytes of a tensor (its extent was checked at parse time). `t` must come from this
+    /// `Gguf`; a `TensorInfo` of another file or built by hand may panic here.
     pub fn tensor_data(&self, t: &TensorInfo<'a>) -> &'a [u8] {
         &self.bytes[t.offset as usize..(t.offset + t.n_bytes) as usize]
     }

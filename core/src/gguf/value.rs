@@ -226,14 +226,17 @@ impl<'a> ArrayRef<'a> {
         })
     }
 
-    /// Elements as i64 for any integer element type; `None` otherwise.
+    /// Elements as i64 for any integer element type; `None` otherwise. Yields exactly `len`
+    /// items so that indices line up (token types per token id): a u64 element above i64::MAX
+    /// saturates to i64::MAX.
     pub fn ints(&self) -> Option<impl Iterator<Item = i64> + 'a> {
         use ValueType::*;
         matches!(self.elem_type, U8 | I8 | U16 | I16 | U32 | I32 | U64 | I64)
-            .then(|| self.iter().filter_map(|v| v.as_i64()))
+            .then(|| self.iter().map(|v| v.as_i64().unwrap_or(i64::MAX)))
     }
 }
 
+/// Walks an [`ArrayRef`]'s elements in file order.
 pub struct ArrayIter<'a> {
     c: Cursor<'a>,
     elem_type: ValueType,

@@ -1,0 +1,168 @@
+//! `smolrun gguf info` on the real models and on broken files: readable output, clean errors,
+//! no panics.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn smolrun(args: &[&str], models_dir: Option<&Path>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_smolrun"));
+    cmd.args(args);
+    if let Some(dir) = models_dir {
+        cmd.env("SMOLRUN_MODELS", dir);
+    }
+    cmd.output().expect("run smolrun")
+}
+
+fn models_dir() -> PathBuf {
+    match std::env::var_os("SMOLRUN_MODELS") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/smolrun/models"),
+    }
+}
+
+fn require_model(file: &str) -> PathBuf {
+    let path = models_dir().join(file);
+    assert!(
+        path.is_file(),
+        "{} is missing: run tools/fetch-models.sh to download the test models",
+        path.display()
+    );
+    path
+}
+
+/// A scratch folder of this test process, removed by the test that made it.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("smolrun-gguf-info-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn assert_no_panic(o: &Output) {
+    let err = text(&o.stderr);
+    assert!(!err.contains("panicked"), "smolrun panicked: {err}");
+}
+
+#[test]
+fn info_on_gemma3_by_short_name() {
+    require_model("gemma-3-270m-q4_k_m.gguf");
+    let o = smolrun(&["gguf", "info", "gemma3-270m"], None);
+    assert_no_panic(&o);
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let out = text(&o.stdout);
+    // Numbers from the file as gguf-dump (the gguf Python package) reports them.
+    assert!(
+        out.contains("GGUF v3, 236 tensors, 33 metadata keys, alignment 32, data offset 6525120"),
+        "{out}"
+    );
+    assert!(out.contains("general.architecture = \"gemma3\""), "{out}");
+    assert!(out.contains("[string]     262144  tokenizer.ggml.tokens = [\"<pad>\", \"<eos>\", \"<bos>\", \"<unk>\", \"<mask>\", ... 262139 more]"), "{out}");
+    assert!(out.contains("token_embd.weight"), "{out}");
+    assert!(out.contains("totals:"), "{out}");
+}
+
+#[test]
+fn info_on_qwen_by_path() {
+    let path = require_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let o = smolrun(&["gguf", "info", path.to_str().unwrap()], None);
+    assert_no_panic(&o);
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("general.architecture = \"qwen2\""), "{out}");
+    assert!(out.contains("qwen2.block_count = 24"), "{out}");
+    assert!(
+        out.contains("291 tensors, 26 metadata keys, alignment 32, data offset 5947776"),
+        "{out}"
+    );
+    assert!(out.contains("blk.23.ffn_down.weight"), "{out}");
+}
+
+#[test]
+fn info_on_qwen_1_5b_if_present() {
+    let path = models_dir().join("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
+    if !path.is_file() {
+        println!(
+            "skipped: {} absent (tools/fetch-models.sh qwen2.5-coder-1.5b)",
+            path.display()
+        );
+        return;
+    }
+    let o = smolrun(&["gguf", "info", "qwen2.5-coder-1.5b"], None);
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("qwen2.block_count = 28"));
+}
+
+#[test]
+fn hostile_file_gives_a_clean_error() {
+    let dir = scratch("hostile");
+    // A header that promises 2^62 tensors.
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend_from_slice(&3u32.to_le_bytes());
+    bytes.extend_from_slice(&(1u64 << 62).to_le_bytes());
+    bytes.extend_from_slice(&0u64.to_le_bytes());
+    bytes.extend_from_slice(&[0u8; 40]);
+    let path = dir.join("hostile.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let o = smolrun(&["gguf", "info", path.to_str().unwrap()], None);
+
+    // A real model cut short: its tensor data runs past the end.
+    let model = require_model("gemma-3-270m-q4_k_m.gguf");
+    let cut = dir.join("cut.gguf");
+    let full = std::fs::read(&model).unwrap();
+    std::fs::write(&cut, &full[..full.len() / 2]).unwrap();
+    let o_cut = smolrun(&["gguf", "info", cut.to_str().unwrap()], None);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert_no_panic(&o);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains(path.to_str().unwrap()), "{err}");
+    assert!(err.contains("tensor count is 4611686018427387904"), "{err}");
+
+    assert_no_panic(&o_cut);
+    assert!(!o_cut.status.success());
+    let err = text(&o_cut.stderr);
+    assert!(
+        err.contains("cut.gguf") && err.contains("the file is truncated"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_name_and_missing_model_say_what_to_do() {
+    let o = smolrun(&["gguf", "info", "llama-7b"], None);
+    assert_no_panic(&o);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    for name in [
+        "gemma3-270m",
+        "qwen2.5-coder-0.5b",
+        "qwen2.5-coder-1.5b",
+        "tools/fetch-models.sh",
+    ] {
+        assert!(err.contains(name), "{err}");
+    }
+
+    let empty = scratch("empty-models");
+    let o = smolrun(&["gguf", "info", "gemma3-270m"], Some(&empty));
+    std::fs::remove_dir_all(&empty).unwrap();
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("tools/fetch-models.sh gemma3-270m"), "{err}");
+    assert!(err.contains("gemma-3-270m-q4_k_m.gguf"), "{err}");
+}
+
+#[test]
+fn empty_file_is_an_error_not_a_panic() {
+    let dir = scratch("empty-file");
+    let path = dir.join("empty.gguf");
+    std::fs::write(&path, b"").unwrap();
+    let o = smolrun(&["gguf", "info", path.to_str().unwrap()], None);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_no_panic(&o);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("truncated while reading magic"));
+}
