@@ -588,3 +588,6 @@ fn check_len(key: &'static str, found: usize, n_tokens: usize) -> Result<(), Tok
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
