@@ -76,12 +76,8 @@ impl MergeTable {
         })
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.parts.len()
-    }
-
     pub(crate) fn bytes_used(&self) -> usize {
-        self.text.len() + self.parts.len() * 12
+        self.text.len() + self.parts.len() * 12 + self.index.bytes_used()
     }
 }
 

@@ -111,6 +111,10 @@ impl Vocab {
     }
 
     pub(crate) fn bytes_used(&self) -> usize {
-        self.text.len() + self.text_end.len() * 4 + self.attrs.len() + self.scores.len() * 4
+        self.text.len()
+            + self.text_end.len() * 4
+            + self.attrs.len()
+            + self.scores.len() * 4
+            + self.index.bytes_used()
     }
 }
