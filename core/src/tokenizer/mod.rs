@@ -128,7 +128,8 @@ impl Tokenizer {
             }
         };
 
-        let mut vocab = Vocab::new(token_texts, n_tokens, attrs, scores);
+        let mut vocab = Vocab::new(token_texts, n_tokens, attrs, scores)
+            .ok_or(TokenizerError::TooLarge { key: KEY_TOKENS })?;
 
         // Defaults per family, then the metadata (the reference's order).
         let mut ids = SpecialIds::default();
@@ -153,7 +154,8 @@ impl Tokenizer {
                     key: KEY_MERGES,
                     expected: "array of strings",
                 })?;
-                let table = bpe::MergeTable::new(merge_texts, merges.len());
+                let table = bpe::MergeTable::new(merge_texts, merges.len())
+                    .ok_or(TokenizerError::TooLarge { key: KEY_MERGES })?;
                 // The reference's placeholder ids for BPE; the metadata normally overrides them.
                 ids.bos = Some(11);
                 ids.eos = Some(11);
