@@ -52,7 +52,7 @@ impl PreTokenizer {
             "default" | "" => setup(PreTokenizer::Default, false),
             "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
             | "midm-2.0" | "lfm2" | "jina-v5-nano" => setup(PreTokenizer::Llama3, true),
-            "dbrx" | "smaug-bpe" | "chatglm-bpe" => setup(PreTokenizer::Llama3, false),
+            "dbrx" | "smaug-bpe" => setup(PreTokenizer::Llama3, false),
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "hunyuan"
             | "solar-open" => setup(PreTokenizer::Qwen2, false),
             "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
