@@ -1,0 +1,496 @@
+//! The aarch64 NEON kernels (smolrun_kernels::aarch64) against their scalar twins in
+//! smolrun_core::quant, on random and edge-case blocks. Built for aarch64 only; on this x86
+//! machine tools/test-aarch64.sh runs it under `qemu-aarch64 -cpu cortex-a76` (dotprod) and
+//! `-cpu cortex-a53` (no dotprod).
+//!
+//! What "exact" means per kernel (see the module docs of smolrun_kernels::aarch64):
+//! - bit-identical to the scalar twin: every `_neon` face, and the `_dotprod` faces of Q8_0,
+//!   Q4_0, Q5_0;
+//! - Q4_K/Q6_K `_dotprod`: the integer sums are exact (checked bit for bit on inputs whose
+//!   float arithmetic is exact: power-of-two scales, small integers), and on every other input
+//!   the result is within the summation-order bound 2 * gamma(k) * M of the scalar result,
+//!   with M the sum of the absolute values of all terms and k the longest chain of roundings.
+//!
+//! The `_dotprod` faces run only when the CPU reports dotprod; the `_neon` faces run always,
+//! so on the A76 both faces are tested. With SMOLRUN_EXPECT_DOTPROD=0/1 (set by the script)
+//! the test also checks that feature detection sees the emulated CPU as it is.
+#![cfg(target_arch = "aarch64")]
+
+use smolrun_core::quant::{q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, GgmlType};
+use smolrun_kernels::aarch64 as neon;
+
+type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
+
+struct Kernel {
+    name: &'static str,
+    weight: GgmlType,
+    scalar: fn(usize, &[u8], &[u8]) -> f32,
+    neon: Dot,
+    dotprod: Dot,
+    /// Whether the dotprod face keeps the scalar float order (else: summation-order bound).
+    dotprod_bit_exact: bool,
+}
+
+const KERNELS: &[Kernel] = &[
+    Kernel {
+        name: "Q8_0 x Q8_0",
+        weight: GgmlType::Q8_0,
+        scalar: q8_0::vec_dot,
+        neon: neon::vec_dot_q8_0_q8_0_neon,
+        dotprod: neon::vec_dot_q8_0_q8_0_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q4_0 x Q8_0",
+        weight: GgmlType::Q4_0,
+        scalar: q4_0::vec_dot,
+        neon: neon::vec_dot_q4_0_q8_0_neon,
+        dotprod: neon::vec_dot_q4_0_q8_0_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q5_0 x Q8_0",
+        weight: GgmlType::Q5_0,
+        scalar: q5_0::vec_dot,
+        neon: neon::vec_dot_q5_0_q8_0_neon,
+        dotprod: neon::vec_dot_q5_0_q8_0_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q4_K x Q8_K",
+        weight: GgmlType::Q4_K,
+        scalar: q4_k::vec_dot,
+        neon: neon::vec_dot_q4_k_q8_k_neon,
+        dotprod: neon::vec_dot_q4_k_q8_k_dotprod,
+        dotprod_bit_exact: false,
+    },
+    Kernel {
+        name: "Q6_K x Q8_K",
+        weight: GgmlType::Q6_K,
+        scalar: q6_k::vec_dot,
+        neon: neon::vec_dot_q6_k_q8_k_neon,
+        dotprod: neon::vec_dot_q6_k_q8_k_dotprod,
+        dotprod_bit_exact: false,
+    },
+];
+
+/// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
+const BLOCK_COUNTS: &[usize] = &[1, 2, 3, 7, 16];
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn byte(&mut self) -> u8 {
+        (self.next_u64() >> 32) as u8
+    }
+    /// Uniform in [-1, 1).
+    fn signed_unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn activation_type(weight: GgmlType) -> GgmlType {
+    match weight {
+        GgmlType::Q4_K | GgmlType::Q6_K => GgmlType::Q8_K,
+        _ => GgmlType::Q8_0,
+    }
+}
+
+/// Offsets of the f16 scale fields of a weight block.
+fn f16_scale_fields(weight: GgmlType) -> &'static [usize] {
+    match weight {
+        GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[0],
+    }
+}
+
+fn put_f16(bytes: &mut [u8], off: usize, v: f32) {
+    bytes[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+}
+
+/// How the quant bytes of a weight block are filled (scale fields are set separately).
+#[derive(Clone, Copy, Debug)]
+enum Quants {
+    Random,
+    /// Every byte 0x00: the lowest quant (and for K-quants the smallest scales and mins).
+    AllZero,
+    /// Every byte 0xFF: the highest quant (Q4_K scales and mins 63, Q6_K scales -1).
+    AllOnes,
+}
+
+/// How the f16 scale fields of a weight block are set.
+#[derive(Clone, Copy, Debug)]
+enum Scales {
+    Moderate,
+    Zero,
+    /// 65504, the largest finite f16.
+    Largest,
+    /// 2^-24, the smallest f16 subnormal.
+    Subnormal,
+    /// Negative and of mixed size, block by block.
+    Mixed,
+}
+
+fn weight_row(ty: GgmlType, nb: usize, quants: Quants, scales: Scales, seed: u64) -> Vec<u8> {
+    let mut rng = XorShift(seed);
+    let mut w: Vec<u8> = (0..nb * ty.type_size())
+        .map(|_| match quants {
+            Quants::Random => rng.byte(),
+            Quants::AllZero => 0x00,
+            Quants::AllOnes => 0xFF,
+        })
+        .collect();
+    for blk in w.chunks_exact_mut(ty.type_size()) {
+        for &off in f16_scale_fields(ty) {
+            let v = match scales {
+                Scales::Moderate => 0.001 + 0.05 * rng.signed_unit().abs(),
+                Scales::Zero => 0.0,
+                Scales::Largest => 65504.0,
+                Scales::Subnormal => f32::powi(2.0, -24),
+                Scales::Mixed => rng.signed_unit() * [0.01, 3.0, 900.0][rng.byte() as usize % 3],
+            };
+            put_f16(blk, off, v);
+        }
+    }
+    w
+}
+
+/// How an activation row is made.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    /// Random f32 values quantized by the reference quantizer (what the engine feeds).
+    Quantized,
+    /// Random bytes everywhere except a finite scale (quants may be -128; Q8_K bsums random).
+    RawBytes,
+    /// Every quant -128 (0x80), the extreme no quantizer emits, with matching bsums.
+    AllMinus128,
+    /// Every quant 127, with matching bsums.
+    All127,
+}
+
+fn activation_row(ty: GgmlType, nb: usize, act: Act, seed: u64) -> Vec<u8> {
+    let mut rng = XorShift(seed ^ 0x9E37_79B9_7F4A_7C15);
+    let n = nb * ty.block_size();
+    let mut out = vec![0u8; nb * ty.type_size()];
+    match act {
+        Act::Quantized => {
+            let x: Vec<f32> = (0..n).map(|_| rng.signed_unit() * 3.0).collect();
+            match ty {
+                GgmlType::Q8_K => q8_k::quantize_row(&x, &mut out),
+                _ => q8_0::quantize_row(&x, &mut out),
+            }
+        }
+        Act::RawBytes | Act::AllMinus128 | Act::All127 => {
+            let fill = |rng: &mut XorShift| match act {
+                Act::AllMinus128 => 0x80,
+                Act::All127 => 0x7F,
+                _ => rng.byte(),
+            };
+            for blk in out.chunks_exact_mut(ty.type_size()) {
+                if ty == GgmlType::Q8_K {
+                    let d = 0.004 + 0.01 * rng.signed_unit().abs();
+                    blk[0..4].copy_from_slice(&d.to_le_bytes());
+                    for q in &mut blk[q8_k::OFF_QS..q8_k::OFF_BSUMS] {
+                        *q = fill(&mut rng);
+                    }
+                    for j in 0..16 {
+                        let sum: i32 = blk[q8_k::OFF_QS + 16 * j..q8_k::OFF_QS + 16 * j + 16]
+                            .iter()
+                            .map(|&q| q as i8 as i32)
+                            .sum();
+                        let stored = match act {
+                            Act::RawBytes => rng.next_u64() as i16,
+                            _ => sum as i16,
+                        };
+                        let off = q8_k::OFF_BSUMS + 2 * j;
+                        blk[off..off + 2].copy_from_slice(&stored.to_le_bytes());
+                    }
+                } else {
+                    put_f16(blk, 0, 0.004 + 0.01 * rng.signed_unit().abs());
+                    for q in &mut blk[2..] {
+                        *q = fill(&mut rng);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn dotprod_detected() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+/// Same bits, or both NaN.
+fn same_bits(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// The sum of |term| over every term a K-quant dot adds up (f64, exact enough for a bound),
+/// and the longest chain of f32 roundings a term goes through in either summation order.
+fn k_quant_magnitude(ty: GgmlType, nb: usize, w: &[u8], act: &[u8]) -> (f64, usize) {
+    let mut m = 0.0f64;
+    for (x, y) in w
+        .chunks_exact(ty.type_size())
+        .zip(act.chunks_exact(q8_k::BLOCK_BYTES))
+    {
+        let dy = f32::from_le_bytes(y[0..4].try_into().unwrap()) as f64;
+        let q8 = |e: usize| (y[q8_k::OFF_QS + e] as i8 as f64).abs();
+        let f16 = |off: usize| half::f16::from_le_bytes([x[off], x[off + 1]]).to_f64();
+        match ty {
+            GgmlType::Q4_K => {
+                let s = &x[4..16];
+                let mut sub_sum = 0.0;
+                let mut min_sum = 0.0;
+                for j in 0..8 {
+                    let (sc, mn) = if j < 4 {
+                        (s[j] & 63, s[j + 4] & 63)
+                    } else {
+                        (
+                            (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4),
+                            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                        )
+                    };
+                    for l in 0..32 {
+                        let e = 32 * j + l;
+                        let byte = x[16 + 32 * (j / 2) + l];
+                        let q = if j % 2 == 0 { byte & 0xF } else { byte >> 4 };
+                        sub_sum += sc as f64 * q as f64 * q8(e);
+                    }
+                    let bsum = |i: usize| {
+                        i16::from_le_bytes([
+                            y[q8_k::OFF_BSUMS + 2 * i],
+                            y[q8_k::OFF_BSUMS + 2 * i + 1],
+                        ]) as f64
+                    };
+                    min_sum += mn as f64 * (bsum(2 * j) + bsum(2 * j + 1)).abs();
+                }
+                m += (f16(0) * dy).abs() * sub_sum + (f16(2) * dy).abs() * min_sum;
+            }
+            GgmlType::Q6_K => {
+                let mut sub_sum = 0.0;
+                for e in 0..256 {
+                    let (h, quarter, l) = (e / 128, (e % 128) / 32, e % 32);
+                    let ql = x[64 * h + l + 32 * (quarter & 1)];
+                    let low = (ql >> (4 * (quarter >> 1))) & 0xF;
+                    let high = (x[128 + 32 * h + l] >> (2 * quarter)) & 3;
+                    let q = (low | (high << 4)) as f64 - 32.0;
+                    let sc = x[192 + e / 16] as i8 as f64;
+                    sub_sum += (sc * q).abs() * q8(e);
+                }
+                m += (f16(208) * dy).abs() * sub_sum;
+            }
+            _ => unreachable!("only K-quants have a summation-order bound"),
+        }
+    }
+    // A term is rounded once as an int->f32 conversion, once as a product, then added along a
+    // lane chain of nb steps, into the final sum of 8 lanes, and the Q4_K mins chain of nb.
+    (m, 2 * nb + 12)
+}
+
+fn gamma(k: usize) -> f64 {
+    let u = f64::powi(2.0, -24);
+    k as f64 * u / (1.0 - k as f64 * u)
+}
+
+/// Every combination of inputs for one kernel; returns how many rows were compared.
+fn check_kernel(k: &Kernel, face: &str, dot: Dot, bit_exact: bool) -> usize {
+    let act_ty = activation_type(k.weight);
+    let mut rows = 0;
+    let mut seed = 1u64;
+    for &nb in BLOCK_COUNTS {
+        let n = nb * k.weight.block_size();
+        for quants in [Quants::Random, Quants::AllZero, Quants::AllOnes] {
+            for scales in [
+                Scales::Moderate,
+                Scales::Zero,
+                Scales::Largest,
+                Scales::Subnormal,
+                Scales::Mixed,
+            ] {
+                for act in [Act::Quantized, Act::RawBytes, Act::AllMinus128, Act::All127] {
+                    seed += 1;
+                    let w = weight_row(k.weight, nb, quants, scales, seed);
+                    let a = activation_row(act_ty, nb, act, seed);
+                    let want = (k.scalar)(n, &w, &a);
+                    // SAFETY: the dotprod face is only passed in when the CPU has dotprod.
+                    let got = unsafe { dot(n, &w, &a) };
+                    let case = format!(
+                        "{} {face}: {nb} blocks, quants {quants:?}, scales {scales:?}, \
+                         activation {act:?}",
+                        k.name
+                    );
+                    if bit_exact {
+                        assert!(
+                            same_bits(got, want),
+                            "{case}: got {got:e} ({:#x}), scalar {want:e} ({:#x})",
+                            got.to_bits(),
+                            want.to_bits()
+                        );
+                    } else {
+                        let (m, chain) = k_quant_magnitude(k.weight, nb, &w, &a);
+                        let bound = 2.0 * gamma(chain) * m;
+                        assert!(
+                            want.is_finite() && got.is_finite(),
+                            "{case}: non-finite result, got {got:e}, scalar {want:e}"
+                        );
+                        let diff = (got as f64 - want as f64).abs();
+                        assert!(
+                            diff <= bound,
+                            "{case}: got {got:e}, scalar {want:e}, |diff| {diff:e} > bound {bound:e}"
+                        );
+                    }
+                    rows += 1;
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// Inputs on which every f32 operation of a K-quant dot is exact (scales are powers of two,
+/// quants small enough that every partial sum is an integer below 2^24): there a dotprod
+/// face must equal the scalar twin bit for bit, which checks its integer sums exactly.
+fn check_integer_sums_exact(k: &Kernel, dot: Dot) -> usize {
+    let act_ty = activation_type(k.weight);
+    // Largest activation magnitude that keeps every sum below 2^24 for up to 7 blocks.
+    let act_limit: i32 = match k.weight {
+        GgmlType::Q4_K => 8,
+        _ => 2,
+    };
+    let mut rows = 0;
+    for (i, &nb) in [1usize, 2, 3, 7].iter().enumerate() {
+        for seed in 0..4u64 {
+            let seed = 1000 + 10 * i as u64 + seed;
+            let mut rng = XorShift(seed);
+            let mut w = weight_row(k.weight, nb, Quants::Random, Scales::Zero, seed);
+            for blk in w.chunks_exact_mut(k.weight.type_size()) {
+                for &off in f16_scale_fields(k.weight) {
+                    put_f16(blk, off, [0.25, 1.0, 4.0][rng.byte() as usize % 3]);
+                }
+            }
+            let mut a = vec![0u8; nb * act_ty.type_size()];
+            for blk in a.chunks_exact_mut(act_ty.type_size()) {
+                blk[0..4]
+                    .copy_from_slice(&[0.5f32, 1.0, 2.0][rng.byte() as usize % 3].to_le_bytes());
+                for j in 0..16 {
+                    let mut sum = 0i32;
+                    for l in 0..16 {
+                        let q = (rng.next_u64() % (2 * act_limit as u64 + 1)) as i32 - act_limit;
+                        blk[q8_k::OFF_QS + 16 * j + l] = q as i8 as u8;
+                        sum += q;
+                    }
+                    let off = q8_k::OFF_BSUMS + 2 * j;
+                    blk[off..off + 2].copy_from_slice(&(sum as i16).to_le_bytes());
+                }
+            }
+            let n = nb * k.weight.block_size();
+            let want = (k.scalar)(n, &w, &a);
+            // SAFETY: only called when the CPU has dotprod.
+            let got = unsafe { dot(n, &w, &a) };
+            assert!(
+                same_bits(got, want),
+                "{} dotprod, exact-arithmetic case ({nb} blocks, seed {seed}): got {got}, scalar {want}",
+                k.name
+            );
+            rows += 1;
+        }
+    }
+    rows
+}
+
+#[test]
+fn feature_detection_sees_the_emulated_cpu() {
+    let detected = dotprod_detected();
+    match std::env::var("SMOLRUN_EXPECT_DOTPROD").as_deref() {
+        Ok("1") => assert!(detected, "the CPU should report dotprod but does not"),
+        Ok("0") => assert!(!detected, "the CPU should not report dotprod but does"),
+        _ => println!("neon_exact: dotprod detected: {detected} (SMOLRUN_EXPECT_DOTPROD unset)"),
+    }
+}
+
+#[test]
+fn neon_faces_match_scalar() {
+    for k in KERNELS {
+        let rows = check_kernel(k, "neon", k.neon, true);
+        println!(
+            "neon_exact: {:<12} neon    bit-exact on {rows} rows",
+            k.name
+        );
+    }
+}
+
+#[test]
+fn dotprod_faces_match_scalar() {
+    if !dotprod_detected() {
+        println!("neon_exact: dotprod faces not run: this CPU has no dotprod (sdot would SIGILL)");
+        return;
+    }
+    for k in KERNELS {
+        let rows = check_kernel(k, "dotprod", k.dotprod, k.dotprod_bit_exact);
+        if k.dotprod_bit_exact {
+            println!(
+                "neon_exact: {:<12} dotprod bit-exact on {rows} rows",
+                k.name
+            );
+        } else {
+            let exact = check_integer_sums_exact(k, k.dotprod);
+            println!(
+                "neon_exact: {:<12} dotprod within the summation-order bound on {rows} rows, \
+                 bit-exact on {exact} exact-arithmetic rows",
+                k.name
+            );
+        }
+    }
+}
+
+/// The kernels read whole blocks only, never past the shorter of the two rows or `n`.
+#[test]
+fn short_rows_are_cut_to_whole_blocks() {
+    for k in KERNELS {
+        let act_ty = activation_type(k.weight);
+        let w = weight_row(k.weight, 3, Quants::Random, Scales::Moderate, 7);
+        let a = activation_row(act_ty, 3, Act::Quantized, 7);
+        let bs = k.weight.block_size();
+        let want = (k.scalar)(
+            2 * bs,
+            &w[..2 * k.weight.type_size()],
+            &a[..2 * act_ty.type_size()],
+        );
+        let mut faces: Vec<(&str, Dot)> = vec![("neon", k.neon)];
+        if dotprod_detected() {
+            faces.push(("dotprod", k.dotprod));
+        }
+        for (face, dot) in faces {
+            // SAFETY: the dotprod face is only in the list when the CPU has dotprod.
+            let (short_w, short_a, short_n) = unsafe {
+                (
+                    dot(3 * bs, &w[..2 * k.weight.type_size() + 5], &a),
+                    dot(3 * bs, &w, &a[..2 * act_ty.type_size() + 1]),
+                    dot(2 * bs + 7, &w, &a),
+                )
+            };
+            for (what, got) in [
+                ("weights", short_w),
+                ("activations", short_a),
+                ("n", short_n),
+            ] {
+                let close = (got - want).abs() <= 1e-5 * want.abs().max(1.0);
+                assert!(
+                    close,
+                    "{} {face}: short {what}: got {got}, 2-block scalar {want}",
+                    k.name
+                );
+            }
+            // SAFETY: as above.
+            assert_eq!(unsafe { dot(0, &w, &a) }, 0.0, "{} {face}: n = 0", k.name);
+        }
+    }
+}
