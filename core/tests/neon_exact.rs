@@ -494,3 +494,109 @@ fn short_rows_are_cut_to_whole_blocks() {
         }
     }
 }
+
+/// Row lengths for the float kernels: empty, shorter than one trip of 8, trips plus tails.
+const FLOAT_LENGTHS: &[usize] = &[0, 1, 7, 8, 9, 63, 64, 1000, 4099];
+
+/// F32/F16 rows whose products are multiples of 2^-12 below 2^20: every f64 sum of them is
+/// exact, so the kernels (8 f64 lanes) must equal the scalar twins (one f64 chain) bit for bit.
+#[test]
+fn float_dots_match_scalar_bit_for_bit_when_sums_are_exact() {
+    let mut rng = XorShift(77);
+    for &n in FLOAT_LENGTHS {
+        let mut grid = |_| (rng.next_u64() % 4097) as f32 / 64.0 - 32.0;
+        let (wf, af): (Vec<f32>, Vec<f32>) = (
+            (0..n).map(&mut grid).collect(),
+            (0..n).map(&mut grid).collect(),
+        );
+        let (mut w32, mut a32) = (vec![0u8; 4 * n], vec![0u8; 4 * n]);
+        smolrun_core::quant::f32::quantize_row(&wf, &mut w32);
+        smolrun_core::quant::f32::quantize_row(&af, &mut a32);
+        let (mut w16, mut a16) = (vec![0u8; 2 * n], vec![0u8; 2 * n]);
+        smolrun_core::quant::f16::quantize_row(&wf, &mut w16);
+        smolrun_core::quant::f16::quantize_row(&af, &mut a16);
+        let (want, got) = (
+            smolrun_core::quant::f32::vec_dot(n, &w32, &a32),
+            neon::vec_dot_f32_neon(n, &w32, &a32),
+        );
+        assert!(
+            same_bits(got, want),
+            "F32 x F32, n {n}: got {got}, scalar {want}"
+        );
+        let (want, got) = (
+            smolrun_core::quant::f16::vec_dot(n, &w16, &a16),
+            neon::vec_dot_f16_neon(n, &w16, &a16),
+        );
+        assert!(
+            same_bits(got, want),
+            "F16 x F16, n {n}: got {got}, scalar {want}"
+        );
+    }
+    println!(
+        "neon_exact: F32 x F32, F16 x F16 neon bit-exact on {} exact-sum rows each",
+        FLOAT_LENGTHS.len()
+    );
+}
+
+type Quantize = fn(&[f32], &mut [u8]);
+type FloatDot = fn(usize, &[u8], &[u8]) -> f32;
+
+/// Random rows spanning 2^-14..2^9 (and rows with an infinity): within one f32 ulp plus the
+/// f64 reassociation bound of the scalar result, non-finite results alike.
+#[test]
+fn float_dots_match_scalar_within_one_ulp() {
+    let mut rng = XorShift(99);
+    let mut rows = 0;
+    for &n in FLOAT_LENGTHS {
+        for case in 0..4 {
+            let mut value = |i: usize| {
+                let v = rng.signed_unit() * f32::powi(2.0, (rng.next_u64() % 24) as i32 - 14);
+                if case == 3 && i == n / 2 {
+                    f32::INFINITY
+                } else {
+                    v
+                }
+            };
+            let wf: Vec<f32> = (0..n).map(&mut value).collect();
+            let af: Vec<f32> = (0..n).map(&mut value).collect();
+            for half in [false, true] {
+                let (size, quantize, scalar, kernel): (usize, Quantize, FloatDot, FloatDot) =
+                    if half {
+                        (
+                            2,
+                            smolrun_core::quant::f16::quantize_row,
+                            smolrun_core::quant::f16::vec_dot,
+                            neon::vec_dot_f16_neon,
+                        )
+                    } else {
+                        (
+                            4,
+                            smolrun_core::quant::f32::quantize_row,
+                            smolrun_core::quant::f32::vec_dot,
+                            neon::vec_dot_f32_neon,
+                        )
+                    };
+                let (mut w, mut a) = (vec![0u8; size * n], vec![0u8; size * n]);
+                quantize(&wf, &mut w);
+                quantize(&af, &mut a);
+                let (want, got) = (scalar(n, &w, &a), kernel(n, &w, &a));
+                let name = if half { "F16 x F16" } else { "F32 x F32" };
+                if !want.is_finite() || !got.is_finite() {
+                    assert!(
+                        same_bits(got, want),
+                        "{name}, n {n}, case {case}: got {got}, scalar {want}"
+                    );
+                    continue;
+                }
+                let magnitude: f64 = wf.iter().zip(&af).map(|(x, y)| (x * y).abs() as f64).sum();
+                let u53 = f64::powi(2.0, -53);
+                let ulp = f32::from_bits(want.abs().to_bits() + 1) as f64 - want.abs() as f64;
+                let bound = ulp + 2.0 * (n as f64 * u53) * magnitude * 2.0;
+                let diff = (got as f64 - want as f64).abs();
+                assert!(diff <= bound, "{name}, n {n}, case {case}: got {got}, scalar {want}, |diff| {diff:e} > {bound:e}");
+                rows += 1;
+            }
+        }
+    }
+    println!("neon_exact: F32 x F32, F16 x F16 neon within one ulp on {rows} random rows");
+}

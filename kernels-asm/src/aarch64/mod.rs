@@ -30,12 +30,14 @@
 //! No input can make a kernel read out of bounds: the number of blocks is the smallest of
 //! what `n`, the weight row and the activation row hold (like the scalar twins' `zip`).
 
+mod float;
 mod q4_0;
 mod q4_k;
 mod q5_0;
 mod q6_k;
 mod q8_0;
 
+pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
 pub use q4_0::{vec_dot_q4_0_q8_0_dotprod, vec_dot_q4_0_q8_0_neon};
 pub use q4_k::{vec_dot_q4_k_q8_k_dotprod, vec_dot_q4_k_q8_k_neon};
 pub use q5_0::{vec_dot_q5_0_q8_0_dotprod, vec_dot_q5_0_q8_0_neon};
