@@ -10,3 +10,6 @@ pub mod aarch64;
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
+
+#[cfg(target_arch = "x86_64")]
+pub mod x86_64;
