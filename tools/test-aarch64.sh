@@ -84,8 +84,10 @@ fi
 echo "ok: forced sdot on cortex-a53 died with SIGILL"
 
 echo
-echo "== unit tests of smolrun-kernels and smolrun-core on cortex-a53"
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu cortex-a53 -L $sysroot"
-run_logged '^test result' cargo test --target "$target" "${unit[@]}" "$@"
+for cpu in cortex-a76 cortex-a53; do
+    echo "== unit tests of smolrun-kernels and smolrun-core (kernels.rs dispatch and exactness) on $cpu"
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu $cpu -L $sysroot"
+    run_logged '^test result|^notice' cargo test --target "$target" "${unit[@]}" "$@" -- --nocapture
+done
 echo
 echo "ok: aarch64 kernels match their scalar twins on cortex-a76 and cortex-a53"

@@ -319,18 +319,67 @@ mod x86_64 {
 
 // =============================================================================================
 // aarch64: NEON kernels, with and without dotprod (smolrun_kernels::aarch64).
-// Registered here by the h-neon branch: `install` checks `features.neon` / `features.dotprod`
-// (an ARMv8.0 core must never reach an sdot), calls `set.install(type, vec_dot, rows, face)`
-// and names the set "aarch64-dotprod" or "aarch64-neon". The tests at the bottom of this file
-// compare whatever is installed here against the scalar twins, on qemu-aarch64.
+// `install` checks `features.neon` / `features.dotprod` (an ARMv8.0 core must never reach an
+// sdot) and names the set "aarch64-dotprod" or "aarch64-neon". The tests at the bottom of this
+// file compare whatever is installed here against the scalar twins; core/tests/neon_exact.rs
+// tests both faces of every kernel directly (tools/test-aarch64.sh, qemu a76 and a53).
 // =============================================================================================
 #[cfg(target_arch = "aarch64")]
 mod aarch64 {
     use super::KernelSet;
     use crate::platform::CpuFeatures;
+    use crate::quant::GgmlType;
+    use smolrun_kernels::aarch64 as neon;
 
-    /// No NEON kernels are registered yet: the set stays scalar.
-    pub(super) fn install(_features: &CpuFeatures, _set: &mut KernelSet) {}
+    /// Installs the ARMv8.0 NEON kernels when `features.neon` (every aarch64 CPU has it; a
+    /// cleared flag keeps the set scalar), and on top of them the sdot kernels when
+    /// `features.dotprod`.
+    ///
+    /// Unlike cpuid on x86-64, aarch64 has no unprivileged, portable way to confirm a feature
+    /// from no_std code (reading ID_AA64ISAR0_EL1 traps on iOS), so the dotprod flag is taken
+    /// as the platform detected it (getauxval(AT_HWCAP) & HWCAP_ASIMDDP on Linux/Android,
+    /// sysctl hw.optional.arm.FEAT_DotProd on iOS). A flag set by hand on a CPU without dotprod
+    /// makes the first sdot raise SIGILL, a clean crash, never a wrong result.
+    pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
+        if !features.neon {
+            return;
+        }
+        set.name = "aarch64-neon";
+        set.install(GgmlType::Q4_K, neon::vec_dot_q4_k_q8_k_neon, None, "neon");
+        set.install(GgmlType::Q6_K, neon::vec_dot_q6_k_q8_k_neon, None, "neon");
+        set.install(GgmlType::Q8_0, neon::vec_dot_q8_0_q8_0_neon, None, "neon");
+        set.install(GgmlType::Q4_0, neon::vec_dot_q4_0_q8_0_neon, None, "neon");
+        set.install(GgmlType::Q5_0, neon::vec_dot_q5_0_q8_0_neon, None, "neon");
+        set.install(GgmlType::F16, neon::vec_dot_f16_neon, None, "neon");
+        set.install(GgmlType::F32, neon::vec_dot_f32_neon, None, "neon");
+        if !features.dotprod {
+            return;
+        }
+        set.name = "aarch64-dotprod";
+        set.install(GgmlType::Q4_K, q4_k_dotprod, None, "dotprod");
+        set.install(GgmlType::Q6_K, q6_k_dotprod, None, "dotprod");
+        set.install(GgmlType::Q8_0, q8_0_dotprod, None, "dotprod");
+        set.install(GgmlType::Q4_0, q4_0_dotprod, None, "dotprod");
+        set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
+    }
+
+    // SAFETY (every function below): installed only by `install` when the platform reported
+    // dotprod. The kernels read only whole blocks inside both slices.
+    fn q4_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q4_k_q8_k_dotprod(n, w, a) }
+    }
+    fn q6_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q6_k_q8_k_dotprod(n, w, a) }
+    }
+    fn q8_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q8_0_q8_0_dotprod(n, w, a) }
+    }
+    fn q4_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q4_0_q8_0_dotprod(n, w, a) }
+    }
+    fn q5_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q5_0_q8_0_dotprod(n, w, a) }
+    }
 }
 
 // =============================================================================================
@@ -574,6 +623,44 @@ mod tests {
             assert_eq!(quant::vec_dot_type(k.weight_type), Ok(k.act_type));
         }
         let _ = set;
+    }
+
+    /// The dotprod flag alone decides between the two aarch64 faces: without it no entry may
+    /// be an sdot kernel (on the A53 under qemu one would SIGILL in the tests below).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn aarch64_selects_the_face_the_features_allow() {
+        let covered = [
+            (GgmlType::Q4_K, true),
+            (GgmlType::Q6_K, true),
+            (GgmlType::Q8_0, true),
+            (GgmlType::Q4_0, true),
+            (GgmlType::Q5_0, true),
+            (GgmlType::F16, false),
+            (GgmlType::F32, false),
+        ];
+        let neon_only = CpuFeatures {
+            neon: true,
+            ..CpuFeatures::default()
+        };
+        let set = KernelSet::select(&neon_only);
+        assert_eq!(set.name(), "aarch64-neon");
+        for (ty, _) in covered {
+            assert_eq!(set.weight(ty).unwrap().face, "neon", "{ty}");
+        }
+        assert!(set.weights.iter().all(|k| k.face != "dotprod"));
+        let features = detected_features();
+        if features.dotprod {
+            let set = KernelSet::select(&features);
+            assert_eq!(set.name(), "aarch64-dotprod");
+            for (ty, has_sdot) in covered {
+                let face = if has_sdot { "dotprod" } else { "neon" };
+                assert_eq!(set.weight(ty).unwrap().face, face, "{ty}");
+            }
+        } else {
+            assert_eq!(KernelSet::select(&features).name(), "aarch64-neon");
+            println!("notice: this CPU has no dotprod; the sdot kernels are not selected");
+        }
     }
 
     #[test]
