@@ -355,42 +355,16 @@ fn check_kernel(k: &Kernel, face: &str, dot: Dot, bit_exact: bool) -> usize {
     rows
 }
 
-/// Inputs on which every f32 operation of a K-quant dot is exact (scales are powers of two,
-/// quants small enough that every partial sum is an integer below 2^24): there a dotprod
+/// Inputs on which every f32 operation of a K-quant dot is exact (scales 1 or 2, quants small
+/// enough that every partial sum is an integer below 2^24): there a dotprod
 /// face must equal the scalar twin bit for bit, which checks its integer sums exactly.
 fn check_integer_sums_exact(k: &Kernel, dot: Dot) -> usize {
-    let act_ty = activation_type(k.weight);
-    // Largest activation magnitude that keeps every sum below 2^24 for up to 7 blocks.
-    let act_limit: i32 = match k.weight {
-        GgmlType::Q4_K => 8,
-        _ => 2,
-    };
     let mut rows = 0;
     for (i, &nb) in [1usize, 2, 3, 7].iter().enumerate() {
         for seed in 0..4u64 {
             let seed = 1000 + 10 * i as u64 + seed;
-            let mut rng = XorShift(seed);
-            let mut w = weight_row(k.weight, nb, Quants::Random, Scales::Zero, seed);
-            for blk in w.chunks_exact_mut(k.weight.type_size()) {
-                for &off in f16_scale_fields(k.weight) {
-                    put_f16(blk, off, [0.25, 1.0, 4.0][rng.byte() as usize % 3]);
-                }
-            }
-            let mut a = vec![0u8; nb * act_ty.type_size()];
-            for blk in a.chunks_exact_mut(act_ty.type_size()) {
-                blk[0..4]
-                    .copy_from_slice(&[0.5f32, 1.0, 2.0][rng.byte() as usize % 3].to_le_bytes());
-                for j in 0..16 {
-                    let mut sum = 0i32;
-                    for l in 0..16 {
-                        let q = (rng.next_u64() % (2 * act_limit as u64 + 1)) as i32 - act_limit;
-                        blk[q8_k::OFF_QS + 16 * j + l] = q as i8 as u8;
-                        sum += q;
-                    }
-                    let off = q8_k::OFF_BSUMS + 2 * j;
-                    blk[off..off + 2].copy_from_slice(&(sum as i16).to_le_bytes());
-                }
-            }
+            let w = exact_arithmetic_weights(k.weight, nb, seed);
+            let a = exact_arithmetic_activation(k.weight, nb, seed);
             let n = nb * k.weight.block_size();
             let want = (k.scalar)(n, &w, &a);
             // SAFETY: only called when the CPU has dotprod.
@@ -404,6 +378,117 @@ fn check_integer_sums_exact(k: &Kernel, dot: Dot) -> usize {
         }
     }
     rows
+}
+
+/// K-quant weight blocks with random quants and f16 scales of 1 or 2.
+fn exact_arithmetic_weights(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
+    let mut rng = XorShift(seed ^ 0x5555);
+    let mut w = weight_row(ty, n_blocks, Quants::Random, Scales::Zero, seed);
+    for blk in w.chunks_exact_mut(ty.type_size()) {
+        for &off in f16_scale_fields(ty) {
+            put_f16(blk, off, [1.0, 2.0][rng.byte() as usize % 2]);
+        }
+    }
+    w
+}
+
+/// A Q8_K row with scale 1 and quants small enough that every partial sum of a dot with up to
+/// 7 super-blocks of `weight` (scales 1 or 2) is an integer below 2^24: for Q4_K at most
+/// 7 * 2 * 256 * 63 * 15 * 4 (+ the mins), for Q6_K 7 * 2 * 256 * 128 * 32 * 1.
+fn exact_arithmetic_activation(weight: GgmlType, nb: usize, seed: u64) -> Vec<u8> {
+    let limit: i32 = match weight {
+        GgmlType::Q4_K => 4,
+        _ => 1,
+    };
+    let mut rng = XorShift(seed ^ 0xAAAA);
+    let mut a = vec![0u8; nb * q8_k::BLOCK_BYTES];
+    for blk in a.chunks_exact_mut(q8_k::BLOCK_BYTES) {
+        blk[0..4].copy_from_slice(&1.0f32.to_le_bytes());
+        for j in 0..16 {
+            let mut sum = 0i32;
+            for l in 0..16 {
+                let q = (rng.next_u64() % (2 * limit as u64 + 1)) as i32 - limit;
+                blk[q8_k::OFF_QS + 16 * j + l] = q as i8 as u8;
+                sum += q;
+            }
+            let off = q8_k::OFF_BSUMS + 2 * j;
+            blk[off..off + 2].copy_from_slice(&(sum as i16).to_le_bytes());
+        }
+    }
+    a
+}
+
+/// The 4-row interleaved Q4_K matvec (dotprod): every row, full groups and tail rows alike,
+/// within the summation-order bound of its scalar dot, and bit-exact on exact-arithmetic rows.
+#[test]
+fn interleaved_q4_k_rows_match_scalar() {
+    let ty = GgmlType::Q4_K;
+    assert_eq!(
+        neon::q4_k_x4_bytes(5, 512),
+        Some(4 * 2 * 144 + 2 * 144 + 2 * 16)
+    );
+    assert_eq!(neon::q4_k_x4_bytes(4, 100), None);
+    let mut short = vec![0u8; 10];
+    assert!(neon::repack_q4_k_x4(&[0u8; 144], 1, 256, &mut short).is_none());
+    if !dotprod_detected() {
+        println!("neon_exact: interleaved Q4_K x4 not run: this CPU has no dotprod");
+        return;
+    }
+    let mut rows = 0;
+    let mut exact_rows = 0;
+    let mut seed = 5000u64;
+    for &n_rows in &[1usize, 3, 4, 5, 8, 11] {
+        for &nb in &[1usize, 2, 7] {
+            for case in 0..4 {
+                seed += 1;
+                let n = nb * 256;
+                let (w, a) = match case {
+                    0 => (
+                        weight_row(ty, n_rows * nb, Quants::Random, Scales::Moderate, seed),
+                        activation_row(GgmlType::Q8_K, nb, Act::Quantized, seed),
+                    ),
+                    1 => (
+                        weight_row(ty, n_rows * nb, Quants::AllOnes, Scales::Mixed, seed),
+                        activation_row(GgmlType::Q8_K, nb, Act::AllMinus128, seed),
+                    ),
+                    2 => (
+                        weight_row(ty, n_rows * nb, Quants::Random, Scales::Largest, seed),
+                        activation_row(GgmlType::Q8_K, nb, Act::RawBytes, seed),
+                    ),
+                    _ => (
+                        exact_arithmetic_weights(ty, n_rows * nb, seed),
+                        exact_arithmetic_activation(ty, nb, seed),
+                    ),
+                };
+                let mut packed = vec![0u8; neon::q4_k_x4_bytes(n_rows, n).unwrap()];
+                neon::repack_q4_k_x4(&w, n_rows, n, &mut packed).unwrap();
+                let mut out = vec![f32::NAN; n_rows];
+                // SAFETY: the CPU has dotprod (checked above).
+                unsafe { neon::matvec_q4_k_x4_dotprod(n, &packed, &a, &mut out) };
+                for (r, (got, row)) in out.iter().zip(w.chunks_exact(nb * 144)).enumerate() {
+                    let want = q4_k::vec_dot(n, row, &a);
+                    let what = format!("Q4_K x4: {n_rows} rows, {nb} blocks, case {case}, row {r}");
+                    if case == 3 {
+                        assert!(same_bits(*got, want), "{what}: got {got}, scalar {want}");
+                        exact_rows += 1;
+                    } else {
+                        let (m, chain) = k_quant_magnitude(ty, nb, row, &a);
+                        let bound = 2.0 * gamma(chain) * m;
+                        let diff = (*got as f64 - want as f64).abs();
+                        assert!(
+                            diff <= bound,
+                            "{what}: got {got}, scalar {want}, |diff| {diff:e} > {bound:e}"
+                        );
+                    }
+                    rows += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "neon_exact: Q4_K x4 interleaved dotprod within the summation-order bound on {rows} rows \
+         (groups of 4 and tails), bit-exact on {exact_rows} exact-arithmetic rows"
+    );
 }
 
 #[test]
