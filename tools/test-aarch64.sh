@@ -33,6 +33,9 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 tests=(-p smolrun-core --test neon_exact)
 unit=(-p smolrun-kernels -p smolrun-core --lib)
 
+echo "== cargo clippy -D warnings for $target (kernels and core)"
+cargo clippy -q --target "$target" -p smolrun-kernels -p smolrun-core --all-targets "$@" -- -D warnings
+
 echo "== building the aarch64 tests"
 cargo test --target "$target" --no-run "${tests[@]}" "$@"
 cargo test --target "$target" --no-run "${unit[@]}" "$@"

@@ -134,6 +134,44 @@ mod bench {
                 );
             }
         }
+        if dotprod || force {
+            interleaved_q4_k(rows, cols, &x);
+        }
+    }
+
+    /// The Q4_K matvec on rows interleaved by 4 (repacked once, as at load time).
+    fn interleaved_q4_k(rows: usize, cols: usize, x: &[f32]) {
+        let ty = GgmlType::Q4_K;
+        let mut act = vec![0u8; GgmlType::Q8_K.bytes_for(cols as u64).unwrap() as usize];
+        q8_k::quantize_row(x, &mut act);
+        let row_bytes = ty.bytes_for(cols as u64).unwrap() as usize;
+        let mut w: Vec<u8> = (0..rows * row_bytes)
+            .map(|i| (i * 2654435761 >> 13) as u8)
+            .collect();
+        for blk in w.chunks_exact_mut(ty.type_size()) {
+            blk[0..2].copy_from_slice(&0x2000u16.to_le_bytes());
+            blk[2..4].copy_from_slice(&0x2000u16.to_le_bytes());
+        }
+        let mut packed = vec![0u8; neon::q4_k_x4_bytes(rows, cols).unwrap()];
+        neon::repack_q4_k_x4(&w, rows, cols, &mut packed).unwrap();
+        let mut out = vec![0.0f32; rows];
+        let reps = 3;
+        let start = Instant::now();
+        for _ in 0..reps {
+            // SAFETY: called only when the CPU reports dotprod or --force-dotprod asks for it.
+            unsafe { neon::matvec_q4_k_x4_dotprod(cols, black_box(&packed), &act, &mut out) };
+        }
+        let secs = start.elapsed().as_secs_f64() / reps as f64;
+        let one_row: f32 = w
+            .chunks_exact(row_bytes)
+            .map(|r| unsafe { neon::vec_dot_q4_k_q8_k_dotprod(cols, r, &act) })
+            .sum();
+        println!(
+            "Q4_K x Q8_K dotprod x4 {:>9.1} ns/row {:>8.2} GB/s weights  (sum {:.4}, one-row sum {one_row:.4})",
+            secs * 1e9 / rows as f64,
+            (rows * row_bytes) as f64 / secs / 1e9,
+            out.iter().sum::<f32>()
+        );
     }
 }
 
