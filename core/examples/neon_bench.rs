@@ -135,43 +135,87 @@ mod bench {
             }
         }
         if dotprod || force {
-            interleaved_q4_k(rows, cols, &x);
+            interleaved(rows, cols, &x);
         }
     }
 
-    /// The Q4_K matvec on rows interleaved by 4 (repacked once, as at load time).
-    fn interleaved_q4_k(rows: usize, cols: usize, x: &[f32]) {
-        let ty = GgmlType::Q4_K;
-        let mut act = vec![0u8; GgmlType::Q8_K.bytes_for(cols as u64).unwrap() as usize];
-        q8_k::quantize_row(x, &mut act);
-        let row_bytes = ty.bytes_for(cols as u64).unwrap() as usize;
-        let mut w: Vec<u8> = (0..rows * row_bytes)
-            .map(|i| (i * 2654435761 >> 13) as u8)
-            .collect();
-        for blk in w.chunks_exact_mut(ty.type_size()) {
-            blk[0..2].copy_from_slice(&0x2000u16.to_le_bytes());
-            blk[2..4].copy_from_slice(&0x2000u16.to_le_bytes());
+    type X4 = (
+        GgmlType,
+        fn(usize, usize) -> Option<usize>,
+        fn(&[u8], usize, usize, &mut [u8]) -> Option<()>,
+        unsafe fn(usize, &[u8], &[u8], &mut [f32]),
+        Dot,
+    );
+
+    /// The matvecs on rows interleaved by 4 (repacked once, as at load time), next to the
+    /// one-row dotprod kernel on the same rows.
+    fn interleaved(rows: usize, cols: usize, x: &[f32]) {
+        let kernels: [X4; 3] = [
+            (
+                GgmlType::Q4_K,
+                neon::q4_k_x4_bytes,
+                neon::repack_q4_k_x4,
+                neon::matvec_q4_k_x4_dotprod,
+                neon::vec_dot_q4_k_q8_k_dotprod,
+            ),
+            (
+                GgmlType::Q8_0,
+                neon::q8_0_x4_bytes,
+                neon::repack_q8_0_x4,
+                neon::matvec_q8_0_x4_dotprod,
+                neon::vec_dot_q8_0_q8_0_dotprod,
+            ),
+            (
+                GgmlType::Q5_0,
+                neon::q5_0_x4_bytes,
+                neon::repack_q5_0_x4,
+                neon::matvec_q5_0_x4_dotprod,
+                neon::vec_dot_q5_0_q8_0_dotprod,
+            ),
+        ];
+        for (ty, bytes, repack, matvec, one_row) in kernels {
+            let act_ty = if ty.block_size() == 256 {
+                GgmlType::Q8_K
+            } else {
+                GgmlType::Q8_0
+            };
+            let mut act = vec![0u8; act_ty.bytes_for(cols as u64).unwrap() as usize];
+            match act_ty {
+                GgmlType::Q8_K => q8_k::quantize_row(x, &mut act),
+                _ => q8_0::quantize_row(x, &mut act),
+            }
+            let row_bytes = ty.bytes_for(cols as u64).unwrap() as usize;
+            let mut w: Vec<u8> = (0..rows * row_bytes)
+                .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+                .collect();
+            let fields: &[usize] = if ty == GgmlType::Q4_K { &[0, 2] } else { &[0] };
+            for blk in w.chunks_exact_mut(ty.type_size()) {
+                for &f in fields {
+                    blk[f..f + 2].copy_from_slice(&0x2000u16.to_le_bytes());
+                }
+            }
+            let mut packed = vec![0u8; bytes(rows, cols).unwrap()];
+            repack(&w, rows, cols, &mut packed).unwrap();
+            let mut out = vec![0.0f32; rows];
+            let reps = 3;
+            let start = Instant::now();
+            for _ in 0..reps {
+                // SAFETY: called only when the CPU reports dotprod or --force-dotprod asks.
+                unsafe { matvec(cols, black_box(&packed), &act, &mut out) };
+            }
+            let secs = start.elapsed().as_secs_f64() / reps as f64;
+            // SAFETY: as above.
+            let one_row_sum: f32 = w
+                .chunks_exact(row_bytes)
+                .map(|r| unsafe { one_row(cols, r, &act) })
+                .sum();
+            println!(
+                "{ty} dotprod x4 {:>9.1} ns/row {:>8.2} GB/s weights  (sum {:.4}, one-row kernel {one_row_sum:.4})",
+                secs * 1e9 / rows as f64,
+                (rows * row_bytes) as f64 / secs / 1e9,
+                out.iter().sum::<f32>()
+            );
         }
-        let mut packed = vec![0u8; neon::q4_k_x4_bytes(rows, cols).unwrap()];
-        neon::repack_q4_k_x4(&w, rows, cols, &mut packed).unwrap();
-        let mut out = vec![0.0f32; rows];
-        let reps = 3;
-        let start = Instant::now();
-        for _ in 0..reps {
-            // SAFETY: called only when the CPU reports dotprod or --force-dotprod asks for it.
-            unsafe { neon::matvec_q4_k_x4_dotprod(cols, black_box(&packed), &act, &mut out) };
-        }
-        let secs = start.elapsed().as_secs_f64() / reps as f64;
-        let one_row: f32 = w
-            .chunks_exact(row_bytes)
-            .map(|r| unsafe { neon::vec_dot_q4_k_q8_k_dotprod(cols, r, &act) })
-            .sum();
-        println!(
-            "Q4_K x Q8_K dotprod x4 {:>9.1} ns/row {:>8.2} GB/s weights  (sum {:.4}, one-row sum {one_row:.4})",
-            secs * 1e9 / rows as f64,
-            (rows * row_bytes) as f64 / secs / 1e9,
-            out.iter().sum::<f32>()
-        );
     }
 }
 

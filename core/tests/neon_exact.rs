@@ -418,77 +418,142 @@ fn exact_arithmetic_activation(weight: GgmlType, nb: usize, seed: u64) -> Vec<u8
     a
 }
 
-/// The 4-row interleaved Q4_K matvec (dotprod): every row, full groups and tail rows alike,
-/// within the summation-order bound of its scalar dot, and bit-exact on exact-arithmetic rows.
+type X4Bytes = fn(usize, usize) -> Option<usize>;
+type X4Repack = fn(&[u8], usize, usize, &mut [u8]) -> Option<()>;
+type X4Matvec = unsafe fn(usize, &[u8], &[u8], &mut [f32]);
+
+/// A row-interleaved (x4) matvec: size, repack, kernel, and whether it keeps the scalar
+/// twin's float order (else the summation-order bound of the K-quants applies).
+struct Interleaved {
+    weight: GgmlType,
+    bytes: X4Bytes,
+    repack: X4Repack,
+    matvec: X4Matvec,
+    scalar: fn(usize, &[u8], &[u8]) -> f32,
+    bit_exact: bool,
+}
+
+const INTERLEAVED: &[Interleaved] = &[
+    Interleaved {
+        weight: GgmlType::Q4_K,
+        bytes: neon::q4_k_x4_bytes,
+        repack: neon::repack_q4_k_x4,
+        matvec: neon::matvec_q4_k_x4_dotprod,
+        scalar: q4_k::vec_dot,
+        bit_exact: false,
+    },
+    Interleaved {
+        weight: GgmlType::Q8_0,
+        bytes: neon::q8_0_x4_bytes,
+        repack: neon::repack_q8_0_x4,
+        matvec: neon::matvec_q8_0_x4_dotprod,
+        scalar: q8_0::vec_dot,
+        bit_exact: true,
+    },
+    Interleaved {
+        weight: GgmlType::Q5_0,
+        bytes: neon::q5_0_x4_bytes,
+        repack: neon::repack_q5_0_x4,
+        matvec: neon::matvec_q5_0_x4_dotprod,
+        scalar: q5_0::vec_dot,
+        bit_exact: true,
+    },
+];
+
+/// The 4-row interleaved matvecs (dotprod): every row, in full groups and in the tail, against
+/// its scalar dot: bit for bit where the float order is kept, else within the summation-order
+/// bound and bit for bit on exact-arithmetic rows.
 #[test]
-fn interleaved_q4_k_rows_match_scalar() {
-    let ty = GgmlType::Q4_K;
+fn interleaved_rows_match_scalar() {
     assert_eq!(
         neon::q4_k_x4_bytes(5, 512),
         Some(4 * 2 * 144 + 2 * 144 + 2 * 16)
     );
     assert_eq!(neon::q4_k_x4_bytes(4, 100), None);
+    assert_eq!(neon::q8_0_x4_bytes(6, 64), Some(6 * 2 * 34));
+    assert_eq!(neon::q5_0_x4_bytes(3, 32), Some(3 * 22));
     let mut short = vec![0u8; 10];
     assert!(neon::repack_q4_k_x4(&[0u8; 144], 1, 256, &mut short).is_none());
+    assert!(neon::repack_q8_0_x4(&[0u8; 34 * 4], 4, 32, &mut short).is_none());
     if !dotprod_detected() {
-        println!("neon_exact: interleaved Q4_K x4 not run: this CPU has no dotprod");
+        println!("neon_exact: interleaved x4 matvecs not run: this CPU has no dotprod");
         return;
     }
-    let mut rows = 0;
-    let mut exact_rows = 0;
-    let mut seed = 5000u64;
-    for &n_rows in &[1usize, 3, 4, 5, 8, 11] {
-        for &nb in &[1usize, 2, 7] {
-            for case in 0..4 {
-                seed += 1;
-                let n = nb * 256;
-                let (w, a) = match case {
-                    0 => (
-                        weight_row(ty, n_rows * nb, Quants::Random, Scales::Moderate, seed),
-                        activation_row(GgmlType::Q8_K, nb, Act::Quantized, seed),
-                    ),
-                    1 => (
-                        weight_row(ty, n_rows * nb, Quants::AllOnes, Scales::Mixed, seed),
-                        activation_row(GgmlType::Q8_K, nb, Act::AllMinus128, seed),
-                    ),
-                    2 => (
-                        weight_row(ty, n_rows * nb, Quants::Random, Scales::Largest, seed),
-                        activation_row(GgmlType::Q8_K, nb, Act::RawBytes, seed),
-                    ),
-                    _ => (
-                        exact_arithmetic_weights(ty, n_rows * nb, seed),
-                        exact_arithmetic_activation(ty, nb, seed),
-                    ),
-                };
-                let mut packed = vec![0u8; neon::q4_k_x4_bytes(n_rows, n).unwrap()];
-                neon::repack_q4_k_x4(&w, n_rows, n, &mut packed).unwrap();
-                let mut out = vec![f32::NAN; n_rows];
-                // SAFETY: the CPU has dotprod (checked above).
-                unsafe { neon::matvec_q4_k_x4_dotprod(n, &packed, &a, &mut out) };
-                for (r, (got, row)) in out.iter().zip(w.chunks_exact(nb * 144)).enumerate() {
-                    let want = q4_k::vec_dot(n, row, &a);
-                    let what = format!("Q4_K x4: {n_rows} rows, {nb} blocks, case {case}, row {r}");
-                    if case == 3 {
-                        assert!(same_bits(*got, want), "{what}: got {got}, scalar {want}");
-                        exact_rows += 1;
-                    } else {
-                        let (m, chain) = k_quant_magnitude(ty, nb, row, &a);
-                        let bound = 2.0 * gamma(chain) * m;
-                        let diff = (*got as f64 - want as f64).abs();
-                        assert!(
-                            diff <= bound,
-                            "{what}: got {got}, scalar {want}, |diff| {diff:e} > {bound:e}"
-                        );
+    for x4 in INTERLEAVED {
+        let ty = x4.weight;
+        let act_ty = activation_type(ty);
+        let blocks: &[usize] = if ty.block_size() == 256 {
+            &[1, 2, 7]
+        } else {
+            &[1, 2, 7, 64]
+        };
+        let mut rows = 0;
+        let mut exact_rows = 0;
+        let mut seed = 5000u64;
+        for &n_rows in &[1usize, 3, 4, 5, 8, 11] {
+            for &nb in blocks {
+                for case in 0..5 {
+                    seed += 1;
+                    let n = nb * ty.block_size();
+                    let exact_case = case == 4 && !x4.bit_exact;
+                    let (w, a) = match case {
+                        0 => (
+                            weight_row(ty, n_rows * nb, Quants::Random, Scales::Moderate, seed),
+                            activation_row(act_ty, nb, Act::Quantized, seed),
+                        ),
+                        1 => (
+                            weight_row(ty, n_rows * nb, Quants::AllOnes, Scales::Mixed, seed),
+                            activation_row(act_ty, nb, Act::AllMinus128, seed),
+                        ),
+                        2 => (
+                            weight_row(ty, n_rows * nb, Quants::Random, Scales::Largest, seed),
+                            activation_row(act_ty, nb, Act::RawBytes, seed),
+                        ),
+                        3 => (
+                            weight_row(ty, n_rows * nb, Quants::AllZero, Scales::Subnormal, seed),
+                            activation_row(act_ty, nb, Act::All127, seed),
+                        ),
+                        _ if exact_case => (
+                            exact_arithmetic_weights(ty, n_rows * nb, seed),
+                            exact_arithmetic_activation(ty, nb, seed),
+                        ),
+                        _ => (
+                            weight_row(ty, n_rows * nb, Quants::Random, Scales::Mixed, seed),
+                            activation_row(act_ty, nb, Act::RawBytes, seed),
+                        ),
+                    };
+                    let mut packed = vec![0u8; (x4.bytes)(n_rows, n).unwrap()];
+                    (x4.repack)(&w, n_rows, n, &mut packed).unwrap();
+                    let mut out = vec![f32::NAN; n_rows];
+                    // SAFETY: the CPU has dotprod (checked above).
+                    unsafe { (x4.matvec)(n, &packed, &a, &mut out) };
+                    let row_bytes = nb * ty.type_size();
+                    for (r, (got, row)) in out.iter().zip(w.chunks_exact(row_bytes)).enumerate() {
+                        let want = (x4.scalar)(n, row, &a);
+                        let what =
+                            format!("{ty} x4: {n_rows} rows, {nb} blocks, case {case}, row {r}");
+                        if x4.bit_exact || exact_case {
+                            assert!(same_bits(*got, want), "{what}: got {got}, scalar {want}");
+                            exact_rows += 1;
+                        } else {
+                            let (m, chain) = k_quant_magnitude(ty, nb, row, &a);
+                            let bound = 2.0 * gamma(chain) * m;
+                            let diff = (*got as f64 - want as f64).abs();
+                            assert!(
+                                diff <= bound,
+                                "{what}: got {got}, scalar {want}, |diff| {diff:e} > {bound:e}"
+                            );
+                        }
+                        rows += 1;
                     }
-                    rows += 1;
                 }
             }
         }
+        println!(
+            "neon_exact: {ty} x4 interleaved dotprod on {rows} rows (groups of 4 and tails): \
+             bit-exact on {exact_rows}, the rest within the summation-order bound"
+        );
     }
-    println!(
-        "neon_exact: Q4_K x4 interleaved dotprod within the summation-order bound on {rows} rows \
-         (groups of 4 and tails), bit-exact on {exact_rows} exact-arithmetic rows"
-    );
 }
 
 #[test]

@@ -35,16 +35,21 @@ mod q4_0;
 mod q4_k;
 mod q4_k_x4;
 mod q5_0;
+mod q5_0_x4;
 mod q6_k;
 mod q8_0;
+mod q8_0_x4;
+mod x4;
 
 pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
 pub use q4_0::{vec_dot_q4_0_q8_0_dotprod, vec_dot_q4_0_q8_0_neon};
 pub use q4_k::{vec_dot_q4_k_q8_k_dotprod, vec_dot_q4_k_q8_k_neon};
 pub use q4_k_x4::{matvec_q4_k_x4_dotprod, q4_k_x4_bytes, repack_q4_k_x4, X4_SUPERBLOCK_BYTES};
 pub use q5_0::{vec_dot_q5_0_q8_0_dotprod, vec_dot_q5_0_q8_0_neon};
+pub use q5_0_x4::{matvec_q5_0_x4_dotprod, q5_0_x4_bytes, repack_q5_0_x4};
 pub use q6_k::{vec_dot_q6_k_q8_k_dotprod, vec_dot_q6_k_q8_k_neon};
 pub use q8_0::{vec_dot_q8_0_q8_0_dotprod, vec_dot_q8_0_q8_0_neon};
+pub use q8_0_x4::{matvec_q8_0_x4_dotprod, q8_0_x4_bytes, repack_q8_0_x4};
 
 /// Block sizes shared with `smolrun_core::quant` (kernels cannot depend on core; the tests
 /// check that the two agree).

@@ -23,6 +23,7 @@
 //! the integer sums are exact, and each row's f32 sums follow the order documented on
 //! `matvec_q4_k_x4_dotprod`.
 
+use super::x4::X4Layout;
 use super::{vec_dot_q4_k_q8_k_dotprod, Q8_K_BYTES, QK_K};
 use core::arch::aarch64::float32x4_t;
 use core::arch::asm;
@@ -31,56 +32,43 @@ const Q4_K_BYTES: usize = 144;
 /// Bytes of one super-block index of a 4-row group.
 pub const X4_SUPERBLOCK_BYTES: usize = 592;
 
+const LAYOUT: X4Layout = X4Layout {
+    block_elems: QK_K,
+    row_block: Q4_K_BYTES,
+    group_block: X4_SUPERBLOCK_BYTES,
+    act_block: Q8_K_BYTES,
+};
+
 /// Size of `n_rows` Q4_K rows of `n_cols` elements after `repack_q4_k_x4`, or `None` if
 /// `n_cols` is not a whole number of super-blocks or the size overflows.
 pub fn q4_k_x4_bytes(n_rows: usize, n_cols: usize) -> Option<usize> {
-    if !n_cols.is_multiple_of(QK_K) {
-        return None;
+    LAYOUT.bytes(n_rows, n_cols)
+}
+
+fn pack(rows: &[&[u8]; 4], out: &mut [u8]) {
+    for (r, blk) in rows.iter().enumerate() {
+        out[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
+        out[8 + 2 * r..8 + 2 * r + 2].copy_from_slice(&blk[2..4]);
+        let q = &blk[4..16];
+        for j in 0..4 {
+            out[16 + 4 * j + r] = q[j] & 63;
+            out[48 + 4 * j + r] = q[j + 4] & 63;
+            out[16 + 4 * (j + 4) + r] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
+            out[48 + 4 * (j + 4) + r] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+        }
+        for c in 0..4 {
+            for j in 0..8 {
+                let at = 80 + 16 * (8 * c + j) + 4 * r;
+                out[at..at + 4].copy_from_slice(&blk[16 + 32 * c + 4 * j..][..4]);
+            }
+        }
     }
-    let nb = n_cols / QK_K;
-    let groups = (n_rows / 4)
-        .checked_mul(nb)?
-        .checked_mul(X4_SUPERBLOCK_BYTES)?;
-    let tail = (n_rows % 4).checked_mul(nb)?.checked_mul(Q4_K_BYTES)?;
-    groups.checked_add(tail)
 }
 
 /// Repacks `n_rows` Q4_K rows (`src`, file layout) into `dst` (layout in the module docs).
 /// Returns `None`, writing nothing, if `src` or `dst` does not have the expected size.
 pub fn repack_q4_k_x4(src: &[u8], n_rows: usize, n_cols: usize, dst: &mut [u8]) -> Option<()> {
-    let nb = n_cols / QK_K;
-    let row_bytes = nb.checked_mul(Q4_K_BYTES)?;
-    if src.len() != n_rows.checked_mul(row_bytes)? || dst.len() != q4_k_x4_bytes(n_rows, n_cols)? {
-        return None;
-    }
-    let groups = n_rows / 4;
-    for g in 0..groups {
-        for b in 0..nb {
-            let out = &mut dst[(g * nb + b) * X4_SUPERBLOCK_BYTES..][..X4_SUPERBLOCK_BYTES];
-            for r in 0..4 {
-                let blk = &src[(4 * g + r) * row_bytes + b * Q4_K_BYTES..][..Q4_K_BYTES];
-                out[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
-                out[8 + 2 * r..8 + 2 * r + 2].copy_from_slice(&blk[2..4]);
-                let q = &blk[4..16];
-                for j in 0..4 {
-                    out[16 + 4 * j + r] = q[j] & 63;
-                    out[48 + 4 * j + r] = q[j + 4] & 63;
-                    out[16 + 4 * (j + 4) + r] = (q[j + 8] & 0xF) | ((q[j] >> 6) << 4);
-                    out[48 + 4 * (j + 4) + r] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
-                }
-                for c in 0..4 {
-                    for j in 0..8 {
-                        for k in 0..4 {
-                            out[80 + 16 * (8 * c + j) + 4 * r + k] = blk[16 + 32 * c + 4 * j + k];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    let packed = groups * nb * X4_SUPERBLOCK_BYTES;
-    dst[packed..].copy_from_slice(&src[groups * 4 * row_bytes..]);
-    Some(())
+    LAYOUT.repack(src, n_rows, n_cols, dst, pack)
 }
 
 /// `out[r] = row r . act` for a repacked Q4_K matrix of `out.len()` rows (`packed` from
@@ -92,25 +80,16 @@ pub fn repack_q4_k_x4(src: &[u8], n_rows: usize, n_cols: usize, dst: &mut [u8]) 
 /// # Safety
 /// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
 pub unsafe fn matvec_q4_k_x4_dotprod(n_cols: usize, packed: &[u8], act: &[u8], out: &mut [f32]) {
-    let nb = (n_cols / QK_K).min(act.len() / Q8_K_BYTES);
-    let n_rows = out.len();
-    let groups = (n_rows / 4).min(packed.len() / (nb * X4_SUPERBLOCK_BYTES).max(1));
-    let group_bytes = nb * X4_SUPERBLOCK_BYTES;
-    for (g, out4) in out.chunks_exact_mut(4).take(groups).enumerate() {
-        let group = &packed[g * group_bytes..(g + 1) * group_bytes];
-        // SAFETY: the group holds nb super-block groups, the activation nb blocks; the caller
-        // vouches for dotprod.
-        let sums = unsafe { group_dot(nb, group, act) };
-        out4.copy_from_slice(&sums);
-    }
-    let tail = &packed[(groups * group_bytes).min(packed.len())..];
-    let row_bytes = nb * Q4_K_BYTES;
-    for (r, y) in out[groups * 4..].iter_mut().enumerate() {
-        *y = match tail.get(r * row_bytes..(r + 1) * row_bytes) {
-            // SAFETY: the caller vouches for dotprod.
-            Some(row) => unsafe { vec_dot_q4_k_q8_k_dotprod(nb * QK_K, row, act) },
-            None => 0.0,
-        };
+    // SAFETY: the caller vouches for dotprod.
+    unsafe {
+        LAYOUT.matvec(
+            n_cols,
+            packed,
+            act,
+            out,
+            group_dot,
+            vec_dot_q4_k_q8_k_dotprod,
+        )
     }
 }
 
@@ -140,7 +119,6 @@ macro_rules! quad {
 }
 
 /// One 4-row group: `nb` super-blocks of `group` against the activation.
-#[inline(always)]
 unsafe fn group_dot(nb: usize, group: &[u8], act: &[u8]) -> [f32; 4] {
     debug_assert!(group.len() >= nb * X4_SUPERBLOCK_BYTES && act.len() >= nb * Q8_K_BYTES);
     // SAFETY (of the transmutes): float32x4_t is four f32s, any bits valid.
