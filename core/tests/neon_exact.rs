@@ -550,8 +550,8 @@ fn interleaved_rows_match_scalar() {
             }
         }
         println!(
-            "neon_exact: {ty} x4 interleaved dotprod on {rows} rows (groups of 4 and tails): \
-             bit-exact on {exact_rows}, the rest within the summation-order bound"
+            "neon_exact: {ty} x4 interleaved dotprod: {exact_rows} of {rows} rows (groups of 4 \
+             and tails) bit-exact, the others within the summation-order bound"
         );
     }
 }

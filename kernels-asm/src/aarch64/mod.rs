@@ -23,6 +23,12 @@
 //!   `(n_superblocks + 8) * 2^-24 * sum over super-blocks of |d| * sum |integer lane sum|`
 //!   (twice that bound between two such orders), which the tests check.
 //!
+//! Also here: F32/F16 dots (`float.rs`, one face: nothing in them needs dotprod), and the
+//! row-interleaved matvecs for dotprod CPUs (`*_x4`, Q4_K, Q8_0, Q5_0): rows repacked at load
+//! time in groups of 4 so that one `sdot` by element feeds 4 output rows; the tail rows of a
+//! matrix stay in the file layout and run through the one-row dotprod kernel. Q8_0 and Q5_0
+//! x4 are bit-identical to the scalar twins, Q4_K x4 is within the bound above.
+//!
 //! Blocks are read in place from the mapped file at any alignment: the loads used (`ld1` of
 //! bytes, `ldur`, `ldr h/s`) are unaligned-safe on every OS smolrun targets (Linux, Android,
 //! iOS run with alignment checking off for normal memory).
