@@ -24,5 +24,8 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 say "core and kernels build bare-metal (aarch64-unknown-none)"
 tools/check-no-std.sh --release
 
+say "aarch64 kernels under qemu: cortex-a76 (dotprod) and cortex-a53 (no dotprod)"
+tools/test-aarch64.sh
+
 say "cargo test --workspace --release"
 cargo test --workspace --release

@@ -11,6 +11,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod gguf;
+pub mod kernels;
 pub mod math;
 pub mod model;
 pub mod platform;

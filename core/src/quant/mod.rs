@@ -28,7 +28,7 @@ pub mod tq1_0;
 pub mod tq2_0;
 
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 /// Tensor element types by their GGUF/ggml type id. Ids that ggml retired (4, 5, 31-33, 36-38)
 /// are not listed: a file that uses them is rejected as an unknown type.
@@ -420,16 +420,7 @@ pub fn matvec(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let dot = vec_dot_fn(w)?;
-    let act_ty = vec_dot_type(w)?;
-    let w_row = row_bytes(w, n_cols)?;
-    check_len(act_ty, row_bytes(act_ty, n_cols)?, act.len())?;
-    let w_total = w_row.checked_mul(n_rows).ok_or(QuantError::BadLength {
-        ggml_type: w,
-        expected: usize::MAX,
-        found: weights.len(),
-    })?;
-    check_len(w, w_total, weights.len())?;
-    check_len(GgmlType::F32, n_rows, out.len())?;
+    let w_row = check_matvec_shapes(w, weights.len(), n_rows, n_cols, act.len(), out.len())?;
     if w_row == 0 {
         out.fill(0.0);
         return Ok(());
@@ -438,6 +429,29 @@ pub fn matvec(
         *y = dot(n_cols, row, act);
     }
     Ok(())
+}
+
+/// The shape checks of [`matvec`] (shared with `kernels::WeightKernel::matvec`): returns the
+/// bytes of one weight row.
+pub(crate) fn check_matvec_shapes(
+    w: GgmlType,
+    weights_len: usize,
+    n_rows: usize,
+    n_cols: usize,
+    act_len: usize,
+    out_len: usize,
+) -> Result<usize, QuantError> {
+    let act_ty = vec_dot_type(w)?;
+    let w_row = row_bytes(w, n_cols)?;
+    check_len(act_ty, row_bytes(act_ty, n_cols)?, act_len)?;
+    let w_total = w_row.checked_mul(n_rows).ok_or(QuantError::BadLength {
+        ggml_type: w,
+        expected: usize::MAX,
+        found: weights_len,
+    })?;
+    check_len(w, w_total, weights_len)?;
+    check_len(GgmlType::F32, n_rows, out_len)?;
+    Ok(w_row)
 }
 
 #[cfg(test)]

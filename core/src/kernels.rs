@@ -1,0 +1,948 @@
+//! The one dispatch table: which kernel runs each matvec, chosen once from the CPU's features.
+//!
+//! In the manner of tract's linalg: a [`KernelSet`] starts as the scalar reference functions
+//! of [`crate::quant`] (the generic twins) and each architecture section below replaces the
+//! entries it has a faster kernel for, after checking that the CPU can run it. The model code
+//! picks a [`WeightKernel`] per weight matrix at load time ([`KernelSet::weight`]) and calls
+//! [`WeightKernel::matvec`] on each worker's chunk of rows; nothing is looked up per token.
+//!
+//! ```
+//! use smolrun_core::kernels::KernelSet;
+//! use smolrun_core::platform::CpuFeatures;
+//! use smolrun_core::quant::{self, GgmlType};
+//!
+//! // The platform fills CpuFeatures (smolrun_linux::cpu::detect_features()); the default,
+//! // no features at all, gives the scalar set.
+//! let kernels = KernelSet::select(&CpuFeatures::default());
+//! assert_eq!(kernels.name(), "scalar");
+//!
+//! let q4k = kernels.weight(GgmlType::Q4_K).unwrap(); // once, at load time
+//! let (n_rows, n_cols) = (3, 256);
+//! let weights = vec![0u8; n_rows * 144];
+//! let mut act = vec![0u8; quant::row_bytes(q4k.act_type, n_cols).unwrap()];
+//! kernels.quantize_activation(q4k.act_type, &[0.5; 256], &mut act).unwrap();
+//! let mut out = [1.0f32; 3];
+//! q4k.matvec(&weights, n_rows, n_cols, &act, &mut out).unwrap();
+//! assert_eq!(out, [0.0; 3]);
+//! ```
+//!
+//! Safety of the SIMD entries: the table holds safe `fn` pointers, so a kernel that needs a
+//! CPU feature is wrapped in a private function and installed only after the kernels crate
+//! confirmed the feature on the running CPU (cpuid on x86-64); a caller's `CpuFeatures` can
+//! only switch kernels off, never force one that would fault.
+
+use crate::platform::CpuFeatures;
+use crate::quant::{self, GgmlType, QuantError, VecDotFn};
+
+/// Several consecutive weight rows against one activation row:
+/// `out[r] = weights[r] . act` for `r in 0..out.len()`, where `weights` holds exactly
+/// `out.len()` rows of `n_cols` elements. It must accept ANY row count: a kernel that works
+/// on 4 rows at a time finishes the remainder itself (a 151,669-row LM head must not fall off
+/// the fast path). Called only through [`WeightKernel::matvec`], which checks the shapes.
+pub type RowsFn = fn(n_cols: usize, weights: &[u8], act: &[u8], out: &mut [f32]);
+
+/// Quantizes an f32 row into an activation format; `out` is exactly the row's size.
+pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
+
+/// The kernels for one weight type.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightKernel {
+    pub weight_type: GgmlType,
+    /// The format the activation row must be quantized into before the dot products
+    /// ([`quant::vec_dot_type`] of the weight type).
+    pub act_type: GgmlType,
+    /// One row: `vec_dot(n_cols, w_row, act_row)`.
+    pub vec_dot: VecDotFn,
+    /// Several rows at once, where a kernel gains from sharing the activation between rows;
+    /// `None`: [`WeightKernel::matvec`] calls `vec_dot` per row.
+    pub rows: Option<RowsFn>,
+    /// Which face this is ("scalar", "avx2", ...), for reports.
+    pub face: &'static str,
+}
+
+impl WeightKernel {
+    /// `out[r] = weights[r] . act` for `n_rows` rows of `n_cols` elements. `act` is one row
+    /// already quantized into `self.act_type`. Checks every shape (errors name the type, the
+    /// expected and the found length), then runs the kernel; allocates nothing.
+    /// A worker that owns rows `r0..r1` passes `weights[r0 * row_bytes..r1 * row_bytes]`.
+    pub fn matvec(
+        &self,
+        weights: &[u8],
+        n_rows: usize,
+        n_cols: usize,
+        act: &[u8],
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        let w_row = quant::check_matvec_shapes(
+            self.weight_type,
+            weights.len(),
+            n_rows,
+            n_cols,
+            act.len(),
+            out.len(),
+        )?;
+        if w_row == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        match self.rows {
+            Some(rows) => rows(n_cols, weights, act, out),
+            None => {
+                for (y, row) in out.iter_mut().zip(weights.chunks_exact(w_row)) {
+                    *y = (self.vec_dot)(n_cols, row, act);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+const fn scalar_kernel(
+    weight_type: GgmlType,
+    act_type: GgmlType,
+    vec_dot: VecDotFn,
+) -> WeightKernel {
+    WeightKernel {
+        weight_type,
+        act_type,
+        vec_dot,
+        rows: None,
+        face: "scalar",
+    }
+}
+
+/// Every weight type with a matvec, with its scalar reference (pairs as in `quant::vec_dot_type`).
+const SCALAR_WEIGHTS: [WeightKernel; 17] = {
+    use quant::*;
+    use GgmlType as T;
+    [
+        scalar_kernel(T::F32, T::F32, f32::vec_dot),
+        scalar_kernel(T::F16, T::F16, f16::vec_dot),
+        scalar_kernel(T::BF16, T::BF16, bf16::vec_dot),
+        scalar_kernel(T::Q4_0, T::Q8_0, q4_0::vec_dot),
+        scalar_kernel(T::Q4_1, T::Q8_1, q4_1::vec_dot),
+        scalar_kernel(T::Q5_0, T::Q8_0, q5_0::vec_dot),
+        scalar_kernel(T::Q5_1, T::Q8_1, q5_1::vec_dot),
+        scalar_kernel(T::Q8_0, T::Q8_0, q8_0::vec_dot),
+        scalar_kernel(T::Q2_K, T::Q8_K, q2_k::vec_dot),
+        scalar_kernel(T::Q3_K, T::Q8_K, q3_k::vec_dot),
+        scalar_kernel(T::Q4_K, T::Q8_K, q4_k::vec_dot),
+        scalar_kernel(T::Q5_K, T::Q8_K, q5_k::vec_dot),
+        scalar_kernel(T::Q6_K, T::Q8_K, q6_k::vec_dot),
+        scalar_kernel(T::Q1_0, T::Q8_0, q1_0::vec_dot),
+        scalar_kernel(T::Q2_0, T::Q8_0, q2_0::vec_dot),
+        scalar_kernel(T::TQ1_0, T::Q8_K, tq1_0::vec_dot),
+        scalar_kernel(T::TQ2_0, T::Q8_K, tq2_0::vec_dot),
+    ]
+};
+
+/// Every activation format with its scalar reference quantizer.
+const SCALAR_QUANTIZERS: [(GgmlType, QuantizeFn); 6] = {
+    use quant::*;
+    [
+        (GgmlType::F32, f32::quantize_row),
+        (GgmlType::F16, f16::quantize_row),
+        (GgmlType::BF16, bf16::quantize_row),
+        (GgmlType::Q8_0, q8_0::quantize_row),
+        (GgmlType::Q8_1, q8_1::quantize_row),
+        (GgmlType::Q8_K, q8_k::quantize_row),
+    ]
+};
+
+/// The kernels for every weight type and activation format on this CPU. Chosen once at start
+/// (`KernelSet::select`), then shared read-only by every thread.
+#[derive(Clone, Debug)]
+pub struct KernelSet {
+    name: &'static str,
+    weights: [WeightKernel; 17],
+    quantizers: [(GgmlType, QuantizeFn); 6],
+}
+
+impl KernelSet {
+    /// The scalar reference kernels only: the ground truth, and what runs on a CPU we have no
+    /// SIMD kernels for.
+    pub fn scalar() -> KernelSet {
+        KernelSet {
+            name: "scalar",
+            weights: SCALAR_WEIGHTS,
+            quantizers: SCALAR_QUANTIZERS,
+        }
+    }
+
+    /// The fastest kernels that `features` allows and the running CPU really has. Clear a flag
+    /// in `features` to keep its kernels out (e.g. `CpuFeatures::default()` for all-scalar).
+    pub fn select(features: &CpuFeatures) -> KernelSet {
+        #[allow(unused_mut)]
+        let mut set = KernelSet::scalar();
+        #[cfg(target_arch = "x86_64")]
+        x86_64::install(features, &mut set);
+        #[cfg(target_arch = "aarch64")]
+        aarch64::install(features, &mut set);
+        let _ = features;
+        set
+    }
+
+    /// What was selected, for `smolrun bench` and logs: "x86_64-avx2", "aarch64-dotprod",
+    /// "aarch64-neon" or "scalar".
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The kernels for weights of type `ty`; `Unsupported` for a type with no matvec.
+    pub fn weight(&self, ty: GgmlType) -> Result<&WeightKernel, QuantError> {
+        self.weights
+            .iter()
+            .find(|k| k.weight_type == ty)
+            .ok_or(QuantError::Unsupported {
+                ggml_type: ty,
+                op: "matvec weights",
+            })
+    }
+
+    /// Quantizes an f32 row into the activation format `ty` (a `WeightKernel::act_type`);
+    /// `out` must be exactly the row's size in `ty`.
+    pub fn quantize_activation(
+        &self,
+        ty: GgmlType,
+        x: &[f32],
+        out: &mut [u8],
+    ) -> Result<(), QuantError> {
+        let quantize = self
+            .quantizers
+            .iter()
+            .find(|q| q.0 == ty)
+            .ok_or(QuantError::Unsupported {
+                ggml_type: ty,
+                op: "activation quantization",
+            })?
+            .1;
+        let expected = quant::row_bytes(ty, x.len())?;
+        if out.len() != expected {
+            return Err(QuantError::BadLength {
+                ggml_type: ty,
+                expected,
+                found: out.len(),
+            });
+        }
+        quantize(x, out);
+        Ok(())
+    }
+
+    /// [`quant::matvec`] through this set: `self.weight(w)?.matvec(...)`. Model code that runs
+    /// many matvecs keeps the `WeightKernel` instead of looking it up each time.
+    pub fn matvec(
+        &self,
+        w: GgmlType,
+        weights: &[u8],
+        n_rows: usize,
+        n_cols: usize,
+        act: &[u8],
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        self.weight(w)?.matvec(weights, n_rows, n_cols, act, out)
+    }
+
+    /// Replaces the kernels of weight type `ty`. Architecture sections only, after checking
+    /// the CPU; the activation format stays the one `quant::vec_dot_type` gives.
+    #[allow(dead_code)]
+    fn install(
+        &mut self,
+        ty: GgmlType,
+        vec_dot: VecDotFn,
+        rows: Option<RowsFn>,
+        face: &'static str,
+    ) {
+        if let Some(k) = self.weights.iter_mut().find(|k| k.weight_type == ty) {
+            k.vec_dot = vec_dot;
+            k.rows = rows;
+            k.face = face;
+        }
+    }
+}
+
+// =============================================================================================
+// x86-64: AVX2 + FMA + F16C (smolrun_kernels::x86_64::avx2).
+// =============================================================================================
+#[cfg(target_arch = "x86_64")]
+mod x86_64 {
+    use super::KernelSet;
+    use crate::platform::CpuFeatures;
+    use crate::quant::GgmlType;
+    use smolrun_kernels::x86_64::{avx2, avx2_fma_f16c_usable};
+
+    /// Installs the AVX2 kernels when the caller allows AVX2, FMA and F16C and cpuid confirms
+    /// them. AVX-512 is left out (see `smolrun_kernels::x86_64`).
+    pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
+        let allowed = features.avx2 && features.fma && features.f16c;
+        if !allowed || !avx2_fma_f16c_usable() {
+            return;
+        }
+        set.name = "x86_64-avx2";
+        set.install(GgmlType::Q4_K, q4_k, None, "avx2");
+        set.install(GgmlType::Q5_K, q5_k, None, "avx2");
+        set.install(GgmlType::Q6_K, q6_k, None, "avx2");
+        set.install(GgmlType::Q8_0, q8_0, None, "avx2");
+        set.install(GgmlType::Q4_0, q4_0, None, "avx2");
+        set.install(GgmlType::Q5_0, q5_0, None, "avx2");
+        set.install(GgmlType::F16, f16, None, "avx2");
+        set.install(GgmlType::F32, f32, None, "avx2");
+    }
+
+    // SAFETY (every function below): installed only by `install`, after
+    // `avx2_fma_f16c_usable()` confirmed AVX2, FMA and F16C on this CPU. The kernels read only
+    // whole blocks inside both slices.
+    fn q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_q4_k_q8_k(n, w, a) }
+    }
+    fn q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_q5_k_q8_k(n, w, a) }
+    }
+    fn q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_q6_k_q8_k(n, w, a) }
+    }
+    fn q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_q8_0_q8_0(n, w, a) }
+    }
+    fn q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_q4_0_q8_0(n, w, a) }
+    }
+    fn q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_q5_0_q8_0(n, w, a) }
+    }
+    fn f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_f16(n, w, a) }
+    }
+    fn f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx2::vec_dot_f32(n, w, a) }
+    }
+}
+
+// =============================================================================================
+// aarch64: NEON kernels, with and without dotprod (smolrun_kernels::aarch64).
+// `install` checks `features.neon` / `features.dotprod` (an ARMv8.0 core must never reach an
+// sdot) and names the set "aarch64-dotprod" or "aarch64-neon". The tests at the bottom of this
+// file compare whatever is installed here against the scalar twins; core/tests/neon_exact.rs
+// tests both faces of every kernel directly (tools/test-aarch64.sh, qemu a76 and a53).
+// =============================================================================================
+#[cfg(target_arch = "aarch64")]
+mod aarch64 {
+    use super::KernelSet;
+    use crate::platform::CpuFeatures;
+    use crate::quant::GgmlType;
+    use smolrun_kernels::aarch64 as neon;
+
+    /// Installs the ARMv8.0 NEON kernels when `features.neon` (every aarch64 CPU has it; a
+    /// cleared flag keeps the set scalar), and on top of them the sdot kernels when
+    /// `features.dotprod`.
+    ///
+    /// Unlike cpuid on x86-64, aarch64 has no unprivileged, portable way to confirm a feature
+    /// from no_std code (reading ID_AA64ISAR0_EL1 traps on iOS), so the dotprod flag is taken
+    /// as the platform detected it (getauxval(AT_HWCAP) & HWCAP_ASIMDDP on Linux/Android,
+    /// sysctl hw.optional.arm.FEAT_DotProd on iOS). A flag set by hand on a CPU without dotprod
+    /// makes the first sdot raise SIGILL, a clean crash, never a wrong result.
+    pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
+        if !features.neon {
+            return;
+        }
+        set.name = "aarch64-neon";
+        set.install(GgmlType::Q4_K, neon::vec_dot_q4_k_q8_k_neon, None, "neon");
+        set.install(GgmlType::Q6_K, neon::vec_dot_q6_k_q8_k_neon, None, "neon");
+        set.install(GgmlType::Q8_0, neon::vec_dot_q8_0_q8_0_neon, None, "neon");
+        set.install(GgmlType::Q4_0, neon::vec_dot_q4_0_q8_0_neon, None, "neon");
+        set.install(GgmlType::Q5_0, neon::vec_dot_q5_0_q8_0_neon, None, "neon");
+        set.install(GgmlType::F16, neon::vec_dot_f16_neon, None, "neon");
+        set.install(GgmlType::F32, neon::vec_dot_f32_neon, None, "neon");
+        if !features.dotprod {
+            return;
+        }
+        set.name = "aarch64-dotprod";
+        set.install(GgmlType::Q4_K, q4_k_dotprod, None, "dotprod");
+        set.install(GgmlType::Q6_K, q6_k_dotprod, None, "dotprod");
+        set.install(GgmlType::Q8_0, q8_0_dotprod, None, "dotprod");
+        set.install(GgmlType::Q4_0, q4_0_dotprod, None, "dotprod");
+        set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
+    }
+
+    // SAFETY (every function below): installed only by `install` when the platform reported
+    // dotprod. The kernels read only whole blocks inside both slices.
+    fn q4_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q4_k_q8_k_dotprod(n, w, a) }
+    }
+    fn q6_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q6_k_q8_k_dotprod(n, w, a) }
+    }
+    fn q8_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q8_0_q8_0_dotprod(n, w, a) }
+    }
+    fn q4_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q4_0_q8_0_dotprod(n, w, a) }
+    }
+    fn q5_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { neon::vec_dot_q5_0_q8_0_dotprod(n, w, a) }
+    }
+}
+
+// =============================================================================================
+// Exactness of every installed SIMD kernel against its scalar twin.
+//
+// The integer parts must agree exactly, the float results within a bound that comes from the
+// summation order alone:
+//
+// * Both faces compute the same exact real sum: per block, an exact integer (the SIMD kernels
+//   lay the products out in other lanes, but integer addition is associative) times the same
+//   f32 scale product (both compute `f16(d) * d_act` with one rounding, or an exact f16 x f16
+//   product). Only the f32 operations that follow differ in order.
+// * Recursive f32 summation of terms t_i along a chain of at most k operations (conversions,
+//   products, additions, FMAs count one rounding each) is within about k * u * sum |t_i| of
+//   the exact sum, u = 2^-24 (Higham, "Accuracy and Stability of Numerical Algorithms", 4.2).
+//   sum |t_i| <= M = sum over elements |w_e| * |a_e|, where for Q4_K/Q5_K |w_e| counts the
+//   scale and the min terms separately (|d| sc q + |dmin| m), as both faces keep them apart.
+// * Chains: block formats with nb blocks: scalar nb + 11 (8 lanes summed at the end, int->f32,
+//   product), SIMD nb + 6 (FMA per block, 2 accumulators, 3 levels of lane sums, the min term):
+//   k = 2 (nb + 12) covers both errors. F32/F16 over n elements: SIMD n / 32 + 17 (4 x 8 lanes,
+//   the 8-wide remainder, 5 levels of sums, up to 7 scalar tail terms), scalar 3 (its f32
+//   product and final rounding; its f64 sum adds a negligible 2^-53 n): k = n / 32 + 20.
+// * M is computed in f64 from the dequantized rows, whose own rounding (a few u relative) is
+//   covered by the factor 1.001.
+//
+// Separate "exact" cases choose scales of 1 and ranges where every intermediate is an integer
+// below 2^24: there both faces are exact and must agree to the bit, which proves the integer
+// parts (every quant and activation bit pattern, -128 included, appears in one of them).
+// =============================================================================================
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::testutil::{random_blocks, XorShift};
+    use alloc::vec;
+    use alloc::vec::Vec;
+    use std::println;
+
+    /// The unit roundoff of f32.
+    const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+    fn detected_features() -> CpuFeatures {
+        #[allow(unused_mut)]
+        let mut f = CpuFeatures::default();
+        #[cfg(target_arch = "x86_64")]
+        {
+            f.avx2 = std::arch::is_x86_feature_detected!("avx2");
+            f.fma = std::arch::is_x86_feature_detected!("fma");
+            f.f16c = std::arch::is_x86_feature_detected!("f16c");
+            f.avx512f = std::arch::is_x86_feature_detected!("avx512f");
+            f.avx512bw = std::arch::is_x86_feature_detected!("avx512bw");
+            f.avx512vnni = std::arch::is_x86_feature_detected!("avx512vnni");
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            f.neon = std::arch::is_aarch64_feature_detected!("neon");
+            f.dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+            f.fp16 = std::arch::is_aarch64_feature_detected!("fp16");
+            f.i8mm = std::arch::is_aarch64_feature_detected!("i8mm");
+        }
+        f
+    }
+
+    /// (weight type, this CPU's SIMD kernel, its scalar twin) for every non-scalar entry.
+    fn simd_kernels() -> Vec<(GgmlType, WeightKernel, WeightKernel)> {
+        let fast = KernelSet::select(&detected_features());
+        let scalar = KernelSet::scalar();
+        let pairs: Vec<_> = fast
+            .weights
+            .iter()
+            .zip(scalar.weights.iter())
+            .filter(|(f, _)| f.face != "scalar")
+            .map(|(f, s)| (f.weight_type, *f, *s))
+            .collect();
+        if pairs.is_empty() {
+            println!(
+                "notice: {} has no SIMD kernels for this CPU; nothing to compare",
+                fast.name()
+            );
+        }
+        pairs
+    }
+
+    /// Byte offsets of the f16 scale fields of a block of the SIMD-covered formats.
+    fn f16_fields(ty: GgmlType) -> &'static [usize] {
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+            GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            _ => &[],
+        }
+    }
+
+    fn put_f16(b: &mut [u8], off: usize, v: f32) {
+        b[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+    }
+
+    /// One Q8_K block with scale `d` and quants `qs`, with consistent group sums.
+    fn q8_k_block(d: f32, qs: &[i8]) -> Vec<u8> {
+        let mut b = vec![0u8; quant::q8_k::BLOCK_BYTES];
+        b[..4].copy_from_slice(&d.to_le_bytes());
+        for (dst, &q) in b[quant::q8_k::OFF_QS..].iter_mut().zip(qs) {
+            *dst = q as u8;
+        }
+        for j in 0..16 {
+            let s: i32 = qs[16 * j..16 * j + 16].iter().map(|&q| q as i32).sum();
+            let off = quant::q8_k::OFF_BSUMS + 2 * j;
+            b[off..off + 2].copy_from_slice(&(s as i16).to_le_bytes());
+        }
+        b
+    }
+
+    /// An activation row of `n` elements in `act_ty` whose quants come from `q` (Q8_0/Q8_K,
+    /// scale `d` per block) or whose values are `q` as floats (F16/F32).
+    fn act_from_quants(act_ty: GgmlType, d: f32, q: &[i8]) -> Vec<u8> {
+        match act_ty {
+            GgmlType::Q8_K => q.chunks_exact(256).flat_map(|c| q8_k_block(d, c)).collect(),
+            GgmlType::Q8_0 => q
+                .chunks_exact(32)
+                .flat_map(|c| {
+                    let mut b = vec![0u8; 34];
+                    put_f16(&mut b, 0, d);
+                    for (dst, &v) in b[2..].iter_mut().zip(c) {
+                        *dst = v as u8;
+                    }
+                    b
+                })
+                .collect(),
+            _ => quantize(act_ty, &q.iter().map(|&v| v as f32 * d).collect::<Vec<_>>()),
+        }
+    }
+
+    fn quantize(act_ty: GgmlType, x: &[f32]) -> Vec<u8> {
+        let mut act = vec![0u8; quant::row_bytes(act_ty, x.len()).unwrap()];
+        quant::quantize_row(act_ty, x, &mut act).unwrap();
+        act
+    }
+
+    /// M = sum |w_e| |a_e| in f64, with Q4_K/Q5_K's scale and min terms counted apart.
+    fn magnitude(ty: GgmlType, act_ty: GgmlType, w: &[u8], act: &[u8], n: usize) -> f64 {
+        let mut w = w.to_vec();
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+            // |d| and -|dmin|: each element dequantizes to |d| sc q + |dmin| m.
+            for b in w.chunks_exact_mut(ty.type_size()) {
+                b[1] &= 0x7f;
+                b[3] |= 0x80;
+            }
+        }
+        let (mut wf, mut af) = (vec![0f32; n], vec![0f32; n]);
+        quant::dequantize_row(ty, &w, &mut wf).unwrap();
+        quant::dequantize_row(act_ty, act, &mut af).unwrap();
+        wf.iter()
+            .zip(&af)
+            .map(|(&a, &b)| (a as f64 * b as f64).abs())
+            .sum()
+    }
+
+    fn check_close(
+        fast: &WeightKernel,
+        scalar: &WeightKernel,
+        n: usize,
+        w: &[u8],
+        act: &[u8],
+        case: &str,
+    ) {
+        let ty = fast.weight_type;
+        let want = (scalar.vec_dot)(n, w, act);
+        let got = (fast.vec_dot)(n, w, act);
+        let bs = ty.block_size();
+        let k = if bs == 1 {
+            n / 32 + 20
+        } else {
+            2 * (n / bs + 12)
+        };
+        let m = magnitude(ty, fast.act_type, w, act, n);
+        let tol = k as f64 * U * m * 1.001;
+        assert!(
+            want.is_finite(),
+            "{ty} {case}: the reference is {want}; pick finite cases"
+        );
+        assert!(
+            (got as f64 - want as f64).abs() <= tol,
+            "{ty} {case} (n {n}): {} gives {got}, scalar {want}, difference {} > bound {tol} \
+             (M {m}, k {k})",
+            fast.face,
+            (got - want).abs()
+        );
+    }
+
+    fn check_exact(
+        fast: &WeightKernel,
+        scalar: &WeightKernel,
+        n: usize,
+        w: &[u8],
+        act: &[u8],
+        case: &str,
+    ) {
+        let want = (scalar.vec_dot)(n, w, act);
+        let got = (fast.vec_dot)(n, w, act);
+        assert_eq!(
+            got, want,
+            "{} {case} (n {n}): every intermediate is an integer below 2^24, so the {} result \
+             must equal the scalar one exactly",
+            fast.weight_type, fast.face
+        );
+    }
+
+    fn random_i8(rng: &mut XorShift, n: usize, lo: i32, hi: i32) -> Vec<i8> {
+        (0..n)
+            .map(|_| (lo + (rng.next_u64() % (hi - lo + 1) as u64) as i32) as i8)
+            .collect()
+    }
+
+    #[test]
+    fn x86_64_selects_avx2_when_the_cpu_has_it() {
+        let features = detected_features();
+        let set = KernelSet::select(&features);
+        #[cfg(target_arch = "x86_64")]
+        if features.avx2 && features.fma && features.f16c {
+            assert_eq!(set.name(), "x86_64-avx2");
+            for ty in [
+                GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+                GgmlType::F16,
+                GgmlType::F32,
+            ] {
+                assert_eq!(set.weight(ty).unwrap().face, "avx2", "{ty}");
+            }
+        } else {
+            println!("notice: this CPU lacks AVX2/FMA/F16C; the AVX2 kernels are not tested");
+        }
+        // No features allowed: nothing but the scalar twins.
+        let scalar = KernelSet::select(&CpuFeatures::default());
+        assert_eq!(scalar.name(), "scalar");
+        assert!(scalar.weights.iter().all(|k| k.face == "scalar"));
+        // The table pairs each weight type with quant's activation format.
+        for k in &scalar.weights {
+            assert_eq!(quant::vec_dot_type(k.weight_type), Ok(k.act_type));
+        }
+        let _ = set;
+    }
+
+    /// The dotprod flag alone decides between the two aarch64 faces: without it no entry may
+    /// be an sdot kernel (on the A53 under qemu one would SIGILL in the tests below).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn aarch64_selects_the_face_the_features_allow() {
+        let covered = [
+            (GgmlType::Q4_K, true),
+            (GgmlType::Q6_K, true),
+            (GgmlType::Q8_0, true),
+            (GgmlType::Q4_0, true),
+            (GgmlType::Q5_0, true),
+            (GgmlType::F16, false),
+            (GgmlType::F32, false),
+        ];
+        let neon_only = CpuFeatures {
+            neon: true,
+            ..CpuFeatures::default()
+        };
+        let set = KernelSet::select(&neon_only);
+        assert_eq!(set.name(), "aarch64-neon");
+        for (ty, _) in covered {
+            assert_eq!(set.weight(ty).unwrap().face, "neon", "{ty}");
+        }
+        assert!(set.weights.iter().all(|k| k.face != "dotprod"));
+        let features = detected_features();
+        if features.dotprod {
+            let set = KernelSet::select(&features);
+            assert_eq!(set.name(), "aarch64-dotprod");
+            for (ty, has_sdot) in covered {
+                let face = if has_sdot { "dotprod" } else { "neon" };
+                assert_eq!(set.weight(ty).unwrap().face, face, "{ty}");
+            }
+        } else {
+            assert_eq!(KernelSet::select(&features).name(), "aarch64-neon");
+            println!("notice: this CPU has no dotprod; the sdot kernels are not selected");
+        }
+    }
+
+    #[test]
+    fn simd_dots_match_scalar_on_random_rows() {
+        for (ty, fast, scalar) in simd_kernels() {
+            let lengths: &[usize] = if ty.block_size() == 1 {
+                // Not multiples of the SIMD width: every remainder path runs.
+                &[1, 3, 7, 8, 9, 31, 32, 33, 100, 257, 4099]
+            } else {
+                &[1, 2, 3, 16]
+            };
+            for (i, &len) in lengths.iter().enumerate() {
+                let n = len * ty.block_size();
+                let w = if ty.block_size() == 1 {
+                    let mut rng = XorShift(77 + i as u64);
+                    let x: Vec<f32> = (0..n).map(|_| rng.unit() * 4.0 - 2.0).collect();
+                    quantize(ty, &x)
+                } else {
+                    random_blocks(ty, len, 1000 + i as u64)
+                };
+                let mut rng = XorShift(99 + i as u64);
+                let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                let act = quantize(fast.act_type, &x);
+                check_close(&fast, &scalar, n, &w, &act, "random");
+            }
+        }
+    }
+
+    #[test]
+    fn simd_dots_match_scalar_on_edge_blocks() {
+        for (ty, fast, scalar) in simd_kernels() {
+            let n = if ty.block_size() == 1 {
+                75
+            } else {
+                4 * ty.block_size()
+            };
+            let mut rng = XorShift(4242);
+            // Activations: random, constant (every quant at the extreme), alternating large,
+            // one outlier (the rest quantize to 0), and raw quants of -128 / 127.
+            let mut acts: Vec<(&str, Vec<u8>)> = vec![
+                ("random act", {
+                    let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                    quantize(fast.act_type, &x)
+                }),
+                ("constant act", quantize(fast.act_type, &vec![1.0; n])),
+                (
+                    "alternating act",
+                    quantize(
+                        fast.act_type,
+                        &(0..n)
+                            .map(|i| if i % 2 == 0 { 1000.0 } else { -999.0 })
+                            .collect::<Vec<_>>(),
+                    ),
+                ),
+                ("outlier act", {
+                    let mut x = vec![0.001f32; n];
+                    x[n / 3] = -3.0e4;
+                    quantize(fast.act_type, &x)
+                }),
+                (
+                    "all -128 act",
+                    act_from_quants(fast.act_type, 0.01, &vec![-128; n]),
+                ),
+                (
+                    "-128/127 act",
+                    act_from_quants(
+                        fast.act_type,
+                        0.01,
+                        &(0..n)
+                            .map(|i| if i % 3 == 0 { 127 } else { -128 })
+                            .collect::<Vec<_>>(),
+                    ),
+                ),
+            ];
+            if ty.block_size() == 1 {
+                // Float rows: the largest f16, subnormal f16, zeros.
+                acts.push(("f16 extremes act", {
+                    let x: Vec<f32> = (0..n)
+                        .map(|i| match i % 4 {
+                            0 => 65504.0,
+                            1 => -6.0e-8,
+                            2 => 0.0,
+                            _ => -1.5,
+                        })
+                        .collect();
+                    quantize(fast.act_type, &x)
+                }));
+            }
+            // Weights: random, all-zero and all-one bytes (min and max quants, all scales and
+            // mins at their maximum), each with zero, tiny (subnormal), unit, negative and the
+            // largest f16 scales.
+            let mut weights: Vec<(&str, Vec<u8>)> = Vec::new();
+            if ty.block_size() == 1 {
+                weights.push(("random w", {
+                    let x: Vec<f32> = (0..n).map(|_| rng.unit() * 4.0 - 2.0).collect();
+                    quantize(ty, &x)
+                }));
+                weights.push(("extreme w", {
+                    let x: Vec<f32> = (0..n)
+                        .map(|i| [65504.0, -65504.0, 6.0e-8, 0.0, 1.0][i % 5])
+                        .collect();
+                    quantize(ty, &x)
+                }));
+                weights.push(("zero w", vec![0u8; n * ty.type_size()]));
+            } else {
+                let nb = n / ty.block_size();
+                for (fill_name, fill) in
+                    [("random", None), ("0x00", Some(0u8)), ("0xFF", Some(0xFF))]
+                {
+                    for scale in [0.0f32, 6.0e-8, 1.0, -2.5, 65504.0] {
+                        let mut w = match fill {
+                            None => random_blocks(ty, nb, 7 + scale.to_bits() as u64),
+                            Some(b) => vec![b; nb * ty.type_size()],
+                        };
+                        for b in w.chunks_exact_mut(ty.type_size()) {
+                            for (i, &off) in f16_fields(ty).iter().enumerate() {
+                                put_f16(b, off, if i == 0 { scale } else { 0.5 * scale });
+                            }
+                        }
+                        let _ = fill_name;
+                        weights.push((fill_name, w));
+                    }
+                }
+            }
+            for (w_case, w) in &weights {
+                for (a_case, act) in &acts {
+                    check_close(
+                        &fast,
+                        &scalar,
+                        n,
+                        w,
+                        act,
+                        &std::format!("{w_case} w, {a_case}"),
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn simd_integer_parts_are_exact() {
+        for (ty, fast, scalar) in simd_kernels() {
+            let mut rng = XorShift(0xC0FFEE ^ ty.id() as u64);
+            let bs = ty.block_size();
+            if bs == 1 {
+                // Small integers: every product and partial sum is exact in f32.
+                let n = 1003;
+                let w = act_from_quants(ty, 1.0, &random_i8(&mut rng, n, -60, 60));
+                let act = act_from_quants(ty, 1.0, &random_i8(&mut rng, n, -60, 60));
+                check_exact(&fast, &scalar, n, &w, &act, "small integers");
+                continue;
+            }
+            // (case, blocks, weight scale-byte mask, activation quant range)
+            let cases: &[(&str, usize, bool, i32, i32)] = match ty {
+                // Full quants and activations (-128 included), scales and mins at most 3.
+                // |sum| <= 2 * 256 * 3 * 31 * 128 + mins < 2^24.
+                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => &[
+                    ("full quants, small scales", 2, true, -128, 127),
+                    // Full scales (and mins), activations in -2..2.
+                    ("full scales, small activations", 2, false, -2, 2),
+                ],
+                // 8 * 32 * 128 * 128 < 2^24.
+                _ => &[("full range", 8, false, -128, 127)],
+            };
+            for &(case, nb, small_scales, lo, hi) in cases {
+                let n = nb * bs;
+                let mut w = random_blocks(ty, nb, rng.next_u64());
+                for b in w.chunks_exact_mut(ty.type_size()) {
+                    for &off in f16_fields(ty) {
+                        put_f16(b, off, 1.0);
+                    }
+                    match ty {
+                        GgmlType::Q4_K | GgmlType::Q5_K if small_scales => {
+                            // Bytes 0..8 of the packed scales: low 6 bits and the high bits
+                            // of sub-blocks 4..7; bytes 8..12: low nibbles of those.
+                            for s in &mut b[4..12] {
+                                *s &= 0x03;
+                            }
+                            for s in &mut b[12..16] {
+                                *s &= 0x33;
+                            }
+                        }
+                        GgmlType::Q6_K if small_scales => {
+                            for s in &mut b[192..208] {
+                                *s = ((rng.next_u64() % 5) as i8 - 2) as u8;
+                            }
+                        }
+                        GgmlType::Q6_K => b[192] = (-128i8) as u8,
+                        _ => {}
+                    }
+                }
+                let mut q = random_i8(&mut rng, n, lo, hi);
+                q[1] = lo as i8;
+                q[n - 1] = hi as i8;
+                let act = act_from_quants(fast.act_type, 1.0, &q);
+                check_exact(&fast, &scalar, n, &w, &act, case);
+            }
+        }
+    }
+
+    #[test]
+    fn matvec_keeps_odd_row_counts_on_the_fast_path() {
+        let fast_set = KernelSet::select(&detected_features());
+        for (ty, fast, scalar) in simd_kernels() {
+            // 13 rows: not a multiple of any row-batching factor.
+            let (n_rows, n_cols) = (
+                13,
+                if ty.block_size() == 1 {
+                    300
+                } else {
+                    2 * ty.block_size()
+                },
+            );
+            let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+            let w = if ty.block_size() == 1 {
+                let mut rng = XorShift(5);
+                let x: Vec<f32> = (0..n_rows * n_cols).map(|_| rng.unit() - 0.5).collect();
+                quantize(ty, &x)
+            } else {
+                random_blocks(ty, n_rows * n_cols / ty.block_size(), 11)
+            };
+            let mut rng = XorShift(6);
+            let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() - 0.5).collect();
+            let act = quantize(fast.act_type, &x);
+            let mut out = vec![f32::NAN; n_rows];
+            fast_set
+                .matvec(ty, &w, n_rows, n_cols, &act, &mut out)
+                .unwrap();
+            for (r, &y) in out.iter().enumerate() {
+                let row = &w[r * row_bytes..(r + 1) * row_bytes];
+                if fast.rows.is_none() {
+                    // Row by row through the SIMD dot: the same bits.
+                    assert_eq!(
+                        y.to_bits(),
+                        (fast.vec_dot)(n_cols, row, &act).to_bits(),
+                        "{ty} row {r}"
+                    );
+                }
+                let m = magnitude(ty, fast.act_type, row, &act, n_cols);
+                let want = (scalar.vec_dot)(n_cols, row, &act);
+                assert!(
+                    ((y - want) as f64).abs() <= 2.0 * (n_cols + 12) as f64 * U * m,
+                    "{ty} row {r}: {y} vs scalar {want}"
+                );
+            }
+            // Shape errors come back through the set as they do through quant::matvec.
+            assert!(matches!(
+                fast_set.matvec(ty, &w[1..], n_rows, n_cols, &act, &mut out),
+                Err(QuantError::BadLength { .. })
+            ));
+        }
+        assert!(matches!(
+            fast_set.weight(GgmlType::IQ2_XXS),
+            Err(QuantError::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn quantize_activation_is_the_reference_quantizer() {
+        let set = KernelSet::select(&detected_features());
+        let x: Vec<f32> = (0..512)
+            .map(|i| libm::sinf(i as f32 * 0.37) * 3.0)
+            .collect();
+        for ty in [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q8_0,
+            GgmlType::Q8_1,
+            GgmlType::Q8_K,
+        ] {
+            let mut out = vec![0u8; quant::row_bytes(ty, x.len()).unwrap()];
+            set.quantize_activation(ty, &x, &mut out).unwrap();
+            assert_eq!(out, quantize(ty, &x), "{ty}");
+            assert!(matches!(
+                set.quantize_activation(ty, &x, &mut out[1..]),
+                Err(QuantError::BadLength { .. })
+            ));
+        }
+        assert!(matches!(
+            set.quantize_activation(GgmlType::Q4_K, &x, &mut [0u8; 288]),
+            Err(QuantError::Unsupported { .. })
+        ));
+    }
+}

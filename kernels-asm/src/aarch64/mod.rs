@@ -1,0 +1,80 @@
+//! aarch64 NEON dot products of one weight row with one quantized activation row, in `asm!`.
+//!
+//! Every kernel comes in two faces with the signature of `smolrun_core::quant::VecDotFn`
+//! (`fn(n, w_row, act_row) -> f32`, raw block bytes in ggml's layout):
+//!
+//! - `*_neon`: ARMv8.0 Advanced SIMD only (Cortex-A53, Apple A7): widening multiplies
+//!   (`smull`/`smlal`/`sadalp`). NEON is part of the aarch64 base ISA, so these are safe to
+//!   call on every aarch64 CPU.
+//! - `*_dotprod`: ARMv8.2 `sdot` (Cortex-A55/A76, Apple A11+). They are `unsafe`: the caller
+//!   must have seen the dotprod feature (HWCAP_ASIMDDP, `hw.optional.arm.FEAT_DotProd`); on a
+//!   CPU without it the first `sdot` raises SIGILL. The asm enables the extension with
+//!   `.arch_extension dotprod`, so the crate still builds for plain `aarch64` targets.
+//!
+//! Float order (what "exact" means in the tests, core/tests/neon_exact.rs):
+//! - Q8_0, Q4_0, Q5_0 (both faces) and Q4_K, Q6_K (`_neon` face) reproduce the scalar twin's
+//!   float operations one for one (same products, same additions in the same order, no fused
+//!   multiply-add), so they return the scalar result bit for bit. For the K-quants this works
+//!   because an 8-lane `smull` puts element e of a sub-block in lane e % 8, the lane layout of
+//!   ggml's scalar code.
+//! - Q4_K, Q6_K `_dotprod`: `sdot` adds 4 neighbouring elements into one lane, so the integer
+//!   lane sums are regrouped (each super-block's total is still exact) and the f32 lane sums
+//!   differ from the scalar ones by rounding: per row at most
+//!   `(n_superblocks + 8) * 2^-24 * sum over super-blocks of |d| * sum |integer lane sum|`
+//!   (twice that bound between two such orders), which the tests check.
+//!
+//! Also here: F32/F16 dots (`float.rs`, one face: nothing in them needs dotprod), and the
+//! row-interleaved matvecs for dotprod CPUs (`*_x4`, Q4_K, Q8_0, Q5_0): rows repacked at load
+//! time in groups of 4 so that one `sdot` by element feeds 4 output rows; the tail rows of a
+//! matrix stay in the file layout and run through the one-row dotprod kernel. Q8_0 and Q5_0
+//! x4 are bit-identical to the scalar twins, Q4_K x4 is within the bound above.
+//!
+//! Blocks are read in place from the mapped file at any alignment: the loads used (`ld1` of
+//! bytes, `ldur`, `ldr h/s`) are unaligned-safe on every OS smolrun targets (Linux, Android,
+//! iOS run with alignment checking off for normal memory).
+//!
+//! No input can make a kernel read out of bounds: the number of blocks is the smallest of
+//! what `n`, the weight row and the activation row hold (like the scalar twins' `zip`).
+
+mod float;
+mod q4_0;
+mod q4_k;
+mod q4_k_x4;
+mod q5_0;
+mod q5_0_x4;
+mod q6_k;
+mod q8_0;
+mod q8_0_x4;
+mod x4;
+
+pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
+pub use q4_0::{vec_dot_q4_0_q8_0_dotprod, vec_dot_q4_0_q8_0_neon};
+pub use q4_k::{vec_dot_q4_k_q8_k_dotprod, vec_dot_q4_k_q8_k_neon};
+pub use q4_k_x4::{matvec_q4_k_x4_dotprod, q4_k_x4_bytes, repack_q4_k_x4, X4_SUPERBLOCK_BYTES};
+pub use q5_0::{vec_dot_q5_0_q8_0_dotprod, vec_dot_q5_0_q8_0_neon};
+pub use q5_0_x4::{matvec_q5_0_x4_dotprod, q5_0_x4_bytes, repack_q5_0_x4};
+pub use q6_k::{vec_dot_q6_k_q8_k_dotprod, vec_dot_q6_k_q8_k_neon};
+pub use q8_0::{vec_dot_q8_0_q8_0_dotprod, vec_dot_q8_0_q8_0_neon};
+pub use q8_0_x4::{matvec_q8_0_x4_dotprod, q8_0_x4_bytes, repack_q8_0_x4};
+
+/// Block sizes shared with `smolrun_core::quant` (kernels cannot depend on core; the tests
+/// check that the two agree).
+pub(crate) const QK: usize = 32;
+pub(crate) const Q8_0_BYTES: usize = 34;
+pub(crate) const QK_K: usize = 256;
+pub(crate) const Q8_K_BYTES: usize = 292;
+
+/// Whole blocks present in `n` elements, the weight row and the activation row alike.
+#[inline(always)]
+pub(crate) fn whole_blocks(
+    n: usize,
+    block_elems: usize,
+    w: &[u8],
+    w_block: usize,
+    act: &[u8],
+    act_block: usize,
+) -> usize {
+    (n / block_elems)
+        .min(w.len() / w_block)
+        .min(act.len() / act_block)
+}
