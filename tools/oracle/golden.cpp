@@ -288,8 +288,13 @@ static void write_greedy(llama_context * ctx, const llama_vocab * vocab, const s
     write_file(path, out + "\n]}\n");
 }
 
+// what flash_attn_type "auto" resolved to, as llama.cpp reports it while creating the context
+static std::string g_flash_attn = "unknown";
+
 // llama.cpp logs every load step to stderr; keep only warnings and errors
 static void quiet_log(enum ggml_log_level level, const char * text, void *) {
+    if (strstr(text, "Flash Attention enabled")) g_flash_attn = "enabled";
+    if (strstr(text, "Flash Attention not supported")) g_flash_attn = "disabled";
     if (level == GGML_LOG_LEVEL_WARN || level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
 }
 
@@ -336,6 +341,7 @@ int main(int argc, char ** argv) {
                            ",\"n_batch\":" + std::to_string(llama_n_batch(ctx)) +
                            ",\"n_ubatch\":" + std::to_string(llama_n_ubatch(ctx)) +
                            ",\"flash_attn_type\":" + json_str(llama_flash_attn_type_name(cparams.flash_attn_type)) +
+                           ",\"flash_attn\":" + json_str(g_flash_attn) +
                            ",\"add_bos\":" + (llama_vocab_get_add_bos(vocab) ? "true" : "false") +
                            ",\"bos\":" + std::to_string(llama_vocab_bos(vocab)) +
                            ",\"eos\":" + std::to_string(llama_vocab_eos(vocab)) +

@@ -65,34 +65,77 @@ class Random:
         """Uniform in [-1, 1), as float64."""
         n = int(np.prod(shape))
         raw = self.bits.random_raw(n)
-        return ((raw >> np.uint64(11)).astype(np.float64) * (2.0 ** -52) - 1.0).reshape(shape)
+        raw >>= np.uint64(11)  # 53 random bits
+        x = raw.astype(np.float64)
+        x *= 2.0 ** -52
+        x -= 1.0
+        return x.reshape(shape)
 
     def weight(self, shape, std):
         # a uniform on [-a, a) has std a / sqrt(3)
         return (self.uniform(shape) * (std * np.sqrt(3.0))).astype(np.float32)
 
 
+def read_kv(path, wanted):
+    """The metadata values named in `wanted` from a GGUF file's header (gguf.GGUFReader would parse
+    every tensor and array element into numpy views, which takes tens of seconds for a 151k vocab)."""
+    import struct
+
+    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)  # the metadata of any model we copy from is far smaller
+    if data[:4] != b"GGUF":
+        sys.exit(f"synth_model: {path} is not a GGUF file")
+    pos = 8
+
+    def take(fmt):
+        nonlocal pos
+        (v,) = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        pos += n
+        return data[pos - n:pos].decode("utf-8")
+
+    def value(vtype, keep):
+        nonlocal pos
+        if vtype == 8:
+            return string()
+        if vtype == 9:
+            itype, n = take("<I"), take("<Q")
+            if itype == 8:
+                items = [string() for _ in range(n)]
+                return items if keep else None
+            size = struct.calcsize(scalar[itype])
+            pos += n * size
+            return np.frombuffer(data, scalar[itype], n, pos - n * size).tolist() if keep else None
+        return take(scalar[vtype])
+
+    _, n_kv = take("<Q"), take("<Q")
+    found = {}
+    for _ in range(n_kv):
+        key = string()
+        found[key] = value(take("<I"), key in wanted)
+    missing = [k for k in wanted if k not in found]
+    if missing:
+        sys.exit(f"synth_model: {path} has no key {missing[0]}; expected the Qwen2.5-Coder 0.5B GGUF")
+    return {k: found[k] for k in wanted}
+
+
 def read_tokenizer(path):
-    """The tokenizer fields of a real GGUF: (tokens, token types, merges, special ids)."""
-    reader = gguf.GGUFReader(path)
-
-    def field(name):
-        f = reader.fields.get(name)
-        if f is None:
-            sys.exit(f"synth_model: {path} has no key {name}; expected the Qwen2.5-Coder 0.5B GGUF")
-        return f.contents()
-
-    model = field("tokenizer.ggml.model")
-    if model != "gpt2":
-        sys.exit(f"synth_model: {path}: tokenizer.ggml.model is {model!r}, expected 'gpt2'")
-    return dict(
-        tokens=field("tokenizer.ggml.tokens"),
-        token_type=field("tokenizer.ggml.token_type"),
-        merges=field("tokenizer.ggml.merges"),
-        bos=field("tokenizer.ggml.bos_token_id"),
-        eos=field("tokenizer.ggml.eos_token_id"),
-        pad=field("tokenizer.ggml.padding_token_id"),
-    )
+    """The tokenizer fields of a real GGUF: tokens, token types, merges, special ids."""
+    keys = dict(tokens="tokenizer.ggml.tokens", token_type="tokenizer.ggml.token_type",
+                merges="tokenizer.ggml.merges", bos="tokenizer.ggml.bos_token_id",
+                eos="tokenizer.ggml.eos_token_id", pad="tokenizer.ggml.padding_token_id",
+                model="tokenizer.ggml.model")
+    kv = read_kv(path, set(keys.values()))
+    tok = {name: kv[key] for name, key in keys.items()}
+    if tok["model"] != "gpt2":
+        sys.exit(f"synth_model: {path}: tokenizer.ggml.model is {tok['model']!r}, expected 'gpt2'")
+    return tok
 
 
 def quantize(data, qtype):
