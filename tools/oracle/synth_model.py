@@ -14,8 +14,10 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
   qwen3:  8 query heads, so n_head * head_dim = 512 != n_embd (as in the real Qwen3 models);
           QK-norm; NEOX RoPE, base 1e6; output tied to token_embd (no output.weight)
   llama:  4 query heads (n_head * head_dim = n_embd); normal (GPT-J style pairs) RoPE, base 1e4;
-          separate output.weight; tokenizer pre-type "llama-bpe" (Llama 3's digit grouping) and
-          BOS added, so the llama-bpe pre-tokenizer and BOS insertion run on real merges
+          separate output.weight; tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
+          vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
+          three, and Qwen has no multi-digit tokens. A Llama vocabulary of our own is not at hand;
+          Gemma's SPM vocabulary has 262k tokens and is already covered by gemma3-270m.)
 
 Tensor types are a mix the engine must handle; those the real models already carry (Q4_K, Q6_K,
 Q5_0, Q8_0) appear here less, those they lack (F16, BF16, Q4_0, Q4_1, Q5_1) appear more. gguf-py
