@@ -377,5 +377,35 @@ fn synthetic_models_are_written_byte_identically() {
              made from (tests/golden/{model}/model.json records numpy/gguf versions); fix the \
              writer's determinism or {REGEN}"
         );
+        // the helper other tests use: finds the file, or writes it when absent
+        let path = smolrun_tests::golden::synthetic_model(&model).unwrap();
+        assert!(path.is_file(), "{}", path.display());
+    }
+}
+
+#[test]
+fn typed_loaders_read_every_golden_file() {
+    use smolrun_tests::golden;
+    for model in golden::REAL_MODELS.iter().chain(&golden::SYNTHETIC_MODELS) {
+        let logits = golden::load_logits(model).unwrap();
+        assert_eq!(logits.texts.len(), 3, "{model}");
+        assert!(logits.n_vocab > 0 && logits.n_ctx > 0, "{model}");
+        for t in &logits.texts {
+            assert!(t.top.iter().all(|row| row.len() == TOP_K), "{model}");
+            assert_eq!(t.lse.len(), t.tokens.len(), "{model}");
+        }
+        let greedy = golden::load_greedy(model).unwrap();
+        assert!(greedy.iter().all(|c| c.n_predict == N_PREDICT
+            && c.margins.len() == c.tokens.len()
+            && !c.prompt_tokens.is_empty()));
+        if *model != "synthetic-qwen3" {
+            assert!(!golden::load_tokenize(model).unwrap().is_empty(), "{model}");
+        }
+        if !model.starts_with("synthetic-") {
+            let ppl = golden::load_perplexity(model).unwrap();
+            assert!(
+                ppl.text_file.is_file() && ppl.n_ctx == 128 && ppl.n_chunks >= 1 && ppl.ppl > 1.0
+            );
+        }
     }
 }
