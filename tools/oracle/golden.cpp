@@ -2,6 +2,8 @@
 //
 //   golden --model M.gguf --name NAME --texts texts.json [--corpus corpus.json] --out DIR
 //
+//   golden --model M.gguf --name NAME --texts texts.json --self-check   (prints llama.cpp's own
+//                                                                      batch-vs-sequential noise)
 // Writes into DIR:
 //   tokenize.json  (only with --corpus) token ids of every corpus string, as llama_tokenize gives them
 //   logits.json    teacher-forced: for each fixed text, the top-20 (id, logit) at every position and
@@ -288,6 +290,51 @@ static void write_greedy(llama_context * ctx, const llama_vocab * vocab, const s
     write_file(path, out + "\n]}\n");
 }
 
+// How much llama.cpp disagrees with itself: the logits texts decoded one token at a time (the way
+// generation runs) against the one-batch logits of logits.json. This is the floor below which no
+// comparison tolerance makes sense; printed only (tools/oracle/regen.sh does not run it).
+static void self_check(llama_context * ctx, const llama_vocab * vocab, const json & texts) {
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    for (const auto & t : texts.at("logits")) {
+        auto tokens = tokenize(vocab, t.get<std::string>(), true, true);
+        const int n = (int) tokens.size();
+        clear_memory(ctx);
+        llama_batch batch = llama_batch_init(n, 0, 1);
+        for (int i = 0; i < n; i++) {
+            batch.token[i] = tokens[i];
+            batch.pos[i] = i;
+            batch.n_seq_id[i] = 1;
+            batch.seq_id[i][0] = 0;
+            batch.logits[i] = 1;
+        }
+        batch.n_tokens = n;
+        if (llama_decode(ctx, batch) != 0) die("llama_decode failed");
+        std::vector<float> batched((size_t) n * n_vocab);
+        for (int i = 0; i < n; i++) std::copy_n(llama_get_logits_ith(ctx, i), n_vocab, batched.data() + (size_t) i * n_vocab);
+        llama_batch_free(batch);
+
+        clear_memory(ctx);
+        double max_diff = 0.0, max_kl = 0.0, sum_kl = 0.0;
+        int argmax_flips = 0;
+        for (int i = 0; i < n; i++) {
+            if (llama_decode(ctx, llama_batch_get_one(&tokens[i], 1)) != 0) die("llama_decode failed");
+            const float * seq = llama_get_logits_ith(ctx, -1);
+            const float * bat = batched.data() + (size_t) i * n_vocab;
+            double lse_b = log_sum_exp(bat, n_vocab), lse_s = log_sum_exp(seq, n_vocab), kl = 0.0;
+            for (int k = 0; k < n_vocab; k++) {
+                max_diff = std::max(max_diff, (double) std::fabs(bat[k] - seq[k]));
+                double p = std::exp(bat[k] - lse_b);
+                kl += p * ((bat[k] - lse_b) - (seq[k] - lse_s));
+            }
+            max_kl = std::max(max_kl, kl);
+            sum_kl += kl;
+            argmax_flips += top_k(bat, n_vocab, 1)[0].id != top_k(seq, n_vocab, 1)[0].id;
+        }
+        fprintf(stderr, "self-check: %d tokens: batch vs one-at-a-time: max |dlogit| %.4g, KL mean %.3g max %.3g, argmax flips %d\n",
+                n, max_diff, sum_kl / n, max_kl, argmax_flips);
+    }
+}
+
 // what flash_attn_type "auto" resolved to, as llama.cpp reports it while creating the context
 static std::string g_flash_attn = "unknown";
 
@@ -300,6 +347,7 @@ static void quiet_log(enum ggml_log_level level, const char * text, void *) {
 
 int main(int argc, char ** argv) {
     std::string model_path, name, texts_path, corpus_path, out_dir;
+    bool only_self_check = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -311,8 +359,10 @@ int main(int argc, char ** argv) {
         else if (a == "--texts") texts_path = value();
         else if (a == "--corpus") corpus_path = value();
         else if (a == "--out") out_dir = value();
+        else if (a == "--self-check") only_self_check = true;
         else die("unknown argument " + a + " (usage: golden --model M.gguf --name NAME --texts texts.json [--corpus corpus.json] --out DIR)");
     }
+    if (only_self_check && out_dir.empty()) out_dir = "-";
     if (model_path.empty() || name.empty() || texts_path.empty() || out_dir.empty()) {
         die("usage: golden --model M.gguf --name NAME --texts texts.json [--corpus corpus.json] --out DIR");
     }
@@ -347,6 +397,10 @@ int main(int argc, char ** argv) {
                            ",\"eos\":" + std::to_string(llama_vocab_eos(vocab)) +
                            ",\"texts_tokenized_with\":{\"add_special\":true,\"parse_special\":true}}";
 
+    if (only_self_check) {
+        self_check(ctx, vocab, texts);
+        return 0;
+    }
     if (!corpus_path.empty()) write_tokenize(vocab, name, read_json(corpus_path), settings, out_dir + "/tokenize.json");
     write_logits(ctx, vocab, name, texts, settings, out_dir + "/logits.json");
     write_greedy(ctx, vocab, name, texts, settings, out_dir + "/greedy.json");
