@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests.
 
 pub mod gguf_bytes;
+pub mod golden;
 
 use smolrun_core::gguf::{ArrayRef, Gguf, GgufWriter, MetaValue, Value};
 

