@@ -41,7 +41,10 @@ fn check_perplexity(model: &str) {
             r.n_scored
         );
         if let Some(n) = reference["n_chunks"].as_u64() {
-            assert_eq!(r.n_chunks, n as usize, "{model}: chunk count differs from llama-perplexity");
+            assert_eq!(
+                r.n_chunks, n as usize,
+                "{model}: chunk count differs from llama-perplexity"
+            );
         }
         assert!(
             rel < MAX_RELATIVE_DIFF,
