@@ -66,6 +66,11 @@ pub fn print_tap(name: &str, layer: usize, x: &[f32]) {
     if POS.load(Relaxed) != WANT.load(Relaxed) + 1 {
         return;
     }
+    if std::env::var("FULL").ok().as_deref() == Some(&format!("{name}-{layer}")) {
+        for v in x {
+            println!("{v:.7e}");
+        }
+    }
     let s: f64 = x.iter().map(|&v| v as f64).sum();
     let l2: f64 = x
         .iter()
