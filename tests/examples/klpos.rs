@@ -24,13 +24,16 @@ fn main() {
         st.tap = Some(print_tap);
     }
     let mut all = Vec::new();
-    m.forward_batch_all(&mut st, &store, &par, &tokens[..n], 0, 0, &mut |i, l| {
-        if tap_pos == Some(i + 1) {
-            // the tap is global to the state; set it for the next token only
+    if std::env::var("DECODE").is_ok_and(|v| !v.is_empty()) {
+        for (i, &t) in tokens[..n].iter().enumerate() {
+            all.push(m.forward(&mut st, &store, &par, t, i).unwrap().to_vec());
         }
-        all.push(l.to_vec());
-    })
-    .unwrap();
+    } else {
+        m.forward_batch_all(&mut st, &store, &par, &tokens, 0, 0, &mut |_, l| {
+            all.push(l.to_vec());
+        })
+        .unwrap();
+    }
     let _ = tap_pos;
     for i in 0..n {
         let logits = &all[i][..];
