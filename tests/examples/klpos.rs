@@ -1,5 +1,11 @@
-//! Developer tool: per-position KL against a logits.json golden.
+//! Developer tool for debugging a disagreement with llama.cpp: per-position KL divergence and
+//! logit differences against a logits.json golden.
+//!
 //! `klpos MODEL.gguf logits.json TEXT_INDEX N_POS`
+//!   TAP=i      print a summary (sum, l2, first values) of every tapped tensor at position i,
+//!              named like llama.cpp's graph tensors, to compare with its eval callback
+//!   FULL=name  also print every value of that tensor (e.g. FULL=kqv_out-9)
+//!   DECODE=1   run token by token (the decode kernels) instead of as one batch
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::{Model, ResidentStore, State};
 use smolrun_tests::*;
@@ -34,7 +40,6 @@ fn main() {
         })
         .unwrap();
     }
-    let _ = tap_pos;
     for i in 0..n {
         let logits = &all[i][..];
         let top: Vec<(u32, f32)> = text["top"][i]
@@ -57,10 +62,10 @@ fn main() {
     }
 }
 
-/// Prints a summary of each tapped tensor, in the format of the llama.cpp dump used to compare.
 static POS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static WANT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
 
+/// Prints a summary of each tapped tensor at the position asked for with TAP.
 pub fn print_tap(name: &str, layer: usize, x: &[f32]) {
     use std::sync::atomic::Ordering::Relaxed;
     if name == "inp_scaled" {
