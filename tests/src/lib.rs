@@ -2,6 +2,9 @@
 
 pub mod gguf_bytes;
 pub mod golden;
+mod model_helpers;
+
+pub use model_helpers::*;
 
 use smolrun_core::gguf::{ArrayRef, Gguf, GgufWriter, MetaValue, Value};
 
