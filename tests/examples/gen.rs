@@ -16,15 +16,24 @@ fn main() {
     let mut state = State::new(&model, 512).unwrap();
     let par = SingleThread;
     let t0 = Instant::now();
-    let logits = model.forward_batch(&mut state, &store, &par, &prompt, 0).unwrap();
+    let logits = model
+        .forward_batch(&mut state, &store, &par, &prompt, 0)
+        .unwrap();
     let mut top: Vec<(usize, f32)> = logits.iter().copied().enumerate().collect();
     top.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
-    println!("prompt {:?} in {:?}; top5 {:?}", prompt.len(), t0.elapsed(), &top[..5]);
+    println!(
+        "prompt {:?} in {:?}; top5 {:?}",
+        prompt.len(),
+        t0.elapsed(),
+        &top[..5]
+    );
     let mut tok = top[0].0 as u32;
     let mut out = vec![tok];
     let t1 = Instant::now();
     for i in 0..n {
-        let logits = model.forward(&mut state, &store, &par, tok, prompt.len() + i).unwrap();
+        let logits = model
+            .forward(&mut state, &store, &par, tok, prompt.len() + i)
+            .unwrap();
         tok = logits
             .iter()
             .enumerate()
@@ -34,5 +43,8 @@ fn main() {
         out.push(tok);
     }
     println!("{:?}", out);
-    println!("{:.1} ms/token", t1.elapsed().as_secs_f64() * 1000.0 / n as f64);
+    println!(
+        "{:.1} ms/token",
+        t1.elapsed().as_secs_f64() * 1000.0 / n as f64
+    );
 }

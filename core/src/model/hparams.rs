@@ -139,8 +139,8 @@ impl HParams {
     /// against `token_embd.weight`, the one tensor every family has.
     pub fn from_gguf(g: &Gguf) -> Result<HParams, ModelError> {
         let arch = g.architecture()?;
-        let family =
-            Family::from_arch(arch).ok_or_else(|| ModelError::UnsupportedArch { arch: arch.into() })?;
+        let family = Family::from_arch(arch)
+            .ok_or_else(|| ModelError::UnsupportedArch { arch: arch.into() })?;
         let k = |name: &str| format!("{arch}.{name}");
         let req = |name: &str| -> Result<u64, ModelError> { Ok(g.get_u64(&k(name))?) };
 
@@ -260,7 +260,13 @@ impl HParams {
             None | Some(0) => None,
             Some(w) => Some(in_range(&key, w, 1, MAX_CONTEXT)?),
         };
-        let is_swa = Self::swa_pattern(g, &k("attention.sliding_window_pattern"), family, n_layer, sliding_window)?;
+        let is_swa = Self::swa_pattern(
+            g,
+            &k("attention.sliding_window_pattern"),
+            family,
+            n_layer,
+            sliding_window,
+        )?;
 
         let cap = |name: &str| -> Result<Option<f32>, ModelError> {
             let key = k(name);
@@ -274,9 +280,11 @@ impl HParams {
         let final_logit_softcap = cap("final_logit_softcapping")?;
         let attn_logit_softcap = cap("attn_logit_softcapping")?;
 
-        let embd = g.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor {
-            name: "token_embd.weight".into(),
-        })?;
+        let embd = g
+            .tensor("token_embd.weight")
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: "token_embd.weight".into(),
+            })?;
         if embd.n_dims != 2 || embd.dims[0] != n_embd as u64 {
             return Err(ModelError::BadHParam {
                 key: k("embedding_length"),
@@ -284,7 +292,12 @@ impl HParams {
                 found: format!("{n_embd}"),
             });
         }
-        let n_vocab = in_range("token_embd.weight rows (vocabulary)", embd.dims[1], 1, MAX_VOCAB)?;
+        let n_vocab = in_range(
+            "token_embd.weight rows (vocabulary)",
+            embd.dims[1],
+            1,
+            MAX_VOCAB,
+        )?;
 
         Ok(HParams {
             family,

@@ -154,7 +154,9 @@ pub struct Model {
 
 /// Reads small F32 vectors (norms, biases) at load time: a few KB per layer, kept in RAM.
 fn f32_vector(g: &Gguf, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-    let t = g.tensor(name).ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
     let expected = [len as u64, 1, 1, 1];
     if t.dims != expected {
         return Err(ModelError::BadTensorShape {
@@ -249,7 +251,11 @@ impl Model {
         let output_norm = f32_vector(g, "output_norm.weight", n_embd)?;
         let rope_freqs = opt_f32_vector(g, "rope_freqs.weight", hp.n_rot / 2)?;
 
-        let ext_factor = if hp.rope_scaling == RopeScaling::Yarn { 1.0 } else { 0.0 };
+        let ext_factor = if hp.rope_scaling == RopeScaling::Yarn {
+            1.0
+        } else {
+            0.0
+        };
         let yarn_attn_factor = if ext_factor != 0.0 && hp.rope_freq_scale < 1.0 {
             // llama.cpp cancels the magnitude scale that its YaRN kernel applies, then
             // multiplies by the file's own attention factor.
@@ -264,7 +270,11 @@ impl Model {
         for l in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{l}.{s}");
             let swa = hp.is_swa[l];
-            let freq_base = if swa { hp.rope_freq_base_swa } else { hp.rope_freq_base };
+            let freq_base = if swa {
+                hp.rope_freq_base_swa
+            } else {
+                hp.rope_freq_base
+            };
             // Sliding-window layers are never frequency-scaled.
             let freq_scale = if swa { 1.0 } else { hp.rope_freq_scale };
             let rope = Rope {
@@ -366,7 +376,10 @@ impl Model {
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
         if pos >= s.n_ctx {
-            return Err(ModelError::ContextFull { pos, n_ctx: s.n_ctx });
+            return Err(ModelError::ContextFull {
+                pos,
+                n_ctx: s.n_ctx,
+            });
         }
         self.embed(s, store, token)?;
         for (l, layer) in self.layers.iter().enumerate() {
@@ -437,14 +450,20 @@ impl Model {
             quantize_input(&layer.wv, &s.xb, &mut s.act_q)?;
         }
         matvec(par, store, &layer.wv, &s.act_q, &mut s.v)?;
-        for (out, bias) in [(&mut s.q, &layer.bq), (&mut s.k, &layer.bk), (&mut s.v, &layer.bv)] {
+        for (out, bias) in [
+            (&mut s.q, &layer.bq),
+            (&mut s.k, &layer.bk),
+            (&mut s.v, &layer.bv),
+        ] {
             if let Some(b) = bias {
                 out.iter_mut().zip(b).for_each(|(o, b)| *o += b);
             }
         }
         if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            s.q.chunks_exact_mut(hd).for_each(|h| math::rms_norm_in_place(h, qn, hp.rms_eps));
-            s.k.chunks_exact_mut(hd).for_each(|h| math::rms_norm_in_place(h, kn, hp.rms_eps));
+            s.q.chunks_exact_mut(hd)
+                .for_each(|h| math::rms_norm_in_place(h, qn, hp.rms_eps));
+            s.k.chunks_exact_mut(hd)
+                .for_each(|h| math::rms_norm_in_place(h, kn, hp.rms_eps));
         }
         let ff = self.rope_freqs.as_deref();
         layer.rope.apply(&mut s.q, hd, pos, ff);
@@ -533,7 +552,9 @@ impl Model {
             Activation::Silu => math::silu,
             Activation::GeluTanh => math::gelu_tanh,
         };
-        s.hb.iter_mut().zip(&s.hb2).for_each(|(g, u)| *g = act(*g) * u);
+        s.hb.iter_mut()
+            .zip(&s.hb2)
+            .for_each(|(g, u)| *g = act(*g) * u);
         quantize_input(&layer.w_down, &s.hb, &mut s.act_q)?;
         matvec(par, store, &layer.w_down, &s.act_q, &mut s.xb2)?;
         if let Some(w) = &layer.post_ffn_norm {

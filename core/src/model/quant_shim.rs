@@ -119,11 +119,13 @@ fn q4k_scale_min(j: usize, q: &[u8]) -> (u8, u8) {
 }
 
 pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
-    let need = ty.bytes_for(out.len() as u64).ok_or(QuantError::BadLength {
-        ggml_type: ty,
-        expected: ty.block_size(),
-        found: out.len(),
-    })? as usize;
+    let need = ty
+        .bytes_for(out.len() as u64)
+        .ok_or(QuantError::BadLength {
+            ggml_type: ty,
+            expected: ty.block_size(),
+            found: out.len(),
+        })? as usize;
     if src.len() < need {
         return Err(QuantError::BadLength {
             ggml_type: ty,
@@ -275,7 +277,8 @@ fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
             }
             sumi += sc1 as i32 * s1 + sc2 as i32 * s2;
             let bs = |g: usize| i16::from_le_bytes([ab[260 + 2 * g], ab[261 + 2 * g]]) as i32;
-            summ += m1 as i32 * (bs(4 * c) + bs(4 * c + 1)) + m2 as i32 * (bs(4 * c + 2) + bs(4 * c + 3));
+            summ += m1 as i32 * (bs(4 * c) + bs(4 * c + 1))
+                + m2 as i32 * (bs(4 * c + 2) + bs(4 * c + 3));
         }
         sum += dy * d * sumi as f32 - dy * dmin * summ as f32;
     }
@@ -343,7 +346,11 @@ pub fn matvec(
         });
     }
     for (r, o) in out[..n_rows].iter_mut().enumerate() {
-        *o = dot(n_cols, &weights[r * row_bytes..(r + 1) * row_bytes], act_quantized);
+        *o = dot(
+            n_cols,
+            &weights[r * row_bytes..(r + 1) * row_bytes],
+            act_quantized,
+        );
     }
     Ok(())
 }

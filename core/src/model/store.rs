@@ -33,10 +33,7 @@ impl WeightStore for ResidentStore<'_, '_> {
             Some(t) => Ok(self.gguf.tensor_data(t)),
             None => Err(ModelError::Store {
                 tensor: alloc::format!("#{id}"),
-                reason: alloc::format!(
-                    "no such tensor (the file has {})",
-                    self.gguf.tensors.len()
-                ),
+                reason: alloc::format!("no such tensor (the file has {})", self.gguf.tensors.len()),
             }),
         }
     }
