@@ -378,7 +378,9 @@ impl Tokenizer {
             } else if a & attr::NORMAL != 0 {
                 match self.kind {
                     TokenizerKind::Spm => unescape_spm(text, &mut pieces),
-                    TokenizerKind::Bpe { .. } => unmap_byte_level(text, &mut pieces),
+                    TokenizerKind::Bpe { .. } => {
+                        unmap_byte_level(&self.alphabet, text, &mut pieces)
+                    }
                 }
             } else if a & attr::BYTE != 0 {
                 match parse_byte_token(text) {
@@ -501,7 +503,7 @@ fn unescape_spm(text: &[u8], out: &mut Vec<u8>) {
 
 /// Byte-level BPE text back to bytes. A character outside the byte alphabet (none in real
 /// vocabularies) is kept as its UTF-8; the reference writes an `[UNK_BYTE_..]` marker instead.
-fn unmap_byte_level(text: &[u8], out: &mut Vec<u8>) {
+fn unmap_byte_level(alphabet: &unicode::ByteAlphabet, text: &[u8], out: &mut Vec<u8>) {
     let s = match core::str::from_utf8(text) {
         Ok(s) => s,
         Err(_) => {
@@ -510,7 +512,7 @@ fn unmap_byte_level(text: &[u8], out: &mut Vec<u8>) {
         }
     };
     for c in s.chars() {
-        match unicode::unicode_to_byte(c as u32) {
+        match alphabet.decode(c as u32) {
             Some(b) => out.push(b),
             None => {
                 let mut buf = [0u8; 4];
@@ -586,3 +588,6 @@ fn check_len(key: &'static str, found: usize, n_tokens: usize) -> Result<(), Tok
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
