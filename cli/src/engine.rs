@@ -150,7 +150,7 @@ impl<'g> Engine<'g> {
             model,
             tokenizer,
             store: ResidentStore::new(gguf),
-            par: parallel(threads),
+            par: parallel(threads)?,
             state,
             cached: Vec::new(),
         })
@@ -353,19 +353,19 @@ impl<'g> Engine<'g> {
     }
 }
 
-/// The worker threads a forward pass splits its matvecs over.
-fn parallel(threads: usize) -> Box<dyn Parallel> {
-    // The Linux thread pool is not in this branch yet; everything runs on this thread until it
-    // is (the `-t` value is accepted and checked so scripts need not change).
-    let _ = threads;
-    Box::new(SingleThread)
+/// The worker threads a forward pass splits its matvecs over (the caller is one of them).
+fn parallel(threads: usize) -> Result<Box<dyn Parallel>, String> {
+    if threads <= 1 {
+        return Ok(Box::new(SingleThread));
+    }
+    let pool = smolrun_linux::ThreadPool::new(threads)
+        .map_err(|e| format!("cannot start {threads} threads: {e}; try a smaller -t"))?;
+    Ok(Box::new(pool))
 }
 
-/// How many threads to use by default: one per core the process may run on.
+/// How many threads to use by default: the fast cores this process may run on.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    smolrun_linux::default_threads()
 }
 
 /// Sampling flags shared by `run` and `chat` (llama.cpp's names and defaults, except the
