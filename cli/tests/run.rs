@@ -224,3 +224,31 @@ fn perplexity_json_is_close_to_llama_perplexity_on_gemma3_270m() {
     assert!(bpb > 0.5 && bpb < 2.0, "bits per byte {bpb}");
     assert!(last["tokens"].as_u64().unwrap() >= 512, "{last}");
 }
+
+#[test]
+fn streamed_text_equals_the_json_text_with_multibyte_characters() {
+    // Greedy, so both runs produce the same tokens; the streamed pieces must add up to exactly
+    // the text, multi-byte characters included (a split character would show as U+FFFD).
+    let prompt = "Order: 3 cafés au lait (€4.50 each). 合計は";
+    let run = |json: bool| {
+        let mut cmd = smolrun();
+        cmd.args(["run", "-m"])
+            .arg(gemma())
+            .args(["-p", prompt, "-n", "12", "--temp", "0"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).expect("stdout is valid UTF-8")
+    };
+    let streamed = run(false);
+    let json: serde_json::Value = serde_json::from_str(run(true).trim()).unwrap();
+    let text = json["text"].as_str().unwrap();
+    assert_eq!(streamed.strip_suffix('\n'), Some(text));
+    assert!(!text.contains('\u{FFFD}'), "{text:?}");
+    assert!(
+        !text.is_ascii(),
+        "the continuation should have non-ASCII text: {text:?}"
+    );
+}
