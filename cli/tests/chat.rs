@@ -210,5 +210,8 @@ fn chat_replies_stops_on_ctrl_c_resets_and_quits_on_eof() {
 #[test]
 fn chat_with_an_unknown_model_fails_with_a_hint() {
     let err = expect_failure(smolrun().args(["chat", "-m", "no-such-model"]));
-    assert!(err.contains("not found"), "{err}");
+    assert!(
+        err.contains("'no-such-model'") && err.contains("tools/fetch-models.sh"),
+        "{err}"
+    );
 }

@@ -120,8 +120,9 @@ fn run_reports_bad_input_clearly() {
     let dir = scratch("run-errors");
 
     let err = expect_failure(smolrun().args(["run", "-m", "no-such-model", "-p", "hi"]));
+    // Named, with the way to get a model (models.rs or engine.rs words it).
     assert!(
-        err.contains("not found") && err.contains("tools/fetch-models.sh"),
+        err.contains("'no-such-model'") && err.contains("tools/fetch-models.sh"),
         "{err}"
     );
 
