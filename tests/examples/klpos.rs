@@ -1,5 +1,11 @@
-//! Developer tool: per-position KL against a logits.json golden.
+//! Developer tool for debugging a disagreement with llama.cpp: per-position KL divergence and
+//! logit differences against a logits.json golden.
+//!
 //! `klpos MODEL.gguf logits.json TEXT_INDEX N_POS`
+//!   TAP=i      print a summary (sum, l2, first values) of every tapped tensor at position i,
+//!              named like llama.cpp's graph tensors, to compare with its eval callback
+//!   FULL=name  also print every value of that tensor (e.g. FULL=kqv_out-9)
+//!   DECODE=1   run token by token (the decode kernels) instead of as one batch
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::{Model, ResidentStore, State};
 use smolrun_tests::*;
@@ -24,14 +30,16 @@ fn main() {
         st.tap = Some(print_tap);
     }
     let mut all = Vec::new();
-    m.forward_batch_all(&mut st, &store, &par, &tokens[..n], 0, 0, &mut |i, l| {
-        if tap_pos == Some(i + 1) {
-            // the tap is global to the state; set it for the next token only
+    if std::env::var("DECODE").is_ok_and(|v| !v.is_empty()) {
+        for (i, &t) in tokens[..n].iter().enumerate() {
+            all.push(m.forward(&mut st, &store, &par, t, i).unwrap().to_vec());
         }
-        all.push(l.to_vec());
-    })
-    .unwrap();
-    let _ = tap_pos;
+    } else {
+        m.forward_batch_all(&mut st, &store, &par, &tokens, 0, 0, &mut |_, l| {
+            all.push(l.to_vec());
+        })
+        .unwrap();
+    }
     for i in 0..n {
         let logits = &all[i][..];
         let top: Vec<(u32, f32)> = text["top"][i]
@@ -54,10 +62,10 @@ fn main() {
     }
 }
 
-/// Prints a summary of each tapped tensor, in the format of the llama.cpp dump used to compare.
 static POS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static WANT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
 
+/// Prints a summary of each tapped tensor at the position asked for with TAP.
 pub fn print_tap(name: &str, layer: usize, x: &[f32]) {
     use std::sync::atomic::Ordering::Relaxed;
     if name == "inp_scaled" {
@@ -65,6 +73,11 @@ pub fn print_tap(name: &str, layer: usize, x: &[f32]) {
     }
     if POS.load(Relaxed) != WANT.load(Relaxed) + 1 {
         return;
+    }
+    if std::env::var("FULL").ok().as_deref() == Some(&format!("{name}-{layer}")) {
+        for v in x {
+            println!("{v:.7e}");
+        }
     }
     let s: f64 = x.iter().map(|&v| v as f64).sum();
     let l2: f64 = x
