@@ -169,6 +169,33 @@ fn qwen25_coder_15b_ids_match_llama_cpp() {
     check_against_golden(QWEN_15B.0, QWEN_15B.1);
 }
 
+/// The synthetic Llama file carries Qwen's vocabulary with Llama 3's "llama-bpe" pre-tokenizer
+/// and BOS, the one llama.cpp setup of those that no small real model here has. It is not
+/// committed; tools/oracle/synth_model.py writes it (deterministically) when it is missing.
+#[test]
+fn synthetic_llama_bpe_ids_match_llama_cpp() {
+    let file = "synthetic-llama.gguf";
+    let path = models_dir().join(file);
+    if !path.exists() {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tools/oracle/synth_model.py");
+        let status = std::process::Command::new("python3")
+            .arg(&script)
+            .arg("llama")
+            .arg("--out")
+            .arg(models_dir())
+            .status();
+        assert!(
+            matches!(status, Ok(s) if s.success()) && path.exists(),
+            "{} is missing and `python3 {} llama` did not write it ({status:?}); \
+             run tools/fetch-models.sh first (the script copies the Qwen tokenizer)",
+            path.display(),
+            script.display()
+        );
+    }
+    check_against_golden("synthetic-llama", file);
+}
+
 const ROUND_TRIP_TEXTS: &[&str] = &[
     "Hello world",
     " leading and trailing  ",
