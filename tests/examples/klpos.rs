@@ -55,9 +55,15 @@ fn main() {
             .iter()
             .map(|&(id, l)| format!("{}:{:+.3}", id, logits[id as usize] - l))
             .collect();
+        // nll of the actual next token, ours and the reference's (when it is in the top 20)
+        let dnll = tokens.get(i + 1).and_then(|&next| {
+            let r = top.iter().find(|p| p.0 == next)?;
+            Some((our_lse - logits[next as usize] as f64) - (lse - r.1 as f64))
+        });
         println!(
-            "{i:3} kl {kl:.5} lse ref {lse:.3} ours {our_lse:.3} d[top4] {}",
-            d.join(" ")
+            "{i:3} kl {kl:.5} lse ref {lse:.3} ours {our_lse:.3} d[top4] {} dnll {:+.4}",
+            d.join(" "),
+            dnll.unwrap_or(f64::NAN)
         );
     }
 }

@@ -12,11 +12,29 @@ pub(crate) fn f16_at(bytes: &[u8], off: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([bytes[off], bytes[off + 1]])).to_f32()
 }
 
-/// Stores `v` rounded to f16 (round to nearest even, like F16C and ggml's
-/// `ggml_compute_fp32_to_fp16` for every finite value) at `bytes[off..off + 2]`.
+/// Stores `v` rounded to f16 at `bytes[off..off + 2]` the way ggml's reference
+/// `ggml_compute_fp32_to_fp16` does: round to nearest even, overflow to infinity, and every NaN
+/// to the canonical quiet NaN 0x7E00 with its sign (the `half` crate would keep the payload).
 #[inline(always)]
 pub(crate) fn put_f16(bytes: &mut [u8], off: usize, v: f32) {
-    bytes[off..off + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+    let bits = if v.is_nan() {
+        ((v.to_bits() >> 16) & 0x8000) as u16 | 0x7E00
+    } else {
+        f16::from_f32(v).to_bits()
+    };
+    bytes[off..off + 2].copy_from_slice(&bits.to_le_bytes());
+}
+
+/// C's `MAX(a, b)` macro, `a > b ? a : b`, which ggml's Q8_0/Q8_1 quantizers fold over |x|:
+/// unlike `f32::max` it lets a NaN through (and a later number replace it), so the scale of a
+/// block holding a NaN comes out as ggml's does.
+#[inline(always)]
+pub(crate) fn c_max(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
 }
 
 #[inline(always)]
@@ -82,6 +100,19 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The integer core of the K-quant dot products, as ggml's scalar code arranges it: element e
+/// of a sub-block goes to lane e % 8, `aux32[lane] += scale * q8[e] * w[e]`. Integer sums are
+/// exact (|aux32| stays below 2^25 for every K format), so only the lane layout matters: it
+/// decides which f32 sums the lanes feed later.
+#[inline(always)]
+pub(crate) fn accumulate_lanes(aux32: &mut [i32; 8], scale: i32, q8: &[u8], w: &[i8]) {
+    for (q, w) in q8.chunks_exact(8).zip(w.chunks_exact(8)) {
+        for l in 0..8 {
+            aux32[l] += scale * (q[l] as i8 as i32 * w[l] as i32);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +133,20 @@ mod tests {
         assert_eq!(f32_to_bf16_bits(f32::from_bits(0x3f80_8000)), 0x3f80);
         assert_eq!(f32_to_bf16_bits(f32::from_bits(0x3f81_8000)), 0x3f82);
         assert_eq!(f32_to_bf16_bits(f32::from_bits(0x7f80_0001)), 0x7fc0);
+    }
+
+    #[test]
+    fn f16_nan_is_canonical_like_ggml() {
+        let mut b = [0u8; 2];
+        put_f16(&mut b, 0, f32::from_bits(0xffc1_2345));
+        assert_eq!(u16::from_le_bytes(b), 0xFE00);
+        put_f16(&mut b, 0, 1e6);
+        assert_eq!(u16::from_le_bytes(b), 0x7C00);
+    }
+
+    #[test]
+    fn c_max_lets_nan_through_like_the_c_macro() {
+        assert!(c_max(1.0, f32::NAN).is_nan());
+        assert_eq!(c_max(f32::NAN, 2.0), 2.0);
     }
 }

@@ -10,7 +10,7 @@
 //! Layout (110 bytes): `hmask: [u8; 32]` at 0, `qs: [u8; 64]` at 32, `scales: [u8; 12]` at 96,
 //! `d: f16` at 108.
 
-use super::common::{f16_at, f32_at};
+use super::common::{accumulate_lanes, f16_at, f32_at};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -67,12 +67,24 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
         .zip(act.chunks_exact(q8_k::BLOCK_BYTES))
     {
         let q8 = &y[q8_k::OFF_QS..q8_k::OFF_QS + 256];
+        // Unpack the 3-bit quants once, in element order, then multiply 8 lanes at a time.
+        let mut a = [0i8; 256];
+        let hm = &x[OFF_HMASK..OFF_HMASK + 32];
+        for half in 0..2 {
+            let qs = &x[OFF_QS + 32 * half..OFF_QS + 32 * half + 32];
+            for step in 0..4 {
+                let bit = 1u8 << (4 * half + step);
+                let a = &mut a[128 * half + 32 * step..128 * half + 32 * step + 32];
+                for l in 0..32 {
+                    let low = ((qs[l] >> (2 * step)) & 3) as i8;
+                    a[l] = low - if hm[l] & bit != 0 { 0 } else { 4 };
+                }
+            }
+        }
         let mut aux32 = [0i32; 8];
         for i in 0..16 {
-            let sc = scale(x, i);
-            for e in 16 * i..16 * i + 16 {
-                aux32[e % 8] += sc * (q8[e] as i8 as i32 * quant(x, e));
-            }
+            let sub = 16 * i..16 * i + 16;
+            accumulate_lanes(&mut aux32, scale(x, i), &q8[sub.clone()], &a[sub]);
         }
         let d = f16_at(x, OFF_D) * f32_at(y, q8_k::OFF_D);
         for (s, &a) in sums.iter_mut().zip(&aux32) {

@@ -5,7 +5,7 @@
 //! Layout (176 bytes): `d: f16` at 0, `dmin: f16` at 2, `scales: [u8; 12]` at 4,
 //! `qh: [u8; 32]` at 16, `qs: [u8; 128]` at 48.
 
-use super::common::{f16_at, f32_at, scale_min_k4};
+use super::common::{accumulate_lanes, f16_at, f32_at, scale_min_k4};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -56,14 +56,22 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
     {
         let q8 = &y[q8_k::OFF_QS..q8_k::OFF_QS + 256];
         let scales = &x[OFF_SCALES..OFF_SCALES + 12];
+        // Unpack the 5-bit quants once, in element order, then multiply 8 lanes at a time.
+        let mut a = [0i8; 256];
+        let qh = &x[OFF_QH..OFF_QH + 32];
+        for (c, qs) in x[OFF_QS..OFF_QS + 128].chunks_exact(32).enumerate() {
+            for (l, (&q, &h)) in qs.iter().zip(qh).enumerate() {
+                a[64 * c + l] = ((q & 0xF) | (((h >> (2 * c)) & 1) << 4)) as i8;
+                a[64 * c + 32 + l] = ((q >> 4) | (((h >> (2 * c + 1)) & 1) << 4)) as i8;
+            }
+        }
         let mut aux32 = [0i32; 8];
         let mut sumi_mins = 0i32;
         for s in 0..8 {
             let (sc, m) = scale_min_k4(s, scales);
             sumi_mins += (q8_k::bsum(y, 2 * s) + q8_k::bsum(y, 2 * s + 1)) * m as i32;
-            for e in 32 * s..32 * s + 32 {
-                aux32[e % 8] += sc as i32 * (q8[e] as i8 as i32 * quant(x, e) as i32);
-            }
+            let sub = 32 * s..32 * s + 32;
+            accumulate_lanes(&mut aux32, sc as i32, &q8[sub.clone()], &a[sub]);
         }
         let dy = f32_at(y, q8_k::OFF_D);
         let d = f16_at(x, OFF_D) * dy;

@@ -10,7 +10,7 @@
 //! Layout (210 bytes): `ql: [u8; 128]` at 0, `qh: [u8; 64]` at 128, `scales: [i8; 16]` at 192,
 //! `d: f16` at 208.
 
-use super::common::{f16_at, f32_at};
+use super::common::{accumulate_lanes, f16_at, f32_at};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -63,12 +63,23 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
         .zip(act.chunks_exact(q8_k::BLOCK_BYTES))
     {
         let q8 = &y[q8_k::OFF_QS..q8_k::OFF_QS + 256];
+        // Unpack the 6-bit quants once, in element order, then multiply 8 lanes at a time.
+        let mut a = [0i8; 256];
+        for h in 0..2 {
+            let ql = &x[OFF_QL + 64 * h..OFF_QL + 64 * h + 64];
+            let qh = &x[OFF_QH + 32 * h..OFF_QH + 32 * h + 32];
+            let a = &mut a[128 * h..128 * h + 128];
+            for l in 0..32 {
+                a[l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+                a[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                a[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                a[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+            }
+        }
         let mut aux32 = [0i32; 8];
         for i in 0..16 {
-            let sc = scale(x, i);
-            for e in 16 * i..16 * i + 16 {
-                aux32[e % 8] += sc * (q8[e] as i8 as i32 * quant(x, e));
-            }
+            let sub = 16 * i..16 * i + 16;
+            accumulate_lanes(&mut aux32, scale(x, i), &q8[sub.clone()], &a[sub]);
         }
         let d = f16_at(x, OFF_D) * f32_at(y, q8_k::OFF_D);
         for (s, &a) in sums.iter_mut().zip(&aux32) {

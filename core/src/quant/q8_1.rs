@@ -4,7 +4,7 @@
 //!
 //! Layout (36 bytes): `d: f16` at 0, `s: f16` at 2, `qs: [i8; 32]` at 4.
 
-use super::common::{f16_at, put_f16, roundf};
+use super::common::{c_max, f16_at, put_f16, roundf};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 36;
@@ -32,8 +32,9 @@ pub fn quantize_row(x: &[f32], out: &mut [u8]) {
         .chunks_exact_mut(BLOCK_BYTES)
         .zip(x.chunks_exact(BLOCK_ELEMS))
     {
-        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let amax = x.iter().fold(0.0f32, |m, v| c_max(m, v.abs()));
         let d = amax / 127.0;
+        // C's `d ? 1.0f/d : 0.0f`: NaN counts as true.
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in b[OFF_QS..].iter_mut().zip(x) {

@@ -1,0 +1,36 @@
+//! Developer tool: perplexity with the running value after each chunk, as llama-perplexity
+//! prints it. `ppl MODEL.gguf ppl-tokens.json N_CTX [BOS]`
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{perplexity, Model, ResidentStore, State};
+use smolrun_tests::*;
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let file = smolrun_linux::MappedFile::open(std::path::Path::new(&a[1])).unwrap();
+    let toks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a[2]).unwrap()).unwrap();
+    let tokens = ids(&toks["tokens"]);
+    let n_ctx: usize = a[3].parse().unwrap();
+    let bos: Option<u32> = a.get(4).map(|s| s.parse().unwrap());
+    let g = Gguf::parse(file.bytes()).unwrap();
+    let m = Model::load(&g).unwrap();
+    let store = ResidentStore::new(&g);
+    let mut st = State::new(&m, n_ctx).unwrap();
+    let par = ScopedThreads::from_env();
+    let (mut sum, mut n) = (0f64, 0usize);
+    let t0 = std::time::Instant::now();
+    let r = perplexity(&m, &mut st, &store, &par, &tokens, n_ctx, bos, |i, nll| {
+        sum += nll;
+        n += 1;
+        if (i + 1) % n_ctx == 0 {
+            println!("[{}] {:.4}", (i + 1) / n_ctx, (sum / n as f64).exp());
+        }
+    })
+    .unwrap();
+    println!(
+        "ppl {:.4} over {} tokens in {:?}",
+        r.ppl,
+        r.n_scored,
+        t0.elapsed()
+    );
+}
