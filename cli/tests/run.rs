@@ -211,19 +211,26 @@ fn perplexity_json_is_close_to_llama_perplexity_on_gemma3_270m() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    // The method: the same tokens (llama-tokenize's ids, BOS first) cut into the same chunks.
+    let ref_tokens = read_golden("gemma3-270m/ppl-tokens.json");
+    assert_eq!(
+        last["tokens"].as_u64().unwrap() as usize,
+        ref_tokens["tokens"].as_array().unwrap().len(),
+        "{last}"
+    );
+    assert_eq!(last["chunks"], golden["n_chunks"], "{last}");
+    // The number: within the allowance tests/tests/perplexity.rs measured for this model's
+    // forward pass (1.5% for Gemma 3, whose activation outliers amplify last-bit differences).
+    // A wrong method (whole chunk scored, no BOS, off-by-one targets) is off by far more.
     let ppl = last["ppl"].as_f64().unwrap();
     let want = golden["ppl"].as_f64().unwrap();
-    // This checks the method (chunks, BOS, second-half scoring, token alignment): getting any
-    // of those wrong moves the perplexity by far more than 1%. How close the model's logits are
-    // to the reference is tests/tests/logits.rs's job (mean KL below 0.005 nats per token).
     assert!(
-        (ppl.ln() - want.ln()).abs() < 0.01,
+        ((ppl - want) / want).abs() < 0.015,
         "ppl {ppl}, llama-perplexity {want}"
     );
     let bpb = last["bits_per_byte"].as_f64().unwrap();
     // ln(ppl) nats per token over ~4 bytes per token of English: 0.5 to 2 bits per byte.
     assert!(bpb > 0.5 && bpb < 2.0, "bits per byte {bpb}");
-    assert!(last["tokens"].as_u64().unwrap() >= 512, "{last}");
 }
 
 #[test]
