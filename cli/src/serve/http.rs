@@ -77,8 +77,17 @@ async fn front_door(State(app): State<Arc<App>>, request: Request, next: Next) -
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let declared_length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
     let response = if path.starts_with("/v1/") && !authorized(&app, request.headers()) {
         ApiError::unauthorized().into_response()
+    } else if declared_length.is_some_and(|n| n > BODY_LIMIT as u64) {
+        // Refuse from the header instead of reading a megabyte first (the body limit
+        // below still catches chunked uploads without a length).
+        ApiError::body_too_large(BODY_LIMIT).into_response()
     } else {
         next.run(request).await
     };
