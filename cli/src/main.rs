@@ -1,6 +1,8 @@
 //! The `smolrun` binary: one subcommand per job, each in its own module under `cmd/`.
 
+mod chat_template;
 mod cmd;
+mod engine;
 mod models;
 mod serve;
 

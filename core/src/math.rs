@@ -1,1 +1,407 @@
-//! (filled in by the issue that builds it)
+//! The transformer's elementwise math, written once and shared by every model family: RMS norm,
+//! rotary position embedding, softmax, attention over the KV cache, activations, softcapping.
+//!
+//! Where llama.cpp's CPU backend rounds in a particular way (f64 sum in RMS norm, GELU through
+//! an f16 table, an iterated theta in RoPE), we round the same way, so that logits agree to the
+//! last few bits rather than merely "closely".
+
+use half::f16;
+
+/// `out = x / sqrt(mean(x^2) + eps) * weight`. The sum of squares runs in f64 as ggml does.
+///
+/// Gemma stores its norm weights already shifted by one (its converter writes `w + 1`), so one
+/// convention serves every family.
+pub fn rms_norm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let scale = rms_scale(x, eps);
+    for ((o, &xi), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = xi * scale * w;
+    }
+}
+
+/// In-place RMS norm (used per head for QK-norm and for the post-norms).
+pub fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let scale = rms_scale(x, eps);
+    for (xi, &w) in x.iter_mut().zip(weight) {
+        *xi = *xi * scale * w;
+    }
+}
+
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / libm::sqrtf(mean + eps)
+}
+
+/// How RoPE pairs up the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Llama: dimensions (2i, 2i+1) rotate together.
+    Normal,
+    /// GPT-NeoX, Qwen, Gemma: dimension i rotates with i + n_rot/2.
+    Neox,
+}
+
+/// The rotary embedding of one layer: base frequency, linear scale and YaRN parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rope {
+    pub style: RopeStyle,
+    /// How many leading dimensions of each head are rotated (the rest pass through).
+    pub n_rot: usize,
+    pub freq_base: f32,
+    /// 1 / scaling factor (linear and YaRN); 1.0 means no scaling.
+    pub freq_scale: f32,
+    /// YaRN's extrapolation mix: 0 disables YaRN, 1 is the usual value.
+    pub ext_factor: f32,
+    /// Magnitude scale applied to cos and sin (YaRN's attention factor).
+    pub attn_factor: f32,
+    /// YaRN's correction dimensions (low, high), from `yarn_corr_dims`.
+    pub corr_dims: [f32; 2],
+}
+
+impl Rope {
+    pub fn plain(style: RopeStyle, n_rot: usize, freq_base: f32) -> Rope {
+        Rope {
+            style,
+            n_rot,
+            freq_base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            corr_dims: [0.0, 0.0],
+        }
+    }
+
+    /// YaRN's ramp bounds: the dimensions whose wavelength lies between `beta_fast` and
+    /// `beta_slow` rotations over the original context.
+    pub fn yarn_corr_dims(
+        n_rot: usize,
+        n_ctx_orig: usize,
+        freq_base: f32,
+        beta_fast: f32,
+        beta_slow: f32,
+    ) -> [f32; 2] {
+        let corr_dim = |n_rotations: f32| {
+            n_rot as f32
+                * libm::logf(n_ctx_orig as f32 / (n_rotations * 2.0 * core::f32::consts::PI))
+                / (2.0 * libm::logf(freq_base))
+        };
+        let start = libm::floorf(corr_dim(beta_fast));
+        let end = libm::ceilf(corr_dim(beta_slow));
+        [start.max(0.0), end.min(n_rot as f32 - 1.0)]
+    }
+
+    /// cos/sin of the angle for dimension pair `i0/2` at position `theta_extrap` (already
+    /// `pos * base^(-i0/n_rot)`, divided by a frequency factor if the model has them).
+    fn cos_sin(&self, theta_extrap: f32, i0: usize) -> (f32, f32) {
+        let theta_interp = self.freq_scale * theta_extrap;
+        let mut theta = theta_interp;
+        let mut mscale = self.attn_factor;
+        if self.ext_factor != 0.0 {
+            let [low, high] = self.corr_dims;
+            let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
+            let ramp = 1.0 - y.clamp(0.0, 1.0);
+            let mix = ramp * self.ext_factor;
+            theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
+            mscale *= 1.0 + 0.1 * libm::logf(1.0 / self.freq_scale);
+        }
+        (libm::cosf(theta) * mscale, libm::sinf(theta) * mscale)
+    }
+
+    /// Rotates each of the `x.len() / head_dim` heads of `x` for position `pos`.
+    /// `freq_factors` (Llama 3's `rope_freqs`) divide each pair's angle when present.
+    pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize, freq_factors: Option<&[f32]>) {
+        let theta_scale = libm::powf(self.freq_base, -2.0 / self.n_rot as f32);
+        for head in x.chunks_exact_mut(head_dim) {
+            // theta is multiplied up step by step in f32, as ggml does, rather than computed
+            // with powf per pair: the rounding then matches the reference's.
+            let mut theta = pos as f32;
+            for i0 in (0..self.n_rot).step_by(2) {
+                let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
+                let (c, s) = self.cos_sin(theta / ff, i0);
+                let (a, b) = match self.style {
+                    RopeStyle::Normal => (i0, i0 + 1),
+                    RopeStyle::Neox => (i0 / 2, i0 / 2 + self.n_rot / 2),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+                theta *= theta_scale;
+            }
+        }
+    }
+}
+
+/// In-place softmax, max-subtracted for stability.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = libm::expf(*v - max);
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// log(sum(exp(x))), computed stably.
+pub fn log_sum_exp(x: &[f32]) -> f64 {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let sum: f64 = x.iter().map(|&v| libm::exp((v - max) as f64)).sum();
+    max as f64 + libm::log(sum)
+}
+
+/// `cap * tanh(x / cap)`: Gemma's soft limit on attention scores and final logits.
+pub fn softcap(x: f32, cap: f32) -> f32 {
+    cap * libm::tanhf(x / cap)
+}
+
+/// GELU, tanh approximation, evaluated as llama.cpp's CPU backend does: the input is rounded
+/// to f16, GELU computed in f32 and the result rounded to f16 (its lookup table holds exactly
+/// these values); beyond |x| >= 10 it is 0 or x.
+pub fn gelu_tanh(x: f32) -> f32 {
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let xh = f16::from_f32(x).to_f32();
+    f16::from_f32(gelu_tanh_exact(xh)).to_f32()
+}
+
+/// GELU, tanh approximation, in plain f32.
+pub fn gelu_tanh_exact(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const GELU_COEF_A: f32 = 0.044715;
+    0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)))
+}
+
+/// SiLU (swish): x * sigmoid(x).
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + libm::expf(-x))
+}
+
+/// Which positions of the cache one query attends to.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionSpan {
+    /// The query's position; keys at positions `0..=pos` are causal.
+    pub pos: usize,
+    /// Sliding window: a key at `p` is masked when `pos - p >= window`. `None` is full causal.
+    pub window: Option<usize>,
+}
+
+impl AttentionSpan {
+    pub fn first_key(&self) -> usize {
+        match self.window {
+            Some(w) if w > 0 => (self.pos + 1).saturating_sub(w),
+            _ => 0,
+        }
+    }
+}
+
+/// Grouped-query attention for one token over a KV cache stored as f16.
+///
+/// `q` holds `n_head` heads of `head_dim`; the caches hold, per position, `n_head_kv` heads of
+/// `head_dim` (keys) and `head_dim_v` (values), positions `0..=span.pos` filled. Query head `h`
+/// reads KV head `h / (n_head / n_head_kv)`. `out` gets `n_head` heads of `head_dim_v`.
+/// `scores` is scratch of at least `span.pos + 1` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    out: &mut [f32],
+    q: &[f32],
+    key_cache: &[u16],
+    value_cache: &[u16],
+    scores: &mut [f32],
+    n_head: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+    head_dim_v: usize,
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+) {
+    let group = n_head / n_head_kv;
+    for h in 0..n_head {
+        let kv = KvHead {
+            key_cache,
+            value_cache,
+            head: h / group,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+        };
+        attention_head(
+            &mut out[h * head_dim_v..(h + 1) * head_dim_v],
+            &q[h * head_dim..(h + 1) * head_dim],
+            &kv,
+            scores,
+            span,
+            scale,
+            softcap_at,
+        );
+    }
+}
+
+/// One KV head of a layer's cache: `head` of `n_head_kv`, per position `n_head_kv * head_dim`
+/// keys and `n_head_kv * head_dim_v` values, as f16 bits.
+pub struct KvHead<'a> {
+    pub key_cache: &'a [u16],
+    pub value_cache: &'a [u16],
+    pub head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+}
+
+/// Attention of one query head: scores `q.k * scale` (softcapped when `softcap_at` is set) over
+/// the span's keys, softmax, then the weighted sum of the values into `out`.
+pub fn attention_head(
+    out: &mut [f32],
+    q: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+) {
+    let k_stride = kv.n_head_kv * kv.head_dim;
+    let v_stride = kv.n_head_kv * kv.head_dim_v;
+    let first = span.first_key();
+    let n = span.pos + 1 - first;
+    let sc = &mut scores[..n];
+    for (i, s) in sc.iter_mut().enumerate() {
+        let p = first + i;
+        let k = &kv.key_cache[p * k_stride + kv.head * kv.head_dim..][..kv.head_dim];
+        let dot: f32 = q
+            .iter()
+            .zip(k)
+            .map(|(&a, &b)| a * f16::from_bits(b).to_f32())
+            .sum();
+        let v = dot * scale;
+        *s = match softcap_at {
+            Some(cap) => softcap(v, cap),
+            None => v,
+        };
+    }
+    softmax(sc);
+    out.fill(0.0);
+    for (i, &w) in sc.iter().enumerate() {
+        let p = first + i;
+        let v = &kv.value_cache[p * v_stride + kv.head * kv.head_dim_v..][..kv.head_dim_v];
+        for (oi, &vb) in out.iter_mut().zip(v) {
+            *oi += w * f16::from_bits(vb).to_f32();
+        }
+    }
+}
+
+/// Rounds `x` to f16 bits (how the KV cache stores keys and values).
+pub fn to_f16_bits(dst: &mut [u16], x: &[f32]) {
+    for (d, &v) in dst.iter_mut().zip(x) {
+        *d = f16::from_f32(v).to_bits();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_of_constant_vector_is_weight() {
+        let x = [2.0f32; 8];
+        let w = [1.5f32; 8];
+        let mut out = [0f32; 8];
+        rms_norm(&mut out, &x, &w, 0.0);
+        for v in out {
+            assert!((v - 1.5).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn rope_neox_and_normal_rotate_the_right_pairs() {
+        let rope = Rope::plain(RopeStyle::Neox, 4, 10000.0);
+        let mut x = [1.0f32, 0.0, 0.0, 0.0];
+        rope.apply(&mut x, 4, 1, None);
+        // pair (0, 2) at angle 1 rad
+        assert!((x[0] - libm::cosf(1.0)).abs() < 1e-6);
+        assert!((x[2] - libm::sinf(1.0)).abs() < 1e-6);
+        assert_eq!(x[1], 0.0);
+        let rope = Rope::plain(RopeStyle::Normal, 4, 10000.0);
+        let mut x = [1.0f32, 0.0, 0.0, 0.0];
+        rope.apply(&mut x, 4, 1, None);
+        assert!((x[1] - libm::sinf(1.0)).abs() < 1e-6);
+        assert_eq!(x[2], 0.0);
+    }
+
+    #[test]
+    fn rope_at_position_zero_is_identity() {
+        let rope = Rope::plain(RopeStyle::Neox, 8, 10000.0);
+        let mut x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        let before = x;
+        rope.apply(&mut x, 8, 0, None);
+        assert_eq!(x, before);
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = [1.0f32, 2.0, 3.0, -1.0];
+        softmax(&mut x);
+        let s: f32 = x.iter().sum();
+        assert!((s - 1.0).abs() < 1e-6);
+        assert!(x[2] > x[1] && x[1] > x[0]);
+    }
+
+    #[test]
+    fn gelu_and_silu_known_values() {
+        assert!((gelu_tanh_exact(1.0) - 0.841_192).abs() < 1e-5);
+        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-3);
+        assert_eq!(gelu_tanh(-20.0), 0.0);
+        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+    }
+
+    #[test]
+    fn attention_with_one_key_returns_its_value() {
+        let q = [1.0f32, 0.0, 0.0, 1.0];
+        let mut k = [0u16; 2];
+        let mut v = [0u16; 2];
+        to_f16_bits(&mut k, &[0.5, 0.5]);
+        to_f16_bits(&mut v, &[3.0, -2.0]);
+        let mut out = [0f32; 4];
+        let mut scores = [0f32; 1];
+        let span = AttentionSpan {
+            pos: 0,
+            window: None,
+        };
+        attention(
+            &mut out,
+            &q,
+            &k,
+            &v,
+            &mut scores,
+            2,
+            1,
+            2,
+            2,
+            span,
+            1.0,
+            None,
+        );
+        assert_eq!(out, [3.0, -2.0, 3.0, -2.0]);
+    }
+
+    #[test]
+    fn sliding_window_drops_old_keys() {
+        let span = AttentionSpan {
+            pos: 10,
+            window: Some(4),
+        };
+        // keys 7, 8, 9, 10: pos - p < 4
+        assert_eq!(span.first_key(), 7);
+        let full = AttentionSpan {
+            pos: 10,
+            window: None,
+        };
+        assert_eq!(full.first_key(), 0);
+    }
+}

@@ -1,11 +1,180 @@
+//! `smolrun chat`: a conversation in the terminal with the model's chat template.
+//!
+//! Each turn renders the whole history with the template; the engine keeps the KV cache of the
+//! previous turns and only runs the new tokens. Ctrl-C stops an answer and returns to the prompt;
+//! `/reset` starts over; end of input (Ctrl-D) quits.
+
+use crate::chat_template::ChatMessage;
+use crate::engine::{self, Engine, SamplingArgs, StopReason};
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Model: a path to a .gguf file or a short name (gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
     #[arg(short = 'm', long)]
     pub model: String,
+    /// A system message put first in the conversation.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Longest answer in tokens (-1: until the end of the turn or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    /// Context length in tokens, for the whole conversation [default: 4096, or the model's
+    /// trained context if smaller].
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx: Option<usize>,
+    /// Threads for the forward pass [default: one per core].
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
+/// Set by SIGINT; the generation loop checks it between tokens.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    // Only an atomic store: the one thing a signal handler may safely do here.
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+fn install_sigint_handler() -> Result<(), String> {
+    // SAFETY: sigaction with a handler that only stores to an atomic; the struct is zeroed and
+    // then filled as sigaction(2) describes. SA_RESTART keeps a read of stdin going when Ctrl-C
+    // comes while waiting for input.
+    let rc = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigint as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(format!(
+            "cannot install the Ctrl-C handler: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+const HELP: &str = "Type a message and press Enter. /reset starts over, Ctrl-C stops an answer, \
+                    Ctrl-D (end of input) or /exit quits.";
+
 pub fn run(args: Args) -> Result<(), String> {
-    let _ = crate::models::resolve(&args.model)?;
-    Err("'chat' is not built yet".into())
+    let threads = args.threads.unwrap_or_else(engine::default_threads);
+    if threads == 0 {
+        return Err("-t 0: use at least 1 thread".into());
+    }
+    let (path, file) = engine::open_model(&args.model)?;
+    let gguf = engine::parse_gguf(&path, &file)?;
+    let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
+    let template = engine.chat_template()?;
+    let mut sampler = engine.sampler(args.sampling.params())?;
+    let max_tokens = usize::try_from(args.n_predict).ok();
+    install_sigint_handler()?;
+
+    let fresh_history = || -> Vec<ChatMessage> {
+        match &args.system {
+            Some(s) => vec![ChatMessage::new("system", s)],
+            None => Vec::new(),
+        }
+    };
+    let mut history = fresh_history();
+    eprintln!(
+        "smolrun chat: {} ({}, context {} tokens, {:?} template). {HELP}",
+        path.display(),
+        engine.architecture(),
+        engine.n_ctx(),
+        template.kind()
+    );
+
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    let mut line = String::new();
+    loop {
+        print!("> ");
+        let _ = stdout.flush();
+        line.clear();
+        let n = stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        if n == 0 {
+            println!();
+            return Ok(());
+        }
+        let message = line.trim_end_matches(['\n', '\r']);
+        match message.trim() {
+            "" => continue,
+            "/exit" | "/quit" => return Ok(()),
+            "/reset" => {
+                history = fresh_history();
+                engine.reset();
+                sampler.reset();
+                println!("(conversation reset)");
+                continue;
+            }
+            "/help" => {
+                println!("{HELP}");
+                continue;
+            }
+            _ => {}
+        }
+
+        history.push(ChatMessage::new("user", message));
+        let rendered = match template.render(&history, true) {
+            Ok(r) => r,
+            Err(e) => {
+                history.pop();
+                eprintln!("smolrun: {e}");
+                continue;
+            }
+        };
+        let prompt = engine.tokenize_chat(&rendered, &template);
+        if prompt.len() >= engine.n_ctx() {
+            history.pop();
+            eprintln!(
+                "smolrun: the conversation is {} tokens, the context holds {}: /reset to start \
+                 over, or restart with a larger -c",
+                prompt.len(),
+                engine.n_ctx()
+            );
+            continue;
+        }
+
+        INTERRUPTED.store(false, Ordering::Relaxed);
+        // Penalties look at this answer only: the prompt is full of turn markers.
+        sampler.reset();
+        let gen = engine.generate(
+            &prompt,
+            &mut sampler,
+            max_tokens,
+            false,
+            &INTERRUPTED,
+            |p| {
+                print!("{p}");
+                let _ = std::io::stdout().flush();
+            },
+        )?;
+        println!();
+        match gen.stop {
+            StopReason::Interrupted => println!("(stopped)"),
+            StopReason::ContextFull => {
+                println!("(the context is full: /reset to start over)")
+            }
+            StopReason::Length | StopReason::EndOfText => {}
+        }
+        eprintln!(
+            "[{} tokens, {:.1} tok/s; prompt {} new tokens, {:.1} tok/s; context {}/{}]",
+            gen.tokens.len(),
+            gen.gen_tok_s(),
+            gen.prompt_evaluated,
+            gen.prompt_tok_s(),
+            engine.n_cached(),
+            engine.n_ctx()
+        );
+        history.push(ChatMessage::new("assistant", &gen.text));
+    }
 }

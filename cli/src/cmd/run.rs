@@ -1,11 +1,102 @@
+//! `smolrun run`: continue a prompt. stdout gets the generated text and nothing else, as it is
+//! produced; speeds go to stderr. With `--json`, stdout gets one JSON object at the end instead.
+
+use crate::engine::{self, Engine, SamplingArgs};
+use std::io::Write;
+use std::sync::atomic::AtomicBool;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Model: a path to a .gguf file or a short name (gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
     #[arg(short = 'm', long)]
     pub model: String,
+    /// The prompt (raw text, no chat template; control-token texts such as <|im_start|> are parsed).
+    #[arg(short = 'p', long)]
+    pub prompt: String,
+    /// How many tokens to generate at most (-1: until the end of text or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    /// Context length in tokens [default: 4096, or the model's trained context if smaller].
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx: Option<usize>,
+    /// Threads for the forward pass [default: one per core].
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Print one JSON object at the end (text, tokens, prompt_tokens, speeds) instead of streaming.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let _ = crate::models::resolve(&args.model)?;
-    Err("'run' is not built yet".into())
+    if args.prompt.is_empty() {
+        return Err("the prompt is empty: give the text to continue with -p TEXT".into());
+    }
+    let threads = args.threads.unwrap_or_else(engine::default_threads);
+    if threads == 0 {
+        return Err("-t 0: use at least 1 thread".into());
+    }
+    let (path, file) = engine::open_model(&args.model)?;
+    let gguf = engine::parse_gguf(&path, &file)?;
+    let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
+    let mut sampler = engine.sampler(args.sampling.params())?;
+
+    let prompt = engine.tokenize(&args.prompt, true, true);
+    if prompt.len() >= engine.n_ctx() {
+        return Err(format!(
+            "the prompt is {} tokens but the context holds {} (-c {}), which leaves no room to \
+             generate: shorten the prompt or raise -c (this model was trained on up to {} tokens)",
+            prompt.len(),
+            engine.n_ctx(),
+            engine.n_ctx(),
+            engine.model.hp.n_ctx_train
+        ));
+    }
+    let max_tokens = usize::try_from(args.n_predict).ok();
+
+    let stop = AtomicBool::new(false);
+    let mut stdout = std::io::stdout().lock();
+    let streaming = !args.json;
+    let mut write_error = None;
+    let gen = engine.generate(&prompt, &mut sampler, max_tokens, true, &stop, |piece| {
+        if streaming && write_error.is_none() {
+            if let Err(e) = stdout
+                .write_all(piece.as_bytes())
+                .and_then(|_| stdout.flush())
+            {
+                write_error = Some(e);
+            }
+        }
+    })?;
+    if let Some(e) = write_error {
+        // A closed pipe (`| head`) is the reader's choice, not an error worth a message.
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(format!("cannot write to stdout: {e}"));
+        }
+        return Ok(());
+    }
+
+    if args.json {
+        let out = serde_json::json!({
+            "text": gen.text,
+            "tokens": gen.tokens,
+            "prompt_tokens": prompt,
+            "prompt_tok_s": gen.prompt_tok_s(),
+            "gen_tok_s": gen.gen_tok_s(),
+            "stop": gen.stop.as_str(),
+        });
+        writeln!(stdout, "{out}").map_err(|e| format!("cannot write to stdout: {e}"))?;
+    } else {
+        let _ = writeln!(stdout);
+    }
+    eprintln!(
+        "prompt: {} tokens, {:.1} tok/s | generated: {} tokens, {:.1} tok/s | stop: {}",
+        prompt.len(),
+        gen.prompt_tok_s(),
+        gen.tokens.len(),
+        gen.gen_tok_s(),
+        gen.stop.as_str()
+    );
+    Ok(())
 }

@@ -1,6 +1,8 @@
 //! `smolrun serve`: the model as an OpenAI-compatible server with a live chat page at `/`.
 
-use crate::serve::{self, backend::Backend, fake::FakeBackend, ServeConfig};
+use crate::serve::{
+    self, backend::Backend, engine_backend::EngineBackend, fake::FakeBackend, ServeConfig,
+};
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -15,16 +17,17 @@ pub struct Args {
     /// TCP port (0 picks a free one; the address is printed on start).
     #[arg(long, default_value_t = 8090)]
     pub port: u16,
-    /// Context length in tokens (prompt plus answer).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
-    pub ctx: usize,
+    /// Context length in tokens, prompt plus answer [default: 4096, or the model's trained
+    /// context if smaller].
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx: Option<usize>,
     /// Require 'Authorization: Bearer KEY' on /v1/* (the page asks for it).
     #[arg(long)]
     pub api_key: Option<String>,
     /// Requests that may wait while one is generating; more get 503.
     #[arg(long, default_value_t = 8)]
     pub queue: usize,
-    /// Compute threads (default: all cores).
+    /// Compute threads [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// Tests only: serve a deterministic fake model that echoes the prompt.
@@ -36,30 +39,30 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    if args.ctx < 16 {
-        return Err(format!(
-            "-c {} is too small; use at least 16 tokens",
-            args.ctx
-        ));
+    if let Some(n) = args.ctx.filter(|&n| n < 16) {
+        return Err(format!("-c {n} is too small; use at least 16 tokens"));
+    }
+    let threads = args.threads.unwrap_or_else(crate::engine::default_threads);
+    if threads == 0 {
+        return Err("-t 0: use at least one thread".into());
     }
     let config = ServeConfig {
-        host: args.host.clone(),
+        host: args.host,
         port: args.port,
-        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        api_key: args.api_key.filter(|k| !k.is_empty()),
         queue: args.queue,
     };
+    let n_ctx = args.ctx;
     if args.fake_backend {
-        let (n_ctx, delay) = (args.ctx, Duration::from_millis(args.fake_token_ms));
+        let delay = Duration::from_millis(args.fake_token_ms);
         return serve::run(config, move || {
-            Ok(Box::new(FakeBackend::new(n_ctx, delay)) as Box<dyn Backend>)
+            let fake = FakeBackend::new(n_ctx.unwrap_or(2048), delay);
+            Ok(Box::new(fake) as Box<dyn Backend>)
         });
     }
-    let model_name = args.model.as_deref().unwrap_or_default();
-    let path = crate::models::resolve(model_name)?;
-    let _ = (path, args.threads);
-    // The seam: once cli/src/engine.rs exists, load the model here (on the generation
-    // thread, inside the closure) and wrap it in a `Backend` impl.
-    Err("'serve' needs the engine, which is not wired in yet; \
-         `smolrun serve --fake-backend` runs the server with a fake model"
-        .into())
+    let model = args.model.unwrap_or_default();
+    // The model is loaded on the generation thread, which owns it from then on.
+    serve::run(config, move || {
+        EngineBackend::load(&model, n_ctx, threads).map(|b| Box::new(b) as Box<dyn Backend>)
+    })
 }

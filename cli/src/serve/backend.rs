@@ -22,6 +22,8 @@ pub struct SamplingParams {
     pub top_p: f32,
     /// Keep only the `top_k` most likely tokens; 0 keeps all.
     pub top_k: usize,
+    /// Drop tokens less likely than `min_p` times the most likely one; 0 keeps all.
+    pub min_p: f32,
     /// Same seed, same prompt, same parameters: same tokens. None: the backend picks a seed.
     pub seed: Option<u64>,
     /// OpenAI's penalties: subtract `presence_penalty` once from the logit of every token that
@@ -33,12 +35,15 @@ pub struct SamplingParams {
     pub n_alternatives: usize,
 }
 
+/// Defaults: OpenAI's temperature and top_p; top_k and min_p as llama.cpp's server sets them
+/// (OpenAI has neither), which also spares sorting the whole vocabulary at every token.
 impl Default for SamplingParams {
     fn default() -> Self {
         SamplingParams {
             temperature: 1.0,
             top_p: 1.0,
-            top_k: 0,
+            top_k: 40,
+            min_p: 0.05,
             seed: None,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
@@ -64,8 +69,9 @@ pub struct TokenEvent {
     /// The bytes this token decodes to. A multi-byte character may be split across tokens; the
     /// server holds partial characters back, the backend must not.
     pub bytes: Vec<u8>,
-    /// Natural log of the probability the model gave this token: the softmax of the raw logits
-    /// (temperature 1, before penalties and truncation), so it says how sure the model was.
+    /// Natural log of the probability the model gave this token: the softmax of the logits at
+    /// temperature 1, before top-k/top-p/min-p truncation (after repetition penalties), so it
+    /// says how sure the model was.
     pub logprob: f32,
     /// The `n_alternatives` most likely tokens under that same distribution, most likely first.
     pub alternatives: Vec<Alternative>,

@@ -12,6 +12,7 @@
 //! The engine sits behind `backend::Backend`; `fake::FakeBackend` stands in for it in tests.
 
 pub mod backend;
+pub mod engine_backend;
 mod error;
 pub mod fake;
 mod http;

@@ -263,7 +263,8 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<GenerationReques
         temperature: number(&m, "temperature", 0.0, 2.0)?
             .map_or(defaults.temperature, |x| x as f32),
         top_p: number(&m, "top_p", 0.0, 1.0)?.map_or(defaults.top_p, |x| x as f32),
-        top_k: integer(&m, "top_k", 0, i64::from(u32::MAX))?.map_or(0, |x| x as usize),
+        top_k: integer(&m, "top_k", 0, i64::from(u32::MAX))?.map_or(defaults.top_k, |x| x as usize),
+        min_p: number(&m, "min_p", 0.0, 1.0)?.map_or(defaults.min_p, |x| x as f32),
         seed,
         presence_penalty: number(&m, "presence_penalty", -2.0, 2.0)?.map_or(0.0, |x| x as f32),
         frequency_penalty: number(&m, "frequency_penalty", -2.0, 2.0)?.map_or(0.0, |x| x as f32),

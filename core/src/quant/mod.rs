@@ -5,6 +5,31 @@
 
 use core::fmt;
 
+mod common;
+
+pub mod bf16;
+pub mod f16;
+pub mod f32;
+pub mod q1_0;
+pub mod q2_0;
+pub mod q2_k;
+pub mod q3_k;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
+pub mod q8_0;
+pub mod q8_1;
+pub mod q8_k;
+pub mod tq1_0;
+pub mod tq2_0;
+
+#[cfg(test)]
+mod testutil;
+
 /// Tensor element types by their GGUF/ggml type id. Ids that ggml retired (4, 5, 31-33, 36-38)
 /// are not listed: a file that uses them is rejected as an unknown type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,7 +144,7 @@ impl GgmlType {
     /// blocks or the size overflows.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n_elements % bs != 0 {
+        if !n_elements.is_multiple_of(bs) {
             return None;
         }
         (n_elements / bs).checked_mul(self.type_size() as u64)
@@ -210,11 +235,18 @@ pub enum QuantError {
         ggml_type: GgmlType,
         op: &'static str,
     },
-    /// A length that is not a whole number of blocks, or buffers of mismatched size.
+    /// Buffers of mismatched size: `expected` and `found` are byte counts for packed data and
+    /// element counts for f32 rows.
     BadLength {
         ggml_type: GgmlType,
         expected: usize,
         found: usize,
+    },
+    /// A row of `n_elements` that is not a whole number of this type's blocks.
+    NotWholeBlocks {
+        ggml_type: GgmlType,
+        block_size: usize,
+        n_elements: usize,
     },
 }
 
@@ -229,6 +261,323 @@ impl fmt::Display for QuantError {
             QuantError::BadLength { ggml_type, expected, found } => {
                 write!(f, "{ggml_type}: expected a length of {expected}, found {found}")
             }
+            QuantError::NotWholeBlocks { ggml_type, block_size, n_elements } => write!(
+                f,
+                "{ggml_type}: a row of {n_elements} elements is not a whole number of {block_size}-element \
+                 blocks; the tensor's shape does not fit its type (corrupt or unsupported file)"
+            ),
         }
+    }
+}
+
+/// Bytes of a row of `n` elements of `ty`, or the error if `n` is not whole blocks.
+pub fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
+    let bs = ty.block_size();
+    if !n.is_multiple_of(bs) {
+        return Err(QuantError::NotWholeBlocks {
+            ggml_type: ty,
+            block_size: bs,
+            n_elements: n,
+        });
+    }
+    Ok(n / bs * ty.type_size())
+}
+
+fn check_len(ty: GgmlType, expected: usize, found: usize) -> Result<(), QuantError> {
+    if expected != found {
+        return Err(QuantError::BadLength {
+            ggml_type: ty,
+            expected,
+            found,
+        });
+    }
+    Ok(())
+}
+
+/// The activation format a weight type is dotted against (ggml-cpu's `vec_dot_type`):
+/// the K-quants and ternary types take Q8_K; Q4_0, Q5_0, Q8_0, Q1_0, Q2_0 take Q8_0;
+/// Q4_1, Q5_1 take Q8_1; the float types take themselves. Types smolrun cannot use as matvec
+/// weights (the activation-only Q8_1 and Q8_K, the IQ family, MXFP4/NVFP4, integers) are
+/// `Unsupported`.
+pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
+    use GgmlType::*;
+    Ok(match w {
+        F32 => F32,
+        F16 => F16,
+        BF16 => BF16,
+        Q4_0 | Q5_0 | Q8_0 | Q1_0 | Q2_0 => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 => Q8_K,
+        _ => {
+            return Err(QuantError::Unsupported {
+                ggml_type: w,
+                op: "matvec weights",
+            })
+        }
+    })
+}
+
+/// Quantizes an f32 row into an activation format (F32, F16, BF16, Q8_0, Q8_1, Q8_K), with the
+/// numerics of ggml's reference quantizers. `out` must be exactly the row's size in `ty`.
+pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    let quantize: fn(&[f32], &mut [u8]) = match ty {
+        GgmlType::F32 => f32::quantize_row,
+        GgmlType::F16 => f16::quantize_row,
+        GgmlType::BF16 => bf16::quantize_row,
+        GgmlType::Q8_0 => q8_0::quantize_row,
+        GgmlType::Q8_1 => q8_1::quantize_row,
+        GgmlType::Q8_K => q8_k::quantize_row,
+        _ => {
+            return Err(QuantError::Unsupported {
+                ggml_type: ty,
+                op: "activation quantization",
+            })
+        }
+    };
+    check_len(ty, row_bytes(ty, x.len())?, out.len())?;
+    quantize(x, out);
+    Ok(())
+}
+
+/// Expands packed data of type `ty` into f32, exactly as ggml's `dequantize_row_*` does.
+/// `src` must hold whole blocks and `out` exactly the elements they decode to.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    let dequantize: fn(&[u8], &mut [f32]) = match ty {
+        GgmlType::F32 => f32::dequantize_row,
+        GgmlType::F16 => f16::dequantize_row,
+        GgmlType::BF16 => bf16::dequantize_row,
+        GgmlType::Q4_0 => q4_0::dequantize_row,
+        GgmlType::Q4_1 => q4_1::dequantize_row,
+        GgmlType::Q5_0 => q5_0::dequantize_row,
+        GgmlType::Q5_1 => q5_1::dequantize_row,
+        GgmlType::Q8_0 => q8_0::dequantize_row,
+        GgmlType::Q8_1 => q8_1::dequantize_row,
+        GgmlType::Q2_K => q2_k::dequantize_row,
+        GgmlType::Q3_K => q3_k::dequantize_row,
+        GgmlType::Q4_K => q4_k::dequantize_row,
+        GgmlType::Q5_K => q5_k::dequantize_row,
+        GgmlType::Q6_K => q6_k::dequantize_row,
+        GgmlType::Q8_K => q8_k::dequantize_row,
+        GgmlType::Q1_0 => q1_0::dequantize_row,
+        GgmlType::Q2_0 => q2_0::dequantize_row,
+        GgmlType::TQ1_0 => tq1_0::dequantize_row,
+        GgmlType::TQ2_0 => tq2_0::dequantize_row,
+        _ => {
+            return Err(QuantError::Unsupported {
+                ggml_type: ty,
+                op: "dequantization",
+            })
+        }
+    };
+    check_len(ty, row_bytes(ty, out.len())?, src.len())?;
+    dequantize(src, out);
+    Ok(())
+}
+
+/// Dot product of one weight row (`n` elements of the weight type) with one activation row
+/// already quantized into the weight type's `vec_dot_type`. Picked once by `vec_dot_fn`;
+/// lengths are only debug-asserted, so callers check shapes when they pick it.
+pub type VecDotFn = fn(n: usize, w_row: &[u8], act_row: &[u8]) -> f32;
+
+/// The scalar reference dot product for weights of type `w`.
+pub fn vec_dot_fn(w: GgmlType) -> Result<VecDotFn, QuantError> {
+    Ok(match w {
+        GgmlType::F32 => f32::vec_dot,
+        GgmlType::F16 => f16::vec_dot,
+        GgmlType::BF16 => bf16::vec_dot,
+        GgmlType::Q4_0 => q4_0::vec_dot,
+        GgmlType::Q4_1 => q4_1::vec_dot,
+        GgmlType::Q5_0 => q5_0::vec_dot,
+        GgmlType::Q5_1 => q5_1::vec_dot,
+        GgmlType::Q8_0 => q8_0::vec_dot,
+        GgmlType::Q2_K => q2_k::vec_dot,
+        GgmlType::Q3_K => q3_k::vec_dot,
+        GgmlType::Q4_K => q4_k::vec_dot,
+        GgmlType::Q5_K => q5_k::vec_dot,
+        GgmlType::Q6_K => q6_k::vec_dot,
+        GgmlType::Q1_0 => q1_0::vec_dot,
+        GgmlType::Q2_0 => q2_0::vec_dot,
+        GgmlType::TQ1_0 => tq1_0::vec_dot,
+        GgmlType::TQ2_0 => tq2_0::vec_dot,
+        _ => {
+            return Err(QuantError::Unsupported {
+                ggml_type: w,
+                op: "matvec weights",
+            })
+        }
+    })
+}
+
+/// out[r] = weights[r] . act for every row: `weights` is `n_rows` rows of `n_cols` elements of
+/// type `w`, `act` one row of `n_cols` already quantized into `vec_dot_type(w)`. Checks every
+/// shape once, then runs the scalar dot per row; allocates nothing.
+pub fn matvec(
+    w: GgmlType,
+    weights: &[u8],
+    n_rows: usize,
+    n_cols: usize,
+    act: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let dot = vec_dot_fn(w)?;
+    let act_ty = vec_dot_type(w)?;
+    let w_row = row_bytes(w, n_cols)?;
+    check_len(act_ty, row_bytes(act_ty, n_cols)?, act.len())?;
+    let w_total = w_row.checked_mul(n_rows).ok_or(QuantError::BadLength {
+        ggml_type: w,
+        expected: usize::MAX,
+        found: weights.len(),
+    })?;
+    check_len(w, w_total, weights.len())?;
+    check_len(GgmlType::F32, n_rows, out.len())?;
+    if w_row == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    for (y, row) in out.iter_mut().zip(weights.chunks_exact(w_row)) {
+        *y = dot(n_cols, row, act);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod dispatch_tests {
+    use super::testutil::*;
+    use super::*;
+    use alloc::vec;
+
+    const WEIGHT_TYPES: [GgmlType; 17] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q1_0,
+        GgmlType::Q2_0,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
+    ];
+
+    #[test]
+    fn partial_blocks_are_rejected() {
+        for ty in WEIGHT_TYPES
+            .iter()
+            .copied()
+            .chain([GgmlType::Q8_1, GgmlType::Q8_K])
+        {
+            let bs = ty.block_size();
+            if bs == 1 {
+                continue;
+            }
+            let mut out = vec![0f32; bs + 1];
+            let src = vec![0u8; 2 * ty.type_size()];
+            assert_eq!(
+                dequantize_row(ty, &src, &mut out),
+                Err(QuantError::NotWholeBlocks {
+                    ggml_type: ty,
+                    block_size: bs,
+                    n_elements: bs + 1
+                }),
+                "{ty}"
+            );
+            // Whole blocks, but a source of the wrong size.
+            let mut out = vec![0f32; bs];
+            assert!(
+                matches!(
+                    dequantize_row(ty, &src, &mut out),
+                    Err(QuantError::BadLength { .. })
+                ),
+                "{ty}"
+            );
+        }
+        for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
+            let bs = ty.block_size();
+            let x = vec![0f32; bs - 1];
+            let mut out = vec![0u8; ty.type_size()];
+            assert!(matches!(
+                quantize_row(ty, &x, &mut out),
+                Err(QuantError::NotWholeBlocks { .. })
+            ));
+            let x = vec![0f32; bs];
+            let mut out = vec![0u8; ty.type_size() + 1];
+            assert!(matches!(
+                quantize_row(ty, &x, &mut out),
+                Err(QuantError::BadLength { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn unsupported_types_say_so() {
+        assert!(matches!(
+            vec_dot_type(GgmlType::IQ2_XXS),
+            Err(QuantError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            vec_dot_fn(GgmlType::Q8_K),
+            Err(QuantError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            vec_dot_fn(GgmlType::Q8_1),
+            Err(QuantError::Unsupported { .. })
+        ));
+        let mut out = [0u8; 32];
+        assert!(matches!(
+            quantize_row(GgmlType::Q4_K, &[0.0; 256], &mut out),
+            Err(QuantError::Unsupported { .. })
+        ));
+        let mut y = [0f32; 32];
+        assert!(matches!(
+            dequantize_row(GgmlType::MXFP4, &[0; 17], &mut y),
+            Err(QuantError::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn every_weight_type_dots_like_its_dequantized_rows() {
+        for ty in WEIGHT_TYPES {
+            let blocks = if ty.block_size() == 1 { 96 } else { 3 };
+            check_random_dot(ty, blocks);
+        }
+    }
+
+    #[test]
+    fn matvec_runs_each_row_and_checks_shapes() {
+        let ty = GgmlType::Q4_K;
+        let (rows, cols) = (3, 512);
+        let w = random_blocks(ty, rows * 2, 7);
+        let x = ramp(cols, 0.05);
+        let mut act = vec![0u8; 2 * q8_k::BLOCK_BYTES];
+        quantize_row(GgmlType::Q8_K, &x, &mut act).unwrap();
+        let mut out = [0f32; 3];
+        matvec(ty, &w, rows, cols, &act, &mut out).unwrap();
+        for r in 0..rows {
+            let row = &w[r * 2 * q4_k::BLOCK_BYTES..(r + 1) * 2 * q4_k::BLOCK_BYTES];
+            assert_eq!(out[r].to_bits(), q4_k::vec_dot(cols, row, &act).to_bits());
+        }
+        assert!(matches!(
+            matvec(ty, &w, rows, cols, &act[1..], &mut out),
+            Err(QuantError::BadLength { .. })
+        ));
+        assert!(matches!(
+            matvec(ty, &w[1..], rows, cols, &act, &mut out),
+            Err(QuantError::BadLength { .. })
+        ));
+        assert!(matches!(
+            matvec(ty, &w, rows, 100, &act, &mut out),
+            Err(QuantError::NotWholeBlocks { .. })
+        ));
+        assert!(matches!(
+            matvec(ty, &w, rows, cols, &act, &mut out[..2]),
+            Err(QuantError::BadLength { .. })
+        ));
     }
 }

@@ -1,0 +1,435 @@
+//! Loading a model and generating text: the glue that `run`, `chat`, `perplexity` (and the
+//! server) share. A command opens the file ([`open_model`]), parses it, and builds an
+//! [`Engine`] that borrows the parsed file for as long as it runs.
+//!
+//! The engine remembers which tokens its KV cache holds, so a chat turn only runs the tokens
+//! that are new since the last turn (the longest common prefix is kept).
+
+use crate::chat_template::ChatTemplate;
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{Family, Model, ModelError, ResidentStore, State, WeightStore};
+use smolrun_core::platform::{Parallel, SingleThread};
+use smolrun_core::sampler::{Sampler, SamplerParams};
+use smolrun_core::tokenizer::{StreamDecoder, Tokenizer};
+use smolrun_linux::MappedFile;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Context length when `-c` is not given (capped at what the model was trained on).
+pub const DEFAULT_CTX: usize = 4096;
+
+const SHORT_NAMES: &str = "gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b";
+
+/// Resolves `-m` and maps the file. A missing model says how to get one.
+pub fn open_model(name_or_path: &str) -> Result<(PathBuf, MappedFile), String> {
+    let path = crate::models::resolve(name_or_path)?;
+    if !path.exists() {
+        return Err(format!(
+            "model '{name_or_path}' not found (looked for {}): give the path of a .gguf file or one \
+             of the short names {SHORT_NAMES}; tools/fetch-models.sh downloads those",
+            path.display()
+        ));
+    }
+    if path.is_dir() {
+        return Err(format!(
+            "model '{}' is a directory: give the path of a .gguf file",
+            path.display()
+        ));
+    }
+    let file = MappedFile::open(&path)?;
+    Ok((path, file))
+}
+
+/// Parses the mapped file as GGUF; the error names the file.
+pub fn parse_gguf<'a>(path: &Path, file: &'a MappedFile) -> Result<Gguf<'a>, String> {
+    Gguf::parse(file.bytes())
+        .map_err(|e| format!("{} is not a readable GGUF model file: {e}", path.display()))
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    EndOfText,
+    /// `-n` tokens were produced.
+    Length,
+    /// The context is full.
+    ContextFull,
+    /// The user pressed Ctrl-C (or the caller's stop flag was set).
+    Interrupted,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::EndOfText => "eog",
+            StopReason::Length => "length",
+            StopReason::ContextFull => "context",
+            StopReason::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// What one generation produced, and how fast.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub text: String,
+    /// Generated ids; an end-of-generation token that stopped it is included.
+    pub tokens: Vec<u32>,
+    /// Prompt tokens that had to be run (fewer than the prompt when the cache had a prefix).
+    pub prompt_evaluated: usize,
+    pub prompt_time: Duration,
+    pub gen_time: Duration,
+    pub stop: StopReason,
+}
+
+impl Generation {
+    pub fn prompt_tok_s(&self) -> f64 {
+        per_second(self.prompt_evaluated, self.prompt_time)
+    }
+    pub fn gen_tok_s(&self) -> f64 {
+        per_second(self.tokens.len(), self.gen_time)
+    }
+}
+
+fn per_second(n: usize, t: Duration) -> f64 {
+    if n == 0 || t.is_zero() {
+        0.0
+    } else {
+        n as f64 / t.as_secs_f64()
+    }
+}
+
+pub struct Engine<'g> {
+    pub path: PathBuf,
+    pub gguf: &'g Gguf<'g>,
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    store: ResidentStore<'g, 'g>,
+    par: Box<dyn Parallel>,
+    state: State,
+    /// The tokens whose keys and values are in the cache, in order.
+    cached: Vec<u32>,
+}
+
+impl<'g> Engine<'g> {
+    /// Checks the architecture, builds the tokenizer and the model, and sizes the state for
+    /// `n_ctx` tokens (`None`: [`DEFAULT_CTX`] or the trained context if smaller).
+    pub fn load(
+        path: &Path,
+        gguf: &'g Gguf<'g>,
+        n_ctx: Option<usize>,
+        threads: usize,
+    ) -> Result<Engine<'g>, String> {
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        // Architecture first: a file of another kind of model would otherwise fail on some
+        // missing key with a less helpful message.
+        let arch = gguf.architecture().map_err(|e| at(&e))?;
+        if Family::from_arch(arch).is_none() {
+            return Err(at(&ModelError::UnsupportedArch { arch: arch.into() }));
+        }
+        let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| at(&e))?;
+        let model = Model::load(gguf).map_err(|e| at(&e))?;
+        let trained = model.hp.n_ctx_train;
+        let n_ctx = match n_ctx {
+            None => DEFAULT_CTX.min(trained),
+            Some(0) => return Err("-c 0: the context must hold at least 1 token".into()),
+            Some(n) if n > trained => {
+                return Err(format!(
+                    "-c {n} is more than the {trained} tokens {} was trained on; use -c {trained} or less",
+                    path.display()
+                ))
+            }
+            Some(n) => n,
+        };
+        let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
+        Ok(Engine {
+            path: path.to_path_buf(),
+            gguf,
+            model,
+            tokenizer,
+            store: ResidentStore::new(gguf),
+            par: parallel(threads),
+            state,
+            cached: Vec::new(),
+        })
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.state.n_ctx
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.model.n_vocab()
+    }
+
+    pub fn architecture(&self) -> &str {
+        self.gguf.architecture().unwrap_or("")
+    }
+
+    pub fn chat_template(&self) -> Result<ChatTemplate, String> {
+        ChatTemplate::from_gguf(self.gguf).map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let mut ids = Vec::new();
+        self.tokenizer
+            .encode(text, add_special, parse_special, &mut ids);
+        ids
+    }
+
+    /// Tokenizes a rendered chat prompt: control tokens are parsed, and BOS is added only when
+    /// the model wants one and the template did not already write it.
+    pub fn tokenize_chat(&self, rendered: &str, template: &ChatTemplate) -> Vec<u32> {
+        let bos = template.bos_token();
+        let has_bos = !bos.is_empty() && rendered.starts_with(bos);
+        self.tokenize(rendered, !has_bos, true)
+    }
+
+    /// A sampler for this model's vocabulary. Ids the model can output but the tokenizer does
+    /// not know (padding rows of the LM head) are banned: they have no text.
+    pub fn sampler(&self, params: SamplerParams) -> Result<Sampler, String> {
+        let mut s = Sampler::new(self.n_vocab(), params).map_err(|e| e.to_string())?;
+        for id in self.tokenizer.n_vocab()..self.n_vocab() {
+            s.ban(id as u32);
+        }
+        Ok(s)
+    }
+
+    /// Forgets the cache (a new conversation).
+    pub fn reset(&mut self) {
+        self.cached.clear();
+        self.state.reset();
+    }
+
+    fn forward_error(&self, e: ModelError) -> String {
+        format!("{}: {e}", self.path.display())
+    }
+
+    /// Makes the cache hold exactly `tokens` and returns the logits after the last one. Only
+    /// the tokens after the longest prefix already cached are run; returns how many were.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<usize, String> {
+        if tokens.is_empty() {
+            return Err("nothing to run: the prompt has no tokens".into());
+        }
+        if tokens.len() > self.n_ctx() {
+            return Err(format!(
+                "the prompt is {} tokens but the context holds {} (-c {}): shorten the prompt or \
+                 raise -c (this model was trained on up to {} tokens)",
+                tokens.len(),
+                self.n_ctx(),
+                self.n_ctx(),
+                self.model.hp.n_ctx_train
+            ));
+        }
+        let common = self
+            .cached
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // The last token always runs again: its logits are what the caller needs.
+        let keep = common.min(tokens.len() - 1);
+        self.cached.truncate(keep);
+        let new = &tokens[keep..];
+        self.model
+            .forward_batch(&mut self.state, &self.store, self.par.as_ref(), new, keep)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        self.cached.extend_from_slice(new);
+        Ok(new.len())
+    }
+
+    /// Runs one more token after what is cached; the sampler reads its logits next.
+    pub fn decode(&mut self, token: u32) -> Result<(), String> {
+        let pos = self.cached.len();
+        if let Err(e) =
+            self.model
+                .forward(&mut self.state, &self.store, self.par.as_ref(), token, pos)
+        {
+            return Err(self.forward_error(e));
+        }
+        self.cached.push(token);
+        Ok(())
+    }
+
+    /// The pieces a caller that drives the model itself needs (perplexity). The cache is
+    /// forgotten: whatever the caller runs replaces it.
+    pub fn parts(
+        &mut self,
+    ) -> (
+        &Tokenizer,
+        &Model,
+        &mut State,
+        &dyn WeightStore,
+        &dyn Parallel,
+    ) {
+        self.cached.clear();
+        self.state.reset();
+        (
+            &self.tokenizer,
+            &self.model,
+            &mut self.state,
+            &self.store,
+            self.par.as_ref(),
+        )
+    }
+
+    /// The logits after the last token run ([`prefill`](Self::prefill) or
+    /// [`decode`](Self::decode)): what the next token is chosen from. The server samples from
+    /// them itself to report each token's probability and alternatives.
+    pub fn logits(&self) -> &[f32] {
+        self.state.logits()
+    }
+
+    /// How many tokens the cache holds.
+    pub fn n_cached(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// Generates after `prompt` until an end-of-generation token, `max_tokens` (None: no limit),
+    /// a full context or `stop` being set. `on_text` gets each piece of text as soon as it is
+    /// complete UTF-8. The prompt goes into the sampler's penalty history only when
+    /// `penalize_prompt` is set (a chat prompt is full of turn markers that must stay likely).
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        max_tokens: Option<usize>,
+        penalize_prompt: bool,
+        stop: &AtomicBool,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Generation, String> {
+        let t0 = Instant::now();
+        let prompt_evaluated = self.prefill(prompt)?;
+        let prompt_time = t0.elapsed();
+        if penalize_prompt {
+            for &t in prompt {
+                sampler.accept(t);
+            }
+        }
+        let t1 = Instant::now();
+        let mut decoder = StreamDecoder::new();
+        let mut text = String::new();
+        let mut piece = String::new();
+        let mut tokens = Vec::new();
+        let stop_reason = loop {
+            if stop.load(Ordering::Relaxed) {
+                break StopReason::Interrupted;
+            }
+            if max_tokens.is_some_and(|n| tokens.len() >= n) {
+                break StopReason::Length;
+            }
+            let token = sampler
+                .sample(self.state.logits())
+                .map_err(|e| format!("{}: {e}", self.path.display()))?
+                .token;
+            sampler.accept(token);
+            tokens.push(token);
+            if self.tokenizer.is_eog(token) {
+                break StopReason::EndOfText;
+            }
+            piece.clear();
+            decoder.push(&self.tokenizer, token, &mut piece);
+            if !piece.is_empty() {
+                on_text(&piece);
+                text.push_str(&piece);
+            }
+            if max_tokens.is_some_and(|n| tokens.len() >= n) {
+                break StopReason::Length;
+            }
+            if self.cached.len() >= self.n_ctx() {
+                break StopReason::ContextFull;
+            }
+            self.decode(token)?;
+        };
+        piece.clear();
+        decoder.finish(&mut piece);
+        if !piece.is_empty() {
+            on_text(&piece);
+            text.push_str(&piece);
+        }
+        Ok(Generation {
+            text,
+            tokens,
+            prompt_evaluated,
+            prompt_time,
+            gen_time: t1.elapsed(),
+            stop: stop_reason,
+        })
+    }
+}
+
+/// The worker threads a forward pass splits its matvecs over.
+fn parallel(threads: usize) -> Box<dyn Parallel> {
+    // The Linux thread pool is not in this branch yet; everything runs on this thread until it
+    // is (the `-t` value is accepted and checked so scripts need not change).
+    let _ = threads;
+    Box::new(SingleThread)
+}
+
+/// How many threads to use by default: one per core the process may run on.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Sampling flags shared by `run` and `chat` (llama.cpp's names and defaults, except the
+/// repeat penalty which smolrun turns on).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 is greedy (then the repeat penalty is off unless given).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling: keep the most likely tokens up to this total probability (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than this fraction of the most likely one (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalty for repeating recent tokens (1: off) [default: 1.15, or 1 with --temp 0].
+    #[arg(long)]
+    pub repeat_penalty: Option<f32>,
+    /// How many recent tokens the penalties look at.
+    #[arg(long, default_value_t = 256)]
+    pub repeat_last_n: usize,
+    /// Subtracted from the logit of each token present in the recent window.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit per occurrence in the recent window.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Seed of the sampler's random numbers (default: from the clock).
+    #[arg(short = 's', long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplerParams {
+        let greedy = self.temp <= 0.0;
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+        SamplerParams {
+            temperature: self.temp.max(0.0),
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self
+                .repeat_penalty
+                .unwrap_or(if greedy { 1.0 } else { 1.15 }),
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed,
+            n_probs: 0,
+        }
+    }
+}

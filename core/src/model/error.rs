@@ -1,0 +1,104 @@
+use crate::gguf::GgufError;
+use crate::quant::{GgmlType, QuantError};
+use alloc::string::String;
+use core::fmt;
+
+/// Why a model could not be loaded or run. Every variant names the key or tensor involved and
+/// the expected versus found value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelError {
+    Gguf(GgufError),
+    UnsupportedArch {
+        arch: String,
+    },
+    /// A hyperparameter outside what any real model uses, or inconsistent with another.
+    BadHParam {
+        key: String,
+        expected: String,
+        found: String,
+    },
+    MissingTensor {
+        name: String,
+    },
+    BadTensorShape {
+        name: String,
+        expected: [u64; 4],
+        found: [u64; 4],
+    },
+    BadTensorType {
+        name: String,
+        expected: &'static str,
+        found: GgmlType,
+    },
+    Quant {
+        tensor: String,
+        err: QuantError,
+    },
+    /// The weight store could not hand over a tensor (I/O error while streaming).
+    Store {
+        tensor: String,
+        reason: String,
+    },
+    TokenOutOfRange {
+        token: u32,
+        n_vocab: usize,
+    },
+    /// A position at or beyond the context the state was sized for.
+    ContextFull {
+        pos: usize,
+        n_ctx: usize,
+    },
+    BadContext {
+        requested: usize,
+        max: usize,
+    },
+}
+
+impl From<GgufError> for ModelError {
+    fn from(e: GgufError) -> Self {
+        ModelError::Gguf(e)
+    }
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ModelError::*;
+        match self {
+            Gguf(e) => e.fmt(f),
+            UnsupportedArch { arch } => write!(
+                f,
+                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen3 or gemma3"
+            ),
+            BadHParam { key, expected, found } => write!(
+                f,
+                "metadata key '{key}': expected {expected}, found {found}; the model file is corrupt or not a model smolrun can run"
+            ),
+            MissingTensor { name } => write!(
+                f,
+                "tensor '{name}' is missing; the model file is incomplete or of a different architecture"
+            ),
+            BadTensorShape { name, expected, found } => write!(
+                f,
+                "tensor '{name}': expected shape {expected:?}, found {found:?}; the file does not match its own metadata"
+            ),
+            BadTensorType { name, expected, found } => write!(
+                f,
+                "tensor '{name}': expected type {expected}, found {found}"
+            ),
+            Quant { tensor, err } => write!(f, "tensor '{tensor}': {err}"),
+            Store { tensor, reason } => write!(f, "could not read weights of '{tensor}': {reason}"),
+            TokenOutOfRange { token, n_vocab } => write!(
+                f,
+                "token id {token} is out of range: the vocabulary has {n_vocab} tokens"
+            ),
+            ContextFull { pos, n_ctx } => write!(
+                f,
+                "position {pos} is beyond the context of {n_ctx} tokens; start a new session or raise -c"
+            ),
+            BadContext { requested, max } => write!(
+                f,
+                "context length {requested} is not possible: expected 1..={max} (the model's trained context)"
+            ),
+        }
+    }
+}

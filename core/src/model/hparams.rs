@@ -1,0 +1,372 @@
+//! Hyperparameters from GGUF metadata (`<arch>.block_count`, `<arch>.attention.head_count`, ...),
+//! each checked for sense before anything is sized from it.
+
+use super::error::ModelError;
+use crate::gguf::{Gguf, GgufError, Value};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// The model families this module runs. They share the forward pass and differ only in the
+/// switches of [`Family::switches`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Llama 2/3.x, SmolLM2, and files written as `llama`.
+    Llama,
+    /// Qwen2 / Qwen2.5: bias on Q, K and V.
+    Qwen2,
+    /// Qwen3: RMS norm on each Q and K head.
+    Qwen3,
+    /// Gemma 3: QK-norm, post-norms, scaled embedding, GELU, sliding-window layers.
+    Gemma3,
+}
+
+impl Family {
+    pub fn from_arch(arch: &str) -> Option<Family> {
+        match arch {
+            "llama" => Some(Family::Llama),
+            "qwen2" => Some(Family::Qwen2),
+            "qwen3" => Some(Family::Qwen3),
+            "gemma3" => Some(Family::Gemma3),
+            _ => None,
+        }
+    }
+}
+
+/// How RoPE is stretched for long contexts (`<arch>.rope.scaling.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeScaling {
+    None,
+    Linear,
+    Yarn,
+}
+
+/// Sanity bounds. Real models sit far inside them; a value outside is a corrupt or hostile
+/// file, and is rejected before any buffer is sized from it.
+pub const MAX_LAYERS: u64 = 1024;
+pub const MAX_EMBEDDING: u64 = 1 << 17;
+pub const MAX_HEADS: u64 = 1024;
+pub const MAX_HEAD_DIM: u64 = 1024;
+pub const MAX_FEED_FORWARD: u64 = 1 << 20;
+pub const MAX_CONTEXT: u64 = 1 << 24;
+pub const MAX_VOCAB: u64 = 1 << 22;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HParams {
+    pub family: Family,
+    pub arch: String,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Key (and query) head size.
+    pub head_dim: usize,
+    /// Value head size.
+    pub head_dim_v: usize,
+    pub n_vocab: usize,
+    pub rms_eps: f32,
+    pub n_rot: usize,
+    pub rope_freq_base: f32,
+    /// Base frequency on sliding-window layers (Gemma 3 uses 10000 there).
+    pub rope_freq_base_swa: f32,
+    pub rope_scaling: RopeScaling,
+    /// 1 / `rope.scaling.factor`; 1.0 when unscaled.
+    pub rope_freq_scale: f32,
+    pub rope_n_ctx_orig: usize,
+    /// YaRN: `rope.scaling.attn_factor`, 1.0 unless the file sets it.
+    pub rope_attn_factor: f32,
+    pub n_ctx_train: usize,
+    /// Sliding window in tokens, when some layers use one.
+    pub sliding_window: Option<usize>,
+    /// `is_swa[l]`: layer `l` attends only within the sliding window.
+    pub is_swa: Vec<bool>,
+    pub final_logit_softcap: Option<f32>,
+    pub attn_logit_softcap: Option<f32>,
+}
+
+/// Reads `<arch>.<name>` as an integer, with a default when absent.
+fn opt_u64(g: &Gguf, key: &str) -> Result<Option<u64>, ModelError> {
+    match g.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            ModelError::Gguf(GgufError::WrongValueType {
+                key: key.into(),
+                expected: "non-negative integer",
+                found: v.type_name(),
+            })
+        }),
+    }
+}
+
+fn opt_f32(g: &Gguf, key: &str) -> Result<Option<f32>, ModelError> {
+    match g.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_f32().map(Some).ok_or_else(|| {
+            ModelError::Gguf(GgufError::WrongValueType {
+                key: key.into(),
+                expected: "float",
+                found: v.type_name(),
+            })
+        }),
+    }
+}
+
+fn in_range(key: &str, v: u64, lo: u64, hi: u64) -> Result<usize, ModelError> {
+    if v < lo || v > hi {
+        return Err(ModelError::BadHParam {
+            key: key.into(),
+            expected: format!("{lo}..={hi}"),
+            found: format!("{v}"),
+        });
+    }
+    Ok(v as usize)
+}
+
+fn finite_positive(key: &str, v: f32) -> Result<f32, ModelError> {
+    if !(v.is_finite() && v > 0.0) {
+        return Err(ModelError::BadHParam {
+            key: key.into(),
+            expected: "a finite number > 0".into(),
+            found: format!("{v}"),
+        });
+    }
+    Ok(v)
+}
+
+impl HParams {
+    /// Reads and validates the hyperparameters. `n_vocab` and the embedding width are checked
+    /// against `token_embd.weight`, the one tensor every family has.
+    pub fn from_gguf(g: &Gguf) -> Result<HParams, ModelError> {
+        let arch = g.architecture()?;
+        let family = Family::from_arch(arch)
+            .ok_or_else(|| ModelError::UnsupportedArch { arch: arch.into() })?;
+        let k = |name: &str| format!("{arch}.{name}");
+        let req = |name: &str| -> Result<u64, ModelError> { Ok(g.get_u64(&k(name))?) };
+
+        let key = k("block_count");
+        let n_layer = in_range(&key, req("block_count")?, 1, MAX_LAYERS)?;
+        let key = k("embedding_length");
+        let n_embd = in_range(&key, req("embedding_length")?, 1, MAX_EMBEDDING)?;
+        let key = k("feed_forward_length");
+        let n_ff = in_range(&key, req("feed_forward_length")?, 1, MAX_FEED_FORWARD)?;
+        let key = k("attention.head_count");
+        let n_head = in_range(&key, req("attention.head_count")?, 1, MAX_HEADS)?;
+        let key = k("attention.head_count_kv");
+        let n_head_kv = in_range(
+            &key,
+            opt_u64(g, &key)?.unwrap_or(n_head as u64),
+            1,
+            n_head as u64,
+        )?;
+        if n_head % n_head_kv != 0 {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: format!("a divisor of attention.head_count ({n_head})"),
+                found: format!("{n_head_kv}"),
+            });
+        }
+        let key = k("attention.key_length");
+        let head_dim = in_range(
+            &key,
+            opt_u64(g, &key)?.unwrap_or((n_embd / n_head) as u64),
+            2,
+            MAX_HEAD_DIM,
+        )?;
+        if head_dim % 2 != 0 {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: "an even head size (RoPE rotates pairs)".into(),
+                found: format!("{head_dim}"),
+            });
+        }
+        let key = k("attention.value_length");
+        let head_dim_v = in_range(
+            &key,
+            opt_u64(g, &key)?.unwrap_or((n_embd / n_head) as u64),
+            1,
+            MAX_HEAD_DIM,
+        )?;
+        let key = k("rope.dimension_count");
+        let n_rot = in_range(
+            &key,
+            opt_u64(g, &key)?.unwrap_or(head_dim as u64),
+            2,
+            head_dim as u64,
+        )?;
+        if n_rot % 2 != 0 {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: "an even number".into(),
+                found: format!("{n_rot}"),
+            });
+        }
+        let key = k("attention.layer_norm_rms_epsilon");
+        let rms_eps = opt_f32(g, &key)?.unwrap_or(1e-5);
+        if !(rms_eps.is_finite() && (0.0..1.0).contains(&rms_eps)) {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: "0 <= eps < 1".into(),
+                found: format!("{rms_eps}"),
+            });
+        }
+        let key = k("rope.freq_base");
+        let rope_freq_base = finite_positive(&key, opt_f32(g, &key)?.unwrap_or(10000.0))?;
+        let key = k("rope.freq_base_swa");
+        let rope_freq_base_swa = finite_positive(&key, opt_f32(g, &key)?.unwrap_or(10000.0))?;
+        let key = k("context_length");
+        let n_ctx_train = in_range(&key, req("context_length")?, 1, MAX_CONTEXT)?;
+
+        let key = k("rope.scaling.type");
+        let rope_scaling = match g.get(&key) {
+            None => RopeScaling::Linear,
+            Some(Value::Str("none")) => RopeScaling::None,
+            Some(Value::Str("linear")) => RopeScaling::Linear,
+            Some(Value::Str("yarn")) => RopeScaling::Yarn,
+            Some(v) => {
+                return Err(ModelError::BadHParam {
+                    key,
+                    expected: "\"none\", \"linear\" or \"yarn\"".into(),
+                    found: format!("{v:?}"),
+                })
+            }
+        };
+        let key = k("rope.scaling.factor");
+        let factor = opt_f32(g, &key)?.unwrap_or(0.0);
+        if !(factor.is_finite() && (factor == 0.0 || factor >= 1e-3)) {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: "0 (unset) or a positive factor".into(),
+                found: format!("{factor}"),
+            });
+        }
+        let rope_freq_scale = if factor == 0.0 || rope_scaling == RopeScaling::None {
+            1.0
+        } else {
+            1.0 / factor
+        };
+        let key = k("rope.scaling.original_context_length");
+        let rope_n_ctx_orig = in_range(
+            &key,
+            opt_u64(g, &key)?.unwrap_or(n_ctx_train as u64),
+            1,
+            MAX_CONTEXT,
+        )?;
+        let key = k("rope.scaling.attn_factor");
+        let rope_attn_factor = finite_positive(&key, opt_f32(g, &key)?.unwrap_or(1.0))?;
+
+        let key = k("attention.sliding_window");
+        let sliding_window = match opt_u64(g, &key)? {
+            None | Some(0) => None,
+            Some(w) => Some(in_range(&key, w, 1, MAX_CONTEXT)?),
+        };
+        let is_swa = Self::swa_pattern(
+            g,
+            &k("attention.sliding_window_pattern"),
+            family,
+            n_layer,
+            sliding_window,
+        )?;
+
+        let cap = |name: &str| -> Result<Option<f32>, ModelError> {
+            let key = k(name);
+            match opt_f32(g, &key)? {
+                None => Ok(None),
+                Some(c) if c == 0.0 => Ok(None),
+                Some(c) => finite_positive(&key, c).map(Some),
+            }
+        };
+        // Gemma 2 capped both; Gemma 3 dropped them, but a file may still carry the keys.
+        let final_logit_softcap = cap("final_logit_softcapping")?;
+        let attn_logit_softcap = cap("attn_logit_softcapping")?;
+
+        let embd = g
+            .tensor("token_embd.weight")
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: "token_embd.weight".into(),
+            })?;
+        if embd.n_dims != 2 || embd.dims[0] != n_embd as u64 {
+            return Err(ModelError::BadHParam {
+                key: k("embedding_length"),
+                expected: format!("{} (the row length of token_embd.weight)", embd.dims[0]),
+                found: format!("{n_embd}"),
+            });
+        }
+        let n_vocab = in_range(
+            "token_embd.weight rows (vocabulary)",
+            embd.dims[1],
+            1,
+            MAX_VOCAB,
+        )?;
+
+        Ok(HParams {
+            family,
+            arch: arch.into(),
+            n_layer,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            n_vocab,
+            rms_eps,
+            n_rot,
+            rope_freq_base,
+            rope_freq_base_swa,
+            rope_scaling,
+            rope_freq_scale,
+            rope_n_ctx_orig,
+            rope_attn_factor,
+            n_ctx_train,
+            sliding_window,
+            is_swa,
+            final_logit_softcap,
+            attn_logit_softcap,
+        })
+    }
+
+    /// Which layers use the sliding window. The file may give a per-layer bool array, or a
+    /// period n (layer l is local unless l % n == n - 1); Gemma 3's default period is 6
+    /// (five local layers, then one global).
+    fn swa_pattern(
+        g: &Gguf,
+        key: &str,
+        family: Family,
+        n_layer: usize,
+        window: Option<usize>,
+    ) -> Result<Vec<bool>, ModelError> {
+        if window.is_none() {
+            return Ok(alloc::vec![false; n_layer]);
+        }
+        let period = match g.get(key) {
+            Some(Value::Array(a)) => {
+                let flags: Vec<bool> = a.iter().filter_map(|v| v.as_bool()).collect();
+                if flags.len() != n_layer {
+                    return Err(ModelError::BadHParam {
+                        key: key.into(),
+                        expected: format!("{n_layer} booleans (one per layer)"),
+                        found: format!("an array of {} ({} booleans)", a.len(), flags.len()),
+                    });
+                }
+                return Ok(flags);
+            }
+            Some(v) => match v.as_u64() {
+                Some(p) => in_range(key, p, 0, MAX_LAYERS)?,
+                None => {
+                    return Err(ModelError::BadHParam {
+                        key: key.into(),
+                        expected: "an integer period or a bool array".into(),
+                        found: v.type_name().into(),
+                    })
+                }
+            },
+            None if family == Family::Gemma3 => 6,
+            // Other families with a window but no pattern: every layer is windowed.
+            None => 0,
+        };
+        Ok((0..n_layer)
+            .map(|l| period == 0 || l % period < period - 1)
+            .collect())
+    }
+}

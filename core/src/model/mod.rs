@@ -1,0 +1,739 @@
+//! The decoder-only transformer: Llama, Qwen2, Qwen3 and Gemma 3 in one forward pass.
+//!
+//! ```text
+//! token -> embedding row (x sqrt(n_embd) for Gemma)
+//!   for each layer:
+//!     xb = rms_norm(x)                     attn_norm
+//!     q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)
+//!     q, k = rms_norm per head             Qwen3, Gemma 3 (QK-norm)
+//!     q, k = rope(q, k, pos)               normal (Llama) or neox (Qwen, Gemma)
+//!     cache[pos] = k, v                    f16, like llama.cpp's default cache
+//!     a = attention(q, cache[..=pos])      grouped-query, optional sliding window
+//!     o = Wo a;  o = rms_norm(o)           post_attention_norm: Gemma 3
+//!     x = x + o
+//!     xb = rms_norm(x)                     ffn_norm
+//!     h = act(Wgate xb) * (Wup xb)         SiLU (Llama, Qwen) or GELU-tanh (Gemma)
+//!     f = Wdown h; f = rms_norm(f)         post_ffw_norm: Gemma 3
+//!     x = x + f
+//! logits = Wout rms_norm(x)                Wout may be token_embd (tied)
+//! ```
+//! Families differ only in the switches of [`Switches`]; everything else is shared.
+//! Every matrix is reached through a [`WeightStore`], asked for just before its matvec and
+//! released right after.
+
+mod error;
+pub mod hparams;
+pub mod perplexity;
+mod quant_shim;
+pub mod store;
+
+pub use error::ModelError;
+pub use hparams::{Family, HParams, RopeScaling};
+pub use perplexity::{bits_per_byte, perplexity, PerplexityResult};
+pub use store::{ResidentStore, TensorId, WeightStore};
+
+use crate::gguf::Gguf;
+use crate::math::{self, AttentionSpan, Rope, RopeStyle};
+use crate::platform::Parallel;
+use crate::quant::GgmlType;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
+use quant_shim as quant;
+
+/// The per-family differences, and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Switches {
+    /// Q, K and V have biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Each Q and K head is RMS-normed before RoPE (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// The attention and FFN outputs are RMS-normed before the residual add (Gemma 3).
+    pub post_norms: bool,
+    /// The embedding row is multiplied by sqrt(n_embd) (Gemma).
+    pub scale_embedding: bool,
+    pub activation: Activation,
+    pub rope_style: RopeStyle,
+    /// Q is multiplied by 1/sqrt(head_dim) before attention instead of scaling the scores
+    /// (Gemma's order of operations; the same value, rounded as the reference rounds it).
+    pub scale_q_before_attention: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    GeluTanh,
+}
+
+impl Family {
+    pub fn switches(self) -> Switches {
+        let base = Switches {
+            qkv_bias: false,
+            qk_norm: false,
+            post_norms: false,
+            scale_embedding: false,
+            activation: Activation::Silu,
+            rope_style: RopeStyle::Neox,
+            scale_q_before_attention: false,
+        };
+        match self {
+            Family::Llama => Switches {
+                rope_style: RopeStyle::Normal,
+                ..base
+            },
+            Family::Qwen2 => Switches {
+                qkv_bias: true,
+                ..base
+            },
+            Family::Qwen3 => Switches {
+                qk_norm: true,
+                ..base
+            },
+            Family::Gemma3 => Switches {
+                qk_norm: true,
+                post_norms: true,
+                scale_embedding: true,
+                activation: Activation::GeluTanh,
+                scale_q_before_attention: true,
+                ..base
+            },
+        }
+    }
+}
+
+/// A weight matrix of `n_rows` rows of `n_cols`, as stored, with its kernel chosen at load.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub id: TensorId,
+    pub name: String,
+    pub ty: GgmlType,
+    pub n_rows: usize,
+    pub n_cols: usize,
+    pub row_bytes: usize,
+    /// The format the input vector is quantized to before the dot products.
+    pub act_ty: GgmlType,
+}
+
+#[derive(Debug, Clone)]
+pub struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub wo: Matrix,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Matrix,
+    pub w_up: Matrix,
+    pub w_down: Matrix,
+    pub post_ffn_norm: Option<Vec<f32>>,
+    pub rope: Rope,
+    /// Sliding window of this layer, `None` for global attention.
+    pub window: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub hp: HParams,
+    pub switches: Switches,
+    pub token_embd: Matrix,
+    pub layers: Vec<Layer>,
+    pub output_norm: Vec<f32>,
+    /// The LM head; `token_embd` itself when the file has no `output.weight` (tied).
+    pub output: Matrix,
+    /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`).
+    pub rope_freqs: Option<Vec<f32>>,
+}
+
+/// Reads small F32 vectors (norms, biases) at load time: a few KB per layer, kept in RAM.
+fn f32_vector(g: &Gguf, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
+    let expected = [len as u64, 1, 1, 1];
+    if t.dims != expected {
+        return Err(ModelError::BadTensorShape {
+            name: name.into(),
+            expected,
+            found: t.dims,
+        });
+    }
+    if t.ggml_type != GgmlType::F32 {
+        return Err(ModelError::BadTensorType {
+            name: name.into(),
+            expected: "F32",
+            found: t.ggml_type,
+        });
+    }
+    Ok(g.tensor_data(t)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+fn opt_f32_vector(g: &Gguf, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+    match g.tensor(name) {
+        None => Ok(None),
+        Some(_) => f32_vector(g, name, len).map(Some),
+    }
+}
+
+/// A matrix of `n_rows` x `n_cols` (ggml dims `[n_cols, n_rows]`) whose type has a matvec kernel.
+fn matrix(g: &Gguf, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, ModelError> {
+    let id = *g
+        .tensors
+        .iter()
+        .position(|t| t.name == name)
+        .as_ref()
+        .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
+    let t = &g.tensors[id];
+    let expected = [n_cols as u64, n_rows as u64, 1, 1];
+    if t.dims != expected {
+        return Err(ModelError::BadTensorShape {
+            name: name.into(),
+            expected,
+            found: t.dims,
+        });
+    }
+    let quant_err = |err| ModelError::Quant {
+        tensor: name.into(),
+        err,
+    };
+    let act_ty = quant::vec_dot_type(t.ggml_type).map_err(quant_err)?;
+    quant::vec_dot_fn(t.ggml_type).map_err(quant_err)?;
+    if act_ty.bytes_for(n_cols as u64).is_none() {
+        return Err(ModelError::BadTensorShape {
+            name: name.into(),
+            expected: [
+                (n_cols as u64).div_ceil(act_ty.block_size() as u64) * act_ty.block_size() as u64,
+                n_rows as u64,
+                1,
+                1,
+            ],
+            found: t.dims,
+        });
+    }
+    Ok(Matrix {
+        id,
+        name: name.into(),
+        ty: t.ggml_type,
+        n_rows,
+        n_cols,
+        row_bytes: t.row_bytes(),
+        act_ty,
+    })
+}
+
+impl Model {
+    /// Reads the hyperparameters, then finds and checks every tensor the forward pass needs.
+    /// Nothing is sized from a number in the file before that number has been validated.
+    pub fn load(g: &Gguf) -> Result<Model, ModelError> {
+        let hp = HParams::from_gguf(g)?;
+        let sw = hp.family.switches();
+        let (n_embd, n_ff) = (hp.n_embd, hp.n_ff);
+        let q_dim = hp.n_head * hp.head_dim;
+        let kv_dim = hp.n_head_kv * hp.head_dim;
+        let v_dim = hp.n_head_kv * hp.head_dim_v;
+        let o_dim = hp.n_head * hp.head_dim_v;
+
+        let token_embd = matrix(g, "token_embd.weight", n_embd, hp.n_vocab)?;
+        let output = match g.tensor("output.weight") {
+            Some(_) => matrix(g, "output.weight", n_embd, hp.n_vocab)?,
+            None => token_embd.clone(),
+        };
+        let output_norm = f32_vector(g, "output_norm.weight", n_embd)?;
+        let rope_freqs = opt_f32_vector(g, "rope_freqs.weight", hp.n_rot / 2)?;
+
+        let ext_factor = if hp.rope_scaling == RopeScaling::Yarn {
+            1.0
+        } else {
+            0.0
+        };
+        let yarn_attn_factor = if ext_factor != 0.0 && hp.rope_freq_scale < 1.0 {
+            // llama.cpp cancels the magnitude scale that its YaRN kernel applies, then
+            // multiplies by the file's own attention factor.
+            let factor = 1.0 / hp.rope_freq_scale;
+            let mscale = 0.1 * libm::logf(factor) + 1.0;
+            mscale / (1.0 + 0.1 * libm::logf(factor))
+        } else {
+            1.0
+        } * hp.rope_attn_factor;
+
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for l in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let swa = hp.is_swa[l];
+            let freq_base = if swa {
+                hp.rope_freq_base_swa
+            } else {
+                hp.rope_freq_base
+            };
+            // Sliding-window layers are never frequency-scaled.
+            let freq_scale = if swa { 1.0 } else { hp.rope_freq_scale };
+            let rope = Rope {
+                style: sw.rope_style,
+                n_rot: hp.n_rot,
+                freq_base,
+                freq_scale,
+                ext_factor,
+                attn_factor: yarn_attn_factor,
+                corr_dims: Rope::yarn_corr_dims(hp.n_rot, hp.rope_n_ctx_orig, freq_base, 32.0, 1.0),
+            };
+            let bias = |s: &str, len| -> Result<Option<Vec<f32>>, ModelError> {
+                if sw.qkv_bias {
+                    f32_vector(g, &n(s), len).map(Some)
+                } else {
+                    opt_f32_vector(g, &n(s), len)
+                }
+            };
+            let norm_if = |on: bool, s: &str, len| -> Result<Option<Vec<f32>>, ModelError> {
+                if on {
+                    f32_vector(g, &n(s), len).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(Layer {
+                attn_norm: f32_vector(g, &n("attn_norm.weight"), n_embd)?,
+                wq: matrix(g, &n("attn_q.weight"), n_embd, q_dim)?,
+                wk: matrix(g, &n("attn_k.weight"), n_embd, kv_dim)?,
+                wv: matrix(g, &n("attn_v.weight"), n_embd, v_dim)?,
+                wo: matrix(g, &n("attn_output.weight"), o_dim, n_embd)?,
+                bq: bias("attn_q.bias", q_dim)?,
+                bk: bias("attn_k.bias", kv_dim)?,
+                bv: bias("attn_v.bias", v_dim)?,
+                q_norm: norm_if(sw.qk_norm, "attn_q_norm.weight", hp.head_dim)?,
+                k_norm: norm_if(sw.qk_norm, "attn_k_norm.weight", hp.head_dim)?,
+                post_attn_norm: norm_if(sw.post_norms, "post_attention_norm.weight", n_embd)?,
+                ffn_norm: f32_vector(g, &n("ffn_norm.weight"), n_embd)?,
+                w_gate: matrix(g, &n("ffn_gate.weight"), n_embd, n_ff)?,
+                w_up: matrix(g, &n("ffn_up.weight"), n_embd, n_ff)?,
+                w_down: matrix(g, &n("ffn_down.weight"), n_ff, n_embd)?,
+                post_ffn_norm: norm_if(sw.post_norms, "post_ffw_norm.weight", n_embd)?,
+                rope,
+                window: if swa { hp.sliding_window } else { None },
+            });
+        }
+        Ok(Model {
+            hp,
+            switches: sw,
+            token_embd,
+            layers,
+            output_norm,
+            output,
+            rope_freqs,
+        })
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.hp.n_vocab
+    }
+
+    /// Runs one token at position `pos` and returns the logits for the next token.
+    pub fn forward<'s>(
+        &self,
+        state: &'s mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        token: u32,
+        pos: usize,
+    ) -> Result<&'s [f32], ModelError> {
+        self.forward_inner(state, store, par, token, pos, true)?;
+        Ok(&state.logits)
+    }
+
+    /// Runs a prompt token by token from position `pos`; only the last token's logits are
+    /// computed (the LM head is the largest matrix of a small model).
+    pub fn forward_batch<'s>(
+        &self,
+        state: &'s mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        tokens: &[u32],
+        pos: usize,
+    ) -> Result<&'s [f32], ModelError> {
+        for (i, &t) in tokens.iter().enumerate() {
+            self.forward_inner(state, store, par, t, pos + i, i + 1 == tokens.len())?;
+        }
+        Ok(&state.logits)
+    }
+
+    fn forward_inner(
+        &self,
+        s: &mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        token: u32,
+        pos: usize,
+        want_logits: bool,
+    ) -> Result<(), ModelError> {
+        let hp = &self.hp;
+        if pos >= s.n_ctx {
+            return Err(ModelError::ContextFull {
+                pos,
+                n_ctx: s.n_ctx,
+            });
+        }
+        self.embed(s, store, token)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            self.attention_block(s, store, par, l, layer, pos)?;
+            self.ffn_block(s, store, par, layer)?;
+        }
+        s.pos = pos + 1;
+        if !want_logits {
+            return Ok(());
+        }
+        math::rms_norm(&mut s.xb, &s.x, &self.output_norm, hp.rms_eps);
+        quantize_input(&self.output, &s.xb, &mut s.act_q)?;
+        matvec(par, store, &self.output, &s.act_q, &mut s.logits)?;
+        if let Some(cap) = hp.final_logit_softcap {
+            for v in s.logits.iter_mut() {
+                *v = math::softcap(*v, cap);
+            }
+        }
+        Ok(())
+    }
+
+    /// x = the embedding row of `token` (only that row is read and dequantized).
+    fn embed(&self, s: &mut State, store: &dyn WeightStore, token: u32) -> Result<(), ModelError> {
+        let m = &self.token_embd;
+        if token as usize >= self.hp.n_vocab {
+            return Err(ModelError::TokenOutOfRange {
+                token,
+                n_vocab: self.hp.n_vocab,
+            });
+        }
+        let bytes = store.get(m.id)?;
+        let row = &bytes[token as usize * m.row_bytes..(token as usize + 1) * m.row_bytes];
+        let r = quant::dequantize_row(m.ty, row, &mut s.x);
+        store.release(m.id);
+        r.map_err(|err| ModelError::Quant {
+            tensor: m.name.clone(),
+            err,
+        })?;
+        if self.switches.scale_embedding {
+            let scale = libm::sqrtf(self.hp.n_embd as f32);
+            s.x.iter_mut().for_each(|v| *v *= scale);
+        }
+        Ok(())
+    }
+
+    /// x += (post-norm of) Wo · attention(rope(Wq xb), cache), with xb = rms_norm(x).
+    fn attention_block(
+        &self,
+        s: &mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        l: usize,
+        layer: &Layer,
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        let hp = &self.hp;
+        let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
+        math::rms_norm(&mut s.xb, &s.x, &layer.attn_norm, hp.rms_eps);
+
+        // Q, K, V share one input: quantize it once per activation format.
+        quantize_input(&layer.wq, &s.xb, &mut s.act_q)?;
+        matvec(par, store, &layer.wq, &s.act_q, &mut s.q)?;
+        if layer.wk.act_ty != layer.wq.act_ty {
+            quantize_input(&layer.wk, &s.xb, &mut s.act_q)?;
+        }
+        matvec(par, store, &layer.wk, &s.act_q, &mut s.k)?;
+        if layer.wv.act_ty != layer.wk.act_ty {
+            quantize_input(&layer.wv, &s.xb, &mut s.act_q)?;
+        }
+        matvec(par, store, &layer.wv, &s.act_q, &mut s.v)?;
+        for (out, bias) in [
+            (&mut s.q, &layer.bq),
+            (&mut s.k, &layer.bk),
+            (&mut s.v, &layer.bv),
+        ] {
+            if let Some(b) = bias {
+                out.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+            }
+        }
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            s.q.chunks_exact_mut(hd)
+                .for_each(|h| math::rms_norm_in_place(h, qn, hp.rms_eps));
+            s.k.chunks_exact_mut(hd)
+                .for_each(|h| math::rms_norm_in_place(h, kn, hp.rms_eps));
+        }
+        let ff = self.rope_freqs.as_deref();
+        layer.rope.apply(&mut s.q, hd, pos, ff);
+        layer.rope.apply(&mut s.k, hd, pos, ff);
+
+        let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
+        let score_scale = if self.switches.scale_q_before_attention {
+            s.q.iter_mut().for_each(|v| *v *= inv_sqrt_hd);
+            1.0
+        } else {
+            inv_sqrt_hd
+        };
+
+        // Append this position's K and V to the layer's cache.
+        let (kv_dim, v_dim) = (s.kv_dim, s.v_dim);
+        let kbase = l * s.n_ctx * kv_dim;
+        let vbase = l * s.n_ctx * v_dim;
+        math::to_f16_bits(&mut s.key_cache[kbase + pos * kv_dim..][..kv_dim], &s.k);
+        math::to_f16_bits(&mut s.value_cache[vbase + pos * v_dim..][..v_dim], &s.v);
+
+        let span = AttentionSpan {
+            pos,
+            window: layer.window,
+        };
+        let key_cache = &s.key_cache[kbase..kbase + (pos + 1) * kv_dim];
+        let value_cache = &s.value_cache[vbase..vbase + (pos + 1) * v_dim];
+        // Heads are independent: split them over the workers.
+        let group = hp.n_head / hp.n_head_kv;
+        let n_workers = par.n_threads().clamp(1, hp.n_head_kv);
+        let att_out = SharedMut::new(&mut s.att_out);
+        let scores = SharedMut::new(&mut s.scores);
+        let q = &s.q;
+        let n_ctx = s.n_ctx;
+        let softcap = hp.attn_logit_softcap;
+        par.run(&|w| {
+            if w >= n_workers {
+                return;
+            }
+            // Worker w takes whole KV groups, so each reads its part of the cache once.
+            let (g0, g1) = split(hp.n_head_kv, n_workers, w);
+            for kvh in g0..g1 {
+                for h in kvh * group..(kvh + 1) * group {
+                    // SAFETY: head h's output and score rows are touched by this worker only.
+                    let out = unsafe { att_out.slice(h * hdv, hdv) };
+                    let sc = unsafe { scores.slice(h * n_ctx, n_ctx) };
+                    let kv = math::KvHead {
+                        key_cache,
+                        value_cache,
+                        head: kvh,
+                        n_head_kv: hp.n_head_kv,
+                        head_dim: hd,
+                        head_dim_v: hdv,
+                    };
+                    let q = &q[h * hd..(h + 1) * hd];
+                    math::attention_head(out, q, &kv, sc, span, score_scale, softcap);
+                }
+            }
+        });
+
+        quantize_input(&layer.wo, &s.att_out, &mut s.act_q)?;
+        matvec(par, store, &layer.wo, &s.act_q, &mut s.xb2)?;
+        if let Some(w) = &layer.post_attn_norm {
+            math::rms_norm_in_place(&mut s.xb2, w, hp.rms_eps);
+        }
+        s.x.iter_mut().zip(&s.xb2).for_each(|(x, o)| *x += o);
+        Ok(())
+    }
+
+    /// x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with xb = rms_norm(x).
+    fn ffn_block(
+        &self,
+        s: &mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        layer: &Layer,
+    ) -> Result<(), ModelError> {
+        let hp = &self.hp;
+        math::rms_norm(&mut s.xb, &s.x, &layer.ffn_norm, hp.rms_eps);
+        quantize_input(&layer.w_gate, &s.xb, &mut s.act_q)?;
+        matvec(par, store, &layer.w_gate, &s.act_q, &mut s.hb)?;
+        if layer.w_up.act_ty != layer.w_gate.act_ty {
+            quantize_input(&layer.w_up, &s.xb, &mut s.act_q)?;
+        }
+        matvec(par, store, &layer.w_up, &s.act_q, &mut s.hb2)?;
+        let act = match self.switches.activation {
+            Activation::Silu => math::silu,
+            Activation::GeluTanh => math::gelu_tanh,
+        };
+        s.hb.iter_mut()
+            .zip(&s.hb2)
+            .for_each(|(g, u)| *g = act(*g) * u);
+        quantize_input(&layer.w_down, &s.hb, &mut s.act_q)?;
+        matvec(par, store, &layer.w_down, &s.act_q, &mut s.xb2)?;
+        if let Some(w) = &layer.post_ffn_norm {
+            math::rms_norm_in_place(&mut s.xb2, w, hp.rms_eps);
+        }
+        s.x.iter_mut().zip(&s.xb2).for_each(|(x, o)| *x += o);
+        Ok(())
+    }
+}
+
+/// Quantizes the input vector of `m` into its activation format.
+fn quantize_input(m: &Matrix, x: &[f32], act_q: &mut [u8]) -> Result<(), ModelError> {
+    quant::quantize_row(m.act_ty, &x[..m.n_cols], act_q).map_err(|err| ModelError::Quant {
+        tensor: m.name.clone(),
+        err,
+    })
+}
+
+/// Rows `[lo, hi)` of `n` split into `parts` near-equal ranges.
+fn split(n: usize, parts: usize, i: usize) -> (usize, usize) {
+    let per = n.div_ceil(parts);
+    ((i * per).min(n), ((i + 1) * per).min(n))
+}
+
+/// A mutable slice handed to parallel workers that write disjoint ranges of it.
+struct SharedMut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: workers only take disjoint sub-slices (see `slice`).
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    fn new(s: &mut [f32]) -> Self {
+        SharedMut {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        }
+    }
+    /// # Safety
+    /// No two live slices may overlap, and the source slice must outlive them.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.len);
+        core::slice::from_raw_parts_mut(self.ptr.add(start), len)
+    }
+}
+
+/// `out = M · x` with `x` already quantized into `act_q`; rows split over the workers. The
+/// weight is fetched from the store just before and released right after.
+fn matvec(
+    par: &dyn Parallel,
+    store: &dyn WeightStore,
+    m: &Matrix,
+    act_q: &[u8],
+    out: &mut [f32],
+) -> Result<(), ModelError> {
+    let w = store.get(m.id)?;
+    let failed = AtomicBool::new(false);
+    let n_workers = par.n_threads().max(1);
+    let shared = SharedMut::new(&mut out[..m.n_rows]);
+    par.run(&|i| {
+        if i >= n_workers {
+            return;
+        }
+        // Split on multiples of 16 rows so workers do not share cache lines of `out`.
+        let (r0, r1) = split(m.n_rows.div_ceil(16), n_workers, i);
+        let (r0, r1) = ((r0 * 16).min(m.n_rows), (r1 * 16).min(m.n_rows));
+        if r0 >= r1 {
+            return;
+        }
+        // SAFETY: each worker writes only its own rows r0..r1.
+        let o = unsafe { shared.slice(r0, r1 - r0) };
+        let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
+        if quant::matvec(m.ty, rows, r1 - r0, m.n_cols, act_q, o).is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+    });
+    store.release(m.id);
+    if failed.load(Ordering::Relaxed) {
+        // Shapes were checked at load, so this means the store handed over the wrong bytes.
+        return Err(ModelError::Store {
+            tensor: m.name.clone(),
+            reason: format!(
+                "got {} bytes, expected {} rows of {} bytes",
+                w.len(),
+                m.n_rows,
+                m.row_bytes
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Everything that changes while running: activations, the quantized-activation scratch and
+/// the KV cache, all sized once for a context length so that a token allocates nothing.
+pub struct State {
+    pub n_ctx: usize,
+    /// Next position to fill (tokens in the cache).
+    pub pos: usize,
+    kv_dim: usize,
+    v_dim: usize,
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    xb2: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att_out: Vec<f32>,
+    scores: Vec<f32>,
+    hb: Vec<f32>,
+    hb2: Vec<f32>,
+    act_q: Vec<u8>,
+    /// f16 bits, `[layer][pos][n_head_kv * head_dim]`.
+    key_cache: Vec<u16>,
+    value_cache: Vec<u16>,
+    logits: Vec<f32>,
+}
+
+impl State {
+    /// Sizes every buffer for `n_ctx` positions (at most the model's trained context).
+    pub fn new(model: &Model, n_ctx: usize) -> Result<State, ModelError> {
+        let hp = &model.hp;
+        if n_ctx == 0 || n_ctx > hp.n_ctx_train {
+            return Err(ModelError::BadContext {
+                requested: n_ctx,
+                max: hp.n_ctx_train,
+            });
+        }
+        let q_dim = hp.n_head * hp.head_dim;
+        let kv_dim = hp.n_head_kv * hp.head_dim;
+        let v_dim = hp.n_head_kv * hp.head_dim_v;
+        let o_dim = hp.n_head * hp.head_dim_v;
+        let widest = hp.n_embd.max(hp.n_ff).max(o_dim);
+        // Worst case for the activation scratch is F32 (4 bytes per element).
+        let act_bytes = widest * 4;
+        Ok(State {
+            n_ctx,
+            pos: 0,
+            kv_dim,
+            v_dim,
+            x: vec![0.0; hp.n_embd],
+            xb: vec![0.0; hp.n_embd],
+            xb2: vec![0.0; hp.n_embd],
+            q: vec![0.0; q_dim],
+            k: vec![0.0; kv_dim],
+            v: vec![0.0; v_dim],
+            att_out: vec![0.0; o_dim],
+            scores: vec![0.0; hp.n_head * n_ctx],
+            hb: vec![0.0; hp.n_ff],
+            hb2: vec![0.0; hp.n_ff],
+            act_q: vec![0; act_bytes],
+            key_cache: vec![0; hp.n_layer * n_ctx * kv_dim],
+            value_cache: vec![0; hp.n_layer * n_ctx * v_dim],
+            logits: vec![0.0; hp.n_vocab],
+        })
+    }
+
+    /// Forgets the context (the cache is overwritten as positions are refilled).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Bytes this state holds (activations and KV cache).
+    pub fn memory_bytes(&self) -> usize {
+        4 * (self.x.len() * 3
+            + self.q.len()
+            + self.k.len()
+            + self.v.len()
+            + self.att_out.len()
+            + self.scores.len()
+            + self.hb.len() * 2
+            + self.logits.len())
+            + self.act_q.len()
+            + 2 * (self.key_cache.len() + self.value_cache.len())
+    }
+}

@@ -1,0 +1,88 @@
+//! Perplexity the way llama-perplexity measures it, so the two numbers can be compared.
+//!
+//! The tokens are cut into `tokens.len() / n_ctx` chunks of `n_ctx`; each chunk is run from an
+//! empty context with its first token replaced by BOS (when the vocabulary adds one), and only
+//! the second half of each chunk is scored: the logits at positions `n_ctx/2 .. n_ctx-1`
+//! predict tokens `n_ctx/2 + 1 .. n_ctx`, so every scored token has at least `n_ctx/2` tokens of
+//! context.
+
+use super::{Model, ModelError, State, WeightStore};
+use crate::math;
+use crate::platform::Parallel;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerplexityResult {
+    /// exp(mean negative log-likelihood).
+    pub ppl: f64,
+    /// Sum of the negative log-likelihoods (nats) of the scored tokens.
+    pub nll_sum: f64,
+    pub n_scored: usize,
+    pub n_chunks: usize,
+}
+
+/// Scores `tokens` in chunks of `n_ctx` (see the module docs). `state` must hold at least
+/// `n_ctx` positions. `on_token(i, nll)` is called for every scored token `tokens[i]`, e.g. to
+/// count the bytes it decodes to for bits per byte.
+#[allow(clippy::too_many_arguments)]
+pub fn perplexity(
+    model: &Model,
+    state: &mut State,
+    store: &dyn WeightStore,
+    par: &dyn Parallel,
+    tokens: &[u32],
+    n_ctx: usize,
+    bos: Option<u32>,
+    mut on_token: impl FnMut(usize, f64),
+) -> Result<PerplexityResult, ModelError> {
+    if n_ctx < 2 || n_ctx > state.n_ctx {
+        return Err(ModelError::BadContext {
+            requested: n_ctx,
+            max: state.n_ctx,
+        });
+    }
+    let n_chunks = tokens.len() / n_ctx;
+    let first = n_ctx / 2;
+    let mut nll_sum = 0f64;
+    let mut n_scored = 0usize;
+    for c in 0..n_chunks {
+        let chunk = &tokens[c * n_ctx..(c + 1) * n_ctx];
+        state.reset();
+        for j in 0..n_ctx - 1 {
+            let tok = match (j, bos) {
+                (0, Some(b)) => b,
+                _ => chunk[j],
+            };
+            if j < first {
+                model.forward_batch(state, store, par, &[tok], j)?;
+                continue;
+            }
+            let logits = model.forward(state, store, par, tok, j)?;
+            let target = chunk[j + 1] as usize;
+            let lse = math::log_sum_exp(logits);
+            let nll = lse - logits[target] as f64;
+            nll_sum += nll;
+            n_scored += 1;
+            on_token(c * n_ctx + j + 1, nll);
+        }
+    }
+    let ppl = if n_scored > 0 {
+        libm::exp(nll_sum / n_scored as f64)
+    } else {
+        f64::NAN
+    };
+    Ok(PerplexityResult {
+        ppl,
+        nll_sum,
+        n_scored,
+        n_chunks,
+    })
+}
+
+/// Bits per byte of text: the summed negative log-likelihood (nats) over the bytes it covers.
+/// Unlike perplexity, it compares models with different tokenizers.
+pub fn bits_per_byte(nll_sum_nats: f64, n_bytes: usize) -> f64 {
+    if n_bytes == 0 {
+        return f64::NAN;
+    }
+    nll_sum_nats / (core::f64::consts::LN_2 * n_bytes as f64)
+}

@@ -1,0 +1,106 @@
+//! Little helpers every block format shares, like ggml-common.h / ggml-impl.h: half-precision
+//! fields read from unaligned bytes, the bf16 rounding rule, and ggml's rounding tricks.
+//!
+//! Blocks are read straight from the mapped file, at any alignment, so fields are decoded from
+//! bytes with `from_le_bytes` instead of casting the slice to a struct.
+
+use half::f16;
+
+/// The f16 stored little-endian at `bytes[off..off + 2]`, widened to f32 (exact).
+#[inline(always)]
+pub(crate) fn f16_at(bytes: &[u8], off: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([bytes[off], bytes[off + 1]])).to_f32()
+}
+
+/// Stores `v` rounded to f16 (round to nearest even, like F16C and ggml's
+/// `ggml_compute_fp32_to_fp16` for every finite value) at `bytes[off..off + 2]`.
+#[inline(always)]
+pub(crate) fn put_f16(bytes: &mut [u8], off: usize, v: f32) {
+    bytes[off..off + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+}
+
+#[inline(always)]
+pub(crate) fn f32_at(bytes: &[u8], off: usize) -> f32 {
+    f32::from_le_bytes([bytes[off], bytes[off + 1], bytes[off + 2], bytes[off + 3]])
+}
+
+#[inline(always)]
+pub(crate) fn u32_at(bytes: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([bytes[off], bytes[off + 1], bytes[off + 2], bytes[off + 3]])
+}
+
+#[inline(always)]
+pub(crate) fn i16_at(bytes: &[u8], off: usize) -> i16 {
+    i16::from_le_bytes([bytes[off], bytes[off + 1]])
+}
+
+/// The bf16 stored at `bytes[off..off + 2]`, widened to f32 (exact: bf16 is the top half of an f32).
+#[inline(always)]
+pub(crate) fn bf16_at(bytes: &[u8], off: usize) -> f32 {
+    f32::from_bits((u16::from_le_bytes([bytes[off], bytes[off + 1]]) as u32) << 16)
+}
+
+/// f32 -> bf16 bits the way ggml rounds (`ggml_compute_fp32_to_bf16`): round to nearest even,
+/// NaN forced to a quiet NaN. Not `half::bf16::from_f32`, whose NaN handling differs.
+#[inline(always)]
+pub(crate) fn f32_to_bf16_bits(v: f32) -> u16 {
+    let u = v.to_bits();
+    if (u & 0x7fff_ffff) > 0x7f80_0000 {
+        return ((u >> 16) | 64) as u16;
+    }
+    ((u + (0x7fff + ((u >> 16) & 1))) >> 16) as u16
+}
+
+/// ggml's `nearest_int`: round to nearest, ties to even, by adding 1.5 * 2^23 so the FPU's own
+/// rounding does the work; valid for |v| <= 4194303, which every caller guarantees. Kept as the
+/// same bit trick (not `round`) so ties and out-of-range inputs land where ggml's do.
+#[inline(always)]
+pub(crate) fn nearest_int(v: f32) -> i32 {
+    let biased = v + 12_582_912.0;
+    (biased.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
+}
+
+/// C `roundf`: ties away from zero (ggml's Q8_0/Q8_1 quantizers use it).
+#[inline(always)]
+pub(crate) fn roundf(v: f32) -> f32 {
+    libm::roundf(v)
+}
+
+/// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K super-block, packed in 12
+/// bytes: sub-blocks 0..3 keep them in the low 6 bits of bytes j and j+4; sub-blocks 4..7 split
+/// them into a low nibble in byte j+4 and two high bits in the top of bytes j-4 and j.
+/// (ggml's `get_scale_min_k4`.)
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_int_rounds_ties_to_even() {
+        assert_eq!(nearest_int(0.5), 0);
+        assert_eq!(nearest_int(1.5), 2);
+        assert_eq!(nearest_int(-2.5), -2);
+        assert_eq!(nearest_int(126.7), 127);
+        assert_eq!(nearest_int(-127.2), -127);
+    }
+
+    #[test]
+    fn bf16_rounding_matches_ggml() {
+        assert_eq!(f32_to_bf16_bits(1.0), 0x3f80);
+        // 1 + 2^-8 is a tie between 1.0 and 1 + 2^-7: ties go to the even mantissa (1.0).
+        assert_eq!(f32_to_bf16_bits(f32::from_bits(0x3f80_8000)), 0x3f80);
+        assert_eq!(f32_to_bf16_bits(f32::from_bits(0x3f81_8000)), 0x3f82);
+        assert_eq!(f32_to_bf16_bits(f32::from_bits(0x7f80_0001)), 0x7fc0);
+    }
+}
