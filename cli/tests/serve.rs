@@ -421,6 +421,33 @@ fn errors_have_openai_shape_and_status() {
         body,
     };
     assert_error(&r, 413, "invalid_request_error", Some("request_too_large"));
+
+    // The same without a Content-Length (chunked upload): refused once 1 MB has been read.
+    let mut stream = connect(server.addr);
+    let head = "POST /v1/completions HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
+                Authorization: Bearer sesame\r\nTransfer-Encoding: chunked\r\n\r\n";
+    stream.write_all(head.as_bytes()).unwrap();
+    let chunk = [b' '; 64 << 10];
+    for _ in 0..32 {
+        // The server answers and closes after its limit: later writes may fail.
+        if stream
+            .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .is_err()
+            || stream.write_all(&chunk).is_err()
+            || stream.write_all(b"\r\n").is_err()
+        {
+            break;
+        }
+    }
+    let mut reader = BufReader::new(stream);
+    let (status, headers) = read_head(&mut reader);
+    let body = read_body(&mut reader, &headers);
+    let r = Response {
+        status,
+        headers,
+        body,
+    };
+    assert_error(&r, 413, "invalid_request_error", Some("request_too_large"));
 }
 
 #[test]

@@ -557,7 +557,7 @@ mod tests {
                 "max_tokens":5,"max_completion_tokens":7,"temperature":0.5,"top_p":0.9,
                 "seed":-1,"presence_penalty":0.5,"frequency_penalty":-1.5,"stop":["\n",""],
                 "stream":true,"stream_options":{"include_usage":true},
-                "logprobs":true,"top_logprobs":3,"n":1,"user":"ignored"}"#,
+                "logprobs":true,"top_logprobs":3,"n":1,"user":"ignored","top_k":5,"min_p":0.1}"#,
         )
         .unwrap();
         let Prompt::Chat(m) = &r.prompt else {
@@ -572,6 +572,7 @@ mod tests {
         assert_eq!(r.params.presence_penalty, 0.5);
         assert_eq!(r.params.frequency_penalty, -1.5);
         assert_eq!(r.params.n_alternatives, 3);
+        assert_eq!((r.params.top_k, r.params.min_p), (5, 0.1));
         assert_eq!(r.stop, ["\n"]);
         assert!(r.stream && r.include_usage);
         assert_eq!(r.logprobs, Some(LogprobRequest { top: 3 }));
