@@ -152,6 +152,8 @@ def start_chromium(url, profile):
 def main():
     p = arguments(__doc__)
     p.add_argument("--screenshot", default=os.path.join(REPO, "target", "e2e", "browser.png"))
+    p.add_argument("--max-tokens", type=int, default=24,
+                   help="the page's max tokens for a real model (keeps slow runs short)")
     args = p.parse_args()
     # The fake model spends 40 ms per token so the answer visibly streams.
     server = Server(args, fake_token_ms=40)
@@ -177,21 +179,30 @@ def main():
             assert "cores" in cpu, cpu
 
         def streams_an_answer():
+            if not args.fake:
+                dt.js("document.getElementById('o-max').value = %d" % args.max_tokens)
             dt.js("(function(){var i=document.getElementById('input'); i.value=%s;"
                   "document.getElementById('send').click(); return true;})()" % json.dumps(message))
-            # Mid-stream: some tokens are on the page while the answer is still growing.
-            first = dt.wait_for("document.querySelectorAll('.assistant .tok').length", 60,
-                                "the first streamed token")
-            time.sleep(0.3)
-            later = dt.js("document.querySelectorAll('.assistant .tok').length")
-            busy = dt.js("document.getElementById('stop').disabled === false")
-            assert later > first or not busy, (first, later)
-            if args.fake:
-                # The fake loops: let it stream a little, then press Stop like a person would.
-                time.sleep(1.0)
-                dt.js("document.getElementById('stop').click()")
-            dt.wait_for("document.getElementById('send').disabled === false", 300,
-                        "the answer to finish")
+            # Watch the answer grow: while the page is still busy it must show several
+            # different token counts (streamed), not everything at once at the end.
+            dt.wait_for("document.querySelectorAll('.assistant .tok').length", 120,
+                        "the first streamed token")
+            started = time.time()
+            counts_while_busy = set()
+            deadline = started + 600
+            while time.time() < deadline:
+                n, busy = dt.js("[document.querySelectorAll('.assistant .tok').length,"
+                                " document.getElementById('send').disabled]")
+                if not busy:
+                    break
+                counts_while_busy.add(n)
+                # The fake loops: after a second of streaming, press Stop like a person would.
+                if args.fake and time.time() - started > 1.0:
+                    dt.js("document.getElementById('stop').click()")
+                time.sleep(0.05)
+            else:
+                raise AssertionError("the answer did not finish in time")
+            assert len(counts_while_busy) >= 2, counts_while_busy
 
         def tokens_carry_colours():
             colours = dt.js("Array.prototype.map.call(document.querySelectorAll('.assistant .tok'),"
