@@ -150,7 +150,7 @@ impl<'g> Engine<'g> {
             model,
             tokenizer,
             store: ResidentStore::new(gguf),
-            par: parallel(threads),
+            par: parallel(threads)?,
             state,
             cached: Vec::new(),
         })
@@ -360,19 +360,19 @@ impl<'g> Engine<'g> {
     }
 }
 
-/// The worker threads a forward pass splits its matvecs over.
-fn parallel(threads: usize) -> Box<dyn Parallel> {
-    // The Linux thread pool is not in this branch yet; everything runs on this thread until it
-    // is (the `-t` value is accepted and checked so scripts need not change).
-    let _ = threads;
-    Box::new(SingleThread)
+/// The worker threads a forward pass splits its matvecs over (the caller is one of them).
+fn parallel(threads: usize) -> Result<Box<dyn Parallel>, String> {
+    if threads <= 1 {
+        return Ok(Box::new(SingleThread));
+    }
+    let pool = smolrun_linux::ThreadPool::new(threads)
+        .map_err(|e| format!("cannot start {threads} threads: {e}; try a smaller -t"))?;
+    Ok(Box::new(pool))
 }
 
-/// How many threads to use by default: one per core the process may run on.
+/// How many threads to use by default: the fast cores this process may run on.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    smolrun_linux::default_threads()
 }
 
 /// Sampling flags shared by `run` and `chat` (llama.cpp's names and defaults, except the
@@ -431,5 +431,68 @@ impl SamplingArgs {
             seed,
             n_probs: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemma_file() -> (PathBuf, MappedFile) {
+        let dir = std::env::var_os("SMOLRUN_MODELS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                    .join(".cache/smolrun/models")
+            });
+        let path = dir.join("gemma-3-270m-q4_k_m.gguf");
+        assert!(
+            path.exists(),
+            "{} is missing: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",
+            path.display()
+        );
+        let file = MappedFile::open(&path).unwrap();
+        (path, file)
+    }
+
+    #[test]
+    fn reusing_the_cached_prefix_gives_the_same_logits_as_a_fresh_run() {
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, Some(64), 1).unwrap();
+        let first = engine.tokenize("The cat sat on the mat.", true, false);
+        let second = engine.tokenize("The cat sat on the sofa and slept.", true, false);
+        let shared = first
+            .iter()
+            .zip(&second)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(shared >= 4, "the two texts should share a prefix");
+
+        assert_eq!(engine.prefill(&first).unwrap(), first.len());
+        // Only the tokens after the shared prefix run again.
+        assert_eq!(engine.prefill(&second).unwrap(), second.len() - shared);
+        let reused = engine.state.logits().to_vec();
+        assert_eq!(engine.n_cached(), second.len());
+
+        engine.reset();
+        assert_eq!(engine.prefill(&second).unwrap(), second.len());
+        assert_eq!(engine.state.logits(), &reused[..]);
+
+        // The same prompt again runs its last token only (its logits are needed).
+        assert_eq!(engine.prefill(&second).unwrap(), 1);
+        assert_eq!(engine.state.logits(), &reused[..]);
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_context_is_refused() {
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, Some(4), 1).unwrap();
+        let tokens = engine.tokenize("one two three four five six", true, false);
+        let err = engine.prefill(&tokens).unwrap_err();
+        assert!(err.contains("context holds 4"), "{err}");
+        let err = Engine::load(&path, &gguf, Some(1 << 30), 1).err().unwrap();
+        assert!(err.contains("trained on"), "{err}");
     }
 }

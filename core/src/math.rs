@@ -240,6 +240,7 @@ pub fn attention(
             span,
             scale,
             softcap_at,
+            AttentionKernel::F32,
         );
     }
 }
@@ -255,8 +256,21 @@ pub struct KvHead<'a> {
     pub head_dim_v: usize,
 }
 
+/// How attention accumulates, mirroring the two kernels of llama.cpp's CPU flash attention so
+/// that logits agree with it closely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// Scores and the weighted sum of values in f32, normalized at the end (llama.cpp's tiled
+    /// kernel, used for batches of 64 or more queries).
+    F32,
+    /// Online softmax over the keys in order with the value accumulator held in f16 (llama.cpp's
+    /// kernel for decoding and small batches). The query must already be rounded to f16.
+    F16Accumulator,
+}
+
 /// Attention of one query head: scores `q.k * scale` (softcapped when `softcap_at` is set) over
 /// the span's keys, softmax, then the weighted sum of the values into `out`.
+#[allow(clippy::too_many_arguments)]
 pub fn attention_head(
     out: &mut [f32],
     q: &[f32],
@@ -265,6 +279,7 @@ pub fn attention_head(
     span: AttentionSpan,
     scale: f32,
     softcap_at: Option<f32>,
+    kernel: AttentionKernel,
 ) {
     let k_stride = kv.n_head_kv * kv.head_dim;
     let v_stride = kv.n_head_kv * kv.head_dim_v;
@@ -274,26 +289,98 @@ pub fn attention_head(
     for (i, s) in sc.iter_mut().enumerate() {
         let p = first + i;
         let k = &kv.key_cache[p * k_stride + kv.head * kv.head_dim..][..kv.head_dim];
-        let dot: f32 = q
-            .iter()
-            .zip(k)
-            .map(|(&a, &b)| a * f16::from_bits(b).to_f32())
-            .sum();
+        let dot = match kernel {
+            AttentionKernel::F32 => q
+                .iter()
+                .zip(k)
+                .map(|(&a, &b)| a * f16::from_bits(b).to_f32())
+                .sum(),
+            AttentionKernel::F16Accumulator => dot_f16_in_lanes(q, k),
+        };
         let v = dot * scale;
         *s = match softcap_at {
             Some(cap) => softcap(v, cap),
             None => v,
         };
     }
-    softmax(sc);
-    out.fill(0.0);
-    for (i, &w) in sc.iter().enumerate() {
+    let value = |i: usize| {
         let p = first + i;
-        let v = &kv.value_cache[p * v_stride + kv.head * kv.head_dim_v..][..kv.head_dim_v];
-        for (oi, &vb) in out.iter_mut().zip(v) {
-            *oi += w * f16::from_bits(vb).to_f32();
+        &kv.value_cache[p * v_stride + kv.head * kv.head_dim_v..][..kv.head_dim_v]
+    };
+    out.fill(0.0);
+    let sum = match kernel {
+        AttentionKernel::F32 => {
+            let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0f64;
+            for (i, s) in sc.iter_mut().enumerate() {
+                let w = libm::expf(*s - max);
+                sum += w as f64;
+                for (o, &vb) in out.iter_mut().zip(value(i)) {
+                    *o += w * f16::from_bits(vb).to_f32();
+                }
+            }
+            sum as f32
+        }
+        AttentionKernel::F16Accumulator => {
+            let round = |x: f32| f16::from_f32(x).to_f32();
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+            for (i, &s) in sc.iter().enumerate() {
+                let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                if s > max {
+                    let old = max;
+                    max = s;
+                    ms = libm::expf(old - max);
+                    out.iter_mut().for_each(|o| *o = round(*o * ms));
+                } else {
+                    vs = libm::expf(s - max);
+                }
+                for (o, &vb) in out.iter_mut().zip(value(i)) {
+                    *o = round(libm::fmaf(f16::from_bits(vb).to_f32(), vs, *o));
+                }
+                sum = sum * ms + vs;
+            }
+            sum
+        }
+    };
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
+/// Dot product of a query (already rounded to f16) with an f16 key, summed in the order of
+/// llama.cpp's `ggml_vec_dot_f16` on the AVX-512 machine the golden data comes from: 64 lanes
+/// (4 registers of 16), each accumulating every 64th product with a fused multiply-add, then
+/// reduced pairwise (registers 2,3 onto 0,1, then 1 onto 0, then `_mm512_reduce_add_ps`: halves
+/// of 8, 4, 2, 1). With the f16 value accumulator downstream, another summation order flips an
+/// f16 rounding now and then, which Gemma 3's large post-norm weights amplify into visible
+/// logit differences.
+pub fn dot_f16_in_lanes(q: &[f32], k: &[u16]) -> f32 {
+    const LANES: usize = 64;
+    let mut acc = [0f32; LANES];
+    let n_full = q.len() / LANES * LANES;
+    for (qc, kc) in q[..n_full]
+        .chunks_exact(LANES)
+        .zip(k[..n_full].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            acc[l] = libm::fmaf(qc[l], f16::from_bits(kc[l]).to_f32(), acc[l]);
         }
     }
+    for l in 0..32 {
+        acc[l] += acc[l + 32];
+    }
+    for l in 0..16 {
+        acc[l] += acc[l + 16];
+    }
+    let mut t8 = [0f32; 8];
+    for (l, t) in t8.iter_mut().enumerate() {
+        *t = acc[l] + acc[l + 8];
+    }
+    let t4 = [t8[0] + t8[4], t8[1] + t8[5], t8[2] + t8[6], t8[3] + t8[7]];
+    let mut sum = ((t4[0] + t4[2]) + (t4[1] + t4[3])) as f64;
+    for (&a, &b) in q[n_full..].iter().zip(&k[n_full..]) {
+        sum += (a * f16::from_bits(b).to_f32()) as f64;
+    }
+    sum as f32
 }
 
 /// Rounds `x` to f16 bits (how the KV cache stores keys and values).

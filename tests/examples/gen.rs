@@ -34,12 +34,15 @@ fn main() {
         let logits = model
             .forward(&mut state, &store, &par, tok, prompt.len() + i)
             .unwrap();
-        tok = logits
-            .iter()
-            .enumerate()
-            .max_by(|a, b| a.1.partial_cmp(b.1).unwrap())
-            .unwrap()
-            .0 as u32;
+        let mut top: Vec<(usize, f32)> = logits.iter().copied().enumerate().collect();
+        top.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+        println!(
+            "step {} top2 {:?} margin {:.4}",
+            i + 1,
+            &top[..2],
+            top[0].1 - top[1].1
+        );
+        tok = top[0].0 as u32;
         out.push(tok);
     }
     println!("{:?}", out);

@@ -1,1 +1,197 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: finding models and golden files, a small thread
+//! pool for the model-running tests, and the comparison arithmetic (KL divergence over top-k).
+
+use serde_json::Value;
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{Model, ResidentStore};
+use smolrun_core::platform::Parallel;
+use smolrun_linux::MappedFile;
+use std::path::{Path, PathBuf};
+
+/// The directory holding the model files: `$SMOLRUN_MODELS`, else `~/.cache/smolrun/models`.
+pub fn models_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SMOLRUN_MODELS") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    Path::new(&home).join(".cache/smolrun/models")
+}
+
+/// The repository root (the tests crate sits one level below it).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests crate has a parent")
+        .to_path_buf()
+}
+
+/// `tests/golden/<model>`, or `$SMOLRUN_GOLDEN/<model>` to test against golden data elsewhere
+/// (e.g. freshly regenerated, before it is committed).
+pub fn golden_dir(model: &str) -> PathBuf {
+    match std::env::var_os("SMOLRUN_GOLDEN") {
+        Some(d) => PathBuf::from(d).join(model),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("golden")
+            .join(model),
+    }
+}
+
+/// Reads `<golden dir>/<model>/<file>` (falling back to tests/golden when `$SMOLRUN_GOLDEN`
+/// lacks the file); fails with a message saying how to regenerate it.
+pub fn golden(model: &str, file: &str) -> Value {
+    let mut p = golden_dir(model).join(file);
+    if !p.exists() {
+        p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("golden")
+            .join(model)
+            .join(file);
+    }
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+        panic!(
+            "golden file {} is missing ({e}); regenerate it with tools/oracle/regen.sh {model}",
+            p.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", p.display()))
+}
+
+/// The file name of a model known to the tests, by its short name.
+pub fn model_file_name(model: &str) -> &'static str {
+    match model {
+        "gemma3-270m" => "gemma-3-270m-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b" => "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-1.5b" => "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "synthetic-qwen3" => "synthetic-qwen3.gguf",
+        "synthetic-llama" => "synthetic-llama.gguf",
+        other => panic!("unknown test model '{other}'"),
+    }
+}
+
+/// Whether a test may skip this model when its file is absent (only the 1.5B model: CI fetches
+/// the two small ones, and the synthetic ones are regenerated).
+pub fn optional_model(model: &str) -> bool {
+    model == "qwen2.5-coder-1.5b"
+}
+
+/// The path of a model's file. Synthetic models are written if absent; real models that are
+/// absent fail the test (or return `None` for the optional 1.5B model, after a notice).
+pub fn model_path(model: &str) -> Option<PathBuf> {
+    let p = models_dir().join(model_file_name(model));
+    if p.exists() {
+        return Some(p);
+    }
+    if let Some(arch) = model.strip_prefix("synthetic-") {
+        let script = repo_root().join("tools/oracle/synth_model.py");
+        let status = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(arch)
+            .arg("--out")
+            .arg(models_dir())
+            .status();
+        match status {
+            Ok(s) if s.success() && p.exists() => return Some(p),
+            r => panic!(
+                "synthetic model {} is absent and `python3 {} {arch}` did not write it ({r:?}); \
+                 it needs numpy and the gguf package (pip install gguf numpy) and the Qwen2.5 0.5B \
+                 model for its tokenizer (tools/fetch-models.sh)",
+                p.display(),
+                script.display()
+            ),
+        }
+    }
+    if optional_model(model) {
+        eprintln!(
+            "NOTICE: skipping {model}: {} is absent (run tools/fetch-models.sh all to fetch it)",
+            p.display()
+        );
+        return None;
+    }
+    panic!(
+        "model {model} not found at {}: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",
+        p.display()
+    );
+}
+
+/// A mapped model file, parsed on demand by [`with_model`].
+pub fn with_model<R>(model: &str, f: impl FnOnce(&Gguf, &Model, &ResidentStore) -> R) -> Option<R> {
+    let path = model_path(model)?;
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = Gguf::parse(file.bytes()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let m = Model::load(&g).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let store = ResidentStore::new(&g);
+    Some(f(&g, &m, &store))
+}
+
+/// Splits work over scoped std threads (the platform crate's pool is the production one; this
+/// keeps the tests independent of it).
+pub struct ScopedThreads(pub usize);
+
+impl ScopedThreads {
+    /// Two workers by default (CI has two cores); `SMOLRUN_TEST_THREADS` overrides.
+    pub fn from_env() -> ScopedThreads {
+        let n = std::env::var("SMOLRUN_TEST_THREADS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2usize);
+        ScopedThreads(n.max(1))
+    }
+}
+
+impl Parallel for ScopedThreads {
+    fn n_threads(&self) -> usize {
+        self.0
+    }
+    fn run(&self, job: &(dyn Fn(usize) + Sync)) {
+        if self.0 == 1 {
+            return job(0);
+        }
+        std::thread::scope(|s| {
+            for i in 1..self.0 {
+                s.spawn(move || job(i));
+            }
+            job(0);
+        });
+    }
+}
+
+/// ids of a JSON array of integers.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an array of token ids")
+        .iter()
+        .map(|x| x.as_u64().expect("a token id") as u32)
+        .collect()
+}
+
+/// KL(reference || ours) over the partition {each of the reference's top-k ids, all other ids}.
+/// `top` holds the reference's (id, logit) pairs and `ref_lse` its log-sum-exp over all logits,
+/// so its probabilities are exact; ours come from our full logits.
+pub fn kl_top_k(top: &[(u32, f32)], ref_lse: f64, ours: &[f32]) -> f64 {
+    let our_lse = smolrun_core::math::log_sum_exp(ours);
+    let (mut kl, mut p_in, mut q_in) = (0f64, 0f64, 0f64);
+    for &(id, logit) in top {
+        let p = (logit as f64 - ref_lse).exp();
+        let q = (ours[id as usize] as f64 - our_lse).exp();
+        if p > 0.0 {
+            kl += p * (p / q.max(1e-300)).ln();
+        }
+        p_in += p;
+        q_in += q;
+    }
+    let (p_rest, q_rest) = ((1.0 - p_in).max(0.0), (1.0 - q_in).max(1e-300));
+    if p_rest > 1e-12 {
+        kl += p_rest * (p_rest / q_rest).ln();
+    }
+    kl
+}
+
+/// Index of the largest logit.
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

@@ -272,7 +272,7 @@ impl HParams {
             let key = k(name);
             match opt_f32(g, &key)? {
                 None => Ok(None),
-                Some(c) if c == 0.0 => Ok(None),
+                Some(0.0) => Ok(None),
                 Some(c) => finite_positive(&key, c).map(Some),
             }
         };

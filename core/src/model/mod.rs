@@ -21,10 +21,10 @@
 //! Every matrix is reached through a [`WeightStore`], asked for just before its matvec and
 //! released right after.
 
+mod act_quant;
 mod error;
 pub mod hparams;
 pub mod perplexity;
-mod quant_shim;
 pub mod store;
 
 pub use error::ModelError;
@@ -33,15 +33,14 @@ pub use perplexity::{bits_per_byte, perplexity, PerplexityResult};
 pub use store::{ResidentStore, TensorId, WeightStore};
 
 use crate::gguf::Gguf;
-use crate::math::{self, AttentionSpan, Rope, RopeStyle};
+use crate::math::{self, AttentionKernel, AttentionSpan, Rope, RopeStyle};
 use crate::platform::Parallel;
-use crate::quant::GgmlType;
+use crate::quant::{self, GgmlType};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
-use quant_shim as quant;
 
 /// The per-family differences, and nothing else.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -114,6 +113,8 @@ pub struct Matrix {
     pub row_bytes: usize,
     /// The format the input vector is quantized to before the dot products.
     pub act_ty: GgmlType,
+    /// Bytes of one input vector in `act_ty`.
+    pub act_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -208,18 +209,16 @@ fn matrix(g: &Gguf, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, 
     };
     let act_ty = quant::vec_dot_type(t.ggml_type).map_err(quant_err)?;
     quant::vec_dot_fn(t.ggml_type).map_err(quant_err)?;
-    if act_ty.bytes_for(n_cols as u64).is_none() {
-        return Err(ModelError::BadTensorShape {
-            name: name.into(),
-            expected: [
-                (n_cols as u64).div_ceil(act_ty.block_size() as u64) * act_ty.block_size() as u64,
-                n_rows as u64,
-                1,
-                1,
-            ],
-            found: t.dims,
-        });
-    }
+    let act_bytes = quant::row_bytes(act_ty, n_cols).map_err(|_| ModelError::BadTensorShape {
+        name: name.into(),
+        expected: [
+            (n_cols as u64).div_ceil(act_ty.block_size() as u64) * act_ty.block_size() as u64,
+            n_rows as u64,
+            1,
+            1,
+        ],
+        found: t.dims,
+    })?;
     Ok(Matrix {
         id,
         name: name.into(),
@@ -228,6 +227,7 @@ fn matrix(g: &Gguf, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, 
         n_cols,
         row_bytes: t.row_bytes(),
         act_ty,
+        act_bytes,
     })
 }
 
@@ -345,12 +345,21 @@ impl Model {
         token: u32,
         pos: usize,
     ) -> Result<&'s [f32], ModelError> {
-        self.forward_inner(state, store, par, token, pos, true)?;
+        self.forward_inner(
+            state,
+            store,
+            par,
+            token,
+            pos,
+            true,
+            AttentionKernel::F16Accumulator,
+        )?;
         Ok(&state.logits)
     }
 
-    /// Runs a prompt token by token from position `pos`; only the last token's logits are
-    /// computed (the LM head is the largest matrix of a small model).
+    /// Runs a prompt from position `pos` and returns the last token's logits; the LM head (the
+    /// largest matrix of a small model) runs for the last token only. Tokens go through one at a
+    /// time; the attention kernel is chosen by batch size as llama.cpp chooses it.
     pub fn forward_batch<'s>(
         &self,
         state: &'s mut State,
@@ -359,12 +368,39 @@ impl Model {
         tokens: &[u32],
         pos: usize,
     ) -> Result<&'s [f32], ModelError> {
+        let kernel = batch_attention_kernel(tokens.len());
         for (i, &t) in tokens.iter().enumerate() {
-            self.forward_inner(state, store, par, t, pos + i, i + 1 == tokens.len())?;
+            let last = i + 1 == tokens.len();
+            self.forward_inner(state, store, par, t, pos + i, last, kernel)?;
         }
         Ok(&state.logits)
     }
 
+    /// Like [`Model::forward_batch`], but computes the logits at every position from
+    /// `logits_from` on and hands them to `on_logits(i, logits)` (teacher forcing, perplexity).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_batch_all(
+        &self,
+        state: &mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        tokens: &[u32],
+        pos: usize,
+        logits_from: usize,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<(), ModelError> {
+        let kernel = batch_attention_kernel(tokens.len());
+        for (i, &t) in tokens.iter().enumerate() {
+            let want = i >= logits_from;
+            self.forward_inner(state, store, par, t, pos + i, want, kernel)?;
+            if want {
+                on_logits(i, &state.logits);
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn forward_inner(
         &self,
         s: &mut State,
@@ -373,6 +409,7 @@ impl Model {
         token: u32,
         pos: usize,
         want_logits: bool,
+        kernel: AttentionKernel,
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
         if pos >= s.n_ctx {
@@ -382,15 +419,17 @@ impl Model {
             });
         }
         self.embed(s, store, token)?;
+        s.tap("inp_scaled", 0, &s.x);
         for (l, layer) in self.layers.iter().enumerate() {
-            self.attention_block(s, store, par, l, layer, pos)?;
-            self.ffn_block(s, store, par, layer)?;
+            self.attention_block(s, store, par, l, layer, pos, kernel)?;
+            self.ffn_block(s, store, par, l, layer)?;
         }
         s.pos = pos + 1;
         if !want_logits {
             return Ok(());
         }
         math::rms_norm(&mut s.xb, &s.x, &self.output_norm, hp.rms_eps);
+        s.tap("result_norm", 0, &s.xb);
         quantize_input(&self.output, &s.xb, &mut s.act_q)?;
         matvec(par, store, &self.output, &s.act_q, &mut s.logits)?;
         if let Some(cap) = hp.final_logit_softcap {
@@ -412,7 +451,7 @@ impl Model {
         }
         let bytes = store.get(m.id)?;
         let row = &bytes[token as usize * m.row_bytes..(token as usize + 1) * m.row_bytes];
-        let r = quant::dequantize_row(m.ty, row, &mut s.x);
+        let r = quant::dequantize_row(m.ty, row, &mut s.x[..m.n_cols]);
         store.release(m.id);
         r.map_err(|err| ModelError::Quant {
             tensor: m.name.clone(),
@@ -426,6 +465,7 @@ impl Model {
     }
 
     /// x += (post-norm of) Wo · attention(rope(Wq xb), cache), with xb = rms_norm(x).
+    #[allow(clippy::too_many_arguments)]
     fn attention_block(
         &self,
         s: &mut State,
@@ -434,10 +474,12 @@ impl Model {
         l: usize,
         layer: &Layer,
         pos: usize,
+        kernel: AttentionKernel,
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
         let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
         math::rms_norm(&mut s.xb, &s.x, &layer.attn_norm, hp.rms_eps);
+        s.tap("attn_norm", l, &s.xb);
 
         // Q, K, V share one input: quantize it once per activation format.
         quantize_input(&layer.wq, &s.xb, &mut s.act_q)?;
@@ -465,9 +507,14 @@ impl Model {
             s.k.chunks_exact_mut(hd)
                 .for_each(|h| math::rms_norm_in_place(h, kn, hp.rms_eps));
         }
+        s.tap("Qcur_normed", l, &s.q);
+        s.tap("Kcur_normed", l, &s.k);
+        s.tap("Vcur", l, &s.v);
         let ff = self.rope_freqs.as_deref();
         layer.rope.apply(&mut s.q, hd, pos, ff);
         layer.rope.apply(&mut s.k, hd, pos, ff);
+        s.tap("Qcur", l, &s.q);
+        s.tap("Kcur", l, &s.k);
 
         let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
         let score_scale = if self.switches.scale_q_before_attention {
@@ -476,6 +523,11 @@ impl Model {
         } else {
             inv_sqrt_hd
         };
+        if kernel == AttentionKernel::F16Accumulator {
+            // llama.cpp's decode kernel converts the query to f16 before the dot products.
+            s.q.iter_mut()
+                .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+        }
 
         // Append this position's K and V to the layer's cache.
         let (kv_dim, v_dim) = (s.kv_dim, s.v_dim);
@@ -518,17 +570,19 @@ impl Model {
                         head_dim_v: hdv,
                     };
                     let q = &q[h * hd..(h + 1) * hd];
-                    math::attention_head(out, q, &kv, sc, span, score_scale, softcap);
+                    math::attention_head(out, q, &kv, sc, span, score_scale, softcap, kernel);
                 }
             }
         });
 
+        s.tap("kqv_out", l, &s.att_out);
         quantize_input(&layer.wo, &s.att_out, &mut s.act_q)?;
         matvec(par, store, &layer.wo, &s.act_q, &mut s.xb2)?;
         if let Some(w) = &layer.post_attn_norm {
             math::rms_norm_in_place(&mut s.xb2, w, hp.rms_eps);
         }
         s.x.iter_mut().zip(&s.xb2).for_each(|(x, o)| *x += o);
+        s.tap("sa_out", l, &s.x);
         Ok(())
     }
 
@@ -538,10 +592,12 @@ impl Model {
         s: &mut State,
         store: &dyn WeightStore,
         par: &dyn Parallel,
+        l: usize,
         layer: &Layer,
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
         math::rms_norm(&mut s.xb, &s.x, &layer.ffn_norm, hp.rms_eps);
+        s.tap("ffn_norm", l, &s.xb);
         quantize_input(&layer.w_gate, &s.xb, &mut s.act_q)?;
         matvec(par, store, &layer.w_gate, &s.act_q, &mut s.hb)?;
         if layer.w_up.act_ty != layer.w_gate.act_ty {
@@ -552,25 +608,44 @@ impl Model {
             Activation::Silu => math::silu,
             Activation::GeluTanh => math::gelu_tanh,
         };
+        s.tap("ffn_gate", l, &s.hb);
+        s.tap("ffn_up", l, &s.hb2);
         s.hb.iter_mut()
             .zip(&s.hb2)
             .for_each(|(g, u)| *g = act(*g) * u);
+        s.tap("ffn_act", l, &s.hb);
         quantize_input(&layer.w_down, &s.hb, &mut s.act_q)?;
         matvec(par, store, &layer.w_down, &s.act_q, &mut s.xb2)?;
+        s.tap("ffn_out", l, &s.xb2);
         if let Some(w) = &layer.post_ffn_norm {
             math::rms_norm_in_place(&mut s.xb2, w, hp.rms_eps);
         }
         s.x.iter_mut().zip(&s.xb2).for_each(|(x, o)| *x += o);
+        s.tap("l_out", l, &s.x);
         Ok(())
+    }
+}
+
+/// llama.cpp runs flash attention through a tiled f32 kernel when a batch has at least this
+/// many queries, and through a kernel with an f16 accumulator otherwise (decode).
+pub const TILED_ATTENTION_MIN_BATCH: usize = 64;
+
+fn batch_attention_kernel(n_tokens: usize) -> AttentionKernel {
+    if n_tokens >= TILED_ATTENTION_MIN_BATCH {
+        AttentionKernel::F32
+    } else {
+        AttentionKernel::F16Accumulator
     }
 }
 
 /// Quantizes the input vector of `m` into its activation format.
 fn quantize_input(m: &Matrix, x: &[f32], act_q: &mut [u8]) -> Result<(), ModelError> {
-    quant::quantize_row(m.act_ty, &x[..m.n_cols], act_q).map_err(|err| ModelError::Quant {
-        tensor: m.name.clone(),
-        err,
-    })
+    act_quant::quantize_activation(m.act_ty, &x[..m.n_cols], &mut act_q[..m.act_bytes]).map_err(
+        |err| ModelError::Quant {
+            tensor: m.name.clone(),
+            err,
+        },
+    )
 }
 
 /// Rows `[lo, hi)` of `n` split into `parts` near-equal ranges.
@@ -630,7 +705,7 @@ fn matvec(
         // SAFETY: each worker writes only its own rows r0..r1.
         let o = unsafe { shared.slice(r0, r1 - r0) };
         let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
-        if quant::matvec(m.ty, rows, r1 - r0, m.n_cols, act_q, o).is_err() {
+        if quant::matvec(m.ty, rows, r1 - r0, m.n_cols, &act_q[..m.act_bytes], o).is_err() {
             failed.store(true, Ordering::Relaxed);
         }
     });
@@ -673,6 +748,10 @@ pub struct State {
     key_cache: Vec<u16>,
     value_cache: Vec<u16>,
     logits: Vec<f32>,
+    /// Called with (name, layer, values) at the named points of the forward pass (llama.cpp's
+    /// tensor names: attn_norm, Qcur, Kcur, Vcur, kqv_out, sa_out, ffn_out, l_out,
+    /// result_norm), for debugging a disagreement layer by layer. `None` in normal use.
+    pub tap: Option<fn(&str, usize, &[f32])>,
 }
 
 impl State {
@@ -711,7 +790,14 @@ impl State {
             key_cache: vec![0; hp.n_layer * n_ctx * kv_dim],
             value_cache: vec![0; hp.n_layer * n_ctx * v_dim],
             logits: vec![0.0; hp.n_vocab],
+            tap: None,
         })
+    }
+
+    fn tap(&self, name: &str, layer: usize, x: &[f32]) {
+        if let Some(f) = self.tap {
+            f(name, layer, x)
+        }
     }
 
     /// Forgets the context (the cache is overwritten as positions are refilled).

@@ -44,25 +44,35 @@ pub fn perplexity(
     let first = n_ctx / 2;
     let mut nll_sum = 0f64;
     let mut n_scored = 0usize;
+    let mut chunk = alloc::vec![0u32; n_ctx];
+    let mut failed = None;
     for c in 0..n_chunks {
-        let chunk = &tokens[c * n_ctx..(c + 1) * n_ctx];
+        chunk.copy_from_slice(&tokens[c * n_ctx..(c + 1) * n_ctx]);
+        if let Some(b) = bos {
+            chunk[0] = b;
+        }
         state.reset();
-        for j in 0..n_ctx - 1 {
-            let tok = match (j, bos) {
-                (0, Some(b)) => b,
-                _ => chunk[j],
-            };
-            if j < first {
-                model.forward_batch(state, store, par, &[tok], j)?;
-                continue;
+        // The whole chunk is one batch, as llama-perplexity evaluates it; the last position
+        // predicts nothing inside the chunk, so it is not run.
+        let inputs = &chunk[..n_ctx - 1];
+        let targets = &tokens[c * n_ctx..(c + 1) * n_ctx];
+        model.forward_batch_all(state, store, par, inputs, 0, first, &mut |j, logits| {
+            let target = targets[j + 1] as usize;
+            match logits.get(target) {
+                Some(&l) => {
+                    let nll = math::log_sum_exp(logits) - l as f64;
+                    nll_sum += nll;
+                    n_scored += 1;
+                    on_token(c * n_ctx + j + 1, nll);
+                }
+                None => failed = Some(targets[j + 1]),
             }
-            let logits = model.forward(state, store, par, tok, j)?;
-            let target = chunk[j + 1] as usize;
-            let lse = math::log_sum_exp(logits);
-            let nll = lse - logits[target] as f64;
-            nll_sum += nll;
-            n_scored += 1;
-            on_token(c * n_ctx + j + 1, nll);
+        })?;
+        if let Some(token) = failed {
+            return Err(ModelError::TokenOutOfRange {
+                token,
+                n_vocab: model.n_vocab(),
+            });
         }
     }
     let ppl = if n_scored > 0 {

@@ -21,14 +21,18 @@ pub(crate) struct MergeTable {
 }
 
 impl MergeTable {
-    pub(crate) fn new<'s>(merges: impl Iterator<Item = &'s str>, n_merges: usize) -> MergeTable {
+    /// `None` if the merges add up to 4 GiB or more (offsets are 32-bit).
+    pub(crate) fn new<'s>(
+        merges: impl Iterator<Item = &'s str>,
+        n_merges: usize,
+    ) -> Option<MergeTable> {
         let mut text = Vec::with_capacity(n_merges * 8);
         let mut parts = Vec::with_capacity(n_merges);
         for m in merges {
             let m = m.as_bytes();
             // The separator is the first space after the first byte: a merge's left part may
             // itself be a lone space in vocabularies that do not byte-encode.
-            let start = text.len() as u32;
+            let start = u32::try_from(text.len()).ok()?;
             match m.iter().skip(1).position(|&b| b == b' ') {
                 Some(p) => {
                     let (left, right) = (&m[..p + 1], &m[p + 2..]);
@@ -58,7 +62,7 @@ impl MergeTable {
             });
         }
         table.index = index;
-        table
+        Some(table)
     }
 
     fn pair(&self, rank: u32) -> (&[u8], &[u8]) {
@@ -76,12 +80,8 @@ impl MergeTable {
         })
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.parts.len()
-    }
-
     pub(crate) fn bytes_used(&self) -> usize {
-        self.text.len() + self.parts.len() * 12
+        self.text.len() + self.parts.len() * 12 + self.index.bytes_used()
     }
 }
 

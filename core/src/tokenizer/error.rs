@@ -22,6 +22,10 @@ pub enum TokenizerError {
     BadVocabSize {
         found: usize,
     },
+    /// The strings of an array add up to 4 GiB or more.
+    TooLarge {
+        key: &'static str,
+    },
     /// `tokenizer.ggml.model` names a tokenizer smolrun does not implement.
     UnsupportedModel {
         found: String,
@@ -55,6 +59,11 @@ impl fmt::Display for TokenizerError {
             BadVocabSize { found } => write!(
                 f,
                 "tokenizer.ggml.tokens has {found} tokens, expected 1 to 2^31; the file is corrupt"
+            ),
+            TooLarge { key } => write!(
+                f,
+                "metadata key '{key}' holds 4 GiB or more of text, far beyond any real tokenizer; \
+                 the file is corrupt"
             ),
             UnsupportedModel { found } => write!(
                 f,

@@ -24,7 +24,7 @@ mod unicode_tables;
 mod vocab;
 
 pub use error::TokenizerError;
-pub use pretokenize::PreTokenizer;
+pub use pretokenize::{PreTokenizer, PreTokenizerSetup};
 pub use special::SpecialIds;
 pub use stream::StreamDecoder;
 pub use vocab::attr;
@@ -128,7 +128,8 @@ impl Tokenizer {
             }
         };
 
-        let mut vocab = Vocab::new(token_texts, n_tokens, attrs, scores);
+        let mut vocab = Vocab::new(token_texts, n_tokens, attrs, scores)
+            .ok_or(TokenizerError::TooLarge { key: KEY_TOKENS })?;
 
         // Defaults per family, then the metadata (the reference's order).
         let mut ids = SpecialIds::default();
@@ -141,7 +142,7 @@ impl Tokenizer {
             }
             "gpt2" => {
                 let name = pre_name.unwrap_or("default");
-                let (pre, ignore_merges) =
+                let setup =
                     PreTokenizer::from_name(name).ok_or_else(|| TokenizerError::UnknownPre {
                         found: name.to_string(),
                     })?;
@@ -153,17 +154,16 @@ impl Tokenizer {
                     key: KEY_MERGES,
                     expected: "array of strings",
                 })?;
-                let table = bpe::MergeTable::new(merge_texts, merges.len());
+                let table = bpe::MergeTable::new(merge_texts, merges.len())
+                    .ok_or(TokenizerError::TooLarge { key: KEY_MERGES })?;
                 // The reference's placeholder ids for BPE; the metadata normally overrides them.
                 ids.bos = Some(11);
                 ids.eos = Some(11);
-                let kind = TokenizerKind::Bpe { pre, ignore_merges };
-                (
-                    kind,
-                    Some(table),
-                    pre == PreTokenizer::Llama3 && ignore_merges,
-                    false,
-                )
+                let kind = TokenizerKind::Bpe {
+                    pre: setup.pre,
+                    ignore_merges: setup.ignore_merges,
+                };
+                (kind, Some(table), setup.add_bos_default, false)
             }
             other => {
                 return Err(TokenizerError::UnsupportedModel {
@@ -378,7 +378,9 @@ impl Tokenizer {
             } else if a & attr::NORMAL != 0 {
                 match self.kind {
                     TokenizerKind::Spm => unescape_spm(text, &mut pieces),
-                    TokenizerKind::Bpe { .. } => unmap_byte_level(text, &mut pieces),
+                    TokenizerKind::Bpe { .. } => {
+                        unmap_byte_level(&self.alphabet, text, &mut pieces)
+                    }
                 }
             } else if a & attr::BYTE != 0 {
                 match parse_byte_token(text) {
@@ -470,12 +472,8 @@ impl Tokenizer {
 
     /// Heap bytes held by the tokenizer (vocabulary, index, merges, decoded pieces).
     pub fn bytes_used(&self) -> usize {
-        let merges = self
-            .merges
-            .as_ref()
-            .map_or(0, |m| m.bytes_used() + m.len() * 8);
+        let merges = self.merges.as_ref().map_or(0, |m| m.bytes_used());
         self.vocab.bytes_used()
-            + self.vocab.len() * 8
             + merges
             + self.pieces.len()
             + self.piece_end.len() * 4
@@ -501,7 +499,7 @@ fn unescape_spm(text: &[u8], out: &mut Vec<u8>) {
 
 /// Byte-level BPE text back to bytes. A character outside the byte alphabet (none in real
 /// vocabularies) is kept as its UTF-8; the reference writes an `[UNK_BYTE_..]` marker instead.
-fn unmap_byte_level(text: &[u8], out: &mut Vec<u8>) {
+fn unmap_byte_level(alphabet: &unicode::ByteAlphabet, text: &[u8], out: &mut Vec<u8>) {
     let s = match core::str::from_utf8(text) {
         Ok(s) => s,
         Err(_) => {
@@ -510,7 +508,7 @@ fn unmap_byte_level(text: &[u8], out: &mut Vec<u8>) {
         }
     };
     for c in s.chars() {
-        match unicode::unicode_to_byte(c as u32) {
+        match alphabet.decode(c as u32) {
             Some(b) => out.push(b),
             None => {
                 let mut buf = [0u8; 4];
@@ -586,3 +584,6 @@ fn check_len(key: &'static str, found: usize, n_tokens: usize) -> Result<(), Tok
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

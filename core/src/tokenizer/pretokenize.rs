@@ -11,6 +11,16 @@
 use super::unicode::{flags_of, GROUP_LETTER, GROUP_NUMBER, GROUP_PUNCTUATION, WHITESPACE};
 use alloc::vec::Vec;
 
+/// A pre-tokenizer and the BPE options that come with its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreTokenizerSetup {
+    pub pre: PreTokenizer,
+    /// A word that is a token as a whole skips the merges.
+    pub ignore_merges: bool,
+    /// Add BOS unless `tokenizer.ggml.add_bos_token` says otherwise.
+    pub add_bos_default: bool,
+}
+
 /// The pre-tokenizers smolrun knows, by the regexes llama.cpp uses for them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PreTokenizer {
@@ -29,22 +39,27 @@ pub enum PreTokenizer {
 }
 
 impl PreTokenizer {
-    /// The pre-tokenizer for a `tokenizer.ggml.pre` value, with the names llama.cpp maps to
-    /// the same regexes. Also says whether merges are skipped for words that are whole tokens
-    /// (llama.cpp's `ignore_merges`, set for the Llama 3 family).
-    pub fn from_name(name: &str) -> Option<(PreTokenizer, bool)> {
+    /// What llama.cpp sets up for a `tokenizer.ggml.pre` value: the regexes, and for the
+    /// Llama 3 family also `ignore_merges` and a BOS by default. `None` for a name smolrun does
+    /// not implement.
+    pub fn from_name(name: &str) -> Option<PreTokenizerSetup> {
+        let setup = |pre, llama3_family| PreTokenizerSetup {
+            pre,
+            ignore_merges: llama3_family,
+            add_bos_default: llama3_family,
+        };
         Some(match name {
-            "default" | "" => (PreTokenizer::Default, false),
+            "default" | "" => setup(PreTokenizer::Default, false),
             "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
-            | "midm-2.0" | "lfm2" | "jina-v5-nano" => (PreTokenizer::Llama3, true),
-            "dbrx" | "smaug-bpe" | "chatglm-bpe" => (PreTokenizer::Llama3, false),
+            | "midm-2.0" | "lfm2" | "jina-v5-nano" => setup(PreTokenizer::Llama3, true),
+            "dbrx" | "smaug-bpe" => setup(PreTokenizer::Llama3, false),
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "hunyuan"
-            | "solar-open" => (PreTokenizer::Qwen2, false),
+            | "solar-open" => setup(PreTokenizer::Qwen2, false),
             "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
             | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais"
-            | "trillion" | "granite-docling" => (PreTokenizer::Gpt2, false),
+            | "trillion" | "granite-docling" => setup(PreTokenizer::Gpt2, false),
             "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone"
-            | "minerva-7b" | "mellum2" => (PreTokenizer::Starcoder, false),
+            | "minerva-7b" | "mellum2" => setup(PreTokenizer::Starcoder, false),
             _ => return None,
         })
     }
@@ -444,6 +459,33 @@ mod tests {
             words(PreTokenizer::Gpt2, "a   b 12 !?"),
             ["a", "  ", " b", " 12", " !?"]
         );
+    }
+
+    #[test]
+    fn starcoder_isolates_every_digit() {
+        assert_eq!(
+            words(PreTokenizer::Starcoder, "x12 3"),
+            ["x", "1", "2", " ", "3"]
+        );
+    }
+
+    #[test]
+    fn names_map_to_the_reference_setups() {
+        let llama3 = PreTokenizer::from_name("llama-bpe").unwrap();
+        assert_eq!(llama3.pre, PreTokenizer::Llama3);
+        assert!(llama3.ignore_merges && llama3.add_bos_default);
+        let qwen2 = PreTokenizer::from_name("qwen2").unwrap();
+        assert_eq!(qwen2.pre, PreTokenizer::Qwen2);
+        assert!(!qwen2.ignore_merges && !qwen2.add_bos_default);
+        assert_eq!(
+            PreTokenizer::from_name("gpt-2").unwrap().pre,
+            PreTokenizer::Gpt2
+        );
+        assert_eq!(
+            PreTokenizer::from_name("default").unwrap().pre,
+            PreTokenizer::Default
+        );
+        assert!(PreTokenizer::from_name("tekken").is_none());
     }
 
     #[test]

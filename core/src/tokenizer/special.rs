@@ -169,7 +169,7 @@ pub(crate) fn resolve_roles(vocab: &mut Vocab, ids: &mut SpecialIds) -> Vec<u32>
         let has_call =
             has(&eog, vocab, "<|call|>").is_some() || has(&eog, vocab, "<|calls|>").is_some();
         let has_flush = has(&eog, vocab, "<|flush|>").is_some();
-        if (has_return && has_call) || (has_call && has_flush) {
+        if has_call && (has_return || has_flush) {
             eog.retain(|&id| id != end);
             vocab.attrs[end as usize] = attr::USER_DEFINED;
         }

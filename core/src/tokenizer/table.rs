@@ -25,6 +25,10 @@ impl IdTable {
         }
     }
 
+    pub(crate) fn bytes_used(&self) -> usize {
+        self.slots.len() * core::mem::size_of::<u32>()
+    }
+
     /// Inserts `id` under `hash` unless an equal key (`same_key(existing)`) is there already; in
     /// that case the slot keeps its old id if `keep_first`, otherwise takes the new one.
     pub(crate) fn insert(

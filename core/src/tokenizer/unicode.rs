@@ -127,7 +127,8 @@ pub(crate) fn byte_to_unicode(byte: u8) -> u32 {
     0x100 + rank
 }
 
-/// The inverse of [`byte_to_unicode`], or `None` for a code point outside the alphabet.
+/// The inverse of [`byte_to_unicode`], or `None` for a code point outside the alphabet (the
+/// readable definition; [`ByteAlphabet::decode`] is the table form).
 pub(crate) fn unicode_to_byte(cp: u32) -> Option<u8> {
     let printable = |c: u32| (0x21..=0x7E).contains(&c) || (0xA1..=0xAC).contains(&c) || c >= 0xAE;
     if cp < 0x100 {
@@ -140,26 +141,44 @@ pub(crate) fn unicode_to_byte(cp: u32) -> Option<u8> {
         .map(|c| c as u8)
 }
 
-/// The byte-level alphabet as a table: `[byte] -> UTF-8 of its code point` (1 or 2 bytes).
+/// The alphabet's code points are all below this.
+const ALPHABET_END: usize = 0x144;
+
+/// The byte-level alphabet as tables: `[byte] -> UTF-8 of its code point` (1 or 2 bytes) and
+/// back, `[code point] -> byte`.
 pub(crate) struct ByteAlphabet {
     encoded: [[u8; 2]; 256],
     encoded_len: [u8; 256],
+    /// `u16::MAX` for a code point outside the alphabet.
+    decoded: [u16; ALPHABET_END],
 }
 
 impl ByteAlphabet {
     pub(crate) fn new() -> ByteAlphabet {
         let mut encoded = [[0u8; 2]; 256];
         let mut encoded_len = [0u8; 256];
+        let mut decoded = [u16::MAX; ALPHABET_END];
         let mut buf = alloc::vec::Vec::with_capacity(2);
         for b in 0..=255u8 {
+            let cp = byte_to_unicode(b);
             buf.clear();
-            push_utf8(byte_to_unicode(b), &mut buf);
+            push_utf8(cp, &mut buf);
             encoded[b as usize][..buf.len()].copy_from_slice(&buf);
             encoded_len[b as usize] = buf.len() as u8;
+            decoded[cp as usize] = b as u16;
         }
         ByteAlphabet {
             encoded,
             encoded_len,
+            decoded,
+        }
+    }
+
+    /// The byte that code point `cp` stands for, if it is in the alphabet.
+    pub(crate) fn decode(&self, cp: u32) -> Option<u8> {
+        match self.decoded.get(cp as usize) {
+            Some(&b) if b != u16::MAX => Some(b as u8),
+            _ => None,
         }
     }
 
@@ -181,11 +200,15 @@ mod tests {
         assert_eq!(byte_to_unicode(b'\n'), 0x10A);
         assert_eq!(byte_to_unicode(b'a'), b'a' as u32);
         assert_eq!(byte_to_unicode(0xAD), 0x143);
+        let alphabet = ByteAlphabet::new();
         for b in 0..=255u8 {
             assert_eq!(unicode_to_byte(byte_to_unicode(b)), Some(b));
+            assert_eq!(alphabet.decode(byte_to_unicode(b)), Some(b));
         }
         assert_eq!(unicode_to_byte(0x20), None);
         assert_eq!(unicode_to_byte(0x200), None);
+        assert_eq!(alphabet.decode(0x20), None);
+        assert_eq!(alphabet.decode(0x200), None);
     }
 
     #[test]

@@ -48,13 +48,14 @@ pub(crate) struct Vocab {
 
 impl Vocab {
     /// Builds the vocabulary from token texts. An empty text becomes `[EMPTY_<id>]` and a text
-    /// that appears twice maps to its last id, as in the reference.
+    /// that appears twice maps to its last id, as in the reference. `None` if the texts add up
+    /// to 4 GiB or more (offsets are 32-bit).
     pub(crate) fn new<'s>(
         texts: impl Iterator<Item = &'s str>,
         n_tokens: usize,
         attrs: Vec<u8>,
         scores: Vec<f32>,
-    ) -> Vocab {
+    ) -> Option<Vocab> {
         let mut text = Vec::with_capacity(n_tokens * 8);
         let mut text_end = Vec::with_capacity(n_tokens);
         for (id, t) in texts.enumerate() {
@@ -66,7 +67,7 @@ impl Vocab {
             } else {
                 text.extend_from_slice(t.as_bytes());
             }
-            text_end.push(text.len() as u32);
+            text_end.push(u32::try_from(text.len()).ok()?);
         }
         let mut vocab = Vocab {
             text,
@@ -81,7 +82,7 @@ impl Vocab {
             index.insert(hash_bytes(t), id, false, |other| vocab.text(other) == t);
         }
         vocab.index = index;
-        vocab
+        Some(vocab)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -111,6 +112,10 @@ impl Vocab {
     }
 
     pub(crate) fn bytes_used(&self) -> usize {
-        self.text.len() + self.text_end.len() * 4 + self.attrs.len() + self.scores.len() * 4
+        self.text.len()
+            + self.text_end.len() * 4
+            + self.attrs.len()
+            + self.scores.len() * 4
+            + self.index.bytes_used()
     }
 }

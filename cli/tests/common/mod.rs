@@ -1,0 +1,98 @@
+//! Helpers shared by the CLI tests: where the models and the golden data are, and running the
+//! binary.
+#![allow(dead_code)] // each test file uses a part of this module
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn smolrun() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_smolrun"))
+}
+
+/// A real model file; a missing model fails the test and says how to get it.
+pub fn model(file_name: &str) -> PathBuf {
+    let dir = std::env::var_os("SMOLRUN_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/smolrun/models")
+        });
+    let path = dir.join(file_name);
+    assert!(
+        path.exists(),
+        "{} is missing: run tools/fetch-models.sh (or set SMOLRUN_MODELS to where the models are)",
+        path.display()
+    );
+    path
+}
+
+pub fn gemma() -> PathBuf {
+    model("gemma-3-270m-q4_k_m.gguf")
+}
+
+/// tests/golden of the workspace (SMOLRUN_GOLDEN_DIR overrides it).
+pub fn golden_dir() -> PathBuf {
+    std::env::var_os("SMOLRUN_GOLDEN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden"))
+}
+
+pub fn read_golden(rel: &str) -> serde_json::Value {
+    let path = golden_dir().join(rel);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; it is written by tools/oracle/regen.sh",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs the binary, expects it to fail, and returns its stderr.
+pub fn expect_failure(cmd: &mut Command) -> String {
+    let o = cmd.output().expect("smolrun runs");
+    assert!(
+        !o.status.success(),
+        "expected a failure, got success; stdout: {}",
+        stdout(&o)
+    );
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("smolrun: "),
+        "errors start with 'smolrun: ', got: {err}"
+    );
+    err
+}
+
+/// A minimal GGUF v3 file with string metadata and no tensors, for error cases.
+pub fn write_gguf(path: &Path, kv: &[(&str, &str)]) {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"GGUF");
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes()); // tensors
+    b.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+    for (k, v) in kv {
+        b.extend_from_slice(&(k.len() as u64).to_le_bytes());
+        b.extend_from_slice(k.as_bytes());
+        b.extend_from_slice(&8u32.to_le_bytes()); // GGUF_TYPE_STRING
+        b.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        b.extend_from_slice(v.as_bytes());
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+/// A scratch directory for one test, removed and recreated.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("smolrun-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

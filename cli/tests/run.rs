@@ -1,0 +1,255 @@
+//! `smolrun run` and `smolrun perplexity` end to end, and their errors.
+//! Meant for release mode: `cargo test --release -p smolrun`.
+
+mod common;
+use common::*;
+
+/// Past this reference top-1 minus top-2 logit gap, smolrun must pick the same token as
+/// llama.cpp. Below it the two engines' rounding (different matvec kernels and summation
+/// orders over a 4-bit model) can legitimately flip the choice, after which the continuations
+/// are different texts and nothing more can be compared.
+const NEAR_TIE: f64 = 0.1;
+
+#[test]
+fn greedy_run_matches_llama_cpp_on_gemma3_270m() {
+    let golden = read_golden("gemma3-270m/greedy.json");
+    let model = gemma();
+    let mut compared = 0;
+    for case in golden["cases"].as_array().unwrap() {
+        let prompt = case["prompt"].as_str().unwrap();
+        let n = case["n_predict"].as_u64().unwrap();
+        let o = smolrun()
+            .args(["run", "-m"])
+            .arg(&model)
+            .args(["-p", prompt, "-n", &n.to_string(), "--temp", "0", "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{prompt:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        // --json: stdout is exactly one JSON object.
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 1, "stdout: {out}");
+        let got: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(got["prompt_tokens"], case["prompt_tokens"], "{prompt:?}");
+        for key in ["prompt_tok_s", "gen_tok_s"] {
+            assert!(got[key].as_f64().unwrap() > 0.0, "{key}: {got}");
+        }
+
+        let want: Vec<u64> = serde_json::from_value(case["tokens"].clone()).unwrap();
+        let have: Vec<u64> = serde_json::from_value(got["tokens"].clone()).unwrap();
+        let margins: Vec<f64> = serde_json::from_value(case["margins"].clone()).unwrap();
+        // Compare up to and including the first near-tie in the reference.
+        let checked = margins
+            .iter()
+            .position(|&m| m < NEAR_TIE)
+            .map_or(want.len(), |i| i + 1);
+        assert!(
+            have.len() >= checked.min(want.len()),
+            "{prompt:?}: generated {} tokens, expected at least {checked}",
+            have.len()
+        );
+        for i in 0..checked.min(want.len()) {
+            if margins[i] >= NEAR_TIE {
+                assert_eq!(
+                    have[i], want[i],
+                    "{prompt:?}: token {i} differs (reference margin {:.3}); smolrun {:?}, llama.cpp {:?}",
+                    margins[i], have, want
+                );
+            }
+        }
+        if checked == want.len() && have == want {
+            // Whole continuation agrees: the text must too.
+            assert_eq!(got["text"], case["text"], "{prompt:?}");
+        }
+        compared += checked;
+    }
+    // Not a test that passes by comparing nothing.
+    assert!(compared >= 40, "only {compared} tokens compared");
+}
+
+#[test]
+fn run_streams_only_the_generated_text_to_stdout() {
+    let o = smolrun()
+        .args(["run", "-m"])
+        .arg(gemma())
+        .args(["-p", "The capital of France is", "-n", "8", "--temp", "0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // The reference's first greedy tokens: " the capital of the country of France."
+    assert!(out.starts_with(" the capital of"), "stdout: {out:?}");
+    assert!(
+        !out.contains("capital of France is"),
+        "the prompt is not echoed: {out:?}"
+    );
+    assert!(
+        stderr(&o).contains("tok/s"),
+        "speeds go to stderr: {}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn sampling_is_reproducible_with_a_seed() {
+    let run = |seed: &str| {
+        let o = smolrun()
+            .args(["run", "-m"])
+            .arg(gemma())
+            .args([
+                "-p",
+                "Once upon a time",
+                "-n",
+                "6",
+                "--seed",
+                seed,
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        assert_eq!(v["tokens"].as_array().unwrap().len(), 6, "{v}");
+        v["tokens"].clone()
+    };
+    assert_eq!(run("7"), run("7"));
+}
+
+#[test]
+fn run_reports_bad_input_clearly() {
+    let dir = scratch("run-errors");
+
+    let err = expect_failure(smolrun().args(["run", "-m", "no-such-model", "-p", "hi"]));
+    // Named, with the way to get a model (models.rs or engine.rs words it).
+    assert!(
+        err.contains("'no-such-model'") && err.contains("tools/fetch-models.sh"),
+        "{err}"
+    );
+
+    let err = expect_failure(smolrun().args(["run", "-m"]).arg(gemma()).args(["-p", ""]));
+    assert!(err.contains("prompt is empty"), "{err}");
+
+    let err = expect_failure(smolrun().args(["run", "-m"]).arg(gemma()).args([
+        "-p",
+        "one two three four five six seven",
+        "-c",
+        "4",
+    ]));
+    assert!(
+        err.contains("context holds 4") && err.contains("raise -c"),
+        "{err}"
+    );
+
+    let not_gguf = dir.join("notes.gguf");
+    std::fs::write(&not_gguf, "just some text, not a model").unwrap();
+    let err = expect_failure(
+        smolrun()
+            .args(["run", "-m"])
+            .arg(&not_gguf)
+            .args(["-p", "hi"]),
+    );
+    assert!(err.contains("not a readable GGUF"), "{err}");
+
+    let mamba = dir.join("mamba.gguf");
+    write_gguf(&mamba, &[("general.architecture", "mamba")]);
+    let err = expect_failure(smolrun().args(["run", "-m"]).arg(&mamba).args(["-p", "hi"]));
+    assert!(
+        err.contains("'mamba' is not supported") && err.contains("qwen2"),
+        "{err}"
+    );
+
+    let no_tokenizer = dir.join("no-tokenizer.gguf");
+    write_gguf(&no_tokenizer, &[("general.architecture", "qwen2")]);
+    let err = expect_failure(
+        smolrun()
+            .args(["run", "-m"])
+            .arg(&no_tokenizer)
+            .args(["-p", "hi"]),
+    );
+    assert!(err.contains("tokenizer.ggml.model"), "{err}");
+
+    let err = expect_failure(
+        smolrun()
+            .args(["run", "-m"])
+            .arg(gemma())
+            .args(["-p", "hi", "--top-p", "1.5"]),
+    );
+    assert!(err.contains("top_p"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perplexity_rejects_a_text_shorter_than_two_chunks() {
+    let dir = scratch("ppl-short");
+    let text = dir.join("short.txt");
+    std::fs::write(&text, "A few words only.").unwrap();
+    let err = expect_failure(
+        smolrun()
+            .args(["perplexity", "-m"])
+            .arg(gemma())
+            .arg("-f")
+            .arg(&text)
+            .args(["-c", "128"]),
+    );
+    assert!(err.contains("needs at least 256"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perplexity_json_is_close_to_llama_perplexity_on_gemma3_270m() {
+    let golden = read_golden("gemma3-270m/perplexity.json");
+    let n_ctx = golden["n_ctx"].as_u64().unwrap().to_string();
+    let text = golden_dir().join("ppl-text.txt");
+    let o = smolrun()
+        .args(["perplexity", "-m"])
+        .arg(gemma())
+        .arg("-f")
+        .arg(&text)
+        .args(["-c", &n_ctx, "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let ppl = last["ppl"].as_f64().unwrap();
+    let want = golden["ppl"].as_f64().unwrap();
+    // This checks the method (chunks, BOS, second-half scoring, token alignment): getting any
+    // of those wrong moves the perplexity by far more than 1%. How close the model's logits are
+    // to the reference is tests/tests/logits.rs's job (mean KL below 0.005 nats per token).
+    assert!(
+        (ppl.ln() - want.ln()).abs() < 0.01,
+        "ppl {ppl}, llama-perplexity {want}"
+    );
+    let bpb = last["bits_per_byte"].as_f64().unwrap();
+    // ln(ppl) nats per token over ~4 bytes per token of English: 0.5 to 2 bits per byte.
+    assert!(bpb > 0.5 && bpb < 2.0, "bits per byte {bpb}");
+    assert!(last["tokens"].as_u64().unwrap() >= 512, "{last}");
+}
+
+#[test]
+fn streamed_text_equals_the_json_text_with_multibyte_characters() {
+    // Greedy, so both runs produce the same tokens; the streamed pieces must add up to exactly
+    // the text, multi-byte characters included (a split character would show as U+FFFD).
+    let prompt = "Order: 3 cafés au lait (€4.50 each). 合計は";
+    let run = |json: bool| {
+        let mut cmd = smolrun();
+        cmd.args(["run", "-m"])
+            .arg(gemma())
+            .args(["-p", prompt, "-n", "12", "--temp", "0"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).expect("stdout is valid UTF-8")
+    };
+    let streamed = run(false);
+    let json: serde_json::Value = serde_json::from_str(run(true).trim()).unwrap();
+    let text = json["text"].as_str().unwrap();
+    assert_eq!(streamed.strip_suffix('\n'), Some(text));
+    assert!(!text.contains('\u{FFFD}'), "{text:?}");
+    assert!(
+        !text.is_ascii(),
+        "the continuation should have non-ASCII text: {text:?}"
+    );
+}

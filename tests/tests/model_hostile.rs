@@ -1,0 +1,256 @@
+//! Hostile and broken model files: absurd hyperparameters, missing tensors and wrong shapes must
+//! give an error that names the key or tensor and the expected versus found value, before
+//! anything is sized from the bad number. The files are written by a tiny GGUF builder here.
+
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{Model, ModelError, ResidentStore, State};
+use smolrun_core::platform::SingleThread;
+
+enum Meta {
+    U32(u32),
+    F32(f32),
+    Str(&'static str),
+}
+
+/// A GGUF v3 file with the given metadata and F32 tensors of the given (ggml-order) shapes,
+/// filled with a small deterministic pattern.
+fn build_gguf(meta: &[(&str, Meta)], tensors: &[(&str, Vec<u64>)]) -> Vec<u8> {
+    fn put_str(b: &mut Vec<u8>, s: &str) {
+        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+    }
+    let mut b = Vec::new();
+    b.extend_from_slice(b"GGUF");
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    b.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+    for (k, v) in meta {
+        put_str(&mut b, k);
+        match v {
+            Meta::U32(x) => {
+                b.extend_from_slice(&4u32.to_le_bytes());
+                b.extend_from_slice(&x.to_le_bytes());
+            }
+            Meta::F32(x) => {
+                b.extend_from_slice(&6u32.to_le_bytes());
+                b.extend_from_slice(&x.to_le_bytes());
+            }
+            Meta::Str(s) => {
+                b.extend_from_slice(&8u32.to_le_bytes());
+                put_str(&mut b, s);
+            }
+        }
+    }
+    let mut offset = 0u64;
+    let mut sizes = Vec::new();
+    for (name, dims) in tensors {
+        put_str(&mut b, name);
+        b.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            b.extend_from_slice(&d.to_le_bytes());
+        }
+        b.extend_from_slice(&0u32.to_le_bytes()); // F32
+        b.extend_from_slice(&offset.to_le_bytes());
+        let n: u64 = dims.iter().product();
+        sizes.push(n);
+        offset += (n * 4).div_ceil(32) * 32;
+    }
+    while b.len() % 32 != 0 {
+        b.push(0);
+    }
+    for (i, n) in sizes.iter().enumerate() {
+        let start = b.len();
+        for j in 0..*n {
+            let v = (((i as u64 * 7919 + j * 104729) % 1000) as f32 / 1000.0 - 0.5) * 0.2;
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        while (b.len() - start) % 32 != 0 {
+            b.push(0);
+        }
+    }
+    b
+}
+
+const N_EMBD: u64 = 32;
+const N_FF: u64 = 64;
+const N_VOCAB: u64 = 8;
+
+fn metadata(
+    block_count: u32,
+    n_head: u32,
+    n_head_kv: u32,
+    n_embd: u32,
+) -> Vec<(&'static str, Meta)> {
+    vec![
+        ("general.architecture", Meta::Str("llama")),
+        ("llama.block_count", Meta::U32(block_count)),
+        ("llama.embedding_length", Meta::U32(n_embd)),
+        ("llama.feed_forward_length", Meta::U32(N_FF as u32)),
+        ("llama.attention.head_count", Meta::U32(n_head)),
+        ("llama.attention.head_count_kv", Meta::U32(n_head_kv)),
+        ("llama.context_length", Meta::U32(64)),
+        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+    ]
+}
+
+/// One llama layer with 2 query heads and 1 KV head of 16.
+fn tensors() -> Vec<(&'static str, Vec<u64>)> {
+    vec![
+        ("token_embd.weight", vec![N_EMBD, N_VOCAB]),
+        ("output_norm.weight", vec![N_EMBD]),
+        ("blk.0.attn_norm.weight", vec![N_EMBD]),
+        ("blk.0.attn_q.weight", vec![N_EMBD, N_EMBD]),
+        ("blk.0.attn_k.weight", vec![N_EMBD, 16]),
+        ("blk.0.attn_v.weight", vec![N_EMBD, 16]),
+        ("blk.0.attn_output.weight", vec![N_EMBD, N_EMBD]),
+        ("blk.0.ffn_norm.weight", vec![N_EMBD]),
+        ("blk.0.ffn_gate.weight", vec![N_EMBD, N_FF]),
+        ("blk.0.ffn_up.weight", vec![N_EMBD, N_FF]),
+        ("blk.0.ffn_down.weight", vec![N_FF, N_EMBD]),
+    ]
+}
+
+fn load(bytes: &[u8]) -> Result<Model, ModelError> {
+    let g = Gguf::parse(bytes).expect("the builder writes valid GGUF");
+    Model::load(&g)
+}
+
+#[test]
+fn well_formed_tiny_model_runs() {
+    let bytes = build_gguf(&metadata(1, 2, 1, N_EMBD as u32), &tensors());
+    let g = Gguf::parse(&bytes).unwrap();
+    let m = Model::load(&g).unwrap();
+    let store = ResidentStore::new(&g);
+    let mut st = State::new(&m, 4).unwrap();
+    for pos in 0..4 {
+        let logits = m.forward(&mut st, &store, &SingleThread, 3, pos).unwrap();
+        assert_eq!(logits.len(), N_VOCAB as usize);
+        assert!(logits.iter().all(|v| v.is_finite()));
+    }
+    // The fifth position does not fit the 4-position state.
+    let err = m.forward(&mut st, &store, &SingleThread, 3, 4).unwrap_err();
+    assert_eq!(err, ModelError::ContextFull { pos: 4, n_ctx: 4 });
+    let err = m
+        .forward(&mut st, &store, &SingleThread, 99, 0)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::TokenOutOfRange {
+            token: 99,
+            n_vocab: 8
+        }
+    );
+    assert!(matches!(
+        State::new(&m, 65),
+        Err(ModelError::BadContext {
+            requested: 65,
+            max: 64
+        })
+    ));
+}
+
+#[test]
+fn absurd_block_count_is_rejected_by_key() {
+    let bytes = build_gguf(&metadata(100_000, 2, 1, N_EMBD as u32), &tensors());
+    let err = load(&bytes).unwrap_err();
+    match &err {
+        ModelError::BadHParam {
+            key,
+            expected,
+            found,
+        } => {
+            assert_eq!(key, "llama.block_count");
+            assert_eq!(found, "100000");
+            assert!(expected.contains("1024"), "{expected}");
+        }
+        e => panic!("expected a BadHParam error for llama.block_count, got {e:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("llama.block_count") && msg.contains("100000"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn zero_heads_and_non_dividing_kv_heads_are_rejected() {
+    let err = load(&build_gguf(&metadata(1, 0, 1, N_EMBD as u32), &tensors())).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::BadHParam { key, found, .. } if key == "llama.attention.head_count" && found == "0"),
+        "{err:?}"
+    );
+    let err = load(&build_gguf(&metadata(1, 4, 3, N_EMBD as u32), &tensors())).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::BadHParam { key, found, .. } if key == "llama.attention.head_count_kv" && found == "3"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn embedding_length_must_match_token_embd() {
+    let err = load(&build_gguf(&metadata(1, 2, 1, 48), &tensors())).unwrap_err();
+    match err {
+        ModelError::BadHParam {
+            key,
+            expected,
+            found,
+        } => {
+            assert_eq!(key, "llama.embedding_length");
+            assert_eq!(found, "48");
+            assert!(expected.starts_with("32"), "{expected}");
+        }
+        e => panic!("expected a BadHParam error for llama.embedding_length, got {e:?}"),
+    }
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let t: Vec<_> = tensors()
+        .into_iter()
+        .filter(|(n, _)| *n != "blk.0.ffn_up.weight")
+        .collect();
+    let err = load(&build_gguf(&metadata(1, 2, 1, N_EMBD as u32), &t)).unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::MissingTensor {
+            name: "blk.0.ffn_up.weight".into()
+        }
+    );
+    assert!(err.to_string().contains("blk.0.ffn_up.weight"));
+}
+
+#[test]
+fn wrong_shape_is_named_with_expected_and_found() {
+    let t: Vec<_> = tensors()
+        .into_iter()
+        .map(|(n, d)| {
+            if n == "blk.0.attn_k.weight" {
+                (n, vec![N_EMBD, 24])
+            } else {
+                (n, d)
+            }
+        })
+        .collect();
+    let err = load(&build_gguf(&metadata(1, 2, 1, N_EMBD as u32), &t)).unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::BadTensorShape {
+            name: "blk.0.attn_k.weight".into(),
+            expected: [32, 16, 1, 1],
+            found: [32, 24, 1, 1],
+        }
+    );
+}
+
+#[test]
+fn unsupported_architecture_is_named() {
+    let mut meta = metadata(1, 2, 1, N_EMBD as u32);
+    meta[0] = ("general.architecture", Meta::Str("mamba"));
+    let err = load(&build_gguf(&meta, &tensors())).unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::UnsupportedArch {
+            arch: "mamba".into()
+        }
+    );
+}
