@@ -361,3 +361,121 @@ pub async fn collect(events: &mut UnboundedReceiver<Event>) -> Result<Collected,
         "the generation thread stopped without finishing the job".into(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::fake::FakeBackend;
+    use std::time::Duration;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    /// Run one job on the fake model; return the text it sent and how it ended.
+    fn run(
+        text: &str,
+        max_tokens: Option<usize>,
+        stop: &[&str],
+        n_ctx: usize,
+    ) -> (String, Result<Summary, JobError>) {
+        let mut fake = FakeBackend::new(n_ctx, Duration::ZERO);
+        let status = Status::default();
+        let (tx, mut rx) = unbounded_channel();
+        let job = Job {
+            prompt: Prompt::Text(text.into()),
+            params: SamplingParams::default(),
+            max_tokens,
+            stop: stop.iter().map(|s| s.to_string()).collect(),
+            events: tx,
+        };
+        run_job(&mut fake, job, &status);
+        let mut out = String::new();
+        while let Ok(event) = rx.try_recv() {
+            match event {
+                Event::Started { .. } => {}
+                Event::Piece { text, .. } => out.push_str(&text),
+                Event::Done(s) => return (out, Ok(s)),
+                Event::Failed(e) => return (out, Err(e)),
+            }
+        }
+        panic!("the job ended without Done or Failed; text so far {out:?}")
+    }
+
+    #[test]
+    fn end_of_generation_is_stop() {
+        let (text, s) = run("hello", None, &[], 64);
+        let s = s.unwrap();
+        assert_eq!(text, "echo: hello");
+        assert_eq!(s.finish_reason, FinishReason::Stop);
+        assert_eq!((s.prompt_tokens, s.completion_tokens), (2, 4));
+    }
+
+    #[test]
+    fn token_budget_is_length() {
+        let (text, s) = run("hello", Some(2), &[], 64);
+        assert_eq!(text, "echo: ");
+        assert_eq!(s.unwrap().finish_reason, FinishReason::Length);
+    }
+
+    #[test]
+    fn stop_string_ends_the_job_as_stop() {
+        let (text, s) = run("one two three [loop]", None, &["three"], 512);
+        let s = s.unwrap();
+        assert_eq!(text, "echo: one two ");
+        assert_eq!(s.finish_reason, FinishReason::Stop);
+        // Generation stopped at the token that completed the stop string, not later.
+        assert_eq!(s.completion_tokens, "echo: one two three".len().div_ceil(3));
+    }
+
+    #[test]
+    fn full_context_is_length() {
+        let (_, s) = run("[loop]", None, &[], 20);
+        let s = s.unwrap();
+        assert_eq!(s.finish_reason, FinishReason::Length);
+        assert_eq!(s.prompt_tokens + s.completion_tokens, 20);
+    }
+
+    #[test]
+    fn prompt_that_fills_the_context_is_refused() {
+        let (_, s) = run(&"x".repeat(60), None, &[], 20);
+        assert_eq!(
+            s.err(),
+            Some(JobError::PromptTooLong {
+                prompt_tokens: 20,
+                n_ctx: 20
+            })
+        );
+    }
+
+    #[test]
+    fn a_receiver_gone_stops_generation_at_the_next_token() {
+        let status = Arc::new(Status::default());
+        let (tx, mut rx) = unbounded_channel();
+        let job = Job {
+            prompt: Prompt::Text("[loop]".into()),
+            params: SamplingParams::default(),
+            max_tokens: None,
+            stop: Vec::new(),
+            events: tx,
+        };
+        let worker_status = status.clone();
+        let worker = std::thread::spawn(move || {
+            // Left alone this would run for 100 000 tokens.
+            let mut fake = FakeBackend::new(100_000, Duration::from_millis(1));
+            run_job(&mut fake, job, &worker_status);
+        });
+        let mut pieces = 0;
+        while pieces < 3 {
+            if let Some(Event::Piece { .. }) = rx.blocking_recv() {
+                pieces += 1;
+            }
+        }
+        drop(rx);
+        worker.join().unwrap();
+        let generated = status.tokens_generated.load(Ordering::Relaxed);
+        // It stops at the first token after the drop; a busy machine may delay the drop itself
+        // by a few tokens, never by the 100 000 an ignored drop would cost.
+        assert!(
+            (3..200).contains(&generated),
+            "{generated} tokens generated"
+        );
+    }
+}
