@@ -275,6 +275,13 @@ impl<'g> Engine<'g> {
         )
     }
 
+    /// The logits after the last token run ([`prefill`](Self::prefill) or
+    /// [`decode`](Self::decode)): what the next token is chosen from. The server samples from
+    /// them itself to report each token's probability and alternatives.
+    pub fn logits(&self) -> &[f32] {
+        self.state.logits()
+    }
+
     /// How many tokens the cache holds.
     pub fn n_cached(&self) -> usize {
         self.cached.len()

@@ -4,6 +4,7 @@ mod chat_template;
 mod cmd;
 mod engine;
 mod models;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ enum Command {
     Chat(cmd::chat::Args),
     /// Print the token ids of a text.
     Tokenize(cmd::tokenize::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API, with a live chat page at /.
+    Serve(cmd::serve::Args),
     /// Perplexity and bits per byte of a text file.
     Perplexity(cmd::perplexity::Args),
     /// Inspect and rewrite GGUF files.
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Chat(a) => cmd::chat::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
         Command::Gguf(c) => cmd::gguf::run(c),
     };
     match result {

@@ -5,4 +5,5 @@ pub mod chat;
 pub mod gguf;
 pub mod perplexity;
 pub mod run;
+pub mod serve;
 pub mod tokenize;

@@ -1,0 +1,68 @@
+//! `smolrun serve`: the model as an OpenAI-compatible server with a live chat page at `/`.
+
+use crate::serve::{
+    self, backend::Backend, engine_backend::EngineBackend, fake::FakeBackend, ServeConfig,
+};
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model: a path to a .gguf file or a short name (gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
+    #[arg(short = 'm', long, required_unless_present = "fake_backend")]
+    pub model: Option<String>,
+    /// Address to listen on. The default answers only this machine; 0.0.0.0 opens the server
+    /// to the network (then consider --api-key).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// TCP port (0 picks a free one; the address is printed on start).
+    #[arg(long, default_value_t = 8090)]
+    pub port: u16,
+    /// Context length in tokens, prompt plus answer [default: 4096, or the model's trained
+    /// context if smaller].
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx: Option<usize>,
+    /// Require 'Authorization: Bearer KEY' on /v1/* (the page asks for it).
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Requests that may wait while one is generating; more get 503.
+    #[arg(long, default_value_t = 8)]
+    pub queue: usize,
+    /// Compute threads [default: one per core].
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Tests only: serve a deterministic fake model that echoes the prompt.
+    #[arg(long, hide = true)]
+    pub fake_backend: bool,
+    /// Tests only: milliseconds the fake model spends per token.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub fake_token_ms: u64,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if let Some(n) = args.ctx.filter(|&n| n < 16) {
+        return Err(format!("-c {n} is too small; use at least 16 tokens"));
+    }
+    let threads = args.threads.unwrap_or_else(crate::engine::default_threads);
+    if threads == 0 {
+        return Err("-t 0: use at least one thread".into());
+    }
+    let config = ServeConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key.filter(|k| !k.is_empty()),
+        queue: args.queue,
+    };
+    let n_ctx = args.ctx;
+    if args.fake_backend {
+        let delay = Duration::from_millis(args.fake_token_ms);
+        return serve::run(config, move || {
+            let fake = FakeBackend::new(n_ctx.unwrap_or(2048), delay);
+            Ok(Box::new(fake) as Box<dyn Backend>)
+        });
+    }
+    let model = args.model.unwrap_or_default();
+    // The model is loaded on the generation thread, which owns it from then on.
+    serve::run(config, move || {
+        EngineBackend::load(&model, n_ctx, threads).map(|b| Box::new(b) as Box<dyn Backend>)
+    })
+}

@@ -1,0 +1,125 @@
+//! The seam between the HTTP server and the engine.
+//!
+//! The server never touches a model directly: it talks to one `Backend`, owned by the single
+//! generation worker thread (see `worker.rs`). A backend is created on that thread, so it need
+//! not be `Send`. The real engine implements this trait; `fake.rs` implements it
+//! deterministically for tests.
+
+/// One message of a chat, as the chat template sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatMessage {
+    /// "system", "user", "assistant", or whatever role the client sent.
+    pub role: String,
+    pub content: String,
+}
+
+/// How to pick the next token. The server fills it from the request; the backend applies it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax).
+    pub temperature: f32,
+    /// Nucleus sampling: keep the smallest set of tokens whose probability sums to `top_p`; 1 keeps all.
+    pub top_p: f32,
+    /// Keep only the `top_k` most likely tokens; 0 keeps all.
+    pub top_k: usize,
+    /// Drop tokens less likely than `min_p` times the most likely one; 0 keeps all.
+    pub min_p: f32,
+    /// Same seed, same prompt, same parameters: same tokens. None: the backend picks a seed.
+    pub seed: Option<u64>,
+    /// OpenAI's penalties: subtract `presence_penalty` once from the logit of every token that
+    /// appeared in the generated text, and `frequency_penalty` times its count.
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// How many alternatives each `TokenEvent` must carry (0..=20). The chosen token's own
+    /// probability is always reported.
+    pub n_alternatives: usize,
+}
+
+/// Defaults: OpenAI's temperature and top_p; top_k and min_p as llama.cpp's server sets them
+/// (OpenAI has neither), which also spares sorting the whole vocabulary at every token.
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 40,
+            min_p: 0.05,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            n_alternatives: 0,
+        }
+    }
+}
+
+/// A token the model could have chosen at this position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alternative {
+    pub id: u32,
+    /// The bytes this token decodes to (may be part of a UTF-8 character).
+    pub bytes: Vec<u8>,
+    /// Natural log of its probability.
+    pub logprob: f32,
+}
+
+/// One generated token, handed to the server as soon as it is sampled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// The bytes this token decodes to. A multi-byte character may be split across tokens; the
+    /// server holds partial characters back, the backend must not.
+    pub bytes: Vec<u8>,
+    /// Natural log of the probability the model gave this token: the softmax of the logits at
+    /// temperature 1, before top-k/top-p/min-p truncation (after repetition penalties), so it
+    /// says how sure the model was.
+    pub logprob: f32,
+    /// The `n_alternatives` most likely tokens under that same distribution, most likely first.
+    pub alternatives: Vec<Alternative>,
+}
+
+/// What the server answers to each token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    /// Stop now: a stop string matched, the token budget is spent, or the client went away.
+    Stop,
+}
+
+/// Why `generate` returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The model produced an end-of-generation token (not reported as a `TokenEvent`).
+    EndOfGeneration,
+    /// `on_token` answered `Control::Stop`.
+    Stopped,
+    /// The context window is full.
+    ContextFull,
+}
+
+pub trait Backend {
+    /// The name reported by /v1/models and in every response.
+    fn model_name(&self) -> &str;
+    /// Context length in tokens: prompt plus generated tokens must fit in it.
+    fn n_ctx(&self) -> usize;
+    /// Compute threads used by the forward pass (shown on the status page).
+    fn n_threads(&self) -> usize;
+    /// Render messages through the model's chat template. With `add_generation_prompt` the
+    /// result ends where the assistant's answer begins.
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, String>;
+    /// Token ids of a prompt: special tokens written in the text (e.g. `<|im_start|>`) are
+    /// parsed as such, and BOS is added when the model wants it and the text lacks it.
+    fn tokenize(&self, text: &str) -> Result<Vec<u32>, String>;
+    /// Evaluate `prompt` and generate until end-of-generation, a full context or `Stop`.
+    /// `on_token` is called once per generated token, right after it is sampled. The backend
+    /// may reuse cached state from the previous call when the prompts share a prefix.
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_token: &mut dyn FnMut(TokenEvent) -> Control,
+    ) -> Result<Finish, String>;
+}

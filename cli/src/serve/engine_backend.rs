@@ -1,0 +1,146 @@
+//! The real engine behind the server's `Backend` seam: `engine::Engine` for the forward pass
+//! and the KV cache (which keeps the longest common prefix between requests, so a chat's next
+//! turn only runs its new tokens), core's sampler for the choice and the probabilities.
+
+use super::backend::{
+    Alternative, Backend, ChatMessage, Control, Finish, SamplingParams, TokenEvent,
+};
+use crate::chat_template::{self, ChatTemplate};
+use crate::engine::{self, Engine};
+use smolrun_core::gguf::Gguf;
+use smolrun_core::sampler::SamplerParams;
+use smolrun_linux::MappedFile;
+
+/// Penalties look this far back, over the generated tokens only (a chat prompt is full of turn
+/// markers that must stay likely).
+const PENALTY_WINDOW: usize = 256;
+
+pub struct EngineBackend {
+    engine: Engine<'static>,
+    template: ChatTemplate,
+    name: String,
+    threads: usize,
+}
+
+impl EngineBackend {
+    /// Maps and loads the model. The server holds one model for the life of the process, so the
+    /// mapping and the parsed header are leaked to give the engine the `'static` borrow it needs
+    /// (they would be freed only at exit anyway).
+    pub fn load(model: &str, n_ctx: Option<usize>, threads: usize) -> Result<Self, String> {
+        let (path, file) = engine::open_model(model)?;
+        let file: &'static MappedFile = Box::leak(Box::new(file));
+        let gguf: &'static Gguf<'static> = Box::leak(Box::new(engine::parse_gguf(&path, file)?));
+        let engine = Engine::load(&path, gguf, n_ctx, threads)?;
+        let template = engine.chat_template()?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| model.to_string());
+        Ok(EngineBackend {
+            engine,
+            template,
+            name,
+            threads,
+        })
+    }
+
+    /// What a token shows as text: nothing for control tokens (BOS, turn markers).
+    fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let tokenizer = &self.engine.tokenizer;
+        if tokenizer.is_control(id) {
+            Vec::new()
+        } else {
+            tokenizer.token_bytes(id).to_vec()
+        }
+    }
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Backend for EngineBackend {
+    fn model_name(&self) -> &str {
+        &self.name
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.engine.n_ctx()
+    }
+
+    fn n_threads(&self) -> usize {
+        self.threads
+    }
+
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let messages: Vec<chat_template::ChatMessage> = messages
+            .iter()
+            .map(|m| chat_template::ChatMessage::new(&m.role, &m.content))
+            .collect();
+        self.template.render(&messages, add_generation_prompt)
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(self.engine.tokenize_chat(text, &self.template))
+    }
+
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_token: &mut dyn FnMut(TokenEvent) -> Control,
+    ) -> Result<Finish, String> {
+        let mut sampler = self.engine.sampler(SamplerParams {
+            temperature: params.temperature,
+            top_k: params.top_k,
+            top_p: params.top_p,
+            min_p: params.min_p,
+            repeat_penalty: 1.0,
+            repeat_last_n: PENALTY_WINDOW,
+            presence_penalty: params.presence_penalty,
+            frequency_penalty: params.frequency_penalty,
+            seed: params.seed.unwrap_or_else(clock_seed),
+            n_probs: params.n_alternatives,
+        })?;
+        self.engine.prefill(prompt)?;
+        loop {
+            let sampled = sampler
+                .sample(self.engine.logits())
+                .map_err(|e| format!("sampling failed: {e}"))?;
+            let token = sampled.token;
+            let logprob = sampled.logprob;
+            let alternatives: Vec<Alternative> = sampled
+                .top
+                .iter()
+                .map(|t| Alternative {
+                    id: t.id,
+                    bytes: self.token_bytes(t.id),
+                    logprob: t.logprob,
+                })
+                .collect();
+            sampler.accept(token);
+            if self.engine.tokenizer.is_eog(token) {
+                return Ok(Finish::EndOfGeneration);
+            }
+            let event = TokenEvent {
+                id: token,
+                bytes: self.token_bytes(token),
+                logprob,
+                alternatives,
+            };
+            if on_token(event) == Control::Stop {
+                return Ok(Finish::Stopped);
+            }
+            if self.engine.n_cached() >= self.engine.n_ctx() {
+                return Ok(Finish::ContextFull);
+            }
+            self.engine.decode(token)?;
+        }
+    }
+}

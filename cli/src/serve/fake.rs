@@ -1,0 +1,216 @@
+//! A deterministic stand-in for the engine, for tests of the server (`smolrun serve --fake-backend`).
+//!
+//! Its "tokens" are up to 3 bytes of text, packed into the id, so a multi-byte character is
+//! regularly split across two tokens, as with a real byte-level BPE vocabulary. It answers the
+//! last user message (or the whole prompt when there is no chat template in it) with
+//! `echo: <that text>`, then ends. Markers in that text change its behaviour:
+//! `[loop]` repeats the answer until told to stop or the context is full; `[fail]` makes
+//! `generate` fail after the first token.
+
+use super::backend::{
+    Alternative, Backend, ChatMessage, Control, Finish, SamplingParams, TokenEvent,
+};
+use std::time::Duration;
+
+const BYTES_PER_TOKEN: usize = 3;
+
+pub struct FakeBackend {
+    n_ctx: usize,
+    /// Time "spent" on each generated token, so that tests can catch a generation in flight.
+    token_delay: Duration,
+}
+
+impl FakeBackend {
+    pub fn new(n_ctx: usize, token_delay: Duration) -> Self {
+        FakeBackend { n_ctx, token_delay }
+    }
+}
+
+fn token_id(bytes: &[u8]) -> u32 {
+    let mut id = (bytes.len() as u32) << 24;
+    for (i, &b) in bytes.iter().enumerate() {
+        id |= (b as u32) << (16 - 8 * i);
+    }
+    id
+}
+
+fn token_bytes(id: u32) -> Vec<u8> {
+    let len = ((id >> 24) as usize).min(BYTES_PER_TOKEN);
+    (0..len).map(|i| (id >> (16 - 8 * i)) as u8).collect()
+}
+
+/// The text the fake answers: the last user turn of a rendered chat, or the whole prompt.
+fn subject_of(prompt: &str) -> &str {
+    match prompt.rfind("<|user|>\n") {
+        Some(at) => {
+            let rest = &prompt[at + "<|user|>\n".len()..];
+            rest.split("\n<|").next().unwrap_or(rest)
+        }
+        None => prompt,
+    }
+}
+
+/// Probabilities cycle through confident and unsure values so the page shows every colour.
+fn fake_probability(position: usize) -> f32 {
+    [0.95, 0.7, 0.4, 0.12][position % 4]
+}
+
+impl Backend for FakeBackend {
+    fn model_name(&self) -> &str {
+        "fake-echo"
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn n_threads(&self) -> usize {
+        1
+    }
+
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let mut out = String::new();
+        for m in messages {
+            out.push_str(&format!("<|{}|>\n{}\n", m.role, m.content));
+        }
+        if add_generation_prompt {
+            out.push_str("<|assistant|>\n");
+        }
+        Ok(out)
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(text
+            .as_bytes()
+            .chunks(BYTES_PER_TOKEN)
+            .map(token_id)
+            .collect())
+    }
+
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_token: &mut dyn FnMut(TokenEvent) -> Control,
+    ) -> Result<Finish, String> {
+        if prompt.len() >= self.n_ctx {
+            return Err(format!(
+                "prompt of {} tokens does not fit the context of {}",
+                prompt.len(),
+                self.n_ctx
+            ));
+        }
+        let prompt_bytes: Vec<u8> = prompt.iter().flat_map(|&id| token_bytes(id)).collect();
+        let prompt_text = String::from_utf8_lossy(&prompt_bytes);
+        let subject = subject_of(&prompt_text);
+        let answer = format!("echo: {subject}");
+        let looping = subject.contains("[loop]");
+        let failing = subject.contains("[fail]");
+
+        let mut n_generated = 0;
+        loop {
+            for chunk in answer.as_bytes().chunks(BYTES_PER_TOKEN) {
+                if prompt.len() + n_generated >= self.n_ctx {
+                    return Ok(Finish::ContextFull);
+                }
+                if failing && n_generated == 1 {
+                    return Err("the fake engine failed on purpose ([fail] in the prompt)".into());
+                }
+                std::thread::sleep(self.token_delay);
+                let p = fake_probability(n_generated);
+                let id = token_id(chunk);
+                let mut alternatives = vec![Alternative {
+                    id,
+                    bytes: chunk.to_vec(),
+                    logprob: p.ln(),
+                }];
+                // The rest of the probability mass goes to made-up rivals, in decreasing shares.
+                let mut rest = 1.0 - p;
+                for k in 1..params.n_alternatives.max(1) {
+                    rest *= 0.5;
+                    alternatives.push(Alternative {
+                        id: id ^ k as u32,
+                        bytes: format!("alt{k}").into_bytes(),
+                        logprob: rest.ln(),
+                    });
+                }
+                alternatives.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+                alternatives.truncate(params.n_alternatives);
+                n_generated += 1;
+                let event = TokenEvent {
+                    id,
+                    bytes: chunk.to_vec(),
+                    logprob: p.ln(),
+                    alternatives,
+                };
+                if on_token(event) == Control::Stop {
+                    return Ok(Finish::Stopped);
+                }
+            }
+            if !looping {
+                return Ok(Finish::EndOfGeneration);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ids_round_trip_bytes() {
+        for bytes in [&b""[..], b"a", b"ab", b"\xE6\xBC\xA2", b"\xFF\x00\x01"] {
+            assert_eq!(token_bytes(token_id(bytes)), bytes);
+        }
+    }
+
+    #[test]
+    fn echoes_the_last_user_message() {
+        let mut fake = FakeBackend::new(512, Duration::ZERO);
+        let messages = [
+            ChatMessage {
+                role: "user".into(),
+                content: "first".into(),
+            },
+            ChatMessage {
+                role: "assistant".into(),
+                content: "ok".into(),
+            },
+            ChatMessage {
+                role: "user".into(),
+                content: "héllo".into(),
+            },
+        ];
+        let prompt = fake.render_chat(&messages, true).unwrap();
+        let tokens = fake.tokenize(&prompt).unwrap();
+        let mut out = Vec::new();
+        let finish = fake
+            .generate(&tokens, &SamplingParams::default(), &mut |t| {
+                out.extend_from_slice(&t.bytes);
+                Control::Continue
+            })
+            .unwrap();
+        assert_eq!(finish, Finish::EndOfGeneration);
+        assert_eq!(String::from_utf8(out).unwrap(), "echo: héllo");
+    }
+
+    #[test]
+    fn loop_runs_until_the_context_is_full() {
+        let mut fake = FakeBackend::new(40, Duration::ZERO);
+        let tokens = fake.tokenize("[loop]").unwrap();
+        let mut n = 0;
+        let finish = fake
+            .generate(&tokens, &SamplingParams::default(), &mut |_| {
+                n += 1;
+                Control::Continue
+            })
+            .unwrap();
+        assert_eq!(finish, Finish::ContextFull);
+        assert_eq!(n + tokens.len(), 40);
+    }
+}

@@ -1,0 +1,458 @@
+//! Routes, the front door (API key, one log line per request), and the streaming body.
+
+use super::error::ApiError;
+use super::openai::{self, Endpoint, ResponseHead, Writer};
+use super::state::{system_json, CpuMeter};
+use super::worker::{self, Event, Job, JobError, Summary, WorkerHandle};
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+/// Request bodies above this are refused with 413: a prompt that fills even a large context
+/// is far smaller, and a TV box should not buffer arbitrary uploads.
+pub const BODY_LIMIT: usize = 1 << 20;
+
+const PAGE: &str = include_str!("page.html");
+
+pub struct App {
+    pub worker: WorkerHandle,
+    pub api_key: Option<String>,
+    pub cpu: CpuMeter,
+    next_id: AtomicU64,
+    started: u64,
+}
+
+impl App {
+    pub fn new(worker: WorkerHandle, api_key: Option<String>) -> Self {
+        App {
+            worker,
+            api_key,
+            cpu: CpuMeter::new(),
+            next_id: AtomicU64::new(1),
+            started: unix_time(),
+        }
+    }
+}
+
+fn unix_time() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/state", get(state))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(app.clone(), front_door))
+        .with_state(app)
+}
+
+/// Marks a response whose log line is written by the handler (when its generation ends).
+#[derive(Clone)]
+struct LoggedByHandler;
+
+/// Checks the API key for /v1/*, and logs every request the handlers do not log themselves.
+async fn front_door(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let declared_length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let response = if path.starts_with("/v1/") && !authorized(&app, request.headers()) {
+        ApiError::unauthorized().into_response()
+    } else if declared_length.is_some_and(|n| n > BODY_LIMIT as u64) {
+        // Refuse from the header instead of reading a megabyte first (the body limit
+        // below still catches chunked uploads without a length).
+        ApiError::body_too_large(BODY_LIMIT).into_response()
+    } else {
+        next.run(request).await
+    };
+    if response.extensions().get::<LoggedByHandler>().is_none() {
+        let log = RequestLog {
+            method,
+            path,
+            status: response.status().as_u16(),
+            started,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            summary: None,
+            generating: false,
+        };
+        drop(log); // prints
+    }
+    response
+}
+
+fn authorized(app: &App, headers: &HeaderMap) -> bool {
+    let Some(key) = &app.api_key else {
+        return true;
+    };
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Compare in time independent of where the first difference is.
+    sent.len() == key.len()
+        && sent
+            .bytes()
+            .zip(key.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// One line on stderr per request, printed when the request is over (on drop, so a client
+/// that goes away mid-generation is logged too).
+struct RequestLog {
+    method: Method,
+    path: String,
+    status: u16,
+    started: Instant,
+    prompt_tokens: usize,
+    /// Tokens delivered to the client so far.
+    completion_tokens: usize,
+    summary: Option<Summary>,
+    /// A generation was under way: without a summary at the end, the client left.
+    generating: bool,
+}
+
+impl RequestLog {
+    fn new(method: Method, path: &str) -> Self {
+        RequestLog {
+            method,
+            path: path.to_string(),
+            status: 200,
+            started: Instant::now(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            summary: None,
+            generating: false,
+        }
+    }
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let detail = match (&self.summary, self.generating) {
+            (Some(s), _) => format!(
+                " prompt={} tokens={} {} finish={}",
+                s.prompt_tokens,
+                s.completion_tokens,
+                s.tokens_per_second()
+                    .map_or("- tok/s".to_string(), |t| format!("{t:.1} tok/s")),
+                s.finish_reason.as_str()
+            ),
+            (None, true) => format!(
+                " prompt={} tokens={} cancelled: client went away",
+                self.prompt_tokens, self.completion_tokens
+            ),
+            (None, false) => String::new(),
+        };
+        eprintln!(
+            "smolrun serve: {} {} {}{} {:.2}s",
+            self.method, self.path, self.status, detail, seconds
+        );
+    }
+}
+
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
+async fn health() -> Response {
+    json_response(StatusCode::OK, &json!({"status": "ok"}))
+}
+
+async fn models(State(app): State<Arc<App>>) -> Response {
+    let info = &app.worker.info;
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "object": "list",
+            "data": [{
+                "id": info.name,
+                "object": "model",
+                "created": app.started,
+                "owned_by": "smolrun",
+                "meta": {"n_ctx": info.n_ctx},
+            }],
+        }),
+    )
+}
+
+async fn state(State(app): State<Arc<App>>) -> Response {
+    let info = &app.worker.info;
+    let status = &app.worker.status;
+    let mut v = system_json(&app.cpu);
+    v["model"] = json!({
+        "name": info.name,
+        "n_ctx": info.n_ctx,
+        "threads": info.n_threads,
+    });
+    v["generation"] = json!({
+        "busy": status.busy.load(Ordering::Relaxed),
+        "queued": status.queued.load(Ordering::Relaxed),
+        "queue_capacity": app.worker.capacity,
+        "ctx_used": status.ctx_used.load(Ordering::Relaxed),
+        "last_tokens_per_second": Some(status.last_tokens_per_second()).filter(|t| *t > 0.0),
+        "requests_done": status.jobs_done.load(Ordering::Relaxed),
+        "tokens_generated": status.tokens_generated.load(Ordering::Relaxed),
+    });
+    json_response(StatusCode::OK, &v)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(request.uri().path())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+async fn chat_completions(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    generate(app, Endpoint::Chat, "/v1/chat/completions", body).await
+}
+
+async fn completions(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    generate(app, Endpoint::Completion, "/v1/completions", body).await
+}
+
+fn job_error(e: JobError) -> ApiError {
+    match e {
+        JobError::BadPrompt(m) => ApiError::invalid_request(m),
+        JobError::PromptTooLong {
+            prompt_tokens,
+            n_ctx,
+        } => ApiError::context_length_exceeded(prompt_tokens, n_ctx),
+        JobError::Engine(m) => ApiError::internal(format!("generation failed: {m}")),
+    }
+}
+
+async fn generate(
+    app: Arc<App>,
+    endpoint: Endpoint,
+    path: &str,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    // Taken by the stream when the answer is streamed; printed when this function returns
+    // (or is dropped because the client left) otherwise.
+    let mut log = Some(RequestLog::new(Method::POST, path));
+    let mut response = match start_generation(&app, endpoint, body, &mut log).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(log) = &mut log {
+                log.status = e.status;
+                log.generating = false;
+            }
+            e.into_response()
+        }
+    };
+    response.extensions_mut().insert(LoggedByHandler);
+    response
+}
+
+async fn start_generation(
+    app: &App,
+    endpoint: Endpoint,
+    body: Result<Bytes, BytesRejection>,
+    log_slot: &mut Option<RequestLog>,
+) -> Result<Response, ApiError> {
+    let Some(log) = log_slot.as_mut() else {
+        return Err(ApiError::internal("request log missing"));
+    };
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::body_too_large(BODY_LIMIT)
+        } else {
+            ApiError::invalid_request(format!("cannot read the request body: {rejection}"))
+        }
+    })?;
+    let request = openai::parse_request(endpoint, &body)?;
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    app.worker
+        .submit(Job {
+            prompt: request.prompt,
+            params: request.params,
+            max_tokens: request.max_tokens,
+            stop: request.stop,
+            events: events_tx,
+        })
+        .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
+
+    // Wait for the job to leave the queue: a prompt that does not fit is still a clean 400.
+    log.generating = true;
+    match events.recv().await {
+        Some(Event::Started { prompt_tokens }) => log.prompt_tokens = prompt_tokens,
+        Some(Event::Failed(e)) => return Err(job_error(e)),
+        Some(_) | None => {
+            return Err(ApiError::internal(
+                "the generation thread ended the job before starting it",
+            ))
+        }
+    }
+
+    let id_number = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let head = ResponseHead {
+        endpoint,
+        id: match endpoint {
+            Endpoint::Chat => format!("chatcmpl-{id_number}"),
+            Endpoint::Completion => format!("cmpl-{id_number}"),
+        },
+        created: unix_time(),
+        model: app.worker.info.name.clone(),
+    };
+    let mut writer = Writer::new(head, request.logprobs);
+
+    if !request.stream {
+        let collected = worker::collect(&mut events).await.map_err(job_error)?;
+        log.completion_tokens = collected.summary.completion_tokens;
+        let value = writer.complete(&collected.text, &collected.tokens, &collected.summary);
+        log.summary = Some(collected.summary);
+        return Ok(json_response(StatusCode::OK, &value));
+    }
+
+    let first = writer
+        .first_chunk(request.include_usage)
+        .map(|v| sse_data(&v));
+    let stream = SseStream {
+        events,
+        writer,
+        include_usage: request.include_usage,
+        log: log_slot.take(),
+        first,
+        done: false,
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+fn sse_data(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// The body of a streamed answer: one SSE event per piece of text, then the final chunk(s)
+/// and `data: [DONE]`. Dropping it (the client went away) drops the event receiver, which
+/// stops the worker at its next token.
+struct SseStream {
+    events: UnboundedReceiver<Event>,
+    writer: Writer,
+    include_usage: bool,
+    log: Option<RequestLog>,
+    first: Option<Bytes>,
+    done: bool,
+}
+
+impl SseStream {
+    fn finish(&mut self, summary: Summary) -> Bytes {
+        let mut out = Vec::new();
+        out.extend_from_slice(&sse_data(
+            &self.writer.final_chunk(&summary, self.include_usage),
+        ));
+        if self.include_usage {
+            out.extend_from_slice(&sse_data(&self.writer.usage_chunk(&summary)));
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        if let Some(log) = &mut self.log {
+            log.summary = Some(summary);
+        }
+        self.done = true;
+        self.log.take(); // the request is over: print its line now, not when hyper drops us
+        Bytes::from(out)
+    }
+}
+
+impl futures_core::Stream for SseStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let event = match self.events.poll_recv(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(e) => e,
+        };
+        let bytes = match event {
+            Some(Event::Piece { text, tokens }) => {
+                if let Some(log) = &mut self.log {
+                    log.completion_tokens += tokens.len();
+                }
+                let include_usage = self.include_usage;
+                let chunk = self.writer.piece_chunk(&text, &tokens, include_usage);
+                sse_data(&chunk)
+            }
+            Some(Event::Done(summary)) => self.finish(summary),
+            Some(Event::Failed(e)) => {
+                // Headers are sent; the error travels as an event, which the OpenAI clients
+                // raise as an exception.
+                let error = job_error(e);
+                if let Some(log) = &mut self.log {
+                    log.status = error.status;
+                    log.generating = false;
+                }
+                self.done = true;
+                self.log.take();
+                sse_data(&error.to_json())
+            }
+            Some(Event::Started { .. }) | None => {
+                self.done = true;
+                return Poll::Ready(None);
+            }
+        };
+        Poll::Ready(Some(Ok(bytes)))
+    }
+}

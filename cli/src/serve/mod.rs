@@ -1,0 +1,105 @@
+//! `smolrun serve`: an OpenAI-compatible HTTP server and a live chat page.
+//!
+//! ```text
+//! clients ──HTTP──> http.rs (axum on one current-thread tokio runtime)
+//!                     │ parse (openai.rs), check key, queue or 503
+//!                     ▼
+//!                   worker.rs: bounded queue ──> one thread that owns the Backend
+//!                     │ tokens -> text.rs (UTF-8 and stop-string hold-back) -> events
+//!                     ▼
+//!                   JSON answer or SSE stream back to the client
+//! ```
+//! The engine sits behind `backend::Backend`; `fake::FakeBackend` stands in for it in tests.
+
+pub mod backend;
+pub mod engine_backend;
+mod error;
+pub mod fake;
+mod http;
+mod openai;
+mod state;
+mod text;
+mod worker;
+
+use backend::Backend;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct ServeConfig {
+    pub host: String,
+    pub port: u16,
+    pub api_key: Option<String>,
+    /// Requests that may wait while one generates; more are refused with 503.
+    pub queue: usize,
+}
+
+/// A slow or idle client gets this long to send its request headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Load the model on the generation thread (with `load`), then serve until the process ends.
+pub fn run<F>(config: ServeConfig, load: F) -> Result<(), String>
+where
+    F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
+{
+    let worker = worker::start(load, config.queue)?;
+    let info = worker.info.clone();
+
+    let address: SocketAddr = (config.host.as_str(), config.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve --host {}: {e}", config.host))?
+        .next()
+        .ok_or_else(|| format!("--host {} resolves to no address", config.host))?;
+    let listener = std::net::TcpListener::bind(address).map_err(|e| {
+        format!("cannot listen on {address}: {e} (is another server using the port? try --port)")
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot make the socket non-blocking: {e}"))?;
+    let bound = listener.local_addr().unwrap_or(address);
+
+    eprintln!(
+        "smolrun serve: {} (context {} tokens, {} threads, queue {}) listening on http://{bound}/",
+        info.name, info.n_ctx, info.n_threads, config.queue
+    );
+    if !bound.ip().is_loopback() && config.api_key.is_none() {
+        eprintln!(
+            "smolrun serve: reachable from the network without a key; add --api-key KEY to require one"
+        );
+    }
+
+    let app = Arc::new(http::App::new(worker, config.api_key));
+    let router = http::router(app);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot start the network runtime: {e}"))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("cannot register the socket: {e}"))?;
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    eprintln!("smolrun serve: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true); // one small write per token: send it now
+            let service = TowerToHyperService::new(router.clone());
+            tokio::spawn(async move {
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service);
+                // A connection error only concerns that client (it went away, sent garbage).
+                let _ = connection.await;
+            });
+        }
+    })
+}

@@ -1,0 +1,618 @@
+//! End-to-end tests of `smolrun serve` over real sockets, against the fake backend
+//! (`--fake-backend`: a deterministic model that answers "echo: <last user message>" in
+//! 3-byte tokens, so multi-byte characters are split across tokens).
+//!
+//! The HTTP client here is deliberately tiny (HTTP/1.1 over std's TcpStream) so the tests need
+//! no extra crates and can drop a connection in the middle of a stream.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let ctx: &[&str] = if extra.contains(&"-c") {
+            &[]
+        } else {
+            &["-c", "256"]
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_smolrun"))
+            .args(["serve", "--fake-backend", "--port", "0"])
+            .args(ctx)
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn smolrun serve");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("smolrun serve exited before printing its address")
+                .expect("read stderr");
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                break rest.trim_end_matches('/').parse().expect("address");
+            }
+        };
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Server { child, addr, log }
+    }
+
+    fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Wait until a log line contains `needle` (log lines are printed when a request ends).
+    fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.log_lines().into_iter().find(|l| l.contains(needle)) {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {needle:?} after {timeout:?}; log: {:#?}",
+                self.log_lines()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+fn send_head(
+    stream: &mut TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body_len: usize,
+) {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {body_len}\r\n"
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).expect("send head");
+}
+
+/// Read the status line and headers.
+fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("status line");
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("header line");
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (k, v) = l.split_once(':').expect("header with a colon");
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    (status, headers)
+}
+
+/// Next chunk of a chunked body, None at the end.
+fn read_chunk(reader: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let size = usize::from_str_radix(line.trim(), 16).ok()?;
+    let mut data = vec![0; size + 2];
+    reader.read_exact(&mut data).ok()?;
+    data.truncate(size);
+    (size > 0).then_some(data)
+}
+
+fn read_body(reader: &mut impl BufRead, headers: &[(String, String)]) -> Vec<u8> {
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    let mut body = Vec::new();
+    if chunked {
+        while let Some(c) = read_chunk(reader) {
+            body.extend(c);
+        }
+    } else {
+        reader.read_to_end(&mut body).expect("body");
+    }
+    body
+}
+
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut stream = connect(addr);
+    send_head(&mut stream, method, path, headers, body.len());
+    stream.write_all(body).expect("send body");
+    let mut reader = BufReader::new(stream);
+    let (status, headers) = read_head(&mut reader);
+    let body = read_body(&mut reader, &headers);
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn post(addr: SocketAddr, path: &str, body: &Value) -> Response {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
+fn chat_body(content: &str) -> Value {
+    json!({"model": "any", "messages": [{"role": "user", "content": content}]})
+}
+
+/// The `data:` payloads of an SSE body, in order.
+fn sse_events(body: &[u8]) -> Vec<String> {
+    let text = std::str::from_utf8(body).expect("SSE body is UTF-8");
+    text.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            e.strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("event without 'data: ': {e:?}"))
+                .to_string()
+        })
+        .collect()
+}
+
+fn assert_error(r: &Response, status: u16, kind: &str, code: Option<&str>) {
+    assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = r.json();
+    let e = &v["error"];
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    assert_eq!(e["type"], kind, "{v}");
+    assert_eq!(e["code"].as_str(), code, "{v}");
+}
+
+#[test]
+fn chat_answer_and_models() {
+    let server = Server::start(&[]);
+    let r = request(server.addr, "GET", "/health", &[], b"");
+    assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
+    let models = request(server.addr, "GET", "/v1/models", &[], b"").json();
+    assert_eq!(models["data"][0]["id"], "fake-echo");
+
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &chat_body("héllo, 漢字!"),
+    );
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], "echo: héllo, 漢字!");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let u = &v["usage"];
+    assert_eq!(u["completion_tokens"], 7); // "echo: héllo, 漢字!" is 20 bytes
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["prompt_tokens"].as_u64().unwrap() + 7)
+    );
+    let line = server.wait_for_log("POST /v1/chat/completions 200", Duration::from_secs(5));
+    assert!(
+        line.contains("tokens=7") && line.contains("tok/s"),
+        "{line}"
+    );
+}
+
+#[test]
+fn streamed_chat_never_splits_characters_nor_shows_the_stop_string() {
+    let server = Server::start(&[]);
+    // The fake's 3-byte tokens cut "é", "漢" and "字" in the middle, and "STOP" across tokens.
+    let mut body = chat_body("é漢字 plus STOP and more");
+    body["stream"] = json!(true);
+    body["stop"] = json!(["STOP", "never"]);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(2);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = post(server.addr, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let events = sse_events(&r.body);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("chunk JSON"))
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let mut text = String::new();
+    let mut n_logprobs = 0;
+    for c in &chunks {
+        assert_eq!(c["object"], "chat.completion.chunk");
+        if let Some(piece) = c["choices"][0]["delta"]["content"].as_str() {
+            assert!(
+                !piece.contains('\u{FFFD}'),
+                "a character was split: {piece:?}"
+            );
+            text.push_str(piece);
+        }
+        if let Some(entries) = c["choices"][0]["logprobs"]["content"].as_array() {
+            for e in entries {
+                assert!(e["logprob"].as_f64().unwrap() <= 0.0);
+                assert_eq!(e["top_logprobs"].as_array().unwrap().len(), 2);
+            }
+            n_logprobs += entries.len();
+        }
+    }
+    assert_eq!(text, "echo: é漢字 plus ");
+    assert!(n_logprobs > 0);
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    let usage = &chunks[chunks.len() - 1];
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn completions_with_max_tokens_end_with_length() {
+    let server = Server::start(&[]);
+    let r = post(
+        server.addr,
+        "/v1/completions",
+        &json!({"prompt": "abcdefghijkl", "max_tokens": 2, "logprobs": 1}),
+    );
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], "echo: ");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!(["ech", "o: "]));
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+}
+
+#[test]
+fn errors_have_openai_shape_and_status() {
+    let server = Server::start(&["--api-key", "sesame"]);
+    let key = ("Authorization", "Bearer sesame");
+    let json_type = ("Content-Type", "application/json");
+
+    // No key, wrong key: 401. The page and /health stay open.
+    let chat = chat_body("hi").to_string();
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[json_type],
+        chat.as_bytes(),
+    );
+    assert_error(&r, 401, "authentication_error", Some("invalid_api_key"));
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[json_type, ("Authorization", "Bearer sesamE")],
+        chat.as_bytes(),
+    );
+    assert_error(&r, 401, "authentication_error", Some("invalid_api_key"));
+    assert_eq!(request(server.addr, "GET", "/health", &[], b"").status, 200);
+    assert_eq!(request(server.addr, "GET", "/", &[], b"").status, 200);
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[json_type, key],
+        chat.as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+
+    // Malformed JSON and bad parameters: 400.
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[key],
+        b"{\"messages\": [",
+    );
+    assert_error(&r, 400, "invalid_request_error", None);
+    let bad =
+        json!({"messages": [{"role": "user", "content": "x"}], "temperature": -1}).to_string();
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[key],
+        bad.as_bytes(),
+    );
+    assert_error(&r, 400, "invalid_request_error", None);
+    assert_eq!(r.json()["error"]["param"], "temperature");
+
+    // A prompt longer than the context (256 tokens of 3 bytes): 400.
+    let long = chat_body(&"word ".repeat(400)).to_string();
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[key],
+        long.as_bytes(),
+    );
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        Some("context_length_exceeded"),
+    );
+
+    // Unknown path: 404.
+    let r = request(server.addr, "GET", "/v1/nothing", &[key], b"");
+    assert_error(&r, 404, "invalid_request_error", Some("not_found"));
+
+    // A 10 MB body: 413, refused from its Content-Length before it is read.
+    let mut stream = connect(server.addr);
+    send_head(
+        &mut stream,
+        "POST",
+        "/v1/chat/completions",
+        &[key],
+        10 << 20,
+    );
+    let _ = stream.write_all(&vec![b' '; 64 << 10]);
+    let mut reader = BufReader::new(stream);
+    let (status, headers) = read_head(&mut reader);
+    let body = read_body(&mut reader, &headers);
+    let r = Response {
+        status,
+        headers,
+        body,
+    };
+    assert_error(&r, 413, "invalid_request_error", Some("request_too_large"));
+
+    // The same without a Content-Length (chunked upload): refused once 1 MB has been read.
+    let mut stream = connect(server.addr);
+    let head = "POST /v1/completions HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
+                Authorization: Bearer sesame\r\nTransfer-Encoding: chunked\r\n\r\n";
+    stream.write_all(head.as_bytes()).unwrap();
+    let chunk = [b' '; 64 << 10];
+    for _ in 0..32 {
+        // The server answers and closes after its limit: later writes may fail.
+        if stream
+            .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .is_err()
+            || stream.write_all(&chunk).is_err()
+            || stream.write_all(b"\r\n").is_err()
+        {
+            break;
+        }
+    }
+    let mut reader = BufReader::new(stream);
+    let (status, headers) = read_head(&mut reader);
+    let body = read_body(&mut reader, &headers);
+    let r = Response {
+        status,
+        headers,
+        body,
+    };
+    assert_error(&r, 413, "invalid_request_error", Some("request_too_large"));
+}
+
+#[test]
+fn a_full_queue_answers_503_and_the_queue_drains() {
+    // One job generates, one waits, every further request is refused at once.
+    let server = Server::start(&["--queue", "1", "--fake-token-ms", "30"]);
+    let addr = server.addr;
+
+    // Job A: a long stream; reading its first chunk proves it is generating.
+    let mut a_body = chat_body("[loop]");
+    a_body["stream"] = json!(true);
+    a_body["max_tokens"] = json!(60);
+    let mut a = connect(addr);
+    let a_text = a_body.to_string();
+    send_head(&mut a, "POST", "/v1/chat/completions", &[], a_text.len());
+    a.write_all(a_text.as_bytes()).unwrap();
+    let mut a_reader = BufReader::new(a);
+    assert_eq!(read_head(&mut a_reader).0, 200);
+    assert!(read_chunk(&mut a_reader).is_some());
+
+    // Job B waits in the queue.
+    let b = std::thread::spawn(move || {
+        let mut body = chat_body("queued");
+        body["max_tokens"] = json!(3);
+        post(addr, "/v1/chat/completions", &body)
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = request(addr, "GET", "/v1/state", &[], b"").json();
+        if state["generation"]["queued"] == 1 {
+            assert_eq!(state["generation"]["busy"], true);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job B never showed up in the queue: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Eight clients at once: the queue is full for all of them.
+    let rejected: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                post(
+                    addr,
+                    "/v1/chat/completions",
+                    &chat_body(&format!("client {i}")),
+                )
+            })
+        })
+        .collect();
+    for r in rejected {
+        let r = r.join().unwrap();
+        assert_error(&r, 503, "server_error", Some("queue_full"));
+        assert_eq!(r.header("retry-after"), Some("1"));
+    }
+
+    // A finishes, then B gets its answer.
+    while read_chunk(&mut a_reader).is_some() {}
+    let b = b.join().unwrap();
+    assert_eq!(b.status, 200);
+    assert_eq!(b.json()["choices"][0]["message"]["content"], "echo: que");
+    // And the server takes new work again.
+    let r = post(addr, "/v1/chat/completions", &chat_body("after"));
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "echo: after");
+}
+
+#[test]
+fn a_client_that_leaves_cancels_its_generation() {
+    // 20 ms per token and no token limit: left alone, each job would run for 1000 * 20 ms = 20 s.
+    let server = Server::start(&["--fake-token-ms", "20", "-c", "1000"]);
+    let addr = server.addr;
+
+    // Streaming client leaves after the first piece of text.
+    let mut body = chat_body("[loop]");
+    body["stream"] = json!(true);
+    let text = body.to_string();
+    let mut s = connect(addr);
+    send_head(&mut s, "POST", "/v1/chat/completions", &[], text.len());
+    s.write_all(text.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    assert_eq!(read_head(&mut reader).0, 200);
+    read_chunk(&mut reader).expect("role chunk");
+    read_chunk(&mut reader).expect("first text chunk");
+    drop(reader);
+    let line = server.wait_for_log("cancelled", Duration::from_secs(5));
+    assert!(line.contains("POST /v1/chat/completions 200"), "{line}");
+
+    // The worker is free at once: a new request is answered long before a 20 s job could end.
+    let started = Instant::now();
+    let r = post(addr, "/v1/chat/completions", &chat_body("next"));
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "echo: next");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // A non-streaming client that leaves mid-generation cancels it too.
+    let text = chat_body("[loop]").to_string();
+    let mut s = connect(addr);
+    send_head(&mut s, "POST", "/v1/chat/completions", &[], text.len());
+    s.write_all(text.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(s);
+    let started = Instant::now();
+    let r = post(addr, "/v1/chat/completions", &chat_body("again"));
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "echo: again");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    let state = request(addr, "GET", "/v1/state", &[], b"").json();
+    let generated = state["generation"]["tokens_generated"].as_u64().unwrap();
+    assert!(
+        generated < 100,
+        "cancelled jobs kept generating: {generated} tokens in all"
+    );
+}
+
+#[test]
+fn engine_failure_mid_stream_is_an_error_event() {
+    let server = Server::start(&[]);
+    let mut body = chat_body("[fail]");
+    body["stream"] = json!(true);
+    let r = post(server.addr, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200);
+    let events = sse_events(&r.body);
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["type"], "server_error", "{events:?}");
+    // Without streaming it is a plain 500.
+    let r = post(server.addr, "/v1/chat/completions", &chat_body("[fail]"));
+    assert_error(&r, 500, "server_error", None);
+}
+
+#[test]
+fn page_and_state() {
+    let server = Server::start(&[]);
+    let r = request(server.addr, "GET", "/", &[], b"");
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
+    let page = String::from_utf8(r.body).unwrap();
+    assert!(page.contains("/v1/chat/completions") && page.contains("/v1/state"));
+    // Old TV browsers: no optional chaining or nullish coalescing in the script.
+    assert!(
+        !page.contains("?.") && !page.contains("??"),
+        "page uses ES2020 syntax"
+    );
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "page loads something remote"
+    );
+
+    let s = request(server.addr, "GET", "/v1/state", &[], b"").json();
+    assert_eq!(s["model"]["name"], "fake-echo");
+    assert_eq!(s["model"]["n_ctx"], 256);
+    assert!(s["ram"]["total_bytes"].as_u64().unwrap() > 0);
+    assert!(s["cpu"]["cores"].as_u64().unwrap() > 0);
+}
