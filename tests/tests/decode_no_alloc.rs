@@ -1,0 +1,104 @@
+//! After warm-up, decoding a token performs no heap allocation: the forward pass (on the
+//! platform's thread pool), sampling with the default chain (penalties, top-k heap, top-p,
+//! min-p, temperature, the draw, top-N alternatives) and accepting the token. A counting global
+//! allocator checks 64 decoded tokens. This file holds a single test so that nothing else in
+//! the process allocates meanwhile.
+
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{Model, ResidentStore, State};
+use smolrun_core::sampler::{Sampler, SamplerParams};
+use smolrun_linux::{MappedFile, ThreadPool};
+use smolrun_tests::model_path;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static ALLOCATED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator, only counting.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(new_size, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+#[test]
+fn decoding_64_tokens_after_warm_up_allocates_nothing() {
+    let path = model_path("gemma3-270m").expect("gemma3-270m is required");
+    let file = MappedFile::open(&path).unwrap();
+    let gguf = Gguf::parse(file.bytes()).unwrap();
+    let model = Model::load(&gguf).unwrap();
+    let store = ResidentStore::new(&gguf);
+    let pool = ThreadPool::new(2).unwrap();
+    let mut state = State::new(&model, 256).unwrap();
+    let params = SamplerParams {
+        n_probs: 3,
+        ..SamplerParams::default()
+    };
+
+    // Warm-up: a short prompt and a few decoded tokens (first touch of every buffer, worker
+    // start-up, the sampler's first use).
+    let prompt = [2u32, 818, 5279, 529, 7001, 563];
+    let mut token = 0;
+    let mut pos = 0;
+    let n_vocab = {
+        let mut logits_len = 0;
+        for &t in &prompt {
+            logits_len = model
+                .forward(&mut state, &store, &pool, t, pos)
+                .unwrap()
+                .len();
+            pos += 1;
+        }
+        logits_len
+    };
+    let mut sampler = Sampler::new(n_vocab, params).unwrap();
+    for &t in &prompt {
+        sampler.accept(t);
+    }
+    for _ in 0..4 {
+        let logits = model
+            .forward(&mut state, &store, &pool, token, pos)
+            .unwrap();
+        token = sampler.sample(logits).unwrap().token;
+        sampler.accept(token);
+        pos += 1;
+    }
+
+    let (count_before, bytes_before) = (
+        ALLOCATIONS.load(Ordering::SeqCst),
+        ALLOCATED_BYTES.load(Ordering::SeqCst),
+    );
+    for _ in 0..64 {
+        let logits = model
+            .forward(&mut state, &store, &pool, token, pos)
+            .unwrap();
+        let sampled = sampler.sample(logits).unwrap();
+        assert_eq!(sampled.top.len(), 3);
+        token = sampled.token;
+        sampler.accept(token);
+        pos += 1;
+    }
+    let count = ALLOCATIONS.load(Ordering::SeqCst) - count_before;
+    let bytes = ALLOCATED_BYTES.load(Ordering::SeqCst) - bytes_before;
+    assert_eq!(
+        count, 0,
+        "64 decoded tokens made {count} heap allocations ({bytes} bytes)"
+    );
+    assert_eq!(pos, prompt.len() + 4 + 64);
+}
