@@ -11,38 +11,19 @@ pub const SYNTHETIC_MODELS: [&str; 2] = ["synthetic-qwen3", "synthetic-llama"];
 
 const REGEN: &str = "run tools/oracle/regen.sh to regenerate the golden data";
 
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
-}
+pub use crate::{models_dir, repo_root};
 
 /// tests/golden/<model>/
 pub fn golden_dir(model: &str) -> PathBuf {
     repo_root().join("tests/golden").join(model)
 }
 
-/// $SMOLRUN_MODELS, or ~/.cache/smolrun/models
-pub fn models_dir() -> PathBuf {
-    match std::env::var_os("SMOLRUN_MODELS") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/smolrun/models"),
-    }
-}
-
 /// The GGUF file a golden directory was produced from.
 pub fn model_file(model: &str) -> Result<PathBuf, String> {
-    let file = match model {
-        "gemma3-270m" => "gemma-3-270m-q4_k_m.gguf",
-        "qwen2.5-coder-0.5b" => "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        "qwen2.5-coder-1.5b" => "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        "synthetic-qwen3" => "synthetic-qwen3.gguf",
-        "synthetic-llama" => "synthetic-llama.gguf",
-        other => return Err(format!("no golden data for a model named {other:?}")),
-    };
-    Ok(models_dir().join(file))
+    if !REAL_MODELS.contains(&model) && !SYNTHETIC_MODELS.contains(&model) {
+        return Err(format!("no golden data for a model named {model:?}"));
+    }
+    Ok(models_dir().join(crate::model_file_name(model)))
 }
 
 /// A real model's file, or an error that says how to fetch it.
@@ -291,28 +272,7 @@ pub fn load_perplexity(model: &str) -> Result<PerplexityGolden, String> {
 /// which the golden data determines exactly: the reference's probability of id k is
 /// exp(logit_k - lse), the rest gets 1 - their sum; ours come from our full logits.
 pub fn kl_top20(top: &[(u32, f32)], lse: f64, ours: &[f32]) -> f64 {
-    let our_max = ours.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-    let our_lse = our_max
-        + ours
-            .iter()
-            .map(|&x| (x as f64 - our_max).exp())
-            .sum::<f64>()
-            .ln();
-    let (mut kl, mut ref_top, mut our_top) = (0.0, 0.0, 0.0);
-    for &(id, logit) in top {
-        let p = (logit as f64 - lse).exp();
-        let q = (ours[id as usize] as f64 - our_lse).exp();
-        if p > 0.0 {
-            kl += p * (p / q.max(f64::MIN_POSITIVE)).ln();
-        }
-        ref_top += p;
-        our_top += q;
-    }
-    let (p_rest, q_rest) = ((1.0 - ref_top).max(0.0), (1.0 - our_top).max(0.0));
-    if p_rest > 0.0 {
-        kl += p_rest * (p_rest / q_rest.max(f64::MIN_POSITIVE)).ln();
-    }
-    kl.max(0.0)
+    crate::kl_top_k(top, lse, ours)
 }
 
 #[cfg(test)]
