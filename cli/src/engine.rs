@@ -156,6 +156,11 @@ impl<'g> Engine<'g> {
         })
     }
 
+    /// The kernel set the forward pass runs on (printed by `smolrun bench`).
+    pub fn kernels_name(&self) -> &'static str {
+        "scalar"
+    }
+
     pub fn n_ctx(&self) -> usize {
         self.state.n_ctx
     }

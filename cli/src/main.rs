@@ -24,6 +24,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt.
     Run(cmd::run::Args),
+    /// Prompt and generation speed and peak memory, like llama-bench.
+    Bench(cmd::bench::Args),
     /// Chat in the terminal with the model's chat template.
     Chat(cmd::chat::Args),
     /// Print the token ids of a text.
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
         Command::Chat(a) => cmd::chat::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),

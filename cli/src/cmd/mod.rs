@@ -1,6 +1,7 @@
 //! One module per subcommand. Each has an `Args` (clap) and a `run(Args) -> Result<(), String>`:
 //! the error string is printed as `smolrun: <error>` and must say what to do next.
 
+pub mod bench;
 pub mod chat;
 pub mod gguf;
 pub mod perplexity;

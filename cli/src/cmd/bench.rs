@@ -1,0 +1,164 @@
+//! `smolrun bench`: prompt and generation speed and peak memory, measured the way llama-bench
+//! measures them, so the two can be run side by side (tools/bench-vs-llama.py) and compared as
+//! a ratio. pp: one batch of `-p` prompt tokens from an empty cache; tg: `-n` tokens decoded one
+//! at a time from an empty cache. Token ids are fixed pseudo-random ids (llama-bench also uses
+//! random tokens): speed does not depend on which tokens they are. One warm-up run, then `-r`
+//! timed repetitions; the median is reported.
+
+use crate::engine::{self, Engine};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model: a path to a .gguf file or a short name (gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
+    #[arg(short = 'm', long)]
+    pub model: String,
+    /// Prompt tokens processed in one batch (0 skips the prompt test).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 128)]
+    pub n_prompt: usize,
+    /// Tokens generated one by one (0 skips the generation test).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
+    pub n_gen: usize,
+    /// Threads [default: the fastest cores].
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Timed repetitions (after one warm-up run); the median is reported.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Print one JSON object on the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Deterministic, spread-out token ids below `n_vocab` (a linear congruential walk).
+fn bench_tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if args.reps == 0 {
+        return Err("-r 0: run at least one repetition".into());
+    }
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        return Err("-p 0 and -n 0: nothing to measure".into());
+    }
+    let threads = args.threads.unwrap_or_else(engine::default_threads);
+    if threads == 0 {
+        return Err("-t 0: use at least 1 thread".into());
+    }
+    let (path, file) = engine::open_model(&args.model)?;
+    let gguf = engine::parse_gguf(&path, &file)?;
+    let n_ctx = args.n_prompt.max(args.n_gen).max(1);
+    let mut engine = Engine::load(&path, &gguf, Some(n_ctx), threads)?;
+    let n_vocab = engine.tokenizer.n_vocab().min(engine.n_vocab());
+    let kernels = engine.kernels_name();
+
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for rep in 0..=args.reps {
+        let timed = rep > 0;
+        if args.n_prompt > 0 {
+            let prompt = bench_tokens(args.n_prompt, n_vocab, 7 + rep as u64);
+            engine.reset();
+            let t = Instant::now();
+            engine.prefill(&prompt)?;
+            if timed {
+                pp.push(args.n_prompt as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        if args.n_gen > 0 {
+            let tokens = bench_tokens(args.n_gen, n_vocab, 1000 + rep as u64);
+            engine.reset();
+            let t = Instant::now();
+            for &tok in &tokens {
+                engine.decode(tok)?;
+            }
+            if timed {
+                tg.push(args.n_gen as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let (pp_tok_s, tg_tok_s) = (median(pp), median(tg));
+    let peak_rss_mb =
+        smolrun_linux::LinuxMemory::new().peak_used_bytes() as f64 / (1024.0 * 1024.0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    println!(
+        "| model | threads | kernels | test | t/s (median of {}) |",
+        args.reps
+    );
+    println!("|---|---|---|---|---|");
+    if args.n_prompt > 0 {
+        println!(
+            "| {name} | {threads} | {kernels} | pp{} | {pp_tok_s:.2} |",
+            args.n_prompt
+        );
+    }
+    if args.n_gen > 0 {
+        println!(
+            "| {name} | {threads} | {kernels} | tg{} | {tg_tok_s:.2} |",
+            args.n_gen
+        );
+    }
+    println!("peak RSS: {peak_rss_mb:.1} MB");
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": name,
+                "threads": threads,
+                "n_prompt": args.n_prompt,
+                "n_gen": args.n_gen,
+                "reps": args.reps,
+                "pp_tok_s": pp_tok_s,
+                "tg_tok_s": tg_tok_s,
+                "peak_rss_mb": peak_rss_mb,
+                "kernels": kernels,
+            })
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![]), 0.0);
+    }
+
+    #[test]
+    fn bench_tokens_are_in_range_and_repeatable() {
+        let a = bench_tokens(500, 1000, 3);
+        assert!(a.iter().all(|&t| t < 1000));
+        assert_eq!(a, bench_tokens(500, 1000, 3));
+        assert_ne!(a, bench_tokens(500, 1000, 4));
+    }
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""smolrun bench and llama.cpp's llama-bench side by side on the same GGUF files, in one run.
+
+    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [MODEL ...]
+
+Builds smolrun (cargo build --release) and the reference (tools/oracle/build.sh, cached outside
+the repo), then for each model runs both, alternating, and prints a table of medians with the
+ratio smolrun / llama.cpp. Peak RSS is each process's ru_maxrss (from wait4). The machines these
+run on are shared and noisy: read the ratios, not the absolute figures.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {
+    "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
+    "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+}
+
+
+def run(cmd):
+    """Runs cmd; returns (stdout text, peak RSS MB of the child)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.dup2(w, 1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        try:
+            os.execvp(cmd[0], cmd)
+        finally:
+            os._exit(127)
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{' '.join(cmd)} failed with status {os.waitstatus_to_exitcode(status)}")
+    return b"".join(chunks).decode(), usage.ru_maxrss / 1024.0
+
+
+def llama_bench(binary, path, args):
+    out, rss = run([binary, "-m", path, "-p", str(args.p), "-n", str(args.n), "-t", str(args.t),
+                    "-r", str(args.r), "-o", "json"])
+    pp = tg = 0.0
+    for test in json.loads(out):
+        med = statistics.median(test["samples_ts"])
+        if test["n_prompt"] > 0 and test["n_gen"] == 0:
+            pp = med
+        elif test["n_gen"] > 0 and test["n_prompt"] == 0:
+            tg = med
+    return pp, tg, rss
+
+
+def smolrun_bench(binary, path, args):
+    out, rss = run([binary, "bench", "-m", path, "-p", str(args.p), "-n", str(args.n),
+                    "-t", str(args.t), "-r", str(args.r), "--json"])
+    doc = json.loads(out.strip().splitlines()[-1])
+    return doc["pp_tok_s"], doc["tg_tok_s"], rss, doc["kernels"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-t", type=int, default=2)
+    ap.add_argument("-r", type=int, default=5)
+    ap.add_argument("-p", type=int, default=128)
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("models", nargs="*", default=list(MODELS))
+    args = ap.parse_args()
+
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "smolrun"], cwd=ROOT, check=True)
+    subprocess.run([os.path.join(ROOT, "tools/oracle/build.sh")], check=True)
+    cache = os.environ.get("SMOLRUN_ORACLE", os.path.expanduser("~/.cache/smolrun/oracle"))
+    llama = os.path.join(cache, "build/bin/llama-bench")
+    smol = os.path.join(ROOT, "target/release/smolrun")
+    mdir = os.environ.get("SMOLRUN_MODELS", os.path.expanduser("~/.cache/smolrun/models"))
+
+    print(f"| model | test | llama.cpp t/s | smolrun t/s | ratio | threads {args.t}, median of {args.r} |")
+    print("|---|---|---|---|---|---|")
+    for name in args.models:
+        path = os.path.join(mdir, MODELS.get(name, name))
+        if not os.path.exists(path):
+            print(f"| {name} | (absent: tools/fetch-models.sh {name}) |||||")
+            continue
+        l_pp, l_tg, l_rss = llama_bench(llama, path, args)
+        s_pp, s_tg, s_rss, kernels = smolrun_bench(smol, path, args)
+        print(f"| {name} | pp{args.p} | {l_pp:.2f} | {s_pp:.2f} | {s_pp / l_pp:.2f}x | kernels {kernels} |")
+        print(f"| {name} | tg{args.n} | {l_tg:.2f} | {s_tg:.2f} | {s_tg / l_tg:.2f}x | |")
+        print(f"| {name} | peak RSS MB | {l_rss:.0f} | {s_rss:.0f} | {s_rss / l_rss:.2f}x | |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
