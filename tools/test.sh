@@ -29,3 +29,6 @@ tools/test-aarch64.sh
 
 say "cargo test --workspace --release"
 cargo test --workspace --release
+
+say "end-to-end: smolrun serve with a real model (tools/test-e2e.sh)"
+tools/test-e2e.sh
