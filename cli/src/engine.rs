@@ -7,6 +7,7 @@
 
 use crate::chat_template::ChatTemplate;
 use smolrun_core::gguf::Gguf;
+use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{Family, Model, ModelError, ResidentStore, State, WeightStore};
 use smolrun_core::platform::{Parallel, SingleThread};
 use smolrun_core::sampler::{Sampler, SamplerParams};
@@ -130,7 +131,9 @@ impl<'g> Engine<'g> {
             return Err(at(&ModelError::UnsupportedArch { arch: arch.into() }));
         }
         let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| at(&e))?;
-        let model = Model::load(gguf).map_err(|e| at(&e))?;
+        // The kernels for this CPU, chosen once here; every matrix keeps its own.
+        let kernels = KernelSet::select(&smolrun_linux::detect_features());
+        let model = Model::load_with_kernels(gguf, &kernels).map_err(|e| at(&e))?;
         let trained = model.hp.n_ctx_train;
         let n_ctx = match n_ctx {
             None => DEFAULT_CTX.min(trained),

@@ -13,7 +13,7 @@ fn main() {
     let n_ctx: usize = a[3].parse().unwrap();
     let bos: Option<u32> = a.get(4).map(|s| s.parse().unwrap());
     let g = Gguf::parse(file.bytes()).unwrap();
-    let m = Model::load(&g).unwrap();
+    let m = Model::load_with_kernels(&g, &test_kernels()).unwrap();
     let store = ResidentStore::new(&g);
     let mut st = State::new(&m, n_ctx).unwrap();
     let par = ScopedThreads::from_env();
