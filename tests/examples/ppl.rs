@@ -1,5 +1,6 @@
 //! Developer tool: perplexity with the running value after each chunk, as llama-perplexity
 //! prints it. `ppl MODEL.gguf ppl-tokens.json N_CTX [BOS]`
+//! (PER_TOKEN=1: also each scored token's negative log-likelihood, `nll INDEX VALUE`)
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::{perplexity, Model, ResidentStore, State};
 use smolrun_tests::*;
@@ -18,10 +19,14 @@ fn main() {
     let mut st = State::new(&m, n_ctx).unwrap();
     let par = ScopedThreads::from_env();
     let (mut sum, mut n) = (0f64, 0usize);
+    let per_token = std::env::var_os("PER_TOKEN").is_some();
     let t0 = std::time::Instant::now();
     let r = perplexity(&m, &mut st, &store, &par, &tokens, n_ctx, bos, |i, nll| {
         sum += nll;
         n += 1;
+        if per_token {
+            println!("nll {i} {nll:.6}");
+        }
         if (i + 1) % n_ctx == 0 {
             println!("[{}] {:.4}", (i + 1) / n_ctx, (sum / n as f64).exp());
         }
