@@ -1,8 +1,10 @@
 //! Developer tool: greedy continuation of token ids, printing ids and timing.
 //! `cargo run --release -p smolrun-tests --example gen -- MODEL.gguf N id id id ...`
+//! (SMOLRUN_TEST_KERNELS=native: this CPU's kernels instead of the scalar reference)
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::{Model, ResidentStore, State};
 use smolrun_core::platform::SingleThread;
+use smolrun_tests::test_kernels;
 use std::time::Instant;
 
 fn main() {
@@ -11,7 +13,7 @@ fn main() {
     let n: usize = args[2].parse().unwrap();
     let prompt: Vec<u32> = args[3..].iter().map(|s| s.parse().unwrap()).collect();
     let g = Gguf::parse(file.bytes()).unwrap();
-    let model = Model::load(&g).unwrap();
+    let model = Model::load_with_kernels(&g, &test_kernels()).unwrap();
     let store = ResidentStore::new(&g);
     let mut state = State::new(&model, 512).unwrap();
     let par = SingleThread;

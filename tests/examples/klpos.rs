@@ -18,7 +18,7 @@ fn main() {
     let ti: usize = a[3].parse().unwrap();
     let n: usize = a[4].parse().unwrap();
     let g = Gguf::parse(file.bytes()).unwrap();
-    let m = Model::load(&g).unwrap();
+    let m = Model::load_with_kernels(&g, &test_kernels()).unwrap();
     let store = ResidentStore::new(&g);
     let par = ScopedThreads::from_env();
     let text = &gold["texts"][ti];

@@ -33,6 +33,7 @@ pub use perplexity::{bits_per_byte, perplexity, PerplexityResult};
 pub use store::{ResidentStore, TensorId, WeightStore};
 
 use crate::gguf::Gguf;
+use crate::kernels::{KernelSet, WeightKernel};
 use crate::math::{self, AttentionKernel, AttentionSpan, Rope, RopeStyle};
 use crate::platform::Parallel;
 use crate::quant::{self, GgmlType};
@@ -115,6 +116,8 @@ pub struct Matrix {
     pub act_ty: GgmlType,
     /// Bytes of one input vector in `act_ty`.
     pub act_bytes: usize,
+    /// The matvec kernel for `ty` on this CPU, picked once from the model's [`KernelSet`].
+    pub kernel: WeightKernel,
 }
 
 #[derive(Debug, Clone)]
@@ -151,6 +154,8 @@ pub struct Model {
     pub output: Matrix,
     /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`).
     pub rope_freqs: Option<Vec<f32>>,
+    /// Which kernel set the matrices' kernels came from ("scalar", "x86_64-avx2", ...).
+    pub kernels_name: &'static str,
 }
 
 /// Reads small F32 vectors (norms, biases) at load time: a few KB per layer, kept in RAM.
@@ -186,8 +191,15 @@ fn opt_f32_vector(g: &Gguf, name: &str, len: usize) -> Result<Option<Vec<f32>>, 
     }
 }
 
-/// A matrix of `n_rows` x `n_cols` (ggml dims `[n_cols, n_rows]`) whose type has a matvec kernel.
-fn matrix(g: &Gguf, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, ModelError> {
+/// A matrix of `n_rows` x `n_cols` (ggml dims `[n_cols, n_rows]`) whose type has a matvec
+/// kernel in `kernels`.
+fn matrix(
+    g: &Gguf,
+    kernels: &KernelSet,
+    name: &str,
+    n_cols: usize,
+    n_rows: usize,
+) -> Result<Matrix, ModelError> {
     let id = *g
         .tensors
         .iter()
@@ -207,8 +219,8 @@ fn matrix(g: &Gguf, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, 
         tensor: name.into(),
         err,
     };
-    let act_ty = quant::vec_dot_type(t.ggml_type).map_err(quant_err)?;
-    quant::vec_dot_fn(t.ggml_type).map_err(quant_err)?;
+    let kernel = *kernels.weight(t.ggml_type).map_err(quant_err)?;
+    let act_ty = kernel.act_type;
     let act_bytes = quant::row_bytes(act_ty, n_cols).map_err(|_| ModelError::BadTensorShape {
         name: name.into(),
         expected: [
@@ -228,13 +240,22 @@ fn matrix(g: &Gguf, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, 
         row_bytes: t.row_bytes(),
         act_ty,
         act_bytes,
+        kernel,
     })
 }
 
 impl Model {
-    /// Reads the hyperparameters, then finds and checks every tensor the forward pass needs.
-    /// Nothing is sized from a number in the file before that number has been validated.
+    /// [`Model::load_with_kernels`] with the scalar reference kernels only: the ground truth,
+    /// for tests and tools that must not depend on the CPU they run on.
     pub fn load(g: &Gguf) -> Result<Model, ModelError> {
+        Model::load_with_kernels(g, &KernelSet::scalar())
+    }
+
+    /// Reads the hyperparameters, then finds and checks every tensor the forward pass needs,
+    /// and picks each matrix's matvec kernel from `kernels` (normally
+    /// `KernelSet::select(&features)` with the platform's CPU features), once, here.
+    /// Nothing is sized from a number in the file before that number has been validated.
+    pub fn load_with_kernels(g: &Gguf, kernels: &KernelSet) -> Result<Model, ModelError> {
         let hp = HParams::from_gguf(g)?;
         let sw = hp.family.switches();
         let (n_embd, n_ff) = (hp.n_embd, hp.n_ff);
@@ -243,9 +264,9 @@ impl Model {
         let v_dim = hp.n_head_kv * hp.head_dim_v;
         let o_dim = hp.n_head * hp.head_dim_v;
 
-        let token_embd = matrix(g, "token_embd.weight", n_embd, hp.n_vocab)?;
+        let token_embd = matrix(g, kernels, "token_embd.weight", n_embd, hp.n_vocab)?;
         let output = match g.tensor("output.weight") {
-            Some(_) => matrix(g, "output.weight", n_embd, hp.n_vocab)?,
+            Some(_) => matrix(g, kernels, "output.weight", n_embd, hp.n_vocab)?,
             None => token_embd.clone(),
         };
         let output_norm = f32_vector(g, "output_norm.weight", n_embd)?;
@@ -302,10 +323,10 @@ impl Model {
             };
             layers.push(Layer {
                 attn_norm: f32_vector(g, &n("attn_norm.weight"), n_embd)?,
-                wq: matrix(g, &n("attn_q.weight"), n_embd, q_dim)?,
-                wk: matrix(g, &n("attn_k.weight"), n_embd, kv_dim)?,
-                wv: matrix(g, &n("attn_v.weight"), n_embd, v_dim)?,
-                wo: matrix(g, &n("attn_output.weight"), o_dim, n_embd)?,
+                wq: matrix(g, kernels, &n("attn_q.weight"), n_embd, q_dim)?,
+                wk: matrix(g, kernels, &n("attn_k.weight"), n_embd, kv_dim)?,
+                wv: matrix(g, kernels, &n("attn_v.weight"), n_embd, v_dim)?,
+                wo: matrix(g, kernels, &n("attn_output.weight"), o_dim, n_embd)?,
                 bq: bias("attn_q.bias", q_dim)?,
                 bk: bias("attn_k.bias", kv_dim)?,
                 bv: bias("attn_v.bias", v_dim)?,
@@ -313,9 +334,9 @@ impl Model {
                 k_norm: norm_if(sw.qk_norm, "attn_k_norm.weight", hp.head_dim)?,
                 post_attn_norm: norm_if(sw.post_norms, "post_attention_norm.weight", n_embd)?,
                 ffn_norm: f32_vector(g, &n("ffn_norm.weight"), n_embd)?,
-                w_gate: matrix(g, &n("ffn_gate.weight"), n_embd, n_ff)?,
-                w_up: matrix(g, &n("ffn_up.weight"), n_embd, n_ff)?,
-                w_down: matrix(g, &n("ffn_down.weight"), n_ff, n_embd)?,
+                w_gate: matrix(g, kernels, &n("ffn_gate.weight"), n_embd, n_ff)?,
+                w_up: matrix(g, kernels, &n("ffn_up.weight"), n_embd, n_ff)?,
+                w_down: matrix(g, kernels, &n("ffn_down.weight"), n_ff, n_embd)?,
                 post_ffn_norm: norm_if(sw.post_norms, "post_ffw_norm.weight", n_embd)?,
                 rope,
                 window: if swa { hp.sliding_window } else { None },
@@ -329,6 +350,7 @@ impl Model {
             output_norm,
             output,
             rope_freqs,
+            kernels_name: kernels.name(),
         })
     }
 
@@ -705,7 +727,8 @@ fn matvec(
         // SAFETY: each worker writes only its own rows r0..r1.
         let o = unsafe { shared.slice(r0, r1 - r0) };
         let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
-        if quant::matvec(m.ty, rows, r1 - r0, m.n_cols, &act_q[..m.act_bytes], o).is_err() {
+        let act = &act_q[..m.act_bytes];
+        if m.kernel.matvec(rows, r1 - r0, m.n_cols, act, o).is_err() {
             failed.store(true, Ordering::Relaxed);
         }
     });
