@@ -18,7 +18,7 @@ fn greedy_run_matches_llama_cpp_on_gemma3_270m() {
     for case in golden["cases"].as_array().unwrap() {
         let prompt = case["prompt"].as_str().unwrap();
         let n = case["n_predict"].as_u64().unwrap();
-        let o = smolrun()
+        let o = smolrun_reference()
             .args(["run", "-m"])
             .arg(&model)
             .args(["-p", prompt, "-n", &n.to_string(), "--temp", "0", "--json"])
@@ -200,7 +200,7 @@ fn perplexity_json_is_close_to_llama_perplexity_on_gemma3_270m() {
     let golden = read_golden("gemma3-270m/perplexity.json");
     let n_ctx = golden["n_ctx"].as_u64().unwrap().to_string();
     let text = golden_dir().join("ppl-text.txt");
-    let o = smolrun()
+    let o = smolrun_reference()
         .args(["perplexity", "-m"])
         .arg(gemma())
         .arg("-f")

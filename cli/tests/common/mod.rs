@@ -9,6 +9,15 @@ pub fn smolrun() -> Command {
     Command::new(env!("CARGO_BIN_EXE_smolrun"))
 }
 
+/// The binary on the scalar reference kernels (SMOLRUN_KERNELS=scalar), for the tests that
+/// compare with llama.cpp's golden data; the SIMD faces are checked against the scalar ones by
+/// the kernel exactness tests.
+pub fn smolrun_reference() -> Command {
+    let mut c = smolrun();
+    c.env("SMOLRUN_KERNELS", "scalar");
+    c
+}
+
 /// A real model file; a missing model fails the test and says how to get it.
 pub fn model(file_name: &str) -> PathBuf {
     let dir = std::env::var_os("SMOLRUN_MODELS")
