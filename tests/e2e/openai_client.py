@@ -8,8 +8,13 @@ Chat and completions, streamed and not, stop strings, logprobs, usage, seeds, an
 errors the client raises. Traffic goes to 127.0.0.1 only.
 """
 
+import http.client
+import json
 import math
+import socket
 import sys
+import time
+from urllib.parse import urlparse
 
 import openai
 
@@ -184,6 +189,66 @@ def main():
         except openai.BadRequestError as e:
             assert e.body["code"] == "context_length_exceeded", e.body
 
+    host = urlparse(server.url)
+    auth = {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"}
+
+    def raw(method, path, body, headers=auth):
+        conn = http.client.HTTPConnection(host.hostname, host.port, timeout=120)
+        conn.request(method, path, body=body, headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r.status, data
+
+    def raw_http_errors():
+        status, data = raw("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": ')
+        err = json.loads(data)["error"]
+        assert status == 400 and err["message"] and err["type"], (status, data)
+        # The server answers 413 from the Content-Length alone and may close before the body is
+        # sent, so the body goes over a raw socket and a refused remainder is expected.
+        big = b'{"messages": [{"role": "user", "content": "' + b"a" * (10 * 1024 * 1024) + b'"}]}'
+        sock = socket.create_connection((host.hostname, host.port), timeout=120)
+        head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (KEY, len(big)))
+        try:
+            sock.sendall(head.encode() + big)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        reply = b""
+        try:
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+        except ConnectionResetError:
+            pass
+        sock.close()
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+        body = reply.split(b"\r\n\r\n", 1)[1]
+        assert json.loads(body)["error"]["type"], body[:200]
+
+    def disconnect_mid_stream():
+        body = json.dumps({"model": model, "stream": True, "max_tokens": 200, "temperature": 0,
+                           "messages": [{"role": "user", "content": "Count from 1 to 100."}]})
+        sock = socket.create_connection((host.hostname, host.port), timeout=120)
+        head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (KEY, len(body)))
+        sock.sendall(head.encode() + body.encode())
+        got = b""
+        while got.count(b"data: {") < 2:  # the stream has started: two chunks arrived
+            chunk = sock.recv(4096)
+            assert chunk, got
+            got += chunk
+        sock.close()
+        t = time.time()
+        r = client.chat.completions.create(model=model, max_tokens=8, temperature=0,
+                                           messages=[{"role": "user", "content": "Say hi."}])
+        assert r.choices[0].message.content, r
+        # The abandoned generation (up to 200 tokens) was cancelled, not finished first.
+        assert time.time() - t < 60, time.time() - t
+        assert any("cancelled: client went away" in l for l in server.log), server.log[-6:]
+
     for name, fn in [
         ("models.list", models),
         ("chat", chat_plain),
@@ -195,6 +260,8 @@ def main():
         ("completions stream", completions_stream),
         ("seed repeats", seed_repeats),
         ("errors: 401, 400 parameter, 400 context", errors),
+        ("raw HTTP: 400 malformed JSON, 413 10 MB body", raw_http_errors),
+        ("a client that leaves mid-stream; the next request is answered", disconnect_mid_stream),
     ]:
         checks.run(name, fn)
     server.stop()
