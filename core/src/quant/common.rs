@@ -100,6 +100,32 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// Dequantizes the K formats with a 6-bit scale and min per 32-element sub-block (Q4_K, Q5_K):
+/// `d: f16` at 0, `dmin: f16` at 2, the 12 packed scale bytes at 4, and `quant(block, e)`
+/// giving element e's unsigned quant. x = d * scale * q - dmin * min, in ggml's float order.
+#[inline(always)]
+pub(crate) fn dequantize_row_scale_min(
+    src: &[u8],
+    out: &mut [f32],
+    block_bytes: usize,
+    quant: fn(&[u8], usize) -> u8,
+) {
+    debug_assert_eq!(src.len() / block_bytes * 256, out.len());
+    for (y, b) in out.chunks_exact_mut(256).zip(src.chunks_exact(block_bytes)) {
+        let d = f16_at(b, 0);
+        let min = f16_at(b, 2);
+        let scales = &b[4..16];
+        for (s, y) in y.chunks_exact_mut(32).enumerate() {
+            let (sc, m) = scale_min_k4(s, scales);
+            let d1 = d * sc as f32;
+            let m1 = min * m as f32;
+            for (l, y) in y.iter_mut().enumerate() {
+                *y = d1 * quant(b, 32 * s + l) as f32 - m1;
+            }
+        }
+    }
+}
+
 /// The integer core of the K-quant dot products, as ggml's scalar code arranges it: element e
 /// of a sub-block goes to lane e % 8, `aux32[lane] += scale * q8[e] * w[e]`. Integer sums are
 /// exact (|aux32| stays below 2^25 for every K format), so only the lane layout matters: it

@@ -7,7 +7,7 @@
 //! Layout (144 bytes): `d: f16` at 0, `dmin: f16` at 2, `scales: [u8; 12]` at 4,
 //! `qs: [u8; 128]` at 16.
 
-use super::common::{accumulate_lanes, f16_at, f32_at, scale_min_k4};
+use super::common::{accumulate_lanes, dequantize_row_scale_min, f16_at, f32_at, scale_min_k4};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -24,23 +24,7 @@ fn quant(b: &[u8], e: usize) -> u8 {
 }
 
 pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
-    debug_assert_eq!(src.len() / BLOCK_BYTES * BLOCK_ELEMS, out.len());
-    for (y, b) in out
-        .chunks_exact_mut(BLOCK_ELEMS)
-        .zip(src.chunks_exact(BLOCK_BYTES))
-    {
-        let d = f16_at(b, OFF_D);
-        let min = f16_at(b, OFF_DMIN);
-        let scales = &b[OFF_SCALES..OFF_SCALES + 12];
-        for (s, y) in y.chunks_exact_mut(32).enumerate() {
-            let (sc, m) = scale_min_k4(s, scales);
-            let d1 = d * sc as f32;
-            let m1 = min * m as f32;
-            for (l, y) in y.iter_mut().enumerate() {
-                *y = d1 * quant(b, 32 * s + l) as f32 - m1;
-            }
-        }
-    }
+    dequantize_row_scale_min(src, out, BLOCK_BYTES, quant);
 }
 
 /// Q4_K . Q8_K (ggml's `ggml_vec_dot_q4_K_q8_K_generic`): quants times activations in 8
