@@ -35,7 +35,7 @@ pub use store::{ResidentStore, TensorId, WeightStore};
 use crate::gguf::Gguf;
 use crate::kernels::{KernelSet, WeightKernel};
 use crate::math::{self, AttentionKernel, AttentionSpan, Rope, RopeStyle};
-use crate::platform::Parallel;
+use crate::platform::{Parallel, RowDispenser};
 use crate::quant::{self, GgmlType};
 use alloc::format;
 use alloc::string::String;
@@ -714,22 +714,20 @@ fn matvec(
     let failed = AtomicBool::new(false);
     let n_workers = par.n_threads().max(1);
     let shared = SharedMut::new(&mut out[..m.n_rows]);
-    par.run(&|i| {
-        if i >= n_workers {
-            return;
-        }
-        // Split on multiples of 16 rows so workers do not share cache lines of `out`.
-        let (r0, r1) = split(m.n_rows.div_ceil(16), n_workers, i);
-        let (r0, r1) = ((r0 * 16).min(m.n_rows), (r1 * 16).min(m.n_rows));
-        if r0 >= r1 {
-            return;
-        }
-        // SAFETY: each worker writes only its own rows r0..r1.
-        let o = unsafe { shared.slice(r0, r1 - r0) };
-        let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
-        let act = &act_q[..m.act_bytes];
-        if m.kernel.matvec(rows, r1 - r0, m.n_cols, act, o).is_err() {
-            failed.store(true, Ordering::Relaxed);
+    // Guided scheduling: each grab takes remaining / (2 x threads) rows, so a preempted worker
+    // leaves a short tail. Chunks are multiples of 16 rows so that workers do not share cache
+    // lines of `out` (and row-group kernels get aligned starts).
+    let rows_left = RowDispenser::new(m.n_rows, n_workers, 16);
+    par.run(&|_| {
+        while let Some(chunk) = rows_left.grab() {
+            let (r0, r1) = (chunk.start, chunk.end);
+            // SAFETY: the dispenser hands each row to exactly one worker.
+            let o = unsafe { shared.slice(r0, r1 - r0) };
+            let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
+            let act = &act_q[..m.act_bytes];
+            if m.kernel.matvec(rows, r1 - r0, m.n_cols, act, o).is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
         }
     });
     store.release(m.id);
