@@ -6,6 +6,7 @@ pub mod cpu;
 mod file;
 mod mapped;
 pub mod memory;
+mod memory_watch;
 mod pool;
 
 pub use clock::MonotonicClock;
@@ -13,6 +14,7 @@ pub use cpu::{allowed_cpus, default_cpus, default_threads, detect_features, CpuT
 pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};
 pub use mapped::MappedFile;
 pub use memory::LinuxMemory;
+pub use memory_watch::{MemoryReading, MemorySource, MemoryWatch};
 pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_ITERATIONS};
 
 #[cfg(test)]
@@ -26,6 +28,7 @@ mod tests {
         send_sync::<crate::ThreadPool>();
         send_sync::<crate::LinuxMemory>();
         send_sync::<crate::MappedFile>();
+        send_sync::<crate::MemoryWatch>();
         send_sync::<smolrun_core::platform::RowDispenser>();
     }
 }

@@ -1,5 +1,6 @@
-use memmap2::{Mmap, MmapOptions};
+use memmap2::{Advice, Mmap, MmapOptions};
 use std::fs::File;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// A whole file mapped read-only. Pages are faulted in on first touch (never MAP_POPULATE):
@@ -40,5 +41,93 @@ impl MappedFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Tells the kernel that `range` (bytes of the file) is read at random, a few bytes here
+    /// and there: no readahead around a fault. For the embedding table, which is read one row
+    /// per token: without this, each row's fault reads up to 128 KB around it, and a few hundred
+    /// tokens pull most of the table into RAM.
+    pub fn advise_random(&self, range: Range<usize>) -> Result<(), String> {
+        let Some(map) = &self.map else {
+            return Ok(());
+        };
+        if range.start > range.end || range.end > map.len() {
+            return Err(format!(
+                "{}: cannot advise bytes {range:?} of a {}-byte mapping",
+                self.path.display(),
+                map.len()
+            ));
+        }
+        // memmap2 rounds the start down to a page boundary.
+        map.advise_range(Advice::Random, range.start, range.len())
+            .map_err(|e| format!("{}: madvise(MADV_RANDOM): {e}", self.path.display()))
+    }
+
+    /// How many bytes of `range` are in RAM now (mincore), counted in whole pages: what a
+    /// test measures to show a table was left on flash.
+    pub fn resident_bytes(&self, range: Range<usize>) -> Result<u64, String> {
+        let Some(map) = &self.map else {
+            return Ok(0);
+        };
+        if range.start > range.end || range.end > map.len() {
+            return Err(format!(
+                "{}: bytes {range:?} are outside the {}-byte mapping",
+                self.path.display(),
+                map.len()
+            ));
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+        let start = range.start / page * page;
+        let len = range.end - start;
+        let mut pages = vec![0u8; len.div_ceil(page)];
+        // SAFETY: [start, start + len) lies inside the live mapping (checked above; mapping
+        // addresses are page aligned), and `pages` has one byte per page of it.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr().add(start) as *mut libc::c_void,
+                len,
+                pages.as_mut_ptr() as *mut _,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "{}: mincore: {}",
+                self.path.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(pages.iter().filter(|&&p| p & 1 == 1).count() as u64 * page as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residency_and_advice_check_their_ranges() {
+        let path = std::env::temp_dir().join(format!("smolrun-mapped-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 3 * 4096 + 100]).unwrap();
+        let file = MappedFile::open(&path).unwrap();
+        let sum: u64 = file.bytes().iter().map(|&b| b as u64).sum();
+        assert_eq!(sum, 7 * (3 * 4096 + 100));
+        // Just written and just read: every page is in the page cache.
+        assert_eq!(
+            file.resident_bytes(0..file.bytes().len()).unwrap(),
+            4 * 4096
+        );
+        assert_eq!(file.resident_bytes(5000..5001).unwrap(), 4096);
+        file.advise_random(100..9000).unwrap();
+        let too_far = file.bytes().len() + 1;
+        assert!(file
+            .advise_random(0..too_far)
+            .unwrap_err()
+            .contains("cannot advise"));
+        assert!(file
+            .resident_bytes(0..too_far)
+            .unwrap_err()
+            .contains("outside"));
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -24,11 +24,13 @@
 mod act_quant;
 mod error;
 pub mod hparams;
+pub mod memory_plan;
 pub mod perplexity;
 pub mod store;
 
 pub use error::ModelError;
 pub use hparams::{Family, HParams, RopeScaling};
+pub use memory_plan::MemoryPlan;
 pub use perplexity::{bits_per_byte, perplexity, PerplexityResult};
 pub use store::{ResidentStore, TensorId, WeightStore};
 
