@@ -6,6 +6,8 @@
 //! that are new since the last turn (the longest common prefix is kept).
 
 use crate::chat_template::ChatTemplate;
+pub use crate::memory_guard::MemoryArgs;
+use crate::memory_guard::MemoryGuard;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{Family, Model, ModelError, ResidentStore, State, WeightStore};
@@ -59,6 +61,9 @@ pub enum StopReason {
     ContextFull,
     /// The user pressed Ctrl-C (or the caller's stop flag was set).
     Interrupted,
+    /// The memory guard saw less memory left than its floor
+    /// ([`Engine::low_memory_message`] says how much).
+    LowMemory,
 }
 
 impl StopReason {
@@ -68,6 +73,7 @@ impl StopReason {
             StopReason::Length => "length",
             StopReason::ContextFull => "context",
             StopReason::Interrupted => "interrupted",
+            StopReason::LowMemory => "low-memory",
         }
     }
 }
@@ -112,6 +118,45 @@ pub struct Engine<'g> {
     state: State,
     /// The tokens whose keys and values are in the cache, in order.
     cached: Vec<u32>,
+    /// Watches the available memory while generating ([`Engine::watch_memory`]).
+    memory: Option<MemoryGuard>,
+    /// Why the last generation stopped with [`StopReason::LowMemory`].
+    low_memory: Option<String>,
+}
+
+/// The memory guard, run before [`Engine::load`]: plans the RAM the run needs for the context
+/// `n_ctx` (`None`: the default, as `Engine::load` picks it) and refuses with the numbers when
+/// the device (or `--mem-budget`) cannot give it. It only reads the header, so a refused model
+/// costs no flash reads. It also advises the kernel that an embedding table which is not the
+/// LM head is read at random, so its rows stay on flash. Hand the result to
+/// [`Engine::watch_memory`].
+pub fn check_memory(
+    path: &Path,
+    file: &MappedFile,
+    gguf: &Gguf,
+    n_ctx: Option<usize>,
+    args: &MemoryArgs,
+) -> Result<Option<MemoryGuard>, String> {
+    crate::memory_guard::leave_embeddings_on_flash(file, gguf)?;
+    let trained = smolrun_core::model::HParams::from_gguf(gguf)
+        .map(|hp| hp.n_ctx_train)
+        .unwrap_or(usize::MAX);
+    let n_ctx = context_length(path, trained, n_ctx)?;
+    crate::memory_guard::check_memory(path, gguf, n_ctx, args)
+}
+
+/// The context length for a requested `-c` (None: [`DEFAULT_CTX`] or the trained context if
+/// smaller), checked against what the model was trained on.
+fn context_length(path: &Path, trained: usize, requested: Option<usize>) -> Result<usize, String> {
+    match requested {
+        None => Ok(DEFAULT_CTX.min(trained)),
+        Some(0) => Err("-c 0: the context must hold at least 1 token".into()),
+        Some(n) if n > trained => Err(format!(
+            "-c {n} is more than the {trained} tokens {} was trained on; use -c {trained} or less",
+            path.display()
+        )),
+        Some(n) => Ok(n),
+    }
 }
 
 impl<'g> Engine<'g> {
@@ -142,18 +187,7 @@ impl<'g> Engine<'g> {
             _ => KernelSet::select(&smolrun_linux::detect_features()),
         };
         let model = Model::load_with_kernels(gguf, &kernels).map_err(|e| at(&e))?;
-        let trained = model.hp.n_ctx_train;
-        let n_ctx = match n_ctx {
-            None => DEFAULT_CTX.min(trained),
-            Some(0) => return Err("-c 0: the context must hold at least 1 token".into()),
-            Some(n) if n > trained => {
-                return Err(format!(
-                    "-c {n} is more than the {trained} tokens {} was trained on; use -c {trained} or less",
-                    path.display()
-                ))
-            }
-            Some(n) => n,
-        };
+        let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
         Ok(Engine {
             path: path.to_path_buf(),
@@ -164,7 +198,28 @@ impl<'g> Engine<'g> {
             par: parallel(threads)?,
             state,
             cached: Vec::new(),
+            memory: None,
+            low_memory: None,
         })
+    }
+
+    /// Hands over the memory guard from [`check_memory`]: from now on, every 16th generated
+    /// token looks at the available memory and generation stops below the floor.
+    pub fn watch_memory(&mut self, guard: Option<MemoryGuard>) {
+        self.memory = guard;
+    }
+
+    /// Why the last generation stopped with [`StopReason::LowMemory`].
+    pub fn low_memory_message(&self) -> Option<&str> {
+        self.low_memory.as_deref()
+    }
+
+    /// The guard's per-token look (allocation-free unless it stops).
+    fn check_memory_floor(&mut self) -> Result<(), String> {
+        match &mut self.memory {
+            Some(guard) => guard.check(),
+            None => Ok(()),
+        }
     }
 
     /// The kernel set the forward pass runs on (printed by `smolrun bench`).
@@ -256,8 +311,14 @@ impl<'g> Engine<'g> {
         Ok(new.len())
     }
 
-    /// Runs one more token after what is cached; the sampler reads its logits next.
+    /// Runs one more token after what is cached; the sampler reads its logits next. Fails when
+    /// the memory guard finds less memory left than its floor.
     pub fn decode(&mut self, token: u32) -> Result<(), String> {
+        self.check_memory_floor()?;
+        self.decode_unguarded(token)
+    }
+
+    fn decode_unguarded(&mut self, token: u32) -> Result<(), String> {
         let pos = self.cached.len();
         if let Err(e) =
             self.model
@@ -325,6 +386,7 @@ impl<'g> Engine<'g> {
             }
         }
         let t1 = Instant::now();
+        self.low_memory = None;
         let mut decoder = StreamDecoder::new();
         let mut text = String::new();
         let mut piece = String::new();
@@ -357,7 +419,11 @@ impl<'g> Engine<'g> {
             if self.cached.len() >= self.n_ctx() {
                 break StopReason::ContextFull;
             }
-            self.decode(token)?;
+            if let Err(why) = self.check_memory_floor() {
+                self.low_memory = Some(why);
+                break StopReason::LowMemory;
+            }
+            self.decode_unguarded(token)?;
         };
         piece.clear();
         decoder.finish(&mut piece);

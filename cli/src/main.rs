@@ -3,6 +3,7 @@
 mod chat_template;
 mod cmd;
 mod engine;
+mod memory_guard;
 mod models;
 mod serve;
 

@@ -1,13 +1,14 @@
 //! After warm-up, decoding a token performs no heap allocation: the forward pass (on the
 //! platform's thread pool), sampling with the default chain (penalties, top-k heap, top-p,
-//! min-p, temperature, the draw, top-N alternatives) and accepting the token. A counting global
-//! allocator checks 64 decoded tokens. This file holds a single test so that nothing else in
+//! min-p, temperature, the draw, top-N alternatives), accepting the token, and the memory
+//! guard's look at the available memory every 16 tokens. A counting global allocator checks 64
+//! decoded tokens. This file holds a single test so that nothing else in
 //! the process allocates meanwhile.
 
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::{Model, ResidentStore, State};
 use smolrun_core::sampler::{Sampler, SamplerParams};
-use smolrun_linux::{MappedFile, ThreadPool};
+use smolrun_linux::{MappedFile, MemoryWatch, ThreadPool};
 use smolrun_tests::model_path;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,6 +69,9 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         logits_len
     };
     let mut sampler = Sampler::new(n_vocab, params).unwrap();
+    // Opens its files here, at start-up; a reading must not allocate.
+    let watch = MemoryWatch::new();
+    let mut lowest_available = u64::MAX;
     for &t in &prompt {
         sampler.accept(t);
     }
@@ -84,7 +88,10 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         ALLOCATIONS.load(Ordering::SeqCst),
         ALLOCATED_BYTES.load(Ordering::SeqCst),
     );
-    for _ in 0..64 {
+    for i in 0..64 {
+        if i % 16 == 0 {
+            lowest_available = lowest_available.min(watch.read().available);
+        }
         let logits = model
             .forward(&mut state, &store, &pool, token, pos)
             .unwrap();
@@ -101,4 +108,8 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         "64 decoded tokens made {count} heap allocations ({bytes} bytes)"
     );
     assert_eq!(pos, prompt.len() + 4 + 64);
+    assert!(
+        lowest_available > 0 && lowest_available < u64::MAX,
+        "the memory readings did not run: {lowest_available}"
+    );
 }

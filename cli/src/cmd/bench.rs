@@ -22,6 +22,8 @@ pub struct Args {
     /// Threads [default: the fastest cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub mem: crate::engine::MemoryArgs,
     /// Timed repetitions (after one warm-up run); the median is reported.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
@@ -70,7 +72,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
     let n_ctx = args.n_prompt.max(args.n_gen).max(1);
+    let guard = engine::check_memory(&path, &file, &gguf, Some(n_ctx), &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, Some(n_ctx), threads)?;
+    engine.watch_memory(guard);
     let n_vocab = engine.tokenizer.n_vocab().min(engine.n_vocab());
     let kernels = engine.kernels_name();
 

@@ -28,6 +28,8 @@ pub struct Args {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
+    pub mem: crate::engine::MemoryArgs,
+    #[command(flatten)]
     pub sampling: SamplingArgs,
 }
 
@@ -69,7 +71,9 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
+    let guard = engine::check_memory(&path, &file, &gguf, args.ctx, &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
+    engine.watch_memory(guard);
     let template = engine.chat_template()?;
     let mut sampler = engine.sampler(args.sampling.params())?;
     let max_tokens = usize::try_from(args.n_predict).ok();
@@ -163,6 +167,10 @@ pub fn run(args: Args) -> Result<(), String> {
             StopReason::Interrupted => println!("(stopped)"),
             StopReason::ContextFull => {
                 println!("(the context is full: /reset to start over)")
+            }
+            StopReason::LowMemory => {
+                let why = engine.low_memory_message().unwrap_or("memory is low");
+                return Err(why.to_string());
             }
             StopReason::Length | StopReason::EndOfText => {}
         }

@@ -21,6 +21,8 @@ pub struct Args {
     /// Threads for the forward pass [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub mem: crate::engine::MemoryArgs,
     /// Print {"ppl":..,"bits_per_byte":..,"tokens":..} as the last line.
     #[arg(long)]
     pub json: bool,
@@ -48,7 +50,9 @@ pub fn run(args: Args) -> Result<(), String> {
     })?;
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
+    let guard = engine::check_memory(&path, &file, &gguf, Some(args.ctx), &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, Some(args.ctx), threads)?;
+    engine.watch_memory(guard);
 
     let tokens = engine.tokenize(&text, true, false);
     let n_ctx = args.ctx;

@@ -23,6 +23,8 @@ pub struct Args {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
+    pub mem: crate::engine::MemoryArgs,
+    #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Print one JSON object at the end (text, tokens, prompt_tokens, speeds) instead of streaming.
     #[arg(long)]
@@ -39,7 +41,9 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
+    let guard = engine::check_memory(&path, &file, &gguf, args.ctx, &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
+    engine.watch_memory(guard);
     let mut sampler = engine.sampler(args.sampling.params())?;
 
     let prompt = engine.tokenize(&args.prompt, true, true);
@@ -98,5 +102,8 @@ pub fn run(args: Args) -> Result<(), String> {
         gen.gen_tok_s(),
         gen.stop.as_str()
     );
+    if let Some(why) = engine.low_memory_message() {
+        return Err(why.to_string());
+    }
     Ok(())
 }

@@ -30,6 +30,8 @@ pub struct Args {
     /// Compute threads [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub mem: crate::engine::MemoryArgs,
     /// Tests only: serve a deterministic fake model that echoes the prompt.
     #[arg(long, hide = true)]
     pub fake_backend: bool,
@@ -53,6 +55,7 @@ pub fn run(args: Args) -> Result<(), String> {
         queue: args.queue,
     };
     let n_ctx = args.ctx;
+    let mem = args.mem;
     if args.fake_backend {
         let delay = Duration::from_millis(args.fake_token_ms);
         return serve::run(config, move || {
@@ -63,6 +66,6 @@ pub fn run(args: Args) -> Result<(), String> {
     let model = args.model.unwrap_or_default();
     // The model is loaded on the generation thread, which owns it from then on.
     serve::run(config, move || {
-        EngineBackend::load(&model, n_ctx, threads).map(|b| Box::new(b) as Box<dyn Backend>)
+        EngineBackend::load(&model, n_ctx, threads, &mem).map(|b| Box::new(b) as Box<dyn Backend>)
     })
 }

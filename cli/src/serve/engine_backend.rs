@@ -26,11 +26,18 @@ impl EngineBackend {
     /// Maps and loads the model. The server holds one model for the life of the process, so the
     /// mapping and the parsed header are leaked to give the engine the `'static` borrow it needs
     /// (they would be freed only at exit anyway).
-    pub fn load(model: &str, n_ctx: Option<usize>, threads: usize) -> Result<Self, String> {
+    pub fn load(
+        model: &str,
+        n_ctx: Option<usize>,
+        threads: usize,
+        mem: &engine::MemoryArgs,
+    ) -> Result<Self, String> {
         let (path, file) = engine::open_model(model)?;
         let file: &'static MappedFile = Box::leak(Box::new(file));
         let gguf: &'static Gguf<'static> = Box::leak(Box::new(engine::parse_gguf(&path, file)?));
-        let engine = Engine::load(&path, gguf, n_ctx, threads)?;
+        let guard = engine::check_memory(&path, file, gguf, n_ctx, mem)?;
+        let mut engine = Engine::load(&path, gguf, n_ctx, threads)?;
+        engine.watch_memory(guard);
         let template = engine.chat_template()?;
         let name = path
             .file_stem()

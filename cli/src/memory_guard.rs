@@ -1,0 +1,408 @@
+//! The memory guard: before a model is loaded, work out what the run will hold in RAM (core's
+//! [`MemoryPlan`]) and refuse, with the numbers and what to try, when the device cannot give it;
+//! then, while generating, look at the available memory every few tokens and stop cleanly
+//! below a floor instead of being killed by the OOM killer (or Android's low-memory killer).
+//!
+//! A model whose per-token weights do not fit would not crash at once: the kernel would evict
+//! and re-read its mapped pages from flash on every token (llama.cpp reads 9 GB for 8 tokens of
+//! a 1.5B model in 1 GB). Refusing says so up front; `--no-mem-guard` runs it anyway.
+
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{Family, HParams, MemoryPlan, ModelError};
+use smolrun_linux::{MappedFile, MemoryReading, MemorySource, MemoryWatch};
+use std::path::Path;
+
+/// Tokens between two looks at the available memory while generating (a reading is a few
+/// preads of /proc and cgroup files, ~20 us).
+pub const CHECK_EVERY_TOKENS: u32 = 16;
+
+/// The smallest context the guard suggests.
+const MIN_SUGGESTED_CTX: usize = 256;
+
+/// Environment variable that turns the guard off like `--no-mem-guard` (for scripts and the
+/// server's launchers).
+pub const NO_GUARD_ENV: &str = "SMOLRUN_NO_MEM_GUARD";
+
+/// The guard's flags, shared by run, chat, serve, bench and perplexity.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// RAM this run may use in all (e.g. 800M, 1.5G; K/M/G/T are powers of 1024), instead of
+    /// what the device reports available (cgroup limit, MemAvailable).
+    #[arg(long = "mem-budget", value_name = "SIZE", value_parser = parse_size)]
+    pub budget: Option<u64>,
+    /// Load even when the model does not fit, and do not stop when memory runs low (weights
+    /// that do not fit are re-read from flash every token: very slow). SMOLRUN_NO_MEM_GUARD=1
+    /// does the same.
+    #[arg(long = "no-mem-guard")]
+    pub no_guard: bool,
+    /// While generating, stop when less than this is left.
+    #[arg(long = "mem-floor", value_name = "SIZE", value_parser = parse_size, default_value = "32M")]
+    pub floor: u64,
+}
+
+impl Default for MemoryArgs {
+    fn default() -> Self {
+        MemoryArgs {
+            budget: None,
+            no_guard: false,
+            floor: 32 << 20,
+        }
+    }
+}
+
+/// Parses a size: bytes, or a number with a K, M, G or T suffix (powers of 1024, like
+/// `numfmt --from=iec`), optionally followed by `B` or `iB`: `800M`, `1.5G`, `512MiB`, `2048`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let bad = |why: &str| {
+        format!("'{text}' is not a memory size ({why}); write it like 800M, 1.5G or 536870912")
+    };
+    let s = text.trim();
+    let digits_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(digits_end);
+    if number.is_empty() {
+        return Err(bad("no number"));
+    }
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(bad("the unit must be K, M, G or T")),
+    };
+    let value = match number.split_once('.') {
+        None => number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(1 << shift)),
+        Some((whole, frac)) => {
+            if shift == 0 {
+                return Err(bad("a fraction of a byte"));
+            }
+            if frac.is_empty() || frac.contains('.') || frac.len() > 6 {
+                return Err(bad("the fraction must have 1 to 6 digits"));
+            }
+            let whole: u64 = if whole.is_empty() {
+                0
+            } else {
+                whole.parse().map_err(|_| bad("not a number"))?
+            };
+            let frac_value: u64 = frac.parse().map_err(|_| bad("not a number"))?;
+            let scale = 10u64.pow(frac.len() as u32);
+            whole.checked_mul(1 << shift).and_then(|w| {
+                // frac_value < 10^6 and shift <= 40: the product fits in u64.
+                w.checked_add(frac_value * (1u64 << shift) / scale)
+            })
+        }
+    };
+    match value {
+        None => Err(bad("too large")),
+        Some(0) => Err(bad("it must be more than 0")),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Megabytes (10^6 bytes, as smoldevice and the reports print them) with one decimal.
+pub fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// What the guard watches while generating.
+pub struct MemoryGuard {
+    watch: MemoryWatch,
+    floor: u64,
+    budget: Option<u64>,
+    tokens_since_check: u32,
+}
+
+impl MemoryGuard {
+    /// Called once per generated token; every [`CHECK_EVERY_TOKENS`] it reads the available
+    /// memory. Allocates nothing unless it has to stop, then the error says why.
+    pub fn check(&mut self) -> Result<(), String> {
+        self.tokens_since_check += 1;
+        if self.tokens_since_check < CHECK_EVERY_TOKENS {
+            return Ok(());
+        }
+        self.tokens_since_check = 0;
+        let r = self.watch.read();
+        if r.source != MemorySource::Unknown && r.available < self.floor {
+            return Err(format!(
+                "stopped generating: only {} of memory is left ({}), below the floor of {} \
+                 (--mem-floor); something else on the device is using memory, or the context \
+                 grew past what was planned. Free some memory, use a smaller -c, or lower \
+                 --mem-floor",
+                mb(r.available),
+                describe_source(&self.watch, &r),
+                mb(self.floor)
+            ));
+        }
+        if let Some(budget) = self.budget {
+            if r.process_rss > budget {
+                return Err(format!(
+                    "stopped generating: this process holds {} (VmRSS), more than --mem-budget {}; \
+                     raise --mem-budget or use a smaller -c",
+                    mb(r.process_rss),
+                    mb(budget)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a reading's number came from, for messages.
+fn describe_source(watch: &MemoryWatch, r: &MemoryReading) -> String {
+    match (r.source, r.cgroup) {
+        (MemorySource::Cgroup(i), Some((limit, usage, inactive))) => format!(
+            "cgroup {}: limit {}, in use {} of which {} is reclaimable file cache",
+            watch
+                .cgroup_dir(i)
+                .map_or_else(|| "?".into(), |d| d.display().to_string()),
+            mb(limit),
+            mb(usage),
+            mb(inactive)
+        ),
+        (MemorySource::System, _) => "MemAvailable in /proc/meminfo".to_string(),
+        _ => "nothing readable in /proc or the cgroup files".to_string(),
+    }
+}
+
+/// What the whole process may use: what is still available plus what it already holds (the
+/// plan counts the program and the header it has parsed), but never more than a cgroup's limit
+/// (the process's pages are already part of the cgroup's usage).
+fn allowance(r: &MemoryReading) -> u64 {
+    let total = r.available.saturating_add(r.process_rss);
+    match r.cgroup {
+        Some((limit, _, _)) => total.min(limit),
+        None => total,
+    }
+}
+
+/// The hyperparameters, with the same unsupported-architecture message the loader gives.
+fn hparams(path: &Path, gguf: &Gguf) -> Result<HParams, String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let arch = gguf.architecture().map_err(|e| at(&e))?;
+    if Family::from_arch(arch).is_none() {
+        return Err(at(&ModelError::UnsupportedArch { arch: arch.into() }));
+    }
+    HParams::from_gguf(gguf).map_err(|e| at(&e))
+}
+
+/// Leaves an embedding table that is not the LM head on flash: the kernel is told the table
+/// is read at random, so faulting in one row does not read ahead the rows around it.
+pub fn leave_embeddings_on_flash(file: &MappedFile, gguf: &Gguf) -> Result<(), String> {
+    if gguf.tensor("output.weight").is_none() {
+        // Tied: the table is the LM head and is read whole for every token.
+        return Ok(());
+    }
+    let Some(t) = gguf.tensor("token_embd.weight") else {
+        return Ok(());
+    };
+    let start = t.offset as usize;
+    file.advise_random(start..start + t.n_bytes as usize)
+}
+
+/// Plans the run's memory for `n_ctx` tokens and compares it with what the device (or
+/// `--mem-budget`) allows. Returns the guard to watch generation with (None when turned off),
+/// or an error that gives the numbers and what to try. Touches nothing but the header.
+pub fn check_memory(
+    path: &Path,
+    gguf: &Gguf,
+    n_ctx: usize,
+    args: &MemoryArgs,
+) -> Result<Option<MemoryGuard>, String> {
+    let disabled_by_env = std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
+    if args.no_guard || disabled_by_env {
+        return Ok(None);
+    }
+    let hp = hparams(path, gguf)?;
+    let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    let watch = MemoryWatch::new();
+    let reading = watch.read();
+    let (allowed, from_where) = match args.budget {
+        Some(b) => (b, "--mem-budget".to_string()),
+        // The process already holds the program, the header it has parsed and so on; the plan
+        // counts those, so they are part of what it may use.
+        None => (
+            allowance(&reading),
+            format!(
+                "{} available ({}) + {} this process already holds",
+                mb(reading.available),
+                describe_source(&watch, &reading),
+                mb(reading.process_rss)
+            ),
+        ),
+    };
+    if args.budget.is_none() && reading.source == MemorySource::Unknown {
+        // A sandbox that hides /proc: nothing to compare with; the floor check cannot work
+        // either. Say nothing rather than refuse every model.
+        return Ok(None);
+    }
+    if plan.total() > allowed {
+        return Err(refusal(path, gguf, &hp, &plan, n_ctx, allowed, &from_where));
+    }
+    Ok(Some(MemoryGuard {
+        watch,
+        floor: args.floor,
+        budget: args.budget,
+        tokens_since_check: 0,
+    }))
+}
+
+/// The refusal: needed by part, allowed and from where, and what to try.
+fn refusal(
+    path: &Path,
+    gguf: &Gguf,
+    hp: &HParams,
+    plan: &MemoryPlan,
+    n_ctx: usize,
+    allowed: u64,
+    from_where: &str,
+) -> String {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut msg = format!(
+        "{name} does not fit in memory: with -c {n_ctx} it needs {}, and this run may use {} \
+         ({from_where}).\n  needed, by part:\n",
+        mb(plan.total()),
+        mb(allowed)
+    );
+    let head_bytes = if plan.head_is_embedding {
+        plan.embedding_table
+    } else {
+        gguf.tensor("output.weight").map_or(0, |t| t.n_bytes)
+    };
+    for (part, bytes) in plan.parts() {
+        let note = match part {
+            "weights read every token" if plan.head_is_embedding => format!(
+                "all matrices; the LM head is the {} embedding table (tied)",
+                mb(head_bytes)
+            ),
+            "weights read every token" => format!(
+                "all matrices but the {} embedding table, which stays on flash; the LM head is {} of them",
+                mb(plan.embedding_table),
+                mb(head_bytes)
+            ),
+            "kv cache" => format!(
+                "{:.1} KB per token of context",
+                MemoryPlan::kv_bytes_per_token(hp) as f64 / 1e3
+            ),
+            _ => String::new(),
+        };
+        msg += &format!("    {part:<26} {:>10}", mb(bytes));
+        if !note.is_empty() {
+            msg += &format!("  ({note})");
+        }
+        msg.push('\n');
+    }
+    msg += "  what to try:\n";
+    // The largest power-of-two context down to MIN_SUGGESTED_CTX that fits, if any.
+    let mut ctx = n_ctx.next_power_of_two() / 2;
+    let mut fitting = None;
+    while ctx >= MIN_SUGGESTED_CTX {
+        let smaller = MemoryPlan::new(hp, &gguf.tensors, gguf.data_offset, ctx);
+        if smaller.total() <= allowed {
+            fitting = Some((ctx, smaller.total()));
+            break;
+        }
+        ctx /= 2;
+    }
+    match fitting {
+        Some((c, bytes)) => {
+            msg += &format!("    - a smaller context: -c {c} needs {}\n", mb(bytes));
+        }
+        None if n_ctx > MIN_SUGGESTED_CTX => {
+            msg += &format!(
+                "    - a smaller context is not enough: even -c {MIN_SUGGESTED_CTX} needs {}\n",
+                mb(MemoryPlan::new(hp, &gguf.tensors, gguf.data_offset, MIN_SUGGESTED_CTX).total())
+            );
+        }
+        None => {}
+    }
+    msg += &format!(
+        "    - a pruned LM head ({} now): smolrun gguf head-ids -m MODEL --keep 32768 -o ids.txt, \
+         then smolrun gguf prune-head -m MODEL --ids ids.txt -o pruned.gguf\n",
+        mb(head_bytes)
+    );
+    msg += "    - a smaller model, or a smaller quantization of this one\n";
+    msg += "    - --mem-budget SIZE if the device really has more room, or --no-mem-guard to run \
+            anyway (weights that do not fit are re-read from flash every token: very slow)";
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_units() {
+        assert_eq!(parse_size("800M"), Ok(800 << 20));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("512MB"), Ok(512 << 20));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size("536870912"), Ok(536_870_912));
+        assert_eq!(parse_size("4096B"), Ok(4096));
+        assert_eq!(parse_size(" 1G "), Ok(1 << 30));
+        assert_eq!(parse_size(".5G"), Ok(1 << 29));
+        // numfmt --from=iec rounds 0.1G up; we round down to the byte.
+        assert_eq!(parse_size("0.1G"), Ok(107_374_182));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_the_right_form() {
+        for bad in [
+            "",
+            "M",
+            "abc",
+            "-5M",
+            "0",
+            "0M",
+            "1.5",
+            "12X",
+            "1.2.3G",
+            "1.G",
+            "5 M M",
+            "99999999999T",
+            "1.1234567G",
+        ] {
+            let e = parse_size(bad).expect_err(bad);
+            assert!(e.contains("write it like 800M"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_floor_check_only_reads_every_16_tokens() {
+        let mut guard = MemoryGuard {
+            watch: MemoryWatch::new(),
+            // No machine has this much left: the check must fail when it looks.
+            floor: u64::MAX,
+            budget: None,
+            tokens_since_check: 0,
+        };
+        for _ in 1..CHECK_EVERY_TOKENS {
+            guard.check().unwrap();
+        }
+        let e = guard.check().unwrap_err();
+        assert!(e.contains("below the floor"), "{e}");
+        assert!(e.contains("--mem-floor"), "{e}");
+    }
+
+    #[test]
+    fn a_budget_smaller_than_the_process_stops_generation() {
+        let mut guard = MemoryGuard {
+            watch: MemoryWatch::new(),
+            floor: 1,
+            budget: Some(1 << 20),
+            tokens_since_check: CHECK_EVERY_TOKENS - 1,
+        };
+        let e = guard.check().unwrap_err();
+        assert!(e.contains("more than --mem-budget"), "{e}");
+    }
+}

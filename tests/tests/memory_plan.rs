@@ -1,0 +1,99 @@
+//! core's MemoryPlan on the real models: the bytes it counts as read every token are the sums
+//! of the tensor tables (worked out independently with the `gguf` Python package: all tensors
+//! but the 1-D ones, minus `token_embd.weight` when the file has an `output.weight`), and its
+//! KV cache, activations and logits are what `State::new` really allocates.
+
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{HParams, MemoryPlan, Model, State};
+use smolrun_linux::MappedFile;
+use smolrun_tests::model_path;
+
+struct Expected {
+    model: &'static str,
+    /// Matrices read every token, from `gguf` (Python).
+    weights: u64,
+    embedding_table: u64,
+    head_is_embedding: bool,
+    /// 1-D tensors (norms, biases).
+    norms: u64,
+    header: u64,
+}
+
+const MODELS: [Expected; 3] = [
+    Expected {
+        model: "gemma3-270m",
+        // 68,106,240 of layer matrices + the tied 178,257,920-byte Q8_0 table.
+        weights: 246_364_160,
+        embedding_table: 178_257_920,
+        head_is_embedding: true,
+        norms: 223_744,
+        header: 6_525_120,
+    },
+    Expected {
+        model: "qwen2.5-coder-0.5b",
+        // 246,930,432 of layer matrices + the 144,643,072-byte output.weight.
+        weights: 391_573_504,
+        embedding_table: 93_592_576,
+        head_is_embedding: false,
+        norms: 286_208,
+        header: 5_947_776,
+    },
+    Expected {
+        model: "qwen2.5-coder-1.5b",
+        // 788,078,592 of layer matrices + the 191,439,360-byte Q6_K output.weight.
+        weights: 979_517_952,
+        embedding_table: 131_272_704,
+        head_is_embedding: false,
+        norms: 579_584,
+        header: 5_950_528,
+    },
+];
+
+#[test]
+fn plans_match_the_tensor_tables_and_state_new() {
+    for want in &MODELS {
+        let Some(path) = model_path(want.model) else {
+            if want.model == "qwen2.5-coder-1.5b" {
+                println!(
+                    "skipping {}: not downloaded (tools/fetch-models.sh)",
+                    want.model
+                );
+                continue;
+            }
+            panic!("{} is missing: run tools/fetch-models.sh", want.model);
+        };
+        let file = MappedFile::open(&path).unwrap();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        let hp = HParams::from_gguf(&gguf).unwrap();
+        let model = Model::load(&gguf).unwrap();
+        for n_ctx in [256, 4096] {
+            let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+            let m = want.model;
+            assert_eq!(plan.weights, want.weights, "{m}");
+            assert_eq!(plan.embedding_table, want.embedding_table, "{m}");
+            assert_eq!(plan.head_is_embedding, want.head_is_embedding, "{m}");
+            assert_eq!(plan.norms, want.norms, "{m}");
+            assert_eq!(plan.metadata, want.header, "{m}");
+            // Sampler arrays aside, the state parts are State's own count.
+            let state = State::new(&model, n_ctx).unwrap();
+            let sampler = 20 * hp.n_vocab as u64;
+            assert_eq!(
+                plan.kv_cache + plan.activations + plan.logits - sampler,
+                state.memory_bytes() as u64,
+                "{m} at -c {n_ctx}"
+            );
+            // A table that is not the head costs at most two pages per token of context.
+            if want.head_is_embedding {
+                assert_eq!(plan.embedding_rows, 0, "{m}");
+            } else {
+                assert!(plan.embedding_rows <= n_ctx as u64 * 8192, "{m}");
+                assert!(plan.embedding_rows < want.embedding_table, "{m}");
+            }
+            assert_eq!(
+                plan.total(),
+                plan.parts().iter().map(|p| p.1).sum::<u64>(),
+                "{m}"
+            );
+        }
+    }
+}
