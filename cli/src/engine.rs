@@ -127,22 +127,26 @@ pub struct Engine<'g> {
 /// The memory guard, run before [`Engine::load`]: plans the RAM the run needs for the context
 /// `n_ctx` (`None`: the default, as `Engine::load` picks it) and refuses with the numbers when
 /// the device (or `--mem-budget`) cannot give it. It only reads the header, so a refused model
-/// costs no flash reads. It also advises the kernel that an embedding table which is not the
-/// LM head is read at random, so its rows stay on flash. Hand the result to
-/// [`Engine::watch_memory`].
+/// costs no flash reads. Hand the result to [`Engine::watch_memory`].
 pub fn check_memory(
     path: &Path,
-    file: &MappedFile,
     gguf: &Gguf,
     n_ctx: Option<usize>,
     args: &MemoryArgs,
 ) -> Result<Option<MemoryGuard>, String> {
-    crate::memory_guard::leave_embeddings_on_flash(file, gguf)?;
     let trained = smolrun_core::model::HParams::from_gguf(gguf)
         .map(|hp| hp.n_ctx_train)
         .unwrap_or(usize::MAX);
     let n_ctx = context_length(path, trained, n_ctx)?;
     crate::memory_guard::check_memory(path, gguf, n_ctx, args)
+}
+
+/// Run after [`Engine::load`]: an embedding table that is not the LM head is advised
+/// MADV_RANDOM, so that reading a row does not read ahead the rows around it, and the pages of
+/// it that loading read ahead (around the header and the norms next to it) are dropped from
+/// the page cache. Its rows are then read one by one from flash.
+pub fn leave_embeddings_on_flash(file: &MappedFile, gguf: &Gguf) -> Result<(), String> {
+    crate::memory_guard::leave_embeddings_on_flash(file, gguf)
 }
 
 /// The context length for a requested `-c` (None: [`DEFAULT_CTX`] or the trained context if

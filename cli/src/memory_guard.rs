@@ -191,7 +191,9 @@ fn hparams(path: &Path, gguf: &Gguf) -> Result<HParams, String> {
 }
 
 /// Leaves an embedding table that is not the LM head on flash: the kernel is told the table
-/// is read at random, so faulting in one row does not read ahead the rows around it.
+/// is read at random, so faulting in one row does not read ahead the rows around it, and the
+/// pages that reading the header read ahead into it are dropped from the page cache. Call it
+/// after the header (tokenizer included) has been read.
 pub fn leave_embeddings_on_flash(file: &MappedFile, gguf: &Gguf) -> Result<(), String> {
     if gguf.tensor("output.weight").is_none() {
         // Tied: the table is the LM head and is read whole for every token.
@@ -200,8 +202,9 @@ pub fn leave_embeddings_on_flash(file: &MappedFile, gguf: &Gguf) -> Result<(), S
     let Some(t) = gguf.tensor("token_embd.weight") else {
         return Ok(());
     };
-    let start = t.offset as usize;
-    file.advise_random(start..start + t.n_bytes as usize)
+    let table = t.offset as usize..(t.offset + t.n_bytes) as usize;
+    file.advise_random(table.clone())?;
+    file.drop_cached(table)
 }
 
 /// Plans the run's memory for `n_ctx` tokens and compares it with what the device (or

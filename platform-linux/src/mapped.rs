@@ -1,12 +1,15 @@
 use memmap2::{Advice, Mmap, MmapOptions};
 use std::fs::File;
 use std::ops::Range;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// A whole file mapped read-only. Pages are faulted in on first touch (never MAP_POPULATE):
 /// a model bigger than RAM must not be read in full just because it was opened.
 pub struct MappedFile {
     map: Option<Mmap>,
+    /// Kept open for advice on the page cache (posix_fadvise).
+    file: File,
     path: PathBuf,
 }
 
@@ -31,6 +34,7 @@ impl MappedFile {
         };
         Ok(MappedFile {
             map,
+            file,
             path: path.to_path_buf(),
         })
     }
@@ -61,6 +65,33 @@ impl MappedFile {
         // memmap2 rounds the start down to a page boundary.
         map.advise_range(Advice::Random, range.start, range.len())
             .map_err(|e| format!("{}: madvise(MADV_RANDOM): {e}", self.path.display()))
+    }
+
+    /// Drops the clean page-cache pages of `range` (bytes of the file) that no process has
+    /// mapped (POSIX_FADV_DONTNEED). Reading the header sequentially makes the kernel read
+    /// ahead past its end, into the first tensor (up to `read_ahead_kb`, 8 MB on some disks);
+    /// for a table that should stay on flash, those pages are dropped again.
+    pub fn drop_cached(&self, range: Range<usize>) -> Result<(), String> {
+        if range.start >= range.end {
+            return Ok(());
+        }
+        // SAFETY: plain syscall on a descriptor this struct owns.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                range.start as libc::off_t,
+                range.len() as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "{}: posix_fadvise(DONTNEED): {}",
+                self.path.display(),
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+        Ok(())
     }
 
     /// How many bytes of `range` are in RAM now (mincore), counted in whole pages: what a

@@ -71,9 +71,10 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &file, &gguf, args.ctx, &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, args.ctx, &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
     engine.watch_memory(guard);
+    engine::leave_embeddings_on_flash(&file, &gguf)?;
     let template = engine.chat_template()?;
     let mut sampler = engine.sampler(args.sampling.params())?;
     let max_tokens = usize::try_from(args.n_predict).ok();

@@ -50,9 +50,10 @@ pub fn run(args: Args) -> Result<(), String> {
     })?;
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &file, &gguf, Some(args.ctx), &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, Some(args.ctx), &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, Some(args.ctx), threads)?;
     engine.watch_memory(guard);
+    engine::leave_embeddings_on_flash(&file, &gguf)?;
 
     let tokens = engine.tokenize(&text, true, false);
     let n_ctx = args.ctx;

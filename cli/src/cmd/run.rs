@@ -41,9 +41,10 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &file, &gguf, args.ctx, &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, args.ctx, &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
     engine.watch_memory(guard);
+    engine::leave_embeddings_on_flash(&file, &gguf)?;
     let mut sampler = engine.sampler(args.sampling.params())?;
 
     let prompt = engine.tokenize(&args.prompt, true, true);

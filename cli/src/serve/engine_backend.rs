@@ -35,9 +35,10 @@ impl EngineBackend {
         let (path, file) = engine::open_model(model)?;
         let file: &'static MappedFile = Box::leak(Box::new(file));
         let gguf: &'static Gguf<'static> = Box::leak(Box::new(engine::parse_gguf(&path, file)?));
-        let guard = engine::check_memory(&path, file, gguf, n_ctx, mem)?;
+        let guard = engine::check_memory(&path, gguf, n_ctx, mem)?;
         let mut engine = Engine::load(&path, gguf, n_ctx, threads)?;
         engine.watch_memory(guard);
+        engine::leave_embeddings_on_flash(file, gguf)?;
         let template = engine.chat_template()?;
         let name = path
             .file_stem()
