@@ -8,7 +8,7 @@
 //! a 1.5B model in 1 GB). Refusing says so up front; `--no-mem-guard` runs it anyway.
 
 use smolrun_core::gguf::Gguf;
-use smolrun_core::model::{Family, HParams, MemoryPlan, ModelError};
+use smolrun_core::model::{Family, HParams, MemoryPlan};
 use smolrun_linux::{MappedFile, MemoryReading, MemorySource, MemoryWatch};
 use std::path::Path;
 
@@ -180,16 +180,6 @@ fn allowance(r: &MemoryReading) -> u64 {
     }
 }
 
-/// The hyperparameters, with the same unsupported-architecture message the loader gives.
-fn hparams(path: &Path, gguf: &Gguf) -> Result<HParams, String> {
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let arch = gguf.architecture().map_err(|e| at(&e))?;
-    if Family::from_arch(arch).is_none() {
-        return Err(at(&ModelError::UnsupportedArch { arch: arch.into() }));
-    }
-    HParams::from_gguf(gguf).map_err(|e| at(&e))
-}
-
 /// Leaves an embedding table that is not the LM head on flash: the kernel is told the table
 /// is read at random, so faulting in one row does not read ahead the rows around it, and the
 /// pages that reading the header read ahead into it are dropped from the page cache. Call it
@@ -220,7 +210,13 @@ pub fn check_memory(
     if args.no_guard || disabled_by_env {
         return Ok(None);
     }
-    let hp = hparams(path, gguf)?;
+    // A file that is not a model smolrun runs: the loader says what is wrong with it.
+    let Ok(hp) = HParams::from_gguf(gguf) else {
+        return Ok(None);
+    };
+    if Family::from_arch(&hp.arch).is_none() {
+        return Ok(None);
+    }
     let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
     let watch = MemoryWatch::new();
     let reading = watch.read();
