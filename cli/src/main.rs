@@ -4,6 +4,7 @@ mod chat_template;
 mod cmd;
 mod engine;
 mod models;
+mod platform;
 mod serve;
 
 use clap::{Parser, Subcommand};

@@ -8,7 +8,8 @@
 //!   when cpufreq is hidden ([`cpu`]);
 //! - O_DIRECT: refused by some SD-card and FUSE file systems (/sdcard is FUSE or sdcardfs);
 //!   smolrun-linux's `FileReader` falls back to buffered reads once and remembers it, so models
-//!   can live anywhere (tests/direct_fallback.rs);
+//!   can live anywhere (tested in platform-linux/tests/file_reader.rs on /proc, which
+//!   refuses O_DIRECT at open, and in file.rs on a read the kernel refuses with EINVAL);
 //! - mlock: RLIMIT_MEMLOCK is 64 KiB for apps; smolrun never locks memory.
 
 pub mod cpu;
