@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The cross-build part of the test command (tools/test.sh runs it after the x86 tests, so the
 # x86 release binary exists):
-#   1. no compile-time flag picks a kernel (kernels are chosen at run time from CPU features);
+#   1. no compile-time flag picks a kernel (kernels are chosen at run time from CPU features),
+#      and no code locks memory;
 #   2. clippy -D warnings for aarch64-linux-android and aarch64-apple-ios (no NDK or Xcode
 #      here, so these are type-checked, not linked);
 #   3. the aarch64 musl static binary and the armv7 binary build (tools/cross/build.sh);
@@ -19,6 +20,13 @@ step "no target_feature cfg decides a kernel (core, kernels-asm, cli, platform-*
 # check. A cfg on target_feature would pick a kernel from the build flags.
 if grep -rnE 'cfg!?\((.*[^_])?target_feature' --include=*.rs core kernels-asm cli platform-*; then
     echo "FAILED: the lines above choose code by compile-time CPU features; use the run-time CpuFeatures"
+    exit 1
+fi
+echo "ok"
+
+step "nothing relies on mlock (RLIMIT_MEMLOCK is 64 KiB for Android apps; wired weights kernel-panicked an iPad)"
+if grep -rnE '\bm(un)?lock(all)?\(' --include=*.rs core kernels-asm cli platform-*; then
+    echo "FAILED: the lines above lock memory; resident weights must stay ordinary pages"
     exit 1
 fi
 echo "ok"
