@@ -32,3 +32,6 @@ cargo test --workspace --release
 
 say "end-to-end: smolrun serve with a real model (tools/test-e2e.sh)"
 tools/test-e2e.sh
+
+say "cross builds: Android and iOS checked, aarch64 musl and armv7 run under qemu (tools/cross/ci.sh)"
+tools/cross/ci.sh

@@ -188,7 +188,7 @@ impl<'g> Engine<'g> {
         // with them (see tests/tests/perplexity.rs): an open item of the speed work.
         let kernels = match std::env::var("SMOLRUN_KERNELS").as_deref() {
             Ok("scalar") => KernelSet::scalar(),
-            _ => KernelSet::select(&smolrun_linux::detect_features()),
+            _ => KernelSet::select(&crate::platform::cpu_features()),
         };
         let model = Model::load_with_kernels(gguf, &kernels).map_err(|e| at(&e))?;
         let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
@@ -458,7 +458,7 @@ fn parallel(threads: usize) -> Result<Box<dyn Parallel>, String> {
 
 /// How many threads to use by default: the fast cores this process may run on.
 pub fn default_threads() -> usize {
-    smolrun_linux::default_threads()
+    crate::platform::default_threads()
 }
 
 /// Sampling flags shared by `run` and `chat` (llama.cpp's names and defaults, except the

@@ -5,6 +5,7 @@ mod cmd;
 mod engine;
 mod memory_guard;
 mod models;
+mod platform;
 mod serve;
 
 use clap::{Parser, Subcommand};

@@ -34,7 +34,10 @@ pub fn features_from_hwcap(hwcap: u64, hwcap2: u64) -> CpuFeatures {
 
 /// The features of the CPU this process runs on.
 pub fn detect_features() -> CpuFeatures {
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(
+        target_arch = "aarch64",
+        any(target_os = "linux", target_os = "android")
+    ))]
     {
         // SAFETY: getauxval only reads the auxiliary vector; unknown types return 0.
         let (hwcap, hwcap2) = unsafe {
@@ -54,6 +57,18 @@ pub fn detect_features() -> CpuFeatures {
             avx512f: std::arch::is_x86_feature_detected!("avx512f"),
             avx512bw: std::arch::is_x86_feature_detected!("avx512bw"),
             avx512vnni: std::arch::is_x86_feature_detected!("avx512vnni"),
+            ..CpuFeatures::default()
+        }
+    }
+    // Darwin has no auxiliary vector: smolrun-ios asks sysctl. Here only what every aarch64
+    // core has (NEON is part of ARMv8.0), so nothing newer is ever assumed.
+    #[cfg(all(
+        target_arch = "aarch64",
+        not(any(target_os = "linux", target_os = "android"))
+    ))]
+    {
+        CpuFeatures {
+            neon: true,
             ..CpuFeatures::default()
         }
     }
@@ -143,7 +158,24 @@ impl CpuTopology {
 }
 
 /// The CPUs this thread may run on (sched_getaffinity), e.g. Android puts background apps on
+/// the LITTLE cores this way. Empty when the call fails, and on systems without CPU affinity
+/// (Darwin), where callers fall back to `available_parallelism`.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn allowed_cpus() -> Vec<usize> {
+    Vec::new()
+}
+
+/// How many CPUs a `cpu_set_t` can hold: `CPU_SETSIZE` is a C int in glibc and musl, a usize
+/// in bionic (Android).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+#[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+pub(crate) fn cpu_setsize() -> usize {
+    libc::CPU_SETSIZE as usize
+}
+
+/// The CPUs this thread may run on (sched_getaffinity), e.g. Android puts background apps on
 /// the LITTLE cores this way. Empty when the call fails.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; the kernel fills at most size_of::<cpu_set_t>() bytes,
     // and CPU_ISSET reads within the set for every cpu < CPU_SETSIZE.
@@ -152,7 +184,7 @@ pub fn allowed_cpus() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Vec::new();
         }
-        (0..libc::CPU_SETSIZE as usize)
+        (0..cpu_setsize())
             .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
             .collect()
     }

@@ -7,10 +7,10 @@
 
 use smolrun_core::platform::{IoError, ReadAt};
 use std::alloc::{self, Layout};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::ops::{Deref, DerefMut};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,15 +114,7 @@ impl FileReader {
         };
         let buffered = File::open(path).map_err(|e| failed("open", e))?;
         let len = buffered.metadata().map_err(|e| failed("fstat", e))?.len();
-        let direct = match OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-        {
-            Ok(file) => Some(file),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
-            Err(e) => return Err(failed("open O_DIRECT", e)),
-        };
+        let direct = open_direct(path).map_err(|e| failed("open O_DIRECT", e))?;
         Ok(FileReader {
             path: path.to_path_buf(),
             name,
@@ -213,6 +205,29 @@ impl FileReader {
         buf[filled..].fill(0);
         Ok(())
     }
+}
+
+/// The O_DIRECT descriptor, or None when the file system refuses O_DIRECT (EINVAL: tmpfs,
+/// FUSE, some SD-card file systems on Android boxes).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn open_direct(path: &Path) -> io::Result<Option<File>> {
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::OpenOptionsExt;
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Darwin has no O_DIRECT (smolrun-ios reads uncached with F_NOCACHE instead): buffered only.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn open_direct(_path: &Path) -> io::Result<Option<File>> {
+    Ok(None)
 }
 
 impl ReadAt for FileReader {

@@ -1,5 +1,9 @@
 //! smolrun-linux: the Linux side of the platform traits core defines: mapped files, reads at an
 //! offset (buffered and O_DIRECT), memory probing, CPU features and the thread pool.
+//!
+//! It also builds for Darwin, where smolrun-ios uses its portable parts (mapped files, the
+//! thread pool, the clock): there the futex, CPU affinity, getauxval and O_DIRECT calls are
+//! replaced by a condition variable, "no affinity", NEON-only features and buffered reads.
 
 mod clock;
 pub mod cpu;

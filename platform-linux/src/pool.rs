@@ -16,6 +16,8 @@
 //! The calling thread takes part in every job as worker 0, so a pool of `n` threads starts
 //! `n - 1` OS threads.
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use crate::cpu::cpu_setsize;
 use smolrun_core::platform::Parallel;
 use std::cell::UnsafeCell;
 use std::io;
@@ -30,6 +32,7 @@ use std::thread::JoinHandle;
 type JobPtr = *const (dyn Fn(usize) + Sync + 'static);
 
 /// futex(2) on one 32-bit word, process-private.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn futex_wait(word: &AtomicU32, expected: u32) {
     // SAFETY: the address is a live, aligned u32; a null timeout waits until woken. The kernel
     // returns at once (EAGAIN) when the word no longer holds `expected`; EINTR and spurious
@@ -45,6 +48,7 @@ fn futex_wait(word: &AtomicU32, expected: u32) {
     }
 }
 
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn futex_wake(word: &AtomicU32, waiters: i32) {
     // SAFETY: as futex_wait; FUTEX_WAKE only reads the address to find the waiters.
     unsafe {
@@ -57,9 +61,75 @@ fn futex_wake(word: &AtomicU32, waiters: i32) {
     }
 }
 
+/// Darwin (iOS) has no futex in its public API: one process-wide mutex and condition variable
+/// stand in. A waiter checks the word under the mutex and a waker takes the mutex before it
+/// notifies, so a wake-up between the check and the sleep cannot be lost; every waiter is
+/// woken and re-checks its own word (the callers loop on spurious wake-ups anyway). Sleeping
+/// is the slow path after the spin, so one shared lock costs nothing per matvec.
+#[cfg(any(test, not(any(target_os = "linux", target_os = "android"))))]
+mod portable_futex {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Condvar, Mutex};
+
+    static LOCK: Mutex<()> = Mutex::new(());
+    static WOKEN: Condvar = Condvar::new();
+
+    pub(super) fn futex_wait(word: &AtomicU32, expected: u32) {
+        let guard = LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if word.load(Ordering::Acquire) == expected {
+            drop(WOKEN.wait(guard));
+        }
+    }
+
+    pub(super) fn futex_wake(_word: &AtomicU32, _waiters: i32) {
+        drop(LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        WOKEN.notify_all();
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::sync::Arc;
+
+        /// The stand-in keeps futex's contract: no sleep when the word has moved on, and a
+        /// wake after the word changed always reaches a sleeper (tried many times to hit
+        /// the window between the sleeper's check and its sleep).
+        #[test]
+        fn no_lost_wake_ups() {
+            futex_wait(&AtomicU32::new(7), 6);
+            for _ in 0..200 {
+                let word = Arc::new(AtomicU32::new(0));
+                let sleeper = {
+                    let word = Arc::clone(&word);
+                    std::thread::spawn(move || {
+                        while word.load(Ordering::Acquire) == 0 {
+                            futex_wait(&word, 0);
+                        }
+                    })
+                };
+                word.store(1, Ordering::Release);
+                futex_wake(&word, 1);
+                sleeper.join().unwrap();
+            }
+        }
+    }
+}
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+use portable_futex::{futex_wait, futex_wake};
+
+/// Pins the calling thread to one CPU: Darwin has no CPU affinity, so this says so.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn pin_current_thread(_cpu: usize) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this system has no CPU affinity (sched_setaffinity): run without pinning",
+    ))
+}
+
 /// Pins the calling thread to one CPU (sched_setaffinity).
+#[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
+    if cpu >= cpu_setsize() {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set, CPU_SET stays within it (checked
