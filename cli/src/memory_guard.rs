@@ -239,6 +239,18 @@ pub fn check_memory(
         // either. Say nothing rather than refuse every model.
         return Ok(None);
     }
+    // Android's low-memory killer and iOS's jetsam act before the kernel's own limits do.
+    let (allowed, from_where) = match (args.budget, crate::platform::mobile_memory_ceiling()) {
+        (None, Some((available, held, name))) if available.saturating_add(held) < allowed => (
+            available.saturating_add(held),
+            format!(
+                "{} available ({name}) + {} this process already holds",
+                mb(available),
+                mb(held)
+            ),
+        ),
+        _ => (allowed, from_where),
+    };
     if plan.total() > allowed {
         return Err(refusal(path, gguf, &hp, &plan, n_ctx, allowed, &from_where));
     }
