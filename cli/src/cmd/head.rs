@@ -29,8 +29,8 @@ fn default_corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/head-corpus")
 }
 
-/// Text files of the corpus: each argument is a file or a directory (its `*.txt`, `*.rs`, `*.py`,
-/// ... files, not recursive, in name order).
+/// Text files of the corpus: each argument is a file or a directory (its files but README.md and
+/// make.py, not recursive, in name order).
 fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let args = if args.is_empty() {
         vec![default_corpus_dir()]
@@ -43,7 +43,11 @@ fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
             let mut in_dir: Vec<PathBuf> = std::fs::read_dir(a)
                 .map_err(|e| format!("cannot list corpus directory {}: {e}", a.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && p.file_name().is_some_and(|n| n != "README.md"))
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    // The corpus's notes and generator are not part of it.
+                    p.is_file() && name != "README.md" && name != "make.py"
+                })
                 .collect();
             in_dir.sort();
             files.extend(in_dir);

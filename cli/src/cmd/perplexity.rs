@@ -1,6 +1,12 @@
 //! `smolrun perplexity`: llama-perplexity's measurement (chunks of `-c` tokens, each scored on
 //! its second half, BOS first when the model uses one) plus bits per byte, which, unlike
 //! perplexity, compares models with different tokenizers.
+//!
+//! On a model with a pruned head, a target the head dropped has probability 0. It is counted,
+//! never hidden: PPL covers the targets the head can produce and the dropped ones are reported
+//! beside it (count and share); bits per byte covers every scored byte, charging each byte of a
+//! dropped token 8 bits, what it costs to spell out a byte with no knowledge at all, which is
+//! more than a model pays for a rare word.
 
 use crate::engine::{self, Engine};
 use smolrun_core::model;
@@ -76,14 +82,20 @@ pub fn run(args: Args) -> Result<(), String> {
     // and print the running perplexity after each chunk, as llama-perplexity does.
     let t0 = Instant::now();
     let mut n_bytes = 0usize;
+    let mut dropped_bytes = 0usize;
     let mut nll_sum = 0f64;
     let mut n_scored = 0usize;
     let chunk_last = n_ctx - 1;
     let (tokenizer, model, state, store, par) = engine.parts();
     let result = model::perplexity(model, state, store, par, &tokens, n_ctx, bos, |i, nll| {
-        n_bytes += tokenizer.token_bytes(tokens[i]).len();
-        nll_sum += nll;
-        n_scored += 1;
+        let bytes = tokenizer.token_bytes(tokens[i]).len();
+        n_bytes += bytes;
+        if nll.is_finite() {
+            nll_sum += nll;
+            n_scored += 1;
+        } else {
+            dropped_bytes += bytes;
+        }
         if i % n_ctx == chunk_last {
             eprint!(
                 "[{}]{:.4},",
@@ -95,12 +107,22 @@ pub fn run(args: Args) -> Result<(), String> {
     })
     .map_err(|e| format!("{}: {e}", path.display()))?;
     eprintln!();
-    let bpb = model::bits_per_byte(result.nll_sum, n_bytes);
+    let penalty_nats = (8 * dropped_bytes) as f64 * std::f64::consts::LN_2;
+    let bpb = model::bits_per_byte(result.nll_sum + penalty_nats, n_bytes);
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "PPL = {:.4} over {} scored tokens in {} chunks; bits per byte = {:.4} ({n_bytes} bytes)",
         result.ppl, result.n_scored, result.n_chunks, bpb
     );
+    if engine.model.head_ids.is_some() {
+        let total = result.n_scored + result.n_dropped;
+        println!(
+            "pruned head: {} of {total} scored targets ({:.2} %, {dropped_bytes} bytes) are ids the              head dropped (probability 0): PPL above is over the other {}; bits per byte charges              each dropped byte 8 bits",
+            result.n_dropped,
+            100.0 * result.n_dropped as f64 / total.max(1) as f64,
+            result.n_scored
+        );
+    }
     eprintln!(
         "{:.1} s, {:.1} tokens/s",
         secs,
@@ -114,6 +136,8 @@ pub fn run(args: Args) -> Result<(), String> {
                 "bits_per_byte": bpb,
                 "tokens": tokens.len(),
                 "scored": result.n_scored,
+                "dropped": result.n_dropped,
+                "dropped_bytes": dropped_bytes,
                 "chunks": result.n_chunks,
                 "n_ctx": n_ctx,
             })
