@@ -5,6 +5,7 @@ pub mod bench;
 pub mod chat;
 pub mod gguf;
 pub mod head;
+pub mod loopcheck;
 pub mod perplexity;
 pub mod run;
 pub mod serve;
