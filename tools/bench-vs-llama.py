@@ -119,7 +119,7 @@ def main():
             print(f"| {spec} | pp{args.p} | {l_pp:.2f} | {s_pp:.2f} | {ratio(s_pp, l_pp)} | kernels {kernels} |")
         n_note = f" (llama.cpp: tg{args.llama_n or args.n}, -r {args.llama_r or args.r})" if (args.llama_n or args.llama_r) else ""
         print(f"| {spec} | tg{args.n} | {l_tg:.2f} | {s_tg:.2f} | {ratio(s_tg, l_tg)} | {n_note} |")
-        print(f"| {name} | peak RSS MB | {l_rss:.0f} | {s_rss:.0f} | {s_rss / l_rss:.2f}x | |")
+        print(f"| {spec} | peak RSS MB | {l_rss:.0f} | {s_rss:.0f} | {s_rss / l_rss:.2f}x | |")
         sys.stdout.flush()
 
 

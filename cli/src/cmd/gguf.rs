@@ -32,6 +32,13 @@ pub enum GgufCommand {
         /// Rows to keep, rounded up to a multiple of 16.
         #[arg(long)]
         keep: usize,
+        /// Corpus positions the model reads to add its own predictions to the counts (0: counts
+        /// and the tokenizer's prior only).
+        #[arg(long, default_value_t = 2048)]
+        model_positions: usize,
+        /// Threads for the model's predictions [default: one per core].
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
         /// Output file of ids.
         #[arg(short = 'o', long)]
         out: std::path::PathBuf,
@@ -58,8 +65,17 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
             model,
             corpus,
             keep,
+            model_positions,
+            threads,
             out,
-        } => super::head::head_ids(&model, &corpus, keep, &out),
+        } => super::head::head_ids(
+            &model,
+            &corpus,
+            keep,
+            model_positions,
+            threads.unwrap_or_else(crate::engine::default_threads),
+            &out,
+        ),
         GgufCommand::PruneHead { model, ids, out } => super::head::prune_head(&model, &ids, &out),
     }
 }

@@ -2,9 +2,14 @@
 //! keeping in the LM head, and write a copy of a model whose head holds only those rows.
 //!
 //! Selection ranks ids by how often they occur when a mixed corpus is tokenized (English prose,
-//! code, a few other languages; tools/head-corpus/ by default). Ids the corpus never produces are
-//! ranked by the tokenizer's own prior: the SentencePiece score, or the merge order (lower id)
-//! of a BPE vocabulary. Some ids are kept whatever their rank, because losing them would break
+//! code, a few other languages; tools/head-corpus/ by default), plus how often the model itself
+//! expects them there: the model reads `--model-positions` positions of the corpus and each
+//! position adds its next-token probabilities to the ids' expected counts. A corpus of a few
+//! hundred KB sees only ~7K distinct ids; the model's predictions spread that evidence to the
+//! words it would have written in the same places (synonyms, inflections, the rest of a topic's
+//! vocabulary), which is what a 32K-64K head needs. Ids with neither are ranked by the
+//! tokenizer's own prior: the SentencePiece score, or the merge order (lower id) of a BPE
+//! vocabulary. Some ids are kept whatever their rank, because losing them would break
 //! generation rather than cost a rare word: control tokens (BOS, EOS, chat markers), user-defined
 //! tokens, byte tokens (`<0x41>`, and every single-byte token of a byte-level BPE), so any text
 //! can still be spelled out, the end-of-generation ids, and every token the chat template
@@ -105,12 +110,14 @@ pub fn forced_ids(tok: &Tokenizer, template_text: Option<&str>) -> Vec<u32> {
         .collect()
 }
 
-/// Chooses `keep` ids (padded up to [`ROW_MULTIPLE`]): the forced ones, then by corpus count,
-/// then by `prior` (higher first; ties and missing priors by lower id). Returns them sorted.
+/// Chooses `keep` ids (padded up to [`ROW_MULTIPLE`]): the forced ones, then by `weight` (corpus
+/// count plus the model's expected count), then by `prior` (higher first; ties and missing
+/// priors by lower id). Returns them sorted. `counts` only sorts the statistics.
 pub fn select_ids(
     n_vocab: usize,
     forced: &[u32],
     counts: &[u64],
+    weight: &[f64],
     prior: Option<&[f32]>,
     keep: usize,
 ) -> Result<(Vec<u32>, KeptCounts), String> {
@@ -132,8 +139,8 @@ pub fn select_ids(
             .unwrap_or(0.0)
     };
     order.sort_by(|&a, &b| {
-        counts[b as usize]
-            .cmp(&counts[a as usize])
+        weight[b as usize]
+            .total_cmp(&weight[a as usize])
             .then(prior_of(b).total_cmp(&prior_of(a)))
             .then(a.cmp(&b))
     });
@@ -153,8 +160,74 @@ pub fn select_ids(
     Ok((ids, stats))
 }
 
+/// The model's expected count of each id over about `n_positions` positions of the corpus: the
+/// sum of its next-token probabilities. The positions are windows of up to 256 tokens, shared
+/// equally among the corpus files (so that a short file of prose weighs as much as a long one
+/// of code) and evenly spaced within each.
+fn expected_counts(
+    path: &Path,
+    g: &Gguf,
+    files: &[Vec<u32>],
+    n_positions: usize,
+    threads: usize,
+) -> Result<Vec<f64>, String> {
+    // Windows of 256 tokens give the model context; fewer positions than 256 per file (a quick
+    // run, a test) make them shorter.
+    let window_len = (n_positions / files.len().max(1)).clamp(16, 256);
+    let mut engine = crate::engine::Engine::load(path, g, Some(window_len), threads)?;
+    let n_vocab = engine.n_vocab();
+    let mut expected = vec![0f64; n_vocab];
+    let per_file = n_positions.div_ceil(window_len * files.len()).max(1);
+    let bos = engine
+        .tokenizer
+        .bos()
+        .filter(|_| engine.tokenizer.adds_bos());
+    let (_, model, state, store, par) = engine.parts();
+    let mut window = Vec::with_capacity(window_len);
+    let mut probs = vec![0f32; n_vocab];
+    let mut done = 0;
+    let windows = files.iter().flat_map(|f| {
+        let stride = (f.len() / per_file).max(1);
+        (0..per_file).map(move |w| (f, w * stride))
+    });
+    for (stream, start) in windows {
+        let end = (start + window_len - bos.is_some() as usize).min(stream.len());
+        if start >= end {
+            continue;
+        }
+        window.clear();
+        window.extend(bos);
+        window.extend_from_slice(&stream[start..end]);
+        state.reset();
+        model
+            .forward_batch_all(state, store, par, &window, 0, 0, &mut |_, logits| {
+                let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let mut sum = 0f64;
+                for (p, &l) in probs.iter_mut().zip(logits) {
+                    *p = (l - max).exp();
+                    sum += *p as f64;
+                }
+                for (e, &p) in expected.iter_mut().zip(&probs) {
+                    *e += p as f64 / sum;
+                }
+            })
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        done += window.len();
+        eprint!("\rmodel predictions: {done} positions");
+    }
+    eprintln!();
+    Ok(expected)
+}
+
 /// `smolrun gguf head-ids`.
-pub fn head_ids(model: &str, corpus: &[PathBuf], keep: usize, out: &Path) -> Result<(), String> {
+pub fn head_ids(
+    model: &str,
+    corpus: &[PathBuf],
+    keep: usize,
+    model_positions: usize,
+    threads: usize,
+    out: &Path,
+) -> Result<(), String> {
     let path = crate::models::resolve(model)?;
     let file = MappedFile::open(&path)?;
     let g = Gguf::parse(file.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -170,12 +243,14 @@ pub fn head_ids(model: &str, corpus: &[PathBuf], keep: usize, out: &Path) -> Res
     let mut counts = vec![0u64; n_vocab];
     let mut n_tokens = 0usize;
     let mut ids = Vec::new();
+    let mut files = Vec::new();
     for f in corpus_files(corpus)? {
         let text = std::fs::read_to_string(&f)
             .map_err(|e| format!("cannot read corpus file {}: {e}", f.display()))?;
         ids.clear();
         tok.encode(&text, false, false, &mut ids);
         n_tokens += ids.len();
+        files.push(ids.clone());
         for &id in &ids {
             if let Some(c) = counts.get_mut(id as usize) {
                 *c += 1;
@@ -201,7 +276,16 @@ pub fn head_ids(model: &str, corpus: &[PathBuf], keep: usize, out: &Path) -> Res
         .get("tokenizer.ggml.scores")
         .and_then(|v| v.as_array())
         .and_then(|a| a.f32s().map(|it| it.collect()));
-    let (kept, stats) = select_ids(n_vocab, &forced, &counts, prior.as_deref(), keep)?;
+    let mut weight: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
+    if model_positions > 0 {
+        let expected = expected_counts(&path, &g, &files, model_positions, threads)?;
+        // Scaled to the corpus's size, so that both kinds of evidence weigh the same in total.
+        let scale = n_tokens as f64 / expected.iter().sum::<f64>().max(1e-9);
+        for (w, e) in weight.iter_mut().zip(&expected) {
+            *w += e * scale;
+        }
+    }
+    let (kept, stats) = select_ids(n_vocab, &forced, &counts, &weight, prior.as_deref(), keep)?;
 
     let mut w = BufWriter::new(
         File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?,
@@ -213,7 +297,8 @@ pub fn head_ids(model: &str, corpus: &[PathBuf], keep: usize, out: &Path) -> Res
         .map_err(|e| format!("writing {}: {e}", out.display()))?;
     let covered: u64 = kept.iter().map(|&i| counts[i as usize]).sum();
     eprintln!(
-        "kept {} of {n_vocab} ids ({} forced, {} seen in the corpus, {} by the tokenizer's prior); \
+        "kept {} of {n_vocab} ids ({} forced, {} seen in the corpus, {} unseen, by the model's \
+         predictions or the tokenizer's prior); \
          they cover {:.2} % of the corpus's {n_tokens} tokens; wrote {}",
         kept.len(),
         stats.forced,
