@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """smolrun bench and llama.cpp's llama-bench side by side on the same GGUF files, in one run.
 
-    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [MODEL ...]
+    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [--prefix CMD] [MODEL[:SMOLRUN_MODEL] ...]
+
+MODEL is a short name or a path; MODEL:SMOLRUN_MODEL runs llama.cpp on MODEL and smolrun on
+another file (a pruned head, which llama.cpp cannot load), e.g. the stock Gemma file against its
+pruned copy. --prefix runs both under a wrapper, e.g. --prefix "/work/shared/tools/smoldevice
+--mem 1G --read-mbps 278 --" for a TV box's memory and flash; --llama-n/--llama-r cap llama.cpp's
+run when it is very slow there. -p 0 skips the prompt test.
 
 Builds smolrun (cargo build --release) and the reference (tools/oracle/build.sh, cached outside
 the repo), then for each model runs both, alternating, and prints a table of medians with the
@@ -11,6 +17,7 @@ run on are shared and noisy: read the ratios, not the absolute figures.
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -47,12 +54,17 @@ def run(cmd):
     _, status, usage = os.wait4(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{' '.join(cmd)} failed with status {os.waitstatus_to_exitcode(status)}")
-    return b"".join(chunks).decode(), usage.ru_maxrss / 1024.0
+    text = b"".join(chunks).decode()
+    # A wrapper's own report line (smoldevice) is not the tool's output.
+    text = "\n".join(l for l in text.splitlines() if not l.startswith("smoldevice:"))
+    return text, usage.ru_maxrss / 1024.0
 
 
 def llama_bench(binary, path, args):
-    out, rss = run([binary, "-m", path, "-p", str(args.p), "-n", str(args.n), "-t", str(args.t),
-                    "-r", str(args.r), "-o", "json"])
+    n = args.llama_n or args.n
+    r = args.llama_r or args.r
+    out, rss = run(args.prefix + [binary, "-m", path, "-p", str(args.p), "-n", str(n), "-t", str(args.t),
+                                  "-r", str(r), "-o", "json"])
     pp = tg = 0.0
     for test in json.loads(out):
         med = statistics.median(test["samples_ts"])
@@ -64,8 +76,8 @@ def llama_bench(binary, path, args):
 
 
 def smolrun_bench(binary, path, args):
-    out, rss = run([binary, "bench", "-m", path, "-p", str(args.p), "-n", str(args.n),
-                    "-t", str(args.t), "-r", str(args.r), "--json"])
+    out, rss = run(args.prefix + [binary, "bench", "-m", path, "-p", str(args.p), "-n", str(args.n),
+                                  "-t", str(args.t), "-r", str(args.r), "--json"])
     doc = json.loads(out.strip().splitlines()[-1])
     return doc["pp_tok_s"], doc["tg_tok_s"], rss, doc["kernels"]
 
@@ -76,8 +88,12 @@ def main():
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("--prefix", default="", help="wrapper command for both tools")
+    ap.add_argument("--llama-n", type=int, default=0, help="llama.cpp's -n (default: -n)")
+    ap.add_argument("--llama-r", type=int, default=0, help="llama.cpp's -r (default: -r)")
     ap.add_argument("models", nargs="*", default=list(MODELS))
     args = ap.parse_args()
+    args.prefix = shlex.split(args.prefix)
 
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "smolrun"], cwd=ROOT, check=True)
     subprocess.run([os.path.join(ROOT, "tools/oracle/build.sh")], check=True)
@@ -88,16 +104,22 @@ def main():
 
     print(f"| model | test | llama.cpp t/s | smolrun t/s | ratio | threads {args.t}, median of {args.r} |")
     print("|---|---|---|---|---|---|")
-    for name in args.models:
+    for spec in args.models:
+        name, _, smol_name = spec.partition(":")
         path = os.path.join(mdir, MODELS.get(name, name))
-        if not os.path.exists(path):
-            print(f"| {name} | (absent: tools/fetch-models.sh {name}) |||||")
+        smol_path = os.path.join(mdir, MODELS.get(smol_name, smol_name)) if smol_name else path
+        missing = [p for p in (path, smol_path) if not os.path.exists(p)]
+        if missing:
+            print(f"| {spec} | (absent: {missing[0]}; tools/fetch-models.sh {name}) |||||")
             continue
         l_pp, l_tg, l_rss = llama_bench(llama, path, args)
-        s_pp, s_tg, s_rss, kernels = smolrun_bench(smol, path, args)
-        print(f"| {name} | pp{args.p} | {l_pp:.2f} | {s_pp:.2f} | {s_pp / l_pp:.2f}x | kernels {kernels} |")
-        print(f"| {name} | tg{args.n} | {l_tg:.2f} | {s_tg:.2f} | {s_tg / l_tg:.2f}x | |")
-        print(f"| {name} | peak RSS MB | {l_rss:.0f} | {s_rss:.0f} | {s_rss / l_rss:.2f}x | |")
+        s_pp, s_tg, s_rss, kernels = smolrun_bench(smol, smol_path, args)
+        ratio = lambda s, l: f"{s / l:.2f}x" if l > 0 else "-"
+        if args.p > 0:
+            print(f"| {spec} | pp{args.p} | {l_pp:.2f} | {s_pp:.2f} | {ratio(s_pp, l_pp)} | kernels {kernels} |")
+        n_note = f" (llama.cpp: tg{args.llama_n or args.n}, -r {args.llama_r or args.r})" if (args.llama_n or args.llama_r) else ""
+        print(f"| {spec} | tg{args.n} | {l_tg:.2f} | {s_tg:.2f} | {ratio(s_tg, l_tg)} | {n_note} |")
+        print(f"| {spec} | peak RSS MB | {l_rss:.0f} | {s_rss:.0f} | {s_rss / l_rss:.2f}x | |")
         sys.stdout.flush()
 
 

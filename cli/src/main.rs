@@ -36,6 +36,8 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Perplexity and bits per byte of a text file.
     Perplexity(cmd::perplexity::Args),
+    /// Share of free-running chat answers that fall into a repeating loop.
+    Loopcheck(cmd::loopcheck::Args),
     /// Inspect and rewrite GGUF files.
     #[command(subcommand)]
     Gguf(cmd::gguf::GgufCommand),
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Loopcheck(a) => cmd::loopcheck::run(a),
         Command::Gguf(c) => cmd::gguf::run(c),
     };
     match result {

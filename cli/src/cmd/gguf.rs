@@ -2,6 +2,7 @@
 //!
 //! `info` prints what gguf-dump prints (header, every metadata key with its type and value,
 //! the tensor table) plus totals, reading only the header pages of the mapped file.
+//! `head-ids` and `prune-head` make a model with a pruned LM head (see [`super::head`]).
 
 use smolrun_core::gguf::{ArrayRef, Gguf, Value};
 use smolrun_core::quant::GgmlType;
@@ -19,11 +20,63 @@ pub enum GgufCommand {
         #[arg(long, default_value_t = 5)]
         array_items: usize,
     },
+    /// Choose the LM-head rows to keep: the most frequent ids of a corpus, plus every control,
+    /// byte and chat-template token; writes the sorted ids, one per line.
+    HeadIds {
+        /// Model (path or short name) whose tokenizer is used.
+        #[arg(short = 'm', long)]
+        model: String,
+        /// Corpus text files or directories [default: tools/head-corpus of the source tree].
+        #[arg(long, num_args = 1..)]
+        corpus: Vec<std::path::PathBuf>,
+        /// Rows to keep, rounded up to a multiple of 16.
+        #[arg(long)]
+        keep: usize,
+        /// Corpus positions the model reads to add its own predictions to the counts (0: counts
+        /// and the tokenizer's prior only).
+        #[arg(long, default_value_t = 2048)]
+        model_positions: usize,
+        /// Threads for the model's predictions [default: one per core].
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
+        /// Output file of ids.
+        #[arg(short = 'o', long)]
+        out: std::path::PathBuf,
+    },
+    /// Write a copy of a model whose LM head holds only the rows listed in --ids; every other
+    /// tensor is copied byte for byte. Dropped tokens can still be read, never produced.
+    PruneHead {
+        /// Input model (path or short name).
+        #[arg(short = 'm', long)]
+        model: String,
+        /// Kept ids, one per line, sorted (from `smolrun gguf head-ids`).
+        #[arg(long)]
+        ids: std::path::PathBuf,
+        /// Output .gguf file.
+        #[arg(short = 'o', long)]
+        out: std::path::PathBuf,
+    },
 }
 
 pub fn run(c: GgufCommand) -> Result<(), String> {
     match c {
         GgufCommand::Info { file, array_items } => info(&file, array_items),
+        GgufCommand::HeadIds {
+            model,
+            corpus,
+            keep,
+            model_positions,
+            threads,
+            out,
+        } => super::head::head_ids(
+            &model,
+            &corpus,
+            keep,
+            model_positions,
+            threads.unwrap_or_else(crate::engine::default_threads),
+            &out,
+        ),
+        GgufCommand::PruneHead { model, ids, out } => super::head::prune_head(&model, &ids, &out),
     }
 }
 

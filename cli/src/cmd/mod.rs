@@ -4,6 +4,8 @@
 pub mod bench;
 pub mod chat;
 pub mod gguf;
+pub mod head;
+pub mod loopcheck;
 pub mod perplexity;
 pub mod run;
 pub mod serve;

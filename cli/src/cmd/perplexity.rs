@@ -1,9 +1,21 @@
 //! `smolrun perplexity`: llama-perplexity's measurement (chunks of `-c` tokens, each scored on
 //! its second half, BOS first when the model uses one) plus bits per byte, which, unlike
 //! perplexity, compares models with different tokenizers.
+//!
+//! On a model with a pruned head, a token the head dropped has probability 0: the model cannot
+//! write it, only spell the same text with ids it kept (" miller" as " mill" + "er"). So the
+//! text is scored the way the pruned model would have to write it: every dropped token is
+//! re-spelled with kept ids (the longest kept prefix of its vocabulary text, repeatedly, down to
+//! byte tokens), and the model is scored on that stream. Bits per byte then covers the same
+//! bytes as the full model's and is directly comparable (an upper bound of the pruned model's
+//! cost: a better spelling could only be cheaper). PPL is per token of the re-spelled stream, so
+//! it is not comparable with the full model's; the share of dropped tokens is printed beside it.
+//! `--no-respell` scores the stock tokenization instead: PPL over the kept targets, and bits per
+//! byte charging each byte of a dropped target 8 bits (what a byte costs with no knowledge).
 
 use crate::engine::{self, Engine};
 use smolrun_core::model;
+use smolrun_core::tokenizer::Tokenizer;
 use std::io::Write;
 use std::time::Instant;
 
@@ -26,6 +38,65 @@ pub struct Args {
     /// Print {"ppl":..,"bits_per_byte":..,"tokens":..} as the last line.
     #[arg(long)]
     pub json: bool,
+    /// Pruned head: score the stock tokenization (dropped targets counted apart, 8 bits per
+    /// byte) instead of re-spelling dropped tokens with kept ids.
+    #[arg(long)]
+    pub no_respell: bool,
+}
+
+/// Replaces every token that is not in `kept` (sorted) by kept ids spelling the same text: the
+/// longest kept vocabulary entry that prefixes the rest of its text, repeatedly; a character
+/// with no kept entry goes out as byte tokens (`<0xNN>`, always kept). Returns the new stream
+/// and how many tokens were re-spelled.
+pub fn respell_dropped(tokens: &[u32], tok: &Tokenizer, kept: &[u32]) -> (Vec<u32>, usize) {
+    let is_kept = |id: u32| kept.binary_search(&id).is_ok();
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut n_respelled = 0;
+    for &t in tokens {
+        if is_kept(t) {
+            out.push(t);
+            continue;
+        }
+        n_respelled += 1;
+        let mut rest = tok.token_text(t).unwrap_or(&[]);
+        while !rest.is_empty() {
+            let longest_kept = (1..=rest.len()).rev().find_map(|n| {
+                tok.token_id(&rest[..n])
+                    .filter(|&id| is_kept(id))
+                    .map(|id| (n, id))
+            });
+            if let Some((n, id)) = longest_kept {
+                out.push(id);
+                rest = &rest[n..];
+                continue;
+            }
+            // SentencePiece's byte fallback: one character as its UTF-8 bytes, <0xNN> each
+            // (its space mark U+2581 is the byte 0x20).
+            let n = utf8_len(rest[0]).min(rest.len());
+            let space_mark = "\u{2581}".as_bytes();
+            let bytes: &[u8] = if rest.starts_with(space_mark) {
+                b" "
+            } else {
+                &rest[..n]
+            };
+            for &b in bytes {
+                if let Some(id) = tok.token_id(format!("<0x{b:02X}>").as_bytes()) {
+                    out.push(id);
+                }
+            }
+            rest = &rest[n..];
+        }
+    }
+    (out, n_respelled)
+}
+
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0xF0.. => 4,
+        0xE0.. => 3,
+        0xC0.. => 2,
+        _ => 1,
+    }
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -55,7 +126,11 @@ pub fn run(args: Args) -> Result<(), String> {
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
 
-    let tokens = engine.tokenize(&text, true, false);
+    let stock_tokens = engine.tokenize(&text, true, false);
+    let (tokens, n_respelled) = match &engine.model.head_ids {
+        Some(kept) if !args.no_respell => respell_dropped(&stock_tokens, &engine.tokenizer, kept),
+        _ => (stock_tokens.clone(), 0),
+    };
     let n_ctx = args.ctx;
     if tokens.len() < 2 * n_ctx {
         return Err(format!(
@@ -81,14 +156,20 @@ pub fn run(args: Args) -> Result<(), String> {
     // and print the running perplexity after each chunk, as llama-perplexity does.
     let t0 = Instant::now();
     let mut n_bytes = 0usize;
+    let mut dropped_bytes = 0usize;
     let mut nll_sum = 0f64;
     let mut n_scored = 0usize;
     let chunk_last = n_ctx - 1;
     let (tokenizer, model, state, store, par) = engine.parts();
     let result = model::perplexity(model, state, store, par, &tokens, n_ctx, bos, |i, nll| {
-        n_bytes += tokenizer.token_bytes(tokens[i]).len();
-        nll_sum += nll;
-        n_scored += 1;
+        let bytes = tokenizer.token_bytes(tokens[i]).len();
+        n_bytes += bytes;
+        if nll.is_finite() {
+            nll_sum += nll;
+            n_scored += 1;
+        } else {
+            dropped_bytes += bytes;
+        }
         if i % n_ctx == chunk_last {
             eprint!(
                 "[{}]{:.4},",
@@ -100,12 +181,24 @@ pub fn run(args: Args) -> Result<(), String> {
     })
     .map_err(|e| format!("{}: {e}", path.display()))?;
     eprintln!();
-    let bpb = model::bits_per_byte(result.nll_sum, n_bytes);
+    let penalty_nats = (8 * dropped_bytes) as f64 * std::f64::consts::LN_2;
+    let bpb = model::bits_per_byte(result.nll_sum + penalty_nats, n_bytes);
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "PPL = {:.4} over {} scored tokens in {} chunks; bits per byte = {:.4} ({n_bytes} bytes)",
         result.ppl, result.n_scored, result.n_chunks, bpb
     );
+    if engine.model.head_ids.is_some() {
+        println!(
+            "pruned head: {n_respelled} of {} text tokens ({:.2} %) are ids the head dropped, \
+             re-spelled with kept ids ({} tokens scored; PPL is per token of that stream); \
+             {} scored targets are dropped ids ({dropped_bytes} bytes, charged 8 bits per byte)",
+            stock_tokens.len(),
+            100.0 * n_respelled as f64 / stock_tokens.len() as f64,
+            tokens.len(),
+            result.n_dropped,
+        );
+    }
     eprintln!(
         "{:.1} s, {:.1} tokens/s",
         secs,
@@ -119,10 +212,55 @@ pub fn run(args: Args) -> Result<(), String> {
                 "bits_per_byte": bpb,
                 "tokens": tokens.len(),
                 "scored": result.n_scored,
+                "dropped": result.n_dropped,
+                "dropped_bytes": dropped_bytes,
+                "respelled": n_respelled,
                 "chunks": result.n_chunks,
                 "n_ctx": n_ctx,
             })
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smolrun_core::gguf::Gguf;
+    use smolrun_linux::MappedFile;
+
+    #[test]
+    fn respelled_tokens_are_kept_and_spell_the_same_bytes() {
+        let dir = std::env::var_os("SMOLRUN_MODELS")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                    .join(".cache/smolrun/models")
+            });
+        let path = dir.join("gemma-3-270m-q4_k_m.gguf");
+        assert!(
+            path.exists(),
+            "{} is missing: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",
+            path.display()
+        );
+        let file = MappedFile::open(&path).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::parse(file.bytes()).unwrap()).unwrap();
+        // A small head: the first 3000 ids and the byte tokens.
+        let kept: Vec<u32> = (0..tok.n_vocab() as u32)
+            .filter(|&i| i < 3000 || tok.token_text(i).is_some_and(|t| t.starts_with(b"<0x")))
+            .collect();
+        let text = "The miller oiled the rattled gears; Zürich's Bäckerei sold 🥨 pretzels.";
+        let mut stock = Vec::new();
+        tok.encode(text, true, false, &mut stock);
+        let (respelled, n) = respell_dropped(&stock, &tok, &kept);
+        assert!(n >= 4, "the rare words should be dropped ({n} re-spelled)");
+        assert!(respelled.len() > stock.len());
+        assert!(respelled.iter().all(|id| kept.binary_search(id).is_ok()));
+        let bytes = |ids: &[u32]| -> Vec<u8> {
+            ids.iter()
+                .flat_map(|&i| tok.token_bytes(i).to_vec())
+                .collect()
+        };
+        assert_eq!(bytes(&respelled), bytes(&stock));
+    }
 }

@@ -15,7 +15,8 @@
 //!     h = act(Wgate xb) * (Wup xb)         SiLU (Llama, Qwen) or GELU-tanh (Gemma)
 //!     f = Wdown h; f = rms_norm(f)         post_ffw_norm: Gemma 3
 //!     x = x + f
-//! logits = Wout rms_norm(x)                Wout may be token_embd (tied)
+//! logits = Wout rms_norm(x)                Wout may be token_embd (tied), or a pruned head:
+//!                                          only the kept ids' rows, the rest -inf
 //! ```
 //! Families differ only in the switches of [`Switches`]; everything else is shared.
 //! Every matrix is reached through a [`WeightStore`], asked for just before its matvec and
@@ -23,6 +24,7 @@
 
 mod act_quant;
 mod error;
+pub mod head;
 pub mod hparams;
 pub mod memory_plan;
 pub mod perplexity;
@@ -152,8 +154,11 @@ pub struct Model {
     pub token_embd: Matrix,
     pub layers: Vec<Layer>,
     pub output_norm: Vec<f32>,
-    /// The LM head; `token_embd` itself when the file has no `output.weight` (tied).
+    /// The LM head; `token_embd` itself when the file has no `output.weight` (tied). A pruned
+    /// head has one row per id of `head_ids`.
     pub output: Matrix,
+    /// The vocabulary id of each row of a pruned head (sorted); `None` for a full head.
+    pub head_ids: Option<Vec<u32>>,
     /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`).
     pub rope_freqs: Option<Vec<f32>>,
     /// Which kernel set the matrices' kernels came from ("scalar", "x86_64-avx2", ...).
@@ -267,9 +272,25 @@ impl Model {
         let o_dim = hp.n_head * hp.head_dim_v;
 
         let token_embd = matrix(g, kernels, "token_embd.weight", n_embd, hp.n_vocab)?;
-        let output = match g.tensor("output.weight") {
-            Some(_) => matrix(g, kernels, "output.weight", n_embd, hp.n_vocab)?,
-            None => token_embd.clone(),
+        let (output, head_ids) = match g.tensor("output.weight") {
+            Some(t) => {
+                let head_ids = head::kept_ids(g, hp.n_vocab, t.dims[1])?;
+                let n_rows = head_ids.as_ref().map_or(hp.n_vocab, |ids| ids.len());
+                (
+                    matrix(g, kernels, "output.weight", n_embd, n_rows)?,
+                    head_ids,
+                )
+            }
+            None => {
+                if g.get(head::KEPT_IDS_KEY).is_some() {
+                    return Err(ModelError::MissingTensor {
+                        name:
+                            "output.weight (the pruned head that smolrun.head.kept_ids describes)"
+                                .into(),
+                    });
+                }
+                (token_embd.clone(), None)
+            }
         };
         let output_norm = f32_vector(g, "output_norm.weight", n_embd)?;
         let rope_freqs = opt_f32_vector(g, "rope_freqs.weight", hp.n_rot / 2)?;
@@ -351,6 +372,7 @@ impl Model {
             layers,
             output_norm,
             output,
+            head_ids,
             rope_freqs,
             kernels_name: kernels.name(),
         })
@@ -455,11 +477,19 @@ impl Model {
         math::rms_norm(&mut s.xb, &s.x, &self.output_norm, hp.rms_eps);
         s.tap("result_norm", 0, &s.xb);
         quantize_input(&self.output, &s.xb, &mut s.act_q)?;
-        matvec(par, store, &self.output, &s.act_q, &mut s.logits)?;
+        // A pruned head computes its kept rows only, then puts them at their ids.
+        let head_out = match self.head_ids {
+            None => &mut s.logits,
+            Some(_) => &mut s.head_logits,
+        };
+        matvec(par, store, &self.output, &s.act_q, head_out)?;
         if let Some(cap) = hp.final_logit_softcap {
-            for v in s.logits.iter_mut() {
+            for v in head_out.iter_mut() {
                 *v = math::softcap(*v, cap);
             }
+        }
+        if let Some(ids) = &self.head_ids {
+            head::scatter(&s.head_logits, ids, &mut s.logits);
         }
         Ok(())
     }
@@ -771,6 +801,8 @@ pub struct State {
     key_cache: Vec<u16>,
     value_cache: Vec<u16>,
     logits: Vec<f32>,
+    /// The rows of a pruned head before they are scattered into `logits` (empty for a full head).
+    head_logits: Vec<f32>,
     /// Called with (name, layer, values) at the named points of the forward pass (llama.cpp's
     /// tensor names: attn_norm, Qcur, Kcur, Vcur, kqv_out, sa_out, ffn_out, l_out,
     /// result_norm), for debugging a disagreement layer by layer. `None` in normal use.
@@ -812,7 +844,16 @@ impl State {
             act_q: vec![0; act_bytes],
             key_cache: vec![0; hp.n_layer * n_ctx * kv_dim],
             value_cache: vec![0; hp.n_layer * n_ctx * v_dim],
-            logits: vec![0.0; hp.n_vocab],
+            // A pruned head never writes its dropped ids: they stay -inf.
+            logits: vec![
+                if model.head_ids.is_some() {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                };
+                hp.n_vocab
+            ],
+            head_logits: vec![0.0; model.head_ids.as_ref().map_or(0, |ids| ids.len())],
             tap: None,
         })
     }
@@ -841,7 +882,8 @@ impl State {
             + self.att_out.len()
             + self.scores.len()
             + self.hb.len() * 2
-            + self.logits.len())
+            + self.logits.len()
+            + self.head_logits.len())
             + self.act_q.len()
             + 2 * (self.key_cache.len() + self.value_cache.len())
     }

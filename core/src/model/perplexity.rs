@@ -5,6 +5,12 @@
 //! the second half of each chunk is scored: the logits at positions `n_ctx/2 .. n_ctx-1`
 //! predict tokens `n_ctx/2 + 1 .. n_ctx`, so every scored token has at least `n_ctx/2` tokens of
 //! context.
+//!
+//! A pruned LM head gives its dropped ids probability 0, so a dropped target has an infinite
+//! negative log-likelihood. Such a target is not folded into the perplexity, which then covers
+//! the kept targets only; it is counted in [`PerplexityResult::n_dropped`] and handed to
+//! `on_token` as `f64::INFINITY`, so that the caller reports it and charges it a stated penalty
+//! (`smolrun perplexity`: 8 bits per byte of the dropped token's text).
 
 use super::{Model, ModelError, State, WeightStore};
 use crate::math;
@@ -12,17 +18,21 @@ use crate::platform::Parallel;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PerplexityResult {
-    /// exp(mean negative log-likelihood).
+    /// exp(mean negative log-likelihood) over the scored tokens whose id the head can produce.
     pub ppl: f64,
-    /// Sum of the negative log-likelihoods (nats) of the scored tokens.
+    /// Sum of the negative log-likelihoods (nats) of those tokens.
     pub nll_sum: f64,
+    /// Scored tokens the head can produce (all of them for a full head).
     pub n_scored: usize,
+    /// Scored tokens a pruned head cannot produce (their logit is -inf): not in `ppl`.
+    pub n_dropped: usize,
     pub n_chunks: usize,
 }
 
 /// Scores `tokens` in chunks of `n_ctx` (see the module docs). `state` must hold at least
 /// `n_ctx` positions. `on_token(i, nll)` is called for every scored token `tokens[i]`, e.g. to
-/// count the bytes it decodes to for bits per byte.
+/// count the bytes it decodes to for bits per byte; `nll` is `f64::INFINITY` for a target that a
+/// pruned head dropped.
 #[allow(clippy::too_many_arguments)]
 pub fn perplexity(
     model: &Model,
@@ -44,6 +54,7 @@ pub fn perplexity(
     let first = n_ctx / 2;
     let mut nll_sum = 0f64;
     let mut n_scored = 0usize;
+    let mut n_dropped = 0usize;
     let mut chunk = alloc::vec![0u32; n_ctx];
     let mut failed = None;
     for c in 0..n_chunks {
@@ -59,6 +70,10 @@ pub fn perplexity(
         model.forward_batch_all(state, store, par, inputs, 0, first, &mut |j, logits| {
             let target = targets[j + 1] as usize;
             match logits.get(target) {
+                Some(&l) if l == f32::NEG_INFINITY => {
+                    n_dropped += 1;
+                    on_token(c * n_ctx + j + 1, f64::INFINITY);
+                }
                 Some(&l) => {
                     let nll = math::log_sum_exp(logits) - l as f64;
                     nll_sum += nll;
@@ -84,6 +99,7 @@ pub fn perplexity(
         ppl,
         nll_sum,
         n_scored,
+        n_dropped,
         n_chunks,
     })
 }

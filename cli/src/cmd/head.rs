@@ -1,0 +1,436 @@
+//! `smolrun gguf head-ids` and `smolrun gguf prune-head`: choose the vocabulary rows worth
+//! keeping in the LM head, and write a copy of a model whose head holds only those rows.
+//!
+//! Selection ranks ids by how often they occur when a mixed corpus is tokenized (English prose,
+//! code, a few other languages; tools/head-corpus/ by default), plus how often the model itself
+//! expects them there: the model reads `--model-positions` positions of the corpus and each
+//! position adds its next-token probabilities to the ids' expected counts. A corpus of a few
+//! hundred KB sees only ~7K distinct ids; the model's predictions spread that evidence to the
+//! words it would have written in the same places (synonyms, inflections, the rest of a topic's
+//! vocabulary), which is what a 32K-64K head needs. Ids with neither are ranked by the
+//! tokenizer's own prior: the SentencePiece score, or the merge order (lower id) of a BPE
+//! vocabulary. Some ids are kept whatever their rank, because losing them would break
+//! generation rather than cost a rare word: control tokens (BOS, EOS, chat markers), user-defined
+//! tokens, byte tokens (`<0x41>`, and every single-byte token of a byte-level BPE), so any text
+//! can still be spelled out, the end-of-generation ids, and every token the chat template
+//! writes. Gemma's `<unusedN>` control placeholders (6,242 of them, never trained) are the one
+//! exception: they are not forced, and rank like any other id.
+
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::head::{self, TensorSource};
+use smolrun_core::tokenizer::Tokenizer;
+use smolrun_linux::MappedFile;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Row counts of the head are padded up to a multiple of this: the interleaved kernels take
+/// rows in groups of 4 or 8, and the matvec hands out rows in chunks of 16.
+pub const ROW_MULTIPLE: usize = 16;
+
+/// The corpus shipped with the source, used when no `--corpus` is given.
+fn default_corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/head-corpus")
+}
+
+/// Text files of the corpus: each argument is a file or a directory (its files but README.md and
+/// make.py, not recursive, in name order).
+fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let args = if args.is_empty() {
+        vec![default_corpus_dir()]
+    } else {
+        args.to_vec()
+    };
+    let mut files = Vec::new();
+    for a in &args {
+        if a.is_dir() {
+            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(a)
+                .map_err(|e| format!("cannot list corpus directory {}: {e}", a.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                    // The corpus's notes and generator are not part of it.
+                    p.is_file() && name != "README.md" && name != "make.py"
+                })
+                .collect();
+            in_dir.sort();
+            files.extend(in_dir);
+        } else if a.is_file() {
+            files.push(a.clone());
+        } else {
+            return Err(format!(
+                "corpus {} not found: give text files or directories with --corpus",
+                a.display()
+            ));
+        }
+    }
+    if files.is_empty() {
+        return Err("the corpus has no files: give text files with --corpus".into());
+    }
+    Ok(files)
+}
+
+/// Why an id is kept.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KeptCounts {
+    pub forced: usize,
+    pub seen: usize,
+    pub by_prior: usize,
+}
+
+/// Ids that every pruned head keeps (see the module docs), sorted.
+pub fn forced_ids(tok: &Tokenizer, template_text: Option<&str>) -> Vec<u32> {
+    use smolrun_core::tokenizer::attr;
+    let mut keep = vec![false; tok.n_vocab()];
+    for (id, k) in keep.iter_mut().enumerate() {
+        let id = id as u32;
+        let a = tok.token_attr(id);
+        let placeholder = tok
+            .token_text(id)
+            .is_some_and(|t| t.starts_with(b"<unused") && t.ends_with(b">"));
+        let special = a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0;
+        let byte = a & attr::BYTE != 0 || (a & attr::NORMAL != 0 && tok.token_bytes(id).len() == 1);
+        *k = (special && !placeholder) || byte;
+    }
+    let mut extra: Vec<u32> = tok.eog_ids().to_vec();
+    extra.extend([tok.bos(), tok.eos(), tok.eot()].into_iter().flatten());
+    if let Some(text) = template_text {
+        let mut ids = Vec::new();
+        tok.encode(text, true, true, &mut ids);
+        extra.extend(ids);
+    }
+    for id in extra {
+        if let Some(k) = keep.get_mut(id as usize) {
+            *k = true;
+        }
+    }
+    (0..tok.n_vocab() as u32)
+        .filter(|&i| keep[i as usize])
+        .collect()
+}
+
+/// Chooses `keep` ids (padded up to [`ROW_MULTIPLE`]): the forced ones, then by `weight` (corpus
+/// count plus the model's expected count), then by `prior` (higher first; ties and missing
+/// priors by lower id). Returns them sorted. `counts` only sorts the statistics.
+pub fn select_ids(
+    n_vocab: usize,
+    forced: &[u32],
+    counts: &[u64],
+    weight: &[f64],
+    prior: Option<&[f32]>,
+    keep: usize,
+) -> Result<(Vec<u32>, KeptCounts), String> {
+    let target = keep.next_multiple_of(ROW_MULTIPLE).min(n_vocab);
+    if forced.len() > target {
+        return Err(format!(
+            "--keep {keep} is fewer than the {} ids every head must keep (control, byte and chat \
+             template tokens): use --keep {} or more",
+            forced.len(),
+            forced.len().next_multiple_of(ROW_MULTIPLE)
+        ));
+    }
+    let mut kept = vec![false; n_vocab];
+    forced.iter().for_each(|&i| kept[i as usize] = true);
+    let mut order: Vec<u32> = (0..n_vocab as u32).filter(|&i| !kept[i as usize]).collect();
+    let prior_of = |i: u32| {
+        prior
+            .and_then(|p| p.get(i as usize).copied())
+            .unwrap_or(0.0)
+    };
+    order.sort_by(|&a, &b| {
+        weight[b as usize]
+            .total_cmp(&weight[a as usize])
+            .then(prior_of(b).total_cmp(&prior_of(a)))
+            .then(a.cmp(&b))
+    });
+    let mut stats = KeptCounts {
+        forced: forced.len(),
+        ..Default::default()
+    };
+    for &id in order.iter().take(target - forced.len()) {
+        kept[id as usize] = true;
+        if counts[id as usize] > 0 {
+            stats.seen += 1;
+        } else {
+            stats.by_prior += 1;
+        }
+    }
+    let ids = (0..n_vocab as u32).filter(|&i| kept[i as usize]).collect();
+    Ok((ids, stats))
+}
+
+/// The model's expected count of each id over about `n_positions` positions of the corpus: the
+/// sum of its next-token probabilities. The positions are windows of up to 256 tokens, shared
+/// equally among the corpus files (so that a short file of prose weighs as much as a long one
+/// of code) and evenly spaced within each.
+fn expected_counts(
+    path: &Path,
+    g: &Gguf,
+    files: &[Vec<u32>],
+    n_positions: usize,
+    threads: usize,
+) -> Result<Vec<f64>, String> {
+    // Windows of 256 tokens give the model context; fewer positions than 256 per file (a quick
+    // run, a test) make them shorter.
+    let window_len = (n_positions / files.len().max(1)).clamp(16, 256);
+    let mut engine = crate::engine::Engine::load(path, g, Some(window_len), threads)?;
+    let n_vocab = engine.n_vocab();
+    let mut expected = vec![0f64; n_vocab];
+    let per_file = n_positions.div_ceil(window_len * files.len()).max(1);
+    let bos = engine
+        .tokenizer
+        .bos()
+        .filter(|_| engine.tokenizer.adds_bos());
+    let (_, model, state, store, par) = engine.parts();
+    let mut window = Vec::with_capacity(window_len);
+    let mut probs = vec![0f32; n_vocab];
+    let mut done = 0;
+    let windows = files.iter().flat_map(|f| {
+        let stride = (f.len() / per_file).max(1);
+        (0..per_file).map(move |w| (f, w * stride))
+    });
+    for (stream, start) in windows {
+        let end = (start + window_len - bos.is_some() as usize).min(stream.len());
+        if start >= end {
+            continue;
+        }
+        window.clear();
+        window.extend(bos);
+        window.extend_from_slice(&stream[start..end]);
+        state.reset();
+        model
+            .forward_batch_all(state, store, par, &window, 0, 0, &mut |_, logits| {
+                let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let mut sum = 0f64;
+                for (p, &l) in probs.iter_mut().zip(logits) {
+                    *p = (l - max).exp();
+                    sum += *p as f64;
+                }
+                for (e, &p) in expected.iter_mut().zip(&probs) {
+                    *e += p as f64 / sum;
+                }
+            })
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        done += window.len();
+        eprint!("\rmodel predictions: {done} positions");
+    }
+    eprintln!();
+    Ok(expected)
+}
+
+/// `smolrun gguf head-ids`.
+pub fn head_ids(
+    model: &str,
+    corpus: &[PathBuf],
+    keep: usize,
+    model_positions: usize,
+    threads: usize,
+    out: &Path,
+) -> Result<(), String> {
+    let path = crate::models::resolve(model)?;
+    let file = MappedFile::open(&path)?;
+    let g = Gguf::parse(file.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let tok = Tokenizer::from_gguf(&g).map_err(|e| format!("{}: {e}", path.display()))?;
+    let n_vocab = g
+        .tensor("token_embd.weight")
+        .map(|t| t.dims[1] as usize)
+        .ok_or_else(|| format!("{}: no token_embd.weight tensor", path.display()))?;
+    if keep == 0 {
+        return Err("--keep 0: keep at least the control and byte tokens".into());
+    }
+
+    let mut counts = vec![0u64; n_vocab];
+    let mut n_tokens = 0usize;
+    let mut ids = Vec::new();
+    let mut files = Vec::new();
+    for f in corpus_files(corpus)? {
+        let text = std::fs::read_to_string(&f)
+            .map_err(|e| format!("cannot read corpus file {}: {e}", f.display()))?;
+        ids.clear();
+        tok.encode(&text, false, false, &mut ids);
+        n_tokens += ids.len();
+        files.push(ids.clone());
+        for &id in &ids {
+            if let Some(c) = counts.get_mut(id as usize) {
+                *c += 1;
+            }
+        }
+    }
+    let template = crate::chat_template::ChatTemplate::from_gguf(&g)
+        .and_then(|t| {
+            use crate::chat_template::ChatMessage;
+            t.render(
+                &[
+                    ChatMessage::new("system", "s"),
+                    ChatMessage::new("user", "u"),
+                    ChatMessage::new("assistant", "a"),
+                    ChatMessage::new("user", "u"),
+                ],
+                true,
+            )
+        })
+        .ok();
+    let forced = forced_ids(&tok, template.as_deref());
+    let prior: Option<Vec<f32>> = g
+        .get("tokenizer.ggml.scores")
+        .and_then(|v| v.as_array())
+        .and_then(|a| a.f32s().map(|it| it.collect()));
+    let mut weight: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
+    if model_positions > 0 {
+        let expected = expected_counts(&path, &g, &files, model_positions, threads)?;
+        // Scaled to the corpus's size, so that both kinds of evidence weigh the same in total.
+        let scale = n_tokens as f64 / expected.iter().sum::<f64>().max(1e-9);
+        for (w, e) in weight.iter_mut().zip(&expected) {
+            *w += e * scale;
+        }
+    }
+    let (kept, stats) = select_ids(n_vocab, &forced, &counts, &weight, prior.as_deref(), keep)?;
+
+    let mut w = BufWriter::new(
+        File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?,
+    );
+    for id in &kept {
+        writeln!(w, "{id}").map_err(|e| format!("writing {}: {e}", out.display()))?;
+    }
+    w.flush()
+        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+    let covered: u64 = kept.iter().map(|&i| counts[i as usize]).sum();
+    eprintln!(
+        "kept {} of {n_vocab} ids ({} forced, {} seen in the corpus, {} unseen, by the model's \
+         predictions or the tokenizer's prior); \
+         they cover {:.2} % of the corpus's {n_tokens} tokens; wrote {}",
+        kept.len(),
+        stats.forced,
+        stats.seen,
+        stats.by_prior,
+        100.0 * covered as f64 / n_tokens.max(1) as f64,
+        out.display()
+    );
+    Ok(())
+}
+
+/// Reads a kept-ids file: one decimal id per line (blank lines and `#` comments ignored).
+pub fn read_ids(path: &Path) -> Result<Vec<u32>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read ids file {}: {e}", path.display()))?;
+    let mut ids = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        ids.push(line.parse::<u32>().map_err(|_| {
+            format!(
+                "{} line {}: '{line}' is not a token id (one non-negative integer per line)",
+                path.display(),
+                n + 1
+            )
+        })?);
+    }
+    Ok(ids)
+}
+
+/// Bytes copied per read and write while streaming tensors: the rewriter's memory bound.
+const COPY_BUFFER: usize = 8 << 20;
+
+/// `smolrun gguf prune-head`: one sequential pass over the output; the input is read with
+/// positioned reads through one bounded buffer, never mapped or loaded whole (only its header
+/// is mapped to plan the output).
+pub fn prune_head(input: &str, ids_path: &Path, out: &Path) -> Result<(), String> {
+    let in_path = crate::models::resolve(input)?;
+    let ids = read_ids(ids_path)?;
+    let mapped = MappedFile::open(&in_path)?;
+    let g = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", in_path.display()))?;
+    let plan = head::plan_prune(&g, &ids)
+        .map_err(|e| format!("{} with {}: {e}", in_path.display(), ids_path.display()))?;
+    drop(g);
+    drop(mapped);
+    if out == in_path {
+        return Err("-o must not be the input file".into());
+    }
+
+    let src =
+        File::open(&in_path).map_err(|e| format!("cannot open {}: {e}", in_path.display()))?;
+    let tmp = out.with_extension("gguf.partial");
+    let dst = File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, dst);
+    let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    let header = plan.writer.header();
+    w.write_all(&header)
+        .map_err(|e| io("writing the header", e))?;
+    let mut written = 0u64; // bytes of the data section so far
+    let mut buf = vec![0u8; COPY_BUFFER];
+    let zeros = vec![0u8; plan.writer.alignment() as usize];
+    for (i, source) in plan.sources.iter().enumerate() {
+        let start = plan.writer.tensor_offset(i);
+        w.write_all(&zeros[..(start - written) as usize])
+            .map_err(|e| io("writing padding", e))?;
+        written = start;
+        let read = |buf: &mut [u8], at: u64| {
+            src.read_exact_at(buf, at)
+                .map_err(|e| format!("reading {} at byte {at}: {e}", in_path.display()))
+        };
+        match *source {
+            TensorSource::Copy { offset, len } => {
+                let mut done = 0u64;
+                while done < len {
+                    let n = (len - done).min(COPY_BUFFER as u64) as usize;
+                    read(&mut buf[..n], offset + done)?;
+                    w.write_all(&buf[..n]).map_err(|e| io("writing", e))?;
+                    done += n as u64;
+                }
+                written += len;
+            }
+            TensorSource::KeptRows { offset, row_bytes } => {
+                let rb = row_bytes as usize;
+                let per_buf = (COPY_BUFFER / rb).max(1);
+                // Runs of consecutive ids are one read each, at most a buffer long.
+                let mut k = 0;
+                while k < plan.ids.len() {
+                    let first = plan.ids[k];
+                    let mut n = 1;
+                    while k + n < plan.ids.len()
+                        && n < per_buf
+                        && plan.ids[k + n] == first + n as u32
+                    {
+                        n += 1;
+                    }
+                    read(&mut buf[..n * rb], offset + first as u64 * row_bytes)?;
+                    w.write_all(&buf[..n * rb]).map_err(|e| io("writing", e))?;
+                    k += n;
+                }
+                written += plan.ids.len() as u64 * row_bytes;
+            }
+        }
+        debug_assert_eq!(written, start + plan.writer.tensor_bytes(i));
+    }
+    w.write_all(&zeros[..(plan.writer.data_len() - written) as usize])
+        .map_err(|e| io("writing padding", e))?;
+    let dst = w.into_inner().map_err(|e| io("writing", e.into_error()))?;
+    dst.sync_all().map_err(|e| io("syncing", e))?;
+    drop(dst);
+
+    // Parse the result back before it takes the final name.
+    let check = MappedFile::open(&tmp)?;
+    let expected_len = header.len() as u64 + plan.writer.data_len();
+    if check.bytes().len() as u64 != expected_len {
+        return Err(format!(
+            "{}: wrote {} bytes, expected {expected_len}",
+            tmp.display(),
+            check.bytes().len()
+        ));
+    }
+    Gguf::parse(check.bytes())
+        .map_err(|e| format!("{} does not parse back: {e}", tmp.display()))?;
+    drop(check);
+    std::fs::rename(&tmp, out)
+        .map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), out.display()))?;
+    eprintln!(
+        "wrote {} ({:.1} MiB): head cut to {} rows",
+        out.display(),
+        expected_len as f64 / (1 << 20) as f64,
+        plan.ids.len()
+    );
+    Ok(())
+}
