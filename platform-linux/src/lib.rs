@@ -1,6 +1,7 @@
 //! smolrun-linux: the Linux side of the platform traits core defines: mapped files, reads at an
 //! offset (buffered and O_DIRECT), memory probing, CPU features and the thread pool.
 
+mod cache_file;
 mod clock;
 pub mod cpu;
 mod file;
@@ -8,6 +9,7 @@ mod mapped;
 pub mod memory;
 mod pool;
 
+pub use cache_file::{file_len_and_mtime, CacheFileWriter};
 pub use clock::MonotonicClock;
 pub use cpu::{allowed_cpus, default_cpus, default_threads, detect_features, CpuTopology};
 pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};

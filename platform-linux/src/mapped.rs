@@ -42,3 +42,10 @@ impl MappedFile {
         &self.path
     }
 }
+
+/// The mapped bytes, so a mapping can back a buffer that core holds (the repack cache).
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
