@@ -155,12 +155,18 @@ impl<'g> Engine<'g> {
             Some(n) => n,
         };
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
+        // Weights repacked for this CPU's interleaved kernels: mapped from the repack cache,
+        // or repacked now and cached (nothing at all where no kernel wants another layout).
+        let store = match crate::repack_cache::load_or_build(path, gguf, &model)? {
+            Some(repacked) => ResidentStore::with_repacked(gguf, repacked),
+            None => ResidentStore::new(gguf),
+        };
         Ok(Engine {
             path: path.to_path_buf(),
             gguf,
             model,
             tokenizer,
-            store: ResidentStore::new(gguf),
+            store,
             par: parallel(threads)?,
             state,
             cached: Vec::new(),

@@ -81,7 +81,11 @@ impl RepackedKernel {
         r1: usize,
     ) -> Option<core::ops::Range<usize>> {
         let g = self.group_rows.max(1);
-        if r0 > r1 || r1 > n_rows || !r0.is_multiple_of(g) || (!r1.is_multiple_of(g) && r1 != n_rows) {
+        if r0 > r1
+            || r1 > n_rows
+            || !r0.is_multiple_of(g)
+            || (!r1.is_multiple_of(g) && r1 != n_rows)
+        {
             return None;
         }
         // Layouts put whole groups first and the tail last, so the first r (a multiple of
@@ -1069,9 +1073,11 @@ mod tests {
     fn repacked_kernels_match_scalar_on_every_row() {
         let set = KernelSet::select(&detected_features());
         let scalar = KernelSet::scalar();
-        let mut tested = 0;
+        let mut tested_kernels = 0;
         for fast in set.weights.iter() {
             let Some(rk) = fast.repacked else { continue };
+            let mut tested = 0;
+            tested_kernels += 1;
             let ty = fast.weight_type;
             let scalar_k = scalar.weight(ty).unwrap();
             let bit_exact = matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0);
@@ -1146,7 +1152,7 @@ mod tests {
                 rk.layout, rk.face
             );
         }
-        if tested == 0 {
+        if tested_kernels == 0 {
             println!(
                 "notice: {} has no repacked kernels on this CPU; nothing to compare",
                 set.name()
