@@ -37,7 +37,7 @@ pub fn set_cache_dir(dir: CacheDir) {
 /// The repacked weights for `model` on this kernel set: mapped from a valid cache, or repacked
 /// now (and written to the cache unless it is off or cannot be written: then kept in memory,
 /// with a message saying why). `None` when no matrix of the model has a repacked kernel on
-/// this CPU (then nothing is read or written).
+/// this CPU (then nothing is read or written), or when SMOLRUN_REPACK=0.
 pub fn load_or_build(
     model_path: &Path,
     gguf: &Gguf,
@@ -45,7 +45,9 @@ pub fn load_or_build(
 ) -> Result<Option<RepackedWeights>, String> {
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", model_path.display());
     let plan = RepackPlan::new(model).map_err(|e| at(&e))?;
-    if plan.is_empty() {
+    // SMOLRUN_REPACK=0 runs the one-row kernels on the file layout: for measuring what the
+    // repacked kernels gain.
+    if plan.is_empty() || std::env::var("SMOLRUN_REPACK").as_deref() == Ok("0") {
         return Ok(None);
     }
     let n_tensors = gguf.tensors.len();
@@ -69,13 +71,20 @@ pub fn load_or_build(
         model_fingerprint: model_fingerprint(gguf.bytes(), gguf.data_offset as usize),
         kernel_set: model.kernels_name,
     };
+    let start = Instant::now();
     if cache_path.exists() {
         match open_valid(&cache_path, &plan, &key) {
             Ok(mapped) => {
+                verbose(format_args!(
+                    "mapped and checked the repack cache {} ({} MB) in {:.2} s",
+                    cache_path.display(),
+                    plan.repacked_bytes() >> 20,
+                    start.elapsed().as_secs_f64()
+                ));
                 return plan
                     .weights(Box::new(mapped), n_tensors)
                     .map(Some)
-                    .map_err(|e| at(&e))
+                    .map_err(|e| at(&e));
             }
             Err(why) => eprintln!(
                 "smolrun: repack cache {} {why}; rebuilding it",
@@ -85,6 +94,11 @@ pub fn load_or_build(
     }
     match write_cache(&cache_path, &plan, gguf, &key) {
         Ok(()) => {
+            verbose(format_args!(
+                "wrote the repack cache {} in {:.2} s",
+                cache_path.display(),
+                start.elapsed().as_secs_f64()
+            ));
             let mapped = MappedFile::open(&cache_path)?;
             plan.weights(Box::new(mapped), n_tensors)
                 .map(Some)
@@ -156,15 +170,20 @@ fn repack_all(
         bar.inc(e.len as u64);
     }
     bar.finish_and_clear();
-    if std::env::var_os("SMOLRUN_VERBOSE").is_some() {
-        eprintln!(
-            "smolrun: repacked {} matrices ({} MB) in {:.2} s",
-            plan.entries.len(),
-            plan.repacked_bytes() >> 20,
-            start.elapsed().as_secs_f64()
-        );
-    }
+    verbose(format_args!(
+        "repacked {} matrices ({} MB) in {:.2} s",
+        plan.entries.len(),
+        plan.repacked_bytes() >> 20,
+        start.elapsed().as_secs_f64()
+    ));
     Ok(sums)
+}
+
+/// Timings for measuring load time (SMOLRUN_VERBOSE=1).
+fn verbose(msg: std::fmt::Arguments) {
+    if std::env::var_os("SMOLRUN_VERBOSE").is_some() {
+        eprintln!("smolrun: {msg}");
+    }
 }
 
 /// A byte-count progress bar on stderr (indicatif draws nothing when stderr is no terminal).
