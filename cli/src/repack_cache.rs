@@ -43,24 +43,50 @@ pub fn load_or_build(
     gguf: &Gguf,
     model: &Model,
 ) -> Result<Option<RepackedWeights>, String> {
-    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", model_path.display());
-    let plan = RepackPlan::new(model).map_err(|e| at(&e))?;
+    let dir = CACHE_DIR.get().cloned().unwrap_or_default();
     // SMOLRUN_REPACK=0 runs the one-row kernels on the file layout: for measuring what the
     // repacked kernels gain.
-    if plan.is_empty() || std::env::var("SMOLRUN_REPACK").as_deref() == Ok("0") {
+    if std::env::var("SMOLRUN_REPACK").as_deref() == Ok("0") {
         return Ok(None);
     }
+    Ok(load_or_build_in(&dir, model_path, gguf, model)?.0)
+}
+
+/// What [`load_or_build_in`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No matrix has a repacked kernel on this kernel set.
+    NothingToRepack,
+    /// A valid cache was mapped.
+    Mapped(PathBuf),
+    /// No cache existed: repacked and written.
+    Built(PathBuf),
+    /// The cache was damaged or stale (the reason): repacked and written again.
+    Rebuilt(PathBuf, String),
+    /// Repacked into memory, written nowhere (the reason: cache off or not writable).
+    InMemory(String),
+}
+
+pub fn load_or_build_in(
+    dir: &CacheDir,
+    model_path: &Path,
+    gguf: &Gguf,
+    model: &Model,
+) -> Result<(Option<RepackedWeights>, Outcome), String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", model_path.display());
+    let plan = RepackPlan::new(model).map_err(|e| at(&e))?;
+    if plan.is_empty() {
+        return Ok((None, Outcome::NothingToRepack));
+    }
     let n_tensors = gguf.tensors.len();
-    let dir = CACHE_DIR.get().cloned().unwrap_or_default();
-    let cache_path = match &dir {
-        CacheDir::Off => {
-            let mut buf = vec![0u8; plan.file_len];
-            repack_all(&plan, gguf, &mut buf, "repacking (no cache)")?;
-            return plan
-                .weights(Box::new(buf), n_tensors)
-                .map(Some)
-                .map_err(|e| at(&e));
-        }
+    let in_memory = |why: String| -> Result<(Option<RepackedWeights>, Outcome), String> {
+        let mut buf = vec![0u8; plan.file_len];
+        repack_all(&plan, gguf, &mut buf, "repacking weights (no cache)")?;
+        let weights = plan.weights(Box::new(buf), n_tensors).map_err(|e| at(&e))?;
+        Ok((Some(weights), Outcome::InMemory(why)))
+    };
+    let cache_path = match dir {
+        CacheDir::Off => return in_memory("--no-repack-cache".into()),
         CacheDir::NextToModel => cache_file_name(model_path, model_path.parent(), model),
         CacheDir::In(d) => cache_file_name(model_path, Some(d), model),
     };
@@ -72,6 +98,7 @@ pub fn load_or_build(
         kernel_set: model.kernels_name,
     };
     let start = Instant::now();
+    let mut rebuilt = None;
     if cache_path.exists() {
         match open_valid(&cache_path, &plan, &key) {
             Ok(mapped) => {
@@ -81,15 +108,18 @@ pub fn load_or_build(
                     plan.repacked_bytes() >> 20,
                     start.elapsed().as_secs_f64()
                 ));
-                return plan
+                let weights = plan
                     .weights(Box::new(mapped), n_tensors)
-                    .map(Some)
-                    .map_err(|e| at(&e));
+                    .map_err(|e| at(&e))?;
+                return Ok((Some(weights), Outcome::Mapped(cache_path)));
             }
-            Err(why) => eprintln!(
-                "smolrun: repack cache {} {why}; rebuilding it",
-                cache_path.display()
-            ),
+            Err(why) => {
+                eprintln!(
+                    "smolrun: repack cache {} {why}; rebuilding it",
+                    cache_path.display()
+                );
+                rebuilt = Some(why);
+            }
         }
     }
     match write_cache(&cache_path, &plan, gguf, &key) {
@@ -100,20 +130,21 @@ pub fn load_or_build(
                 start.elapsed().as_secs_f64()
             ));
             let mapped = MappedFile::open(&cache_path)?;
-            plan.weights(Box::new(mapped), n_tensors)
-                .map(Some)
-                .map_err(|e| at(&e))
+            let weights = plan
+                .weights(Box::new(mapped), n_tensors)
+                .map_err(|e| at(&e))?;
+            let outcome = match rebuilt {
+                Some(why) => Outcome::Rebuilt(cache_path, why),
+                None => Outcome::Built(cache_path),
+            };
+            Ok((Some(weights), outcome))
         }
         Err(why) => {
             eprintln!(
                 "smolrun: cannot write the repack cache ({why}); repacking in memory for this \
                  run (give a writable folder with --cache-dir DIR)"
             );
-            let mut buf = vec![0u8; plan.file_len];
-            repack_all(&plan, gguf, &mut buf, "repacking (no cache)")?;
-            plan.weights(Box::new(buf), n_tensors)
-                .map(Some)
-                .map_err(|e| at(&e))
+            in_memory(why)
         }
     }
 }
@@ -196,4 +227,128 @@ fn bar(total: u64, what: &'static str) -> ProgressBar {
     }
     bar.set_message(what);
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smolrun_core::kernels::{KernelSet, RepackedKernel};
+    use smolrun_core::model::{ResidentStore, State};
+    use smolrun_core::platform::SingleThread;
+    use smolrun_core::quant::{q8_0, GgmlType};
+
+    /// A portable stand-in for the aarch64 x4 layouts, so the cache's I/O runs on any CPU:
+    /// Q8_0 rows copied as they are, dotted by the scalar reference (same bits as unrepacked).
+    const Q8_0_COPY: RepackedKernel = RepackedKernel {
+        layout: "test_q8_0_copy",
+        group_rows: 4,
+        bytes: |rows, cols| cols.is_multiple_of(32).then_some(rows * cols / 32 * 34),
+        repack: |src, rows, cols, dst| {
+            (src.len() == rows * cols / 32 * 34 && dst.len() == src.len())
+                .then(|| dst.copy_from_slice(src))
+        },
+        rows: |cols, w, act, out| {
+            for (y, row) in out.iter_mut().zip(w.chunks_exact(cols / 32 * 34)) {
+                *y = q8_0::vec_dot(cols, row, act);
+            }
+        },
+        face: "test",
+    };
+
+    fn gemma_path() -> PathBuf {
+        let dir = std::env::var_os("SMOLRUN_MODELS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/smolrun/models")
+            });
+        let path = dir.join("gemma-3-270m-q4_k_m.gguf");
+        assert!(
+            path.exists(),
+            "{} is missing: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",
+            path.display()
+        );
+        path
+    }
+
+    fn logits(model: &Model, store: &ResidentStore) -> Vec<f32> {
+        let mut state = State::new(model, 8).unwrap();
+        model
+            .forward(&mut state, store, &SingleThread, 2, 0)
+            .unwrap();
+        state.logits().to_vec()
+    }
+
+    /// Built once, mapped after; a truncated or damaged cache is rebuilt; an unwritable folder
+    /// falls back to memory; the repacked store gives the logits of the plain one.
+    #[test]
+    fn the_cache_is_built_mapped_and_rebuilt_when_damaged() {
+        let path = gemma_path();
+        let file = MappedFile::open(&path).unwrap();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        let mut kernels = KernelSet::scalar();
+        kernels.add_repacked(GgmlType::Q8_0, Q8_0_COPY);
+        let model = Model::load_with_kernels(&gguf, &kernels).unwrap();
+        let plain = logits(&model, &ResidentStore::new(&gguf));
+
+        let dir = std::env::temp_dir().join(format!("smolrun-repack-test-{}", std::process::id()));
+        let cache_dir = CacheDir::In(dir.clone());
+        let run = || load_or_build_in(&cache_dir, &path, &gguf, &model).unwrap();
+
+        let (weights, outcome) = run();
+        let cache = dir.join("gemma-3-270m-q4_k_m.gguf.scalar.repack");
+        assert_eq!(outcome, Outcome::Built(cache.clone()));
+        let weights = weights.unwrap();
+        assert!(weights.count() >= 1, "the tied Q8_0 head is repacked");
+        let store = ResidentStore::with_repacked(&gguf, weights);
+        assert_eq!(logits(&model, &store), plain);
+
+        let (weights, outcome) = run();
+        assert_eq!(outcome, Outcome::Mapped(cache.clone()));
+        let store = ResidentStore::with_repacked(&gguf, weights.unwrap());
+        assert_eq!(logits(&model, &store), plain);
+
+        // Truncated: rebuilt.
+        let len = std::fs::metadata(&cache).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&cache)
+            .unwrap()
+            .set_len(len - 4096)
+            .unwrap();
+        match run().1 {
+            Outcome::Rebuilt(p, why) => assert!(p == cache && why.contains("truncated"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // One flipped bit in the data: rebuilt.
+        let mut bytes = std::fs::read(&cache).unwrap();
+        let last = bytes.len() - 5000;
+        bytes[last] ^= 4;
+        std::fs::write(&cache, &bytes).unwrap();
+        match run().1 {
+            Outcome::Rebuilt(_, why) => assert!(why.contains("checksum"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(run().1, Outcome::Mapped(cache.clone()));
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary files left"
+        );
+
+        // Off, or a folder that cannot be created: in memory, same logits.
+        let (weights, outcome) = load_or_build_in(&CacheDir::Off, &path, &gguf, &model).unwrap();
+        assert!(matches!(outcome, Outcome::InMemory(_)));
+        let store = ResidentStore::with_repacked(&gguf, weights.unwrap());
+        assert_eq!(logits(&model, &store), plain);
+        let blocked = CacheDir::In(cache.join("not-a-folder"));
+        let (_, outcome) = load_or_build_in(&blocked, &path, &gguf, &model).unwrap();
+        assert!(matches!(outcome, Outcome::InMemory(_)), "{outcome:?}");
+
+        // A kernel set with nothing to repack touches nothing.
+        let plain_model = Model::load(&gguf).unwrap();
+        let (weights, outcome) = load_or_build_in(&cache_dir, &path, &gguf, &plain_model).unwrap();
+        assert!(weights.is_none());
+        assert_eq!(outcome, Outcome::NothingToRepack);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -349,10 +349,10 @@ impl KernelSet {
         }
     }
 
-    /// Adds the repacked-layout kernel of weight type `ty`. Architecture sections only, after
-    /// checking the CPU.
-    #[allow(dead_code)]
-    fn install_repacked(&mut self, ty: GgmlType, repacked: RepackedKernel) {
+    /// Adds a repacked-layout kernel for weight type `ty` (the architecture sections install
+    /// theirs after checking the CPU; tests and experiments may add portable ones: the table
+    /// holds only safe functions, so no entry can reach an instruction the CPU lacks).
+    pub fn add_repacked(&mut self, ty: GgmlType, repacked: RepackedKernel) {
         if let Some(k) = self.weights.iter_mut().find(|k| k.weight_type == ty) {
             k.repacked = Some(repacked);
         }
@@ -462,7 +462,7 @@ mod aarch64 {
         set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
         // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
         // of a matrix run through the one-row dotprod kernel inside the same call.
-        set.install_repacked(
+        set.add_repacked(
             GgmlType::Q4_K,
             RepackedKernel {
                 layout: "q4_k_x4",
@@ -473,7 +473,7 @@ mod aarch64 {
                 face: "dotprod-x4",
             },
         );
-        set.install_repacked(
+        set.add_repacked(
             GgmlType::Q8_0,
             RepackedKernel {
                 layout: "q8_0_x4",
@@ -484,7 +484,7 @@ mod aarch64 {
                 face: "dotprod-x4",
             },
         );
-        set.install_repacked(
+        set.add_repacked(
             GgmlType::Q5_0,
             RepackedKernel {
                 layout: "q5_0_x4",
