@@ -177,7 +177,16 @@ fn open_valid(path: &Path, plan: &RepackPlan, key: &CacheKey) -> Result<MappedFi
 
 fn write_cache(path: &Path, plan: &RepackPlan, gguf: &Gguf, key: &CacheKey) -> Result<(), String> {
     let mut w = CacheFileWriter::create(path, plan.file_len)?;
-    let sums = repack_all(plan, gguf, w.bytes_mut(), "repacking weights")?;
+    // Each entry's pages are handed to writeback as soon as it is repacked, so that on a
+    // small device the dirty pages of a cache bigger than RAM can be reclaimed as they go.
+    let sums = repack_each(plan, "repacking weights", |i| {
+        let sum = plan
+            .repack_entry(gguf, i, w.bytes_mut())
+            .map_err(|err| err.to_string())?;
+        let e = &plan.entries[i];
+        w.start_writeback(e.offset, e.len)?;
+        Ok(sum)
+    })?;
     plan.write_header(key, &sums, w.bytes_mut())
         .map_err(|e| format!("{}: {e}", path.display()))?;
     w.finish()
@@ -190,14 +199,23 @@ fn repack_all(
     cache: &mut [u8],
     what: &'static str,
 ) -> Result<Vec<u64>, String> {
+    repack_each(plan, what, |i| {
+        plan.repack_entry(gguf, i, cache)
+            .map_err(|err| err.to_string())
+    })
+}
+
+/// Runs `repack(i)` (which returns entry i's checksum) for every entry, with a progress bar.
+fn repack_each(
+    plan: &RepackPlan,
+    what: &'static str,
+    mut repack: impl FnMut(usize) -> Result<u64, String>,
+) -> Result<Vec<u64>, String> {
     let bar = bar(plan.repacked_bytes() as u64, what);
     let start = Instant::now();
     let mut sums = Vec::with_capacity(plan.entries.len());
     for (i, e) in plan.entries.iter().enumerate() {
-        sums.push(
-            plan.repack_entry(gguf, i, cache)
-                .map_err(|err| err.to_string())?,
-        );
+        sums.push(repack(i)?);
         bar.inc(e.len as u64);
     }
     bar.finish_and_clear();

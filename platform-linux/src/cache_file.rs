@@ -71,6 +71,14 @@ impl CacheFileWriter {
         &mut self.map[..len]
     }
 
+    /// Starts writing `len` bytes at `offset` back to the file without waiting, so those
+    /// pages become clean and reclaimable (a cache bigger than RAM can then still be written).
+    pub fn start_writeback(&self, offset: usize, len: usize) -> Result<(), String> {
+        self.map
+            .flush_async_range(offset, len)
+            .map_err(|e| format!("cannot write {}: {e}", self.tmp.display()))
+    }
+
     /// Renames the file into place. The data is not synced first: whatever the cache holds is
     /// checked against its checksums when it is opened, so a cache cut short by a power loss
     /// is rebuilt rather than trusted.
@@ -118,6 +126,7 @@ mod tests {
         let dest = dir.join("sub").join("x.repack");
         let mut w = CacheFileWriter::create(&dest, 10_000).unwrap();
         w.bytes_mut()[9_999] = 7;
+        w.start_writeback(4096, 5904).unwrap();
         assert!(!dest.exists());
         w.finish().unwrap();
         let bytes = fs::read(&dest).unwrap();
