@@ -193,12 +193,18 @@ impl<'g> Engine<'g> {
         let model = Model::load_with_kernels(gguf, &kernels).map_err(|e| at(&e))?;
         let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
+        // Weights repacked for this CPU's interleaved kernels: mapped from the repack cache,
+        // or repacked now and cached (nothing at all where no kernel wants another layout).
+        let store = match crate::repack_cache::load_or_build(path, gguf, &model)? {
+            Some(repacked) => ResidentStore::with_repacked(gguf, repacked),
+            None => ResidentStore::new(gguf),
+        };
         Ok(Engine {
             path: path.to_path_buf(),
             gguf,
             model,
             tokenizer,
-            store: ResidentStore::new(gguf),
+            store,
             par: parallel(threads)?,
             state,
             cached: Vec::new(),

@@ -6,6 +6,7 @@ mod engine;
 mod memory_guard;
 mod models;
 mod platform;
+mod repack_cache;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +21,13 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Folder for the repack cache (weights repacked for this CPU's kernels, mapped on later
+    /// starts) [default: next to the model file].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+    /// Repack in memory at every start and write no repack cache.
+    #[arg(long, global = true)]
+    no_repack_cache: bool,
 }
 
 #[derive(Subcommand)]
@@ -45,6 +53,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    repack_cache::set_cache_dir(match (cli.no_repack_cache, cli.cache_dir) {
+        (true, _) => repack_cache::CacheDir::Off,
+        (false, Some(dir)) => repack_cache::CacheDir::In(dir),
+        (false, None) => repack_cache::CacheDir::NextToModel,
+    });
     let result = match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Bench(a) => cmd::bench::run(a),

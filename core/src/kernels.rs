@@ -44,6 +44,91 @@ pub type RowsFn = fn(n_cols: usize, weights: &[u8], act: &[u8], out: &mut [f32])
 /// Quantizes an f32 row into an activation format; `out` is exactly the row's size.
 pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
 
+/// A matvec that runs on weight rows repacked at load time into another layout (rows
+/// interleaved in groups, so that one activation load feeds several rows). The layout is the
+/// kernel's business; the model only asks for the repacked bytes of a row range, which
+/// [`RepackedKernel::row_range`] gives for any chunk that starts on a group boundary. Rows
+/// that do not fill a last group stay on a fast path (the kernel runs them one by one with
+/// its one-row SIMD dot), so a 151,669-row LM head is repacked and fast in full.
+#[derive(Clone, Copy, Debug)]
+pub struct RepackedKernel {
+    /// Names the layout, e.g. "q4_k_x4". Part of the repack cache's key: a layout whose bytes
+    /// change must get a new name.
+    pub layout: &'static str,
+    /// Rows per group: a chunk of rows handed to the kernel must start on a multiple of it.
+    pub group_rows: usize,
+    /// Bytes of `n_rows` rows of `n_cols` elements once repacked; `None` if `n_cols` is not a
+    /// whole number of blocks or the size overflows.
+    pub bytes: fn(n_rows: usize, n_cols: usize) -> Option<usize>,
+    /// Repacks `n_rows` file rows (`src`) into `dst` (exactly `bytes(n_rows, n_cols)` long);
+    /// `None`, writing nothing, on a size mismatch.
+    pub repack: fn(src: &[u8], n_rows: usize, n_cols: usize, dst: &mut [u8]) -> Option<()>,
+    /// `out[r] = row r . act` over repacked rows (any row count, tail rows included).
+    pub rows: RowsFn,
+    /// Which face this is ("dotprod", ...), for reports.
+    pub face: &'static str,
+}
+
+impl RepackedKernel {
+    /// The bytes of rows `r0..r1` inside a repacked matrix of `n_rows` rows, or `None` unless
+    /// `r0` starts a group and `r1` ends one (or is `n_rows`): a group's rows are interleaved,
+    /// so a group cannot be split between two workers.
+    pub fn row_range(
+        &self,
+        n_rows: usize,
+        n_cols: usize,
+        r0: usize,
+        r1: usize,
+    ) -> Option<core::ops::Range<usize>> {
+        let g = self.group_rows.max(1);
+        if r0 > r1
+            || r1 > n_rows
+            || !r0.is_multiple_of(g)
+            || (!r1.is_multiple_of(g) && r1 != n_rows)
+        {
+            return None;
+        }
+        // Layouts put whole groups first and the tail last, so the first r (a multiple of
+        // the group) rows of any matrix take exactly `bytes(r)`.
+        Some((self.bytes)(r0, n_cols)?..(self.bytes)(r1, n_cols)?)
+    }
+
+    /// `out[r] = row r . act` for `n_rows` repacked rows (`packed` is exactly their bytes, as
+    /// `row_range` cuts them). Checks every length, then runs the kernel; allocates nothing.
+    pub fn matvec(
+        &self,
+        weight_type: GgmlType,
+        packed: &[u8],
+        n_rows: usize,
+        n_cols: usize,
+        act: &[u8],
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        let expected = (self.bytes)(n_rows, n_cols).ok_or(QuantError::NotWholeBlocks {
+            ggml_type: weight_type,
+            block_size: weight_type.block_size(),
+            n_elements: n_cols,
+        })?;
+        let act_type = quant::vec_dot_type(weight_type)?;
+        let act_expected = quant::row_bytes(act_type, n_cols)?;
+        for (ty, expected, found) in [
+            (weight_type, expected, packed.len()),
+            (act_type, act_expected, act.len()),
+            (GgmlType::F32, n_rows, out.len()),
+        ] {
+            if expected != found {
+                return Err(QuantError::BadLength {
+                    ggml_type: ty,
+                    expected,
+                    found,
+                });
+            }
+        }
+        (self.rows)(n_cols, packed, act, out);
+        Ok(())
+    }
+}
+
 /// The kernels for one weight type.
 #[derive(Clone, Copy, Debug)]
 pub struct WeightKernel {
@@ -58,6 +143,10 @@ pub struct WeightKernel {
     pub rows: Option<RowsFn>,
     /// Which face this is ("scalar", "avx2", ...), for reports.
     pub face: &'static str,
+    /// The faster kernel over rows repacked at load time, where this CPU has one; the model
+    /// uses it when its weight store holds the repacked copy (else `vec_dot`/`rows` on the
+    /// file layout, same results up to summation order).
+    pub repacked: Option<RepackedKernel>,
 }
 
 impl WeightKernel {
@@ -108,6 +197,7 @@ const fn scalar_kernel(
         vec_dot,
         rows: None,
         face: "scalar",
+        repacked: None,
     }
 }
 
@@ -258,6 +348,15 @@ impl KernelSet {
             k.face = face;
         }
     }
+
+    /// Adds a repacked-layout kernel for weight type `ty` (the architecture sections install
+    /// theirs after checking the CPU; tests and experiments may add portable ones: the table
+    /// holds only safe functions, so no entry can reach an instruction the CPU lacks).
+    pub fn add_repacked(&mut self, ty: GgmlType, repacked: RepackedKernel) {
+        if let Some(k) = self.weights.iter_mut().find(|k| k.weight_type == ty) {
+            k.repacked = Some(repacked);
+        }
+    }
 }
 
 // =============================================================================================
@@ -326,7 +425,7 @@ mod x86_64 {
 // =============================================================================================
 #[cfg(target_arch = "aarch64")]
 mod aarch64 {
-    use super::KernelSet;
+    use super::{KernelSet, RepackedKernel};
     use crate::platform::CpuFeatures;
     use crate::quant::GgmlType;
     use smolrun_kernels::aarch64 as neon;
@@ -361,6 +460,53 @@ mod aarch64 {
         set.install(GgmlType::Q8_0, q8_0_dotprod, None, "dotprod");
         set.install(GgmlType::Q4_0, q4_0_dotprod, None, "dotprod");
         set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
+        // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
+        // of a matrix run through the one-row dotprod kernel inside the same call.
+        set.add_repacked(
+            GgmlType::Q4_K,
+            RepackedKernel {
+                layout: "q4_k_x4",
+                group_rows: 4,
+                bytes: neon::q4_k_x4_bytes,
+                repack: neon::repack_q4_k_x4,
+                rows: q4_k_x4_dotprod,
+                face: "dotprod-x4",
+            },
+        );
+        set.add_repacked(
+            GgmlType::Q8_0,
+            RepackedKernel {
+                layout: "q8_0_x4",
+                group_rows: 4,
+                bytes: neon::q8_0_x4_bytes,
+                repack: neon::repack_q8_0_x4,
+                rows: q8_0_x4_dotprod,
+                face: "dotprod-x4",
+            },
+        );
+        set.add_repacked(
+            GgmlType::Q5_0,
+            RepackedKernel {
+                layout: "q5_0_x4",
+                group_rows: 4,
+                bytes: neon::q5_0_x4_bytes,
+                repack: neon::repack_q5_0_x4,
+                rows: q5_0_x4_dotprod,
+                face: "dotprod-x4",
+            },
+        );
+    }
+
+    // SAFETY (the three below): installed only when the platform reported dotprod; the x4
+    // matvecs read only whole blocks inside both slices and give 0 for rows they lack.
+    fn q4_k_x4_dotprod(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { neon::matvec_q4_k_x4_dotprod(n, w, a, out) }
+    }
+    fn q8_0_x4_dotprod(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { neon::matvec_q8_0_x4_dotprod(n, w, a, out) }
+    }
+    fn q5_0_x4_dotprod(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { neon::matvec_q5_0_x4_dotprod(n, w, a, out) }
     }
 
     // SAFETY (every function below): installed only by `install` when the platform reported
@@ -916,6 +1062,115 @@ mod tests {
             fast_set.weight(GgmlType::IQ2_XXS),
             Err(QuantError::Unsupported { .. })
         ));
+    }
+
+    /// Every repacked (row-interleaved) kernel this CPU has, run the way the model runs it:
+    /// rows repacked once, then cut into chunks that start on group boundaries (the last one
+    /// holding the tail rows that fill no group) and handed to `RepackedKernel::matvec`. Each
+    /// row must match its scalar twin: bit for bit where the kernel keeps the scalar float
+    /// order (Q8_0, Q5_0), else within the summation-order bound.
+    #[test]
+    fn repacked_kernels_match_scalar_on_every_row() {
+        let set = KernelSet::select(&detected_features());
+        let scalar = KernelSet::scalar();
+        let mut tested_kernels = 0;
+        for fast in set.weights.iter() {
+            let Some(rk) = fast.repacked else { continue };
+            let mut tested = 0;
+            tested_kernels += 1;
+            let ty = fast.weight_type;
+            let scalar_k = scalar.weight(ty).unwrap();
+            let bit_exact = matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0);
+            for (case, &(n_rows, n_blocks)) in [
+                (1, 1),
+                (3, 2),
+                (4, 1),
+                (5, 3),
+                (13, 2),
+                (37, 1),
+                (64, 2),
+                (67, 1),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let n_cols = n_blocks * ty.block_size();
+                let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+                let w = random_blocks(ty, n_rows * n_blocks, 300 + case as u64);
+                let mut rng = XorShift(400 + case as u64);
+                let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                let act = quantize(fast.act_type, &x);
+                let mut packed = vec![0u8; (rk.bytes)(n_rows, n_cols).unwrap()];
+                (rk.repack)(&w, n_rows, n_cols, &mut packed).unwrap();
+                // Chunks of 8 rows, then whatever is left: starts on multiples of the group.
+                let mut out = vec![f32::NAN; n_rows];
+                let mut r0 = 0;
+                while r0 < n_rows {
+                    let r1 = (r0 + 8).min(n_rows);
+                    let range = rk.row_range(n_rows, n_cols, r0, r1).unwrap();
+                    rk.matvec(ty, &packed[range], r1 - r0, n_cols, &act, &mut out[r0..r1])
+                        .unwrap();
+                    r0 = r1;
+                }
+                for (r, &y) in out.iter().enumerate() {
+                    let row = &w[r * row_bytes..(r + 1) * row_bytes];
+                    let want = (scalar_k.vec_dot)(n_cols, row, &act);
+                    if bit_exact {
+                        assert_eq!(
+                            y.to_bits(),
+                            want.to_bits(),
+                            "{} {n_rows} rows, row {r}",
+                            rk.layout
+                        );
+                    } else {
+                        let m = magnitude(ty, fast.act_type, row, &act, n_cols);
+                        let tol = 2.0 * (n_blocks + 12) as f64 * U * m * 1.001;
+                        assert!(
+                            ((y - want) as f64).abs() <= tol,
+                            "{} {n_rows} rows, row {r}: {y} vs scalar {want} (bound {tol})",
+                            rk.layout
+                        );
+                    }
+                }
+                tested += n_rows;
+            }
+            // A chunk may not split a group, and the shapes are checked.
+            assert!(rk.row_range(13, ty.block_size(), 2, 8).is_none());
+            assert!(rk.row_range(13, ty.block_size(), 4, 6).is_none());
+            assert!(rk.row_range(13, ty.block_size(), 12, 13).is_some());
+            assert!(rk.row_range(13, ty.block_size(), 0, 14).is_none());
+            let n = ty.block_size();
+            let act = vec![0u8; quant::row_bytes(fast.act_type, n).unwrap()];
+            let packed = vec![0u8; (rk.bytes)(5, n).unwrap()];
+            let mut out = [0f32; 5];
+            assert!(rk.matvec(ty, &packed[1..], 5, n, &act, &mut out).is_err());
+            assert!(rk.matvec(ty, &packed, 5, n, &act[1..], &mut out).is_err());
+            assert!(rk.matvec(ty, &packed, 5, n, &act, &mut out[1..]).is_err());
+            assert!(rk.matvec(ty, &packed, 5, n + 1, &act, &mut out).is_err());
+            println!(
+                "notice: {} ({}) matches scalar on {tested} rows",
+                rk.layout, rk.face
+            );
+        }
+        if tested_kernels == 0 {
+            println!(
+                "notice: {} has no repacked kernels on this CPU; nothing to compare",
+                set.name()
+            );
+        }
+        // Repacked kernels only where the set says dotprod (the x4 kernels use sdot).
+        for k in set.weights.iter().filter(|k| k.repacked.is_some()) {
+            assert_eq!(set.name(), "aarch64-dotprod", "{}", k.weight_type);
+        }
+        #[cfg(target_arch = "aarch64")]
+        if detected_features().dotprod {
+            for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_0] {
+                assert!(
+                    set.weight(ty).unwrap().repacked.is_some(),
+                    "{ty} has no x4 kernel"
+                );
+            }
+        }
     }
 
     #[test]

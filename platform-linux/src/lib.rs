@@ -5,6 +5,7 @@
 //! thread pool, the clock): there the futex, CPU affinity, getauxval and O_DIRECT calls are
 //! replaced by a condition variable, "no affinity", NEON-only features and buffered reads.
 
+mod cache_file;
 mod clock;
 pub mod cpu;
 mod file;
@@ -13,6 +14,7 @@ pub mod memory;
 mod memory_watch;
 mod pool;
 
+pub use cache_file::{file_len_and_mtime, CacheFileWriter};
 pub use clock::MonotonicClock;
 pub use cpu::{allowed_cpus, default_cpus, default_threads, detect_features, CpuTopology};
 pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};

@@ -162,3 +162,10 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// The mapped bytes, so a mapping can back a buffer that core holds (the repack cache).
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}

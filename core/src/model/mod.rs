@@ -28,13 +28,14 @@ pub mod head;
 pub mod hparams;
 pub mod memory_plan;
 pub mod perplexity;
+pub mod repack;
 pub mod store;
 
 pub use error::ModelError;
 pub use hparams::{Family, HParams, RopeScaling};
 pub use memory_plan::MemoryPlan;
 pub use perplexity::{bits_per_byte, perplexity, PerplexityResult};
-pub use store::{ResidentStore, TensorId, WeightStore};
+pub use store::{RepackedWeights, ResidentStore, TensorId, WeightStore};
 
 use crate::gguf::Gguf;
 use crate::kernels::{KernelSet, WeightKernel};
@@ -734,7 +735,9 @@ impl SharedMut {
 }
 
 /// `out = M · x` with `x` already quantized into `act_q`; rows split over the workers. The
-/// weight is fetched from the store just before and released right after.
+/// weight is fetched from the store just before and released right after. Where the matrix's
+/// kernel has a repacked layout and the store holds that copy, the repacked kernel runs on it
+/// (the file's pages of the tensor are then not touched).
 fn matvec(
     par: &dyn Parallel,
     store: &dyn WeightStore,
@@ -742,22 +745,37 @@ fn matvec(
     act_q: &[u8],
     out: &mut [f32],
 ) -> Result<(), ModelError> {
-    let w = store.get(m.id)?;
+    let repacked = m
+        .kernel
+        .repacked
+        .and_then(|rk| Some((rk, store.get_repacked(m.id, rk.layout)?)));
+    let w = match repacked {
+        Some((_, packed)) => packed,
+        None => store.get(m.id)?,
+    };
     let failed = AtomicBool::new(false);
     let n_workers = par.n_threads().max(1);
     let shared = SharedMut::new(&mut out[..m.n_rows]);
     // Guided scheduling: each grab takes remaining / (2 x threads) rows, so a preempted worker
     // leaves a short tail. Chunks are multiples of 16 rows so that workers do not share cache
-    // lines of `out` (and row-group kernels get aligned starts).
-    let rows_left = RowDispenser::new(m.n_rows, n_workers, 16);
+    // lines of `out` (and row-group kernels, groups of 4, get aligned starts).
+    let rows_left = RowDispenser::new(m.n_rows, n_workers, MATVEC_CHUNK_ROWS);
     par.run(&|_| {
         while let Some(chunk) = rows_left.grab() {
             let (r0, r1) = (chunk.start, chunk.end);
             // SAFETY: the dispenser hands each row to exactly one worker.
             let o = unsafe { shared.slice(r0, r1 - r0) };
-            let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
             let act = &act_q[..m.act_bytes];
-            if m.kernel.matvec(rows, r1 - r0, m.n_cols, act, o).is_err() {
+            let ok = match repacked {
+                Some((rk, packed)) => rk
+                    .row_range(m.n_rows, m.n_cols, r0, r1)
+                    .and_then(|range| packed.get(range))
+                    .is_some_and(|rows| rk.matvec(m.ty, rows, r1 - r0, m.n_cols, act, o).is_ok()),
+                None => w
+                    .get(r0 * m.row_bytes..r1 * m.row_bytes)
+                    .is_some_and(|rows| m.kernel.matvec(rows, r1 - r0, m.n_cols, act, o).is_ok()),
+            };
+            if !ok {
                 failed.store(true, Ordering::Relaxed);
             }
         }
@@ -765,18 +783,29 @@ fn matvec(
     store.release(m.id);
     if failed.load(Ordering::Relaxed) {
         // Shapes were checked at load, so this means the store handed over the wrong bytes.
+        let expected = match repacked {
+            Some((rk, _)) => (rk.bytes)(m.n_rows, m.n_cols).unwrap_or(0),
+            None => m.n_rows * m.row_bytes,
+        };
         return Err(ModelError::Store {
             tensor: m.name.clone(),
             reason: format!(
-                "got {} bytes, expected {} rows of {} bytes",
+                "got {} bytes, expected {expected} ({} rows of {} elements{})",
                 w.len(),
                 m.n_rows,
-                m.row_bytes
+                m.n_cols,
+                match repacked {
+                    Some((rk, _)) => format!(", repacked as {}", rk.layout),
+                    None => String::new(),
+                }
             ),
         });
     }
     Ok(())
 }
+
+/// Rows per chunk of a parallel matvec: a multiple of every repacked kernel's group (4).
+const MATVEC_CHUNK_ROWS: usize = 16;
 
 /// Everything that changes while running: activations, the quantized-activation scratch and
 /// the KV cache, all sized once for a context length so that a token allocates nothing.

@@ -1,0 +1,372 @@
+//! The repack cache on disk: weights repacked for this CPU's kernels are written once to a file
+//! next to the model (or under `--cache-dir`), and later starts map that file read-only instead
+//! of repacking, so the original tensors' pages are not read again. The layout, the key and the
+//! validation are core's (`smolrun_core::model::repack`); this module does the I/O, the
+//! messages and the progress bars.
+//!
+//! File name: `<model file name>.<kernel set>.repack`, so caches for two kernel sets (a forced
+//! `SMOLRUN_KERNELS`, another CPU sharing the folder) do not overwrite each other.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::repack::{model_fingerprint, CacheKey, RepackPlan};
+use smolrun_core::model::{Model, RepackedWeights};
+use smolrun_linux::{file_len_and_mtime, CacheFileWriter, MappedFile};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Where caches go, set once from the command line (`--cache-dir`, `--no-repack-cache`).
+#[derive(Debug, Clone, Default)]
+pub enum CacheDir {
+    /// Beside the model file.
+    #[default]
+    NextToModel,
+    In(PathBuf),
+    /// Repack in memory at every start, write nothing.
+    Off,
+}
+
+static CACHE_DIR: OnceLock<CacheDir> = OnceLock::new();
+
+/// Called once by `main` before a command runs.
+pub fn set_cache_dir(dir: CacheDir) {
+    let _ = CACHE_DIR.set(dir);
+}
+
+/// The repacked weights for `model` on this kernel set: mapped from a valid cache, or repacked
+/// now (and written to the cache unless it is off or cannot be written: then kept in memory,
+/// with a message saying why). `None` when no matrix of the model has a repacked kernel on
+/// this CPU (then nothing is read or written), or when SMOLRUN_REPACK=0.
+pub fn load_or_build(
+    model_path: &Path,
+    gguf: &Gguf,
+    model: &Model,
+) -> Result<Option<RepackedWeights>, String> {
+    let dir = CACHE_DIR.get().cloned().unwrap_or_default();
+    // SMOLRUN_REPACK=0 runs the one-row kernels on the file layout: for measuring what the
+    // repacked kernels gain.
+    if std::env::var("SMOLRUN_REPACK").as_deref() == Ok("0") {
+        return Ok(None);
+    }
+    Ok(load_or_build_in(&dir, model_path, gguf, model)?.0)
+}
+
+/// What [`load_or_build_in`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No matrix has a repacked kernel on this kernel set.
+    NothingToRepack,
+    /// A valid cache was mapped.
+    Mapped(PathBuf),
+    /// No cache existed: repacked and written.
+    Built(PathBuf),
+    /// The cache was damaged or stale (the reason): repacked and written again.
+    Rebuilt(PathBuf, String),
+    /// Repacked into memory, written nowhere (the reason: cache off or not writable).
+    InMemory(String),
+}
+
+pub fn load_or_build_in(
+    dir: &CacheDir,
+    model_path: &Path,
+    gguf: &Gguf,
+    model: &Model,
+) -> Result<(Option<RepackedWeights>, Outcome), String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", model_path.display());
+    let plan = RepackPlan::new(model).map_err(|e| at(&e))?;
+    if plan.is_empty() {
+        return Ok((None, Outcome::NothingToRepack));
+    }
+    let n_tensors = gguf.tensors.len();
+    let in_memory = |why: String| -> Result<(Option<RepackedWeights>, Outcome), String> {
+        let mut buf = vec![0u8; plan.file_len];
+        repack_all(&plan, gguf, &mut buf, "repacking weights (no cache)")?;
+        let weights = plan.weights(Box::new(buf), n_tensors).map_err(|e| at(&e))?;
+        Ok((Some(weights), Outcome::InMemory(why)))
+    };
+    let cache_path = match dir {
+        CacheDir::Off => return in_memory("--no-repack-cache".into()),
+        CacheDir::NextToModel => cache_file_name(model_path, model_path.parent(), model),
+        CacheDir::In(d) => cache_file_name(model_path, Some(d), model),
+    };
+    let (model_len, model_mtime_ns) = file_len_and_mtime(model_path)?;
+    let key = CacheKey {
+        model_len,
+        model_mtime_ns,
+        model_fingerprint: model_fingerprint(gguf.bytes(), gguf.data_offset as usize),
+        kernel_set: model.kernels_name,
+    };
+    let start = Instant::now();
+    let mut rebuilt = None;
+    if cache_path.exists() {
+        match open_valid(&cache_path, &plan, &key) {
+            Ok(mapped) => {
+                verbose(format_args!(
+                    "mapped and checked the repack cache {} ({} MB) in {:.2} s",
+                    cache_path.display(),
+                    plan.repacked_bytes() >> 20,
+                    start.elapsed().as_secs_f64()
+                ));
+                let weights = plan
+                    .weights(Box::new(mapped), n_tensors)
+                    .map_err(|e| at(&e))?;
+                return Ok((Some(weights), Outcome::Mapped(cache_path)));
+            }
+            Err(why) => {
+                eprintln!(
+                    "smolrun: repack cache {} {why}; rebuilding it",
+                    cache_path.display()
+                );
+                rebuilt = Some(why);
+            }
+        }
+    }
+    match write_cache(&cache_path, &plan, gguf, &key) {
+        Ok(()) => {
+            verbose(format_args!(
+                "wrote the repack cache {} in {:.2} s",
+                cache_path.display(),
+                start.elapsed().as_secs_f64()
+            ));
+            let mapped = MappedFile::open(&cache_path)?;
+            let weights = plan
+                .weights(Box::new(mapped), n_tensors)
+                .map_err(|e| at(&e))?;
+            let outcome = match rebuilt {
+                Some(why) => Outcome::Rebuilt(cache_path, why),
+                None => Outcome::Built(cache_path),
+            };
+            Ok((Some(weights), outcome))
+        }
+        Err(why) => {
+            eprintln!(
+                "smolrun: cannot write the repack cache ({why}); repacking in memory for this \
+                 run (give a writable folder with --cache-dir DIR)"
+            );
+            in_memory(why)
+        }
+    }
+}
+
+fn cache_file_name(model_path: &Path, dir: Option<&Path>, model: &Model) -> PathBuf {
+    let name = model_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    dir.unwrap_or(Path::new("."))
+        .join(format!("{name}.{}.repack", model.kernels_name))
+}
+
+/// Maps the cache and checks header, key, table and every entry's checksum.
+fn open_valid(path: &Path, plan: &RepackPlan, key: &CacheKey) -> Result<MappedFile, String> {
+    let mapped = MappedFile::open(path).map_err(|e| format!("cannot be read ({e})"))?;
+    let bytes = mapped.bytes();
+    let sums = plan
+        .validate_header(bytes, key)
+        .map_err(|e| format!("is {e}"))?;
+    let bar = bar(plan.repacked_bytes() as u64, "checking repack cache");
+    for (i, &sum) in sums.iter().enumerate() {
+        plan.verify_entry(bytes, i, sum)
+            .map_err(|e| format!("is {e}"))?;
+        bar.inc(plan.entries[i].len as u64);
+    }
+    bar.finish_and_clear();
+    Ok(mapped)
+}
+
+fn write_cache(path: &Path, plan: &RepackPlan, gguf: &Gguf, key: &CacheKey) -> Result<(), String> {
+    let mut w = CacheFileWriter::create(path, plan.file_len)?;
+    // Each entry's pages are handed to writeback as soon as it is repacked, so that on a
+    // small device the dirty pages of a cache bigger than RAM can be reclaimed as they go.
+    let sums = repack_each(plan, "repacking weights", |i| {
+        let sum = plan
+            .repack_entry(gguf, i, w.bytes_mut())
+            .map_err(|err| err.to_string())?;
+        let e = &plan.entries[i];
+        w.start_writeback(e.offset, e.len)?;
+        Ok(sum)
+    })?;
+    plan.write_header(key, &sums, w.bytes_mut())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    w.finish()
+}
+
+/// Repacks every entry into `cache`, with a progress bar; returns the checksums.
+fn repack_all(
+    plan: &RepackPlan,
+    gguf: &Gguf,
+    cache: &mut [u8],
+    what: &'static str,
+) -> Result<Vec<u64>, String> {
+    repack_each(plan, what, |i| {
+        plan.repack_entry(gguf, i, cache)
+            .map_err(|err| err.to_string())
+    })
+}
+
+/// Runs `repack(i)` (which returns entry i's checksum) for every entry, with a progress bar.
+fn repack_each(
+    plan: &RepackPlan,
+    what: &'static str,
+    mut repack: impl FnMut(usize) -> Result<u64, String>,
+) -> Result<Vec<u64>, String> {
+    let bar = bar(plan.repacked_bytes() as u64, what);
+    let start = Instant::now();
+    let mut sums = Vec::with_capacity(plan.entries.len());
+    for (i, e) in plan.entries.iter().enumerate() {
+        sums.push(repack(i)?);
+        bar.inc(e.len as u64);
+    }
+    bar.finish_and_clear();
+    verbose(format_args!(
+        "repacked {} matrices ({} MB) in {:.2} s",
+        plan.entries.len(),
+        plan.repacked_bytes() >> 20,
+        start.elapsed().as_secs_f64()
+    ));
+    Ok(sums)
+}
+
+/// Timings for measuring load time (SMOLRUN_VERBOSE=1).
+fn verbose(msg: std::fmt::Arguments) {
+    if std::env::var_os("SMOLRUN_VERBOSE").is_some() {
+        eprintln!("smolrun: {msg}");
+    }
+}
+
+/// A byte-count progress bar on stderr (indicatif draws nothing when stderr is no terminal).
+fn bar(total: u64, what: &'static str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what);
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smolrun_core::kernels::{KernelSet, RepackedKernel};
+    use smolrun_core::model::{ResidentStore, State};
+    use smolrun_core::platform::SingleThread;
+    use smolrun_core::quant::{q8_0, GgmlType};
+
+    /// A portable stand-in for the aarch64 x4 layouts, so the cache's I/O runs on any CPU:
+    /// Q8_0 rows copied as they are, dotted by the scalar reference (same bits as unrepacked).
+    const Q8_0_COPY: RepackedKernel = RepackedKernel {
+        layout: "test_q8_0_copy",
+        group_rows: 4,
+        bytes: |rows, cols| cols.is_multiple_of(32).then_some(rows * cols / 32 * 34),
+        repack: |src, rows, cols, dst| {
+            (src.len() == rows * cols / 32 * 34 && dst.len() == src.len())
+                .then(|| dst.copy_from_slice(src))
+        },
+        rows: |cols, w, act, out| {
+            for (y, row) in out.iter_mut().zip(w.chunks_exact(cols / 32 * 34)) {
+                *y = q8_0::vec_dot(cols, row, act);
+            }
+        },
+        face: "test",
+    };
+
+    fn gemma_path() -> PathBuf {
+        let dir = std::env::var_os("SMOLRUN_MODELS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/smolrun/models")
+            });
+        let path = dir.join("gemma-3-270m-q4_k_m.gguf");
+        assert!(
+            path.exists(),
+            "{} is missing: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",
+            path.display()
+        );
+        path
+    }
+
+    fn logits(model: &Model, store: &ResidentStore) -> Vec<f32> {
+        let mut state = State::new(model, 8).unwrap();
+        model
+            .forward(&mut state, store, &SingleThread, 2, 0)
+            .unwrap();
+        state.logits().to_vec()
+    }
+
+    /// Built once, mapped after; a truncated or damaged cache is rebuilt; an unwritable folder
+    /// falls back to memory; the repacked store gives the logits of the plain one.
+    #[test]
+    fn the_cache_is_built_mapped_and_rebuilt_when_damaged() {
+        let path = gemma_path();
+        let file = MappedFile::open(&path).unwrap();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        let mut kernels = KernelSet::scalar();
+        kernels.add_repacked(GgmlType::Q8_0, Q8_0_COPY);
+        let model = Model::load_with_kernels(&gguf, &kernels).unwrap();
+        let plain = logits(&model, &ResidentStore::new(&gguf));
+
+        let dir = std::env::temp_dir().join(format!("smolrun-repack-test-{}", std::process::id()));
+        let cache_dir = CacheDir::In(dir.clone());
+        let run = || load_or_build_in(&cache_dir, &path, &gguf, &model).unwrap();
+
+        let (weights, outcome) = run();
+        let cache = dir.join("gemma-3-270m-q4_k_m.gguf.scalar.repack");
+        assert_eq!(outcome, Outcome::Built(cache.clone()));
+        let weights = weights.unwrap();
+        assert!(weights.count() >= 1, "the tied Q8_0 head is repacked");
+        let store = ResidentStore::with_repacked(&gguf, weights);
+        assert_eq!(logits(&model, &store), plain);
+
+        let (weights, outcome) = run();
+        assert_eq!(outcome, Outcome::Mapped(cache.clone()));
+        let store = ResidentStore::with_repacked(&gguf, weights.unwrap());
+        assert_eq!(logits(&model, &store), plain);
+
+        // Truncated: rebuilt.
+        let len = std::fs::metadata(&cache).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&cache)
+            .unwrap()
+            .set_len(len - 4096)
+            .unwrap();
+        match run().1 {
+            Outcome::Rebuilt(p, why) => assert!(p == cache && why.contains("truncated"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // One flipped bit in the data: rebuilt.
+        let mut bytes = std::fs::read(&cache).unwrap();
+        let last = bytes.len() - 5000;
+        bytes[last] ^= 4;
+        std::fs::write(&cache, &bytes).unwrap();
+        match run().1 {
+            Outcome::Rebuilt(_, why) => assert!(why.contains("checksum"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(run().1, Outcome::Mapped(cache.clone()));
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary files left"
+        );
+
+        // Off, or a folder that cannot be created: in memory, same logits.
+        let (weights, outcome) = load_or_build_in(&CacheDir::Off, &path, &gguf, &model).unwrap();
+        assert!(matches!(outcome, Outcome::InMemory(_)));
+        let store = ResidentStore::with_repacked(&gguf, weights.unwrap());
+        assert_eq!(logits(&model, &store), plain);
+        let blocked = CacheDir::In(cache.join("not-a-folder"));
+        let (_, outcome) = load_or_build_in(&blocked, &path, &gguf, &model).unwrap();
+        assert!(matches!(outcome, Outcome::InMemory(_)), "{outcome:?}");
+
+        // A kernel set with nothing to repack touches nothing.
+        let plain_model = Model::load(&gguf).unwrap();
+        let (weights, outcome) = load_or_build_in(&cache_dir, &path, &gguf, &plain_model).unwrap();
+        assert!(weights.is_none());
+        assert_eq!(outcome, Outcome::NothingToRepack);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
