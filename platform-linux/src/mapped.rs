@@ -132,6 +132,13 @@ impl MappedFile {
     }
 }
 
+/// The mapped bytes, so a mapping can back a buffer that core holds (the repack cache).
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,12 +167,5 @@ mod tests {
             .unwrap_err()
             .contains("outside"));
         std::fs::remove_file(&path).unwrap();
-    }
-}
-
-/// The mapped bytes, so a mapping can back a buffer that core holds (the repack cache).
-impl AsRef<[u8]> for MappedFile {
-    fn as_ref(&self) -> &[u8] {
-        self.bytes()
     }
 }
