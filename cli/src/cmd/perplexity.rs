@@ -18,6 +18,10 @@ pub struct Args {
     /// Tokens per chunk.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     pub ctx: usize,
+    /// Score only the first N chunks [default: every whole chunk of the text], as
+    /// llama-perplexity's --chunks.
+    #[arg(long)]
+    pub chunks: Option<usize>,
     /// Threads for the forward pass [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -50,7 +54,9 @@ pub fn run(args: Args) -> Result<(), String> {
     let gguf = engine::parse_gguf(&path, &file)?;
     let mut engine = Engine::load(&path, &gguf, Some(args.ctx), threads)?;
 
-    let tokens = engine.tokenize(&text, true, false);
+    // llama-perplexity drops one trailing newline before tokenizing (its -f reader does)
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let tokens = engine.tokenize(text, true, false);
     let n_ctx = args.ctx;
     if tokens.len() < 2 * n_ctx {
         return Err(format!(
@@ -61,7 +67,12 @@ pub fn run(args: Args) -> Result<(), String> {
             2 * n_ctx
         ));
     }
-    let n_chunks = tokens.len() / n_ctx;
+    let n_chunks = match args.chunks {
+        Some(0) => return Err("--chunks 0: score at least one chunk".into()),
+        Some(n) => n.min(tokens.len() / n_ctx),
+        None => tokens.len() / n_ctx,
+    };
+    let scored_tokens = &tokens[..n_chunks * n_ctx];
     eprintln!(
         "perplexity: {} tokens, {n_chunks} chunks of {n_ctx}, scoring the second half of each",
         tokens.len()
@@ -80,19 +91,28 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut n_scored = 0usize;
     let chunk_last = n_ctx - 1;
     let (tokenizer, model, state, store, par) = engine.parts();
-    let result = model::perplexity(model, state, store, par, &tokens, n_ctx, bos, |i, nll| {
-        n_bytes += tokenizer.token_bytes(tokens[i]).len();
-        nll_sum += nll;
-        n_scored += 1;
-        if i % n_ctx == chunk_last {
-            eprint!(
-                "[{}]{:.4},",
-                i / n_ctx + 1,
-                (nll_sum / n_scored as f64).exp()
-            );
-            let _ = std::io::stderr().flush();
-        }
-    })
+    let result = model::perplexity(
+        model,
+        state,
+        store,
+        par,
+        scored_tokens,
+        n_ctx,
+        bos,
+        |i, nll| {
+            n_bytes += tokenizer.token_bytes(tokens[i]).len();
+            nll_sum += nll;
+            n_scored += 1;
+            if i % n_ctx == chunk_last {
+                eprint!(
+                    "[{}]{:.4},",
+                    i / n_ctx + 1,
+                    (nll_sum / n_scored as f64).exp()
+                );
+                let _ = std::io::stderr().flush();
+            }
+        },
+    )
     .map_err(|e| format!("{}: {e}", path.display()))?;
     eprintln!();
     let bpb = model::bits_per_byte(result.nll_sum, n_bytes);
