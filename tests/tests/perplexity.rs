@@ -14,8 +14,8 @@
 //! perplexity over the 252 tokens of the first version of the text, too coarse for a 0.5% bound;
 //! 0.23% (gemma3-270m) and 0.12% (qwen2.5-coder-0.5b) over ~2600 tokens. Measured on this text
 //! (x86-64, AVX2 kernels): gemma3-270m -0.07%, qwen2.5-coder-0.5b -0.22%, qwen2.5-coder-1.5b
-//! +0.04%. With the scalar kernels only the first 4 chunks were measured (gemma3-270m -1.74%,
-//! 2.4 standard errors of 252 tokens; qwen2.5-coder-0.5b -0.27%).
+//! +0.04%. The scalar kernels were only measured on the first 4 chunks: gemma3-270m -1.74%
+//! against llama.cpp's running estimate there (2.4 standard errors of 252 tokens).
 //!
 //! Kernels: this CPU's (the set the CLI runs), unlike the other model tests, because the scalar
 //! reference is ~3.5x slower and this is the longest model test (about 3.5 min on 2 cores with
