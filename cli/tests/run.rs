@@ -200,33 +200,41 @@ fn perplexity_json_is_close_to_llama_perplexity_on_gemma3_270m() {
     let golden = read_golden("gemma3-270m/perplexity.json");
     let n_ctx = golden["n_ctx"].as_u64().unwrap().to_string();
     let text = golden_dir().join("ppl-text.txt");
+    // The first 4 chunks only (the whole text is tests/tests/perplexity.rs's job): what the CLI
+    // adds is the method (tokenizing, chunking, BOS, scoring), and llama-perplexity printed its
+    // running estimate after each chunk.
+    let chunks = 4;
     let o = smolrun_reference()
         .args(["perplexity", "-m"])
         .arg(gemma())
         .arg("-f")
         .arg(&text)
-        .args(["-c", &n_ctx, "--json"])
+        .args(["-c", &n_ctx, "--chunks", &chunks.to_string(), "--json"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    // The method: the same tokens (llama-tokenize's ids, BOS first) cut into the same chunks.
+    // The method: the same tokens (llama-perplexity's, BOS first) cut into the same chunks.
     let ref_tokens = read_golden("gemma3-270m/ppl-tokens.json");
     assert_eq!(
         last["tokens"].as_u64().unwrap() as usize,
         ref_tokens["tokens"].as_array().unwrap().len(),
         "{last}"
     );
-    assert_eq!(last["chunks"], golden["n_chunks"], "{last}");
-    // The number: within the allowance tests/tests/perplexity.rs measured for this model's
-    // forward pass (1.5% for Gemma 3, whose activation outliers amplify last-bit differences).
-    // A wrong method (whole chunk scored, no BOS, off-by-one targets) is off by far more.
+    assert_eq!(last["chunks"], chunks, "{last}");
+    // The number: llama-perplexity's estimate after the same 4 chunks, within three standard
+    // errors of the rounding noise of 252 tokens. Each token's log-likelihood differs from the
+    // reference's by 0.116 nats root-mean-square on Gemma 3 (tests/tests/perplexity.rs prints
+    // it), so the mean over 252 carries 0.73% of perplexity as one standard error; llama.cpp
+    // itself gives 19.3117 or 19.4134 for these same 4 chunks (4 or 16 sequences per batch).
+    // A wrong method (whole chunk scored, no BOS, off-by-one targets) is off by far more. The
+    // 0.5% bound is tests/tests/perplexity.rs's, over all 41 chunks.
     let ppl = last["ppl"].as_f64().unwrap();
-    let want = golden["ppl"].as_f64().unwrap();
+    let want = golden["running_ppl"][chunks - 1].as_f64().unwrap();
     assert!(
-        ((ppl - want) / want).abs() < 0.015,
-        "ppl {ppl}, llama-perplexity {want}"
+        ((ppl - want) / want).abs() < 3.0 * 0.0073,
+        "ppl {ppl}, llama-perplexity after {chunks} chunks {want}"
     );
     let bpb = last["bits_per_byte"].as_f64().unwrap();
     // ln(ppl) nats per token over ~4 bytes per token of English: 0.5 to 2 bits per byte.

@@ -53,7 +53,12 @@ pub fn synthetic_model(model: &str) -> Result<PathBuf, String> {
     let path = model_file(model)?;
     let recorded = read_json(&golden_dir(model).join("model.json"))?;
     let bytes = recorded.get("bytes").and_then(Value::as_u64).unwrap_or(0);
-    if std::fs::metadata(&path).map(|m| m.len()).ok() == Some(bytes) {
+    let sha256 = recorded.get("sha256").and_then(Value::as_str).unwrap_or("");
+    // A file left by an older synth_model.py can have the same size (same shapes and types,
+    // other weights), so the content is compared too: the goldens are only valid for those bytes.
+    if std::fs::metadata(&path).map(|m| m.len()).ok() == Some(bytes)
+        && file_sha256(&path)? == sha256
+    {
         return Ok(path);
     }
     let vocab = real_model("qwen2.5-coder-0.5b")
@@ -74,14 +79,35 @@ pub fn synthetic_model(model: &str) -> Result<PathBuf, String> {
             String::from_utf8_lossy(&run.stderr)
         ));
     }
-    let written = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    if written != bytes {
+    let written = file_sha256(&path)?;
+    if written != sha256 {
         return Err(format!(
-            "{} has {written} bytes, the goldens were made from a file of {bytes}: {REGEN}",
+            "{} has sha256 {written}, the goldens were made from a file with {sha256} \
+             (tests/golden/{model}/model.json): {REGEN}",
             path.display()
         ));
     }
     Ok(path)
+}
+
+/// sha256 of a file, by python3's hashlib (which writing a synthetic model needs anyway).
+fn file_sha256(path: &Path) -> Result<String, String> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
+        ])
+        .arg(path)
+        .output()
+        .map_err(|e| format!("cannot run python3 to hash {}: {e}", path.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "python3 could not hash {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {

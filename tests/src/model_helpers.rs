@@ -74,31 +74,17 @@ pub fn optional_model(model: &str) -> bool {
     model == "qwen2.5-coder-1.5b"
 }
 
-/// The path of a model's file. Synthetic models are written if absent; real models that are
+/// The path of a model's file. Synthetic models are (re)written unless the file is the one their
+/// goldens were made from (tests/golden/<model>/model.json); real models that are
 /// absent fail the test (or return `None` for the optional 1.5B model, after a notice).
 pub fn model_path(model: &str) -> Option<PathBuf> {
+    if model.starts_with("synthetic-") {
+        // written when absent or when it is not the file the goldens were made from
+        return Some(crate::golden::synthetic_model(model).unwrap_or_else(|e| panic!("{e}")));
+    }
     let p = models_dir().join(model_file_name(model));
     if p.exists() {
         return Some(p);
-    }
-    if let Some(arch) = model.strip_prefix("synthetic-") {
-        let script = repo_root().join("tools/oracle/synth_model.py");
-        let status = std::process::Command::new("python3")
-            .arg(&script)
-            .arg(arch)
-            .arg("--out")
-            .arg(models_dir())
-            .status();
-        match status {
-            Ok(s) if s.success() && p.exists() => return Some(p),
-            r => panic!(
-                "synthetic model {} is absent and `python3 {} {arch}` did not write it ({r:?}); \
-                 it needs numpy and the gguf package (pip install gguf numpy) and the Qwen2.5 0.5B \
-                 model for its tokenizer (tools/fetch-models.sh)",
-                p.display(),
-                script.display()
-            ),
-        }
     }
     if optional_model(model) {
         eprintln!(
@@ -115,11 +101,20 @@ pub fn model_path(model: &str) -> Option<PathBuf> {
 
 /// A mapped model file, parsed on demand by [`with_model`].
 pub fn with_model<R>(model: &str, f: impl FnOnce(&Gguf, &Model, &ResidentStore) -> R) -> Option<R> {
+    with_model_on(model, &test_kernels(), f)
+}
+
+/// [`with_model`] on the given kernel set.
+pub fn with_model_on<R>(
+    model: &str,
+    kernels: &KernelSet,
+    f: impl FnOnce(&Gguf, &Model, &ResidentStore) -> R,
+) -> Option<R> {
     let path = model_path(model)?;
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let m = Model::load_with_kernels(&g, &test_kernels())
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let m =
+        Model::load_with_kernels(&g, kernels).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let store = ResidentStore::new(&g);
     Some(f(&g, &m, &store))
 }

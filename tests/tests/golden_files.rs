@@ -293,6 +293,7 @@ fn golden_data_stays_small() {
             "greedy.json",
             "tokenize.json",
             "perplexity.json",
+            "ppl-tokens.json",
             "model.json",
         ] {
             total += std::fs::metadata(dir.join(name))
@@ -303,6 +304,14 @@ fn golden_data_stays_small() {
     assert!(
         total < 2 << 20,
         "oracle goldens take {total} bytes, over 2 MB"
+    );
+    let ppl_text = std::fs::metadata(repo_root().join("tests/golden/ppl-text.txt"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(
+        total + ppl_text < 2 << 20,
+        "oracle goldens and ppl-text.txt take {} bytes, over 2 MB",
+        total + ppl_text
     );
 }
 

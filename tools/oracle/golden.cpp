@@ -4,11 +4,19 @@
 //
 //   golden --model M.gguf --name NAME --texts texts.json --self-check   (prints llama.cpp's own
 //                                                                      batch-vs-sequential noise)
+//
+//   golden --model M.gguf --name NAME --ppl-text TEXT.txt --ppl-ctx 128 --out DIR
+//                                        (only ppl-tokens.json: llama-perplexity's tokens and the
+//                                         negative log-likelihood of every token it scores)
 // Writes into DIR:
 //   tokenize.json  (only with --corpus) token ids of every corpus string, as llama_tokenize gives them
 //   logits.json    teacher-forced: for each fixed text, the top-20 (id, logit) at every position and
 //                  the log-sum-exp of all logits there, every position's logits from one batch
 //   greedy.json    greedy continuations of the prompts (raw text, no chat template)
+//   ppl-tokens.json (only with --ppl-text) what llama-perplexity scores, token by token: the text
+//                  tokenized as it does, cut into chunks the same way and decoded in the same
+//                  batches (its context size, sequences per batch and batch sizes), so the summed
+//                  NLL reproduces its PPL and a test can compare each token, not only the mean
 // The formats are described in tests/golden/README.md. Built and run by tools/oracle/regen.sh.
 //
 // This is our own program; it only links against the llama.cpp build (libllama, libggml) and reads
@@ -290,6 +298,102 @@ static void write_greedy(llama_context * ctx, const llama_vocab * vocab, const s
     write_file(path, out + "\n]}\n");
 }
 
+// llama-perplexity's method and numerics (tools/perplexity/perplexity.cpp, b11434), token by token.
+// It tokenizes the file (one trailing newline dropped, BOS added where the vocabulary adds one,
+// special tokens not parsed), cuts n_tokens / n_ctx chunks, and decodes n_seq = 2048 / n_ctx chunks
+// per batch as parallel sequences of a context of n_seq * n_ctx (its defaults: n_batch 2048,
+// n_ubatch 512, swa_full off), each chunk's first token replaced by BOS. The logits at positions
+// n_ctx/2 .. n_ctx-2 score the next token with log_softmax as it computes it (f32 max and expf,
+// double sum). The context is created here with exactly those sizes, because the batch layout
+// decides which kernels (and summation orders) llama.cpp runs.
+static void write_ppl_tokens(llama_model * model, const std::string & name, const std::string & text_path,
+                             int n_ctx, const std::string & path) {
+    char desc[256];
+    llama_model_desc(model, desc, sizeof desc);
+    std::ifstream f(text_path, std::ios::binary);
+    if (!f) die("cannot read " + text_path);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    const bool add_bos = llama_vocab_get_add_bos(vocab);
+    const int n_batch_default = 2048;
+    const int n_seq = std::max(1, n_batch_default / n_ctx);
+
+    llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx = n_seq * n_ctx;
+    cparams.n_batch = std::min(n_batch_default, n_seq * n_ctx);
+    cparams.n_ubatch = 512;
+    cparams.n_seq_max = n_seq;
+    cparams.n_threads = kThreads;
+    cparams.n_threads_batch = kThreads;
+    cparams.swa_full = false;
+    cparams.no_perf = true;
+    llama_context * ctx = llama_init_from_model(model, cparams);
+    if (!ctx) die("cannot create a perplexity context");
+
+    auto tokens = tokenize(vocab, text, /*add_special=*/true, /*parse_special=*/false);
+    const int n_chunk = (int) tokens.size() / n_ctx;
+    if (n_chunk < 2) die("perplexity text too short: " + std::to_string(tokens.size()) + " tokens");
+    const int first = n_ctx / 2;
+
+    std::vector<double> nlls;
+    double nll_sum = 0.0;
+    for (int i = 0; i < n_chunk; i += n_seq) {
+        const int n_seq_batch = std::min(n_seq, n_chunk - i);
+        clear_memory(ctx);
+        llama_batch batch = llama_batch_init(n_seq_batch * n_ctx, 0, 1);
+        batch.n_tokens = 0;
+        for (int seq = 0; seq < n_seq_batch; seq++) {
+            const int seq_start = (i + seq) * n_ctx;
+            for (int k = 0; k < n_ctx; k++) {
+                const int b = batch.n_tokens++;
+                batch.token[b] = (k == 0 && add_bos) ? llama_vocab_bos(vocab) : tokens[seq_start + k];
+                batch.pos[b] = k;
+                batch.n_seq_id[b] = 1;
+                batch.seq_id[b][0] = seq;
+                batch.logits[b] = k >= first;
+            }
+        }
+        if (llama_decode(ctx, batch) != 0) die("llama_decode failed on a perplexity chunk");
+        for (int seq = 0; seq < n_seq_batch; seq++) {
+            const int seq_start = (i + seq) * n_ctx;
+            for (int k = first; k < n_ctx - 1; k++) {
+                const float * logits = llama_get_logits_ith(ctx, seq * n_ctx + k);
+                if (!logits) die("no logits in a perplexity chunk");
+                const llama_token target = tokens[seq_start + k + 1];
+                float max_logit = logits[0];
+                for (int v = 1; v < n_vocab; v++) max_logit = std::max(max_logit, logits[v]);
+                double sum_exp = 0.0;
+                for (int v = 0; v < n_vocab; v++) sum_exp += expf(logits[v] - max_logit);
+                const double nll = -(logits[target] - max_logit - log(sum_exp));
+                nlls.push_back(nll);
+                nll_sum += nll;
+            }
+        }
+        llama_batch_free(batch);
+    }
+    const double ppl = std::exp(nll_sum / (double) nlls.size());
+    llama_free(ctx);
+
+    std::string nll_list = "[";
+    for (size_t i = 0; i < nlls.size(); i++) nll_list += std::string(i ? "," : "") + num(nlls[i]);
+    std::string out = "{\"model\":" + json_str(name) + ",\"file\":" + json_str(text_path) +
+                      ",\"n_ctx\":" + std::to_string(n_ctx) + ",\"n_chunks\":" + std::to_string(n_chunk) +
+                      ",\"ppl\":" + num(ppl) +
+                      ",\"how\":" + json_str("tools/oracle/golden --ppl-text: llama-perplexity's tokens (BOS added when the model adds one, special tokens not parsed) and its per-token negative log-likelihood, decoded in its batch layout") +
+                      ",\"settings\":{\"llama_cpp\":" + json_str(kLlamaCppBuild) + ",\"model_desc\":" + json_str(desc) +
+                      ",\"n_threads\":" + std::to_string(kThreads) + ",\"n_seq\":" + std::to_string(n_seq) +
+                      ",\"n_ctx_total\":" + std::to_string(n_seq * n_ctx) + ",\"n_batch\":" + std::to_string(cparams.n_batch) +
+                      ",\"n_ubatch\":" + std::to_string(cparams.n_ubatch) + ",\"swa_full\":false" +
+                      ",\"flash_attn_type\":" + json_str(llama_flash_attn_type_name(cparams.flash_attn_type)) +
+                      ",\"add_bos\":" + (add_bos ? "true" : "false") + ",\"bos\":" + std::to_string(llama_vocab_bos(vocab)) + "}" +
+                      ",\n\"tokens\":" + ints(tokens) + ",\n\"nll\":" + nll_list + "]}\n";
+    write_file(path, out);
+    fprintf(stderr, "golden: %s PPL %.4f over %d chunks, %zu tokens scored\n", name.c_str(), ppl, n_chunk, nlls.size());
+}
+
 // How much llama.cpp disagrees with itself: the logits texts decoded one token at a time (the way
 // generation runs) against the one-batch logits of logits.json. This is the floor below which no
 // comparison tolerance makes sense; printed only (tools/oracle/regen.sh does not run it).
@@ -346,7 +450,8 @@ static void quiet_log(enum ggml_log_level level, const char * text, void *) {
 }
 
 int main(int argc, char ** argv) {
-    std::string model_path, name, texts_path, corpus_path, out_dir;
+    std::string model_path, name, texts_path, corpus_path, out_dir, ppl_text;
+    int ppl_ctx = 128;
     bool only_self_check = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -360,13 +465,16 @@ int main(int argc, char ** argv) {
         else if (a == "--corpus") corpus_path = value();
         else if (a == "--out") out_dir = value();
         else if (a == "--self-check") only_self_check = true;
-        else die("unknown argument " + a + " (usage: golden --model M.gguf --name NAME --texts texts.json [--corpus corpus.json] --out DIR)");
+        else if (a == "--ppl-text") ppl_text = value();
+        else if (a == "--ppl-ctx") ppl_ctx = std::atoi(value().c_str());
+        else die("unknown argument " + a + " (usage: golden --model M.gguf --name NAME {--texts texts.json [--corpus corpus.json] | --ppl-text TEXT [--ppl-ctx N]} --out DIR)");
     }
     if (only_self_check && out_dir.empty()) out_dir = "-";
-    if (model_path.empty() || name.empty() || texts_path.empty() || out_dir.empty()) {
-        die("usage: golden --model M.gguf --name NAME --texts texts.json [--corpus corpus.json] --out DIR");
+    if (!ppl_text.empty() && (ppl_ctx < 4 || ppl_ctx % 2 != 0)) die("--ppl-ctx must be an even number >= 4");
+    if (model_path.empty() || name.empty() || (texts_path.empty() && ppl_text.empty()) || out_dir.empty()) {
+        die("usage: golden --model M.gguf --name NAME {--texts texts.json [--corpus corpus.json] | --ppl-text TEXT [--ppl-ctx N]} --out DIR");
     }
-    json texts = read_json(texts_path);
+    json texts = texts_path.empty() ? json::object() : read_json(texts_path);
 
     llama_log_set(quiet_log, nullptr);
     llama_backend_init();
@@ -397,6 +505,13 @@ int main(int argc, char ** argv) {
                            ",\"eos\":" + std::to_string(llama_vocab_eos(vocab)) +
                            ",\"texts_tokenized_with\":{\"add_special\":true,\"parse_special\":true}}";
 
+    if (!ppl_text.empty()) {
+        llama_free(ctx);  // the perplexity context has its own sizes
+        write_ppl_tokens(model, name, ppl_text, ppl_ctx, out_dir + "/ppl-tokens.json");
+        llama_model_free(model);
+        llama_backend_free();
+        return 0;
+    }
     if (only_self_check) {
         self_check(ctx, vocab, texts);
         return 0;

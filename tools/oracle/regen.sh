@@ -5,7 +5,10 @@
 # (tools/fetch-models.sh all), write the synthetic models (tools/oracle/synth_model.py), compile
 # tools/oracle/golden.cpp against the build, then for each model write
 #   tests/golden/<model>/{tokenize,logits,greedy}.json   (tools/oracle/golden)
-#   tests/golden/<model>/perplexity.json                 (llama-perplexity, real models only)
+#   tests/golden/<model>/ppl-tokens.json                 (tools/oracle/golden --ppl-text: the tokens
+#                                                         llama-perplexity scores and each one's NLL)
+#   tests/golden/<model>/perplexity.json                 (llama-perplexity, real models only; its PPL
+#                                                         must equal the one ppl-tokens.json adds up to)
 #   tests/golden/<model>/model.json                      (synthetic models: the file's sha256)
 # Env: SMOLRUN_ORACLE (llama.cpp cache, default ~/.cache/smolrun/oracle),
 #      SMOLRUN_MODELS (models, default ~/.cache/smolrun/models).
@@ -74,6 +77,7 @@ open(out, "a").write("\n")
 PY
       ;;
     *)
+      (cd "$repo" && "$golden" --model "$file" --name "$m" --ppl-text tests/golden/ppl-text.txt --ppl-ctx 128 --out "$out")
       log=$cache/perplexity-$m.log
       (cd "$repo" && "$bin/llama-perplexity" -m "$file" -f tests/golden/ppl-text.txt -c 128 -t $threads) >"$log" 2>&1 \
         || { echo "regen: llama-perplexity failed for $m; see $log" >&2; exit 1; }
@@ -94,6 +98,12 @@ json.dump({"model": name, "file": "tests/golden/ppl-text.txt", "n_ctx": int(over
           open(out, "w"), indent=1)
 open(out, "a").write("\n")
 print(f"regen: {name} PPL {final.group(1)} over {over.group(1)} chunks")
+# golden --ppl-text decodes the same chunks in the same batches; its per-token NLLs must add up to
+# llama-perplexity's own number, or they are not the reference's
+tokens = json.load(open(out.replace("perplexity.json", "ppl-tokens.json")))
+if tokens["n_chunks"] != int(over.group(1)) or abs(tokens["ppl"] - float(final.group(1))) > 1e-4 * float(final.group(1)):
+    sys.exit(f"regen: ppl-tokens.json (PPL {tokens['ppl']}, {tokens['n_chunks']} chunks) does not reproduce "
+             f"llama-perplexity (PPL {final.group(1)}, {over.group(1)} chunks)")
 PY
       ;;
   esac

@@ -12,9 +12,9 @@ floats here. llama.cpp is run on the same files to produce tests/golden/syntheti
 Shapes (small, so a test runs in well under a second per token with scalar kernels):
   both:   n_embd 256, 4 layers, 2 KV heads, head_dim 64, n_ff 512, context 2048, vocab 151936
   qwen3:  8 query heads, so n_head * head_dim = 512 != n_embd (as in the real Qwen3 models);
-          QK-norm; NEOX RoPE, base 1e6; output tied to token_embd (no output.weight)
+          QK-norm; NEOX RoPE, base 1e6
   llama:  4 query heads (n_head * head_dim = n_embd); normal (GPT-J style pairs) RoPE, base 1e4;
-          separate output.weight; tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
+          tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
           vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
           three, and Qwen has no multi-digit tokens. A Llama vocabulary of our own is not at hand;
           Gemma's SPM vocabulary has 262k tokens and is already covered by gemma3-270m.)
@@ -23,14 +23,24 @@ Tensor types are a mix the engine must handle; those the real models already car
 Q5_0, Q8_0) appear here less, those they lack (F16, BF16, Q4_0, Q4_1, Q5_1) appear more. gguf-py
 cannot quantize K-quants, so none are written here; the real models cover Q4_K and Q6_K.
 
-Scale of the weights: embeddings have std 0.2 so logits (a dot product of a unit-RMS hidden state
-with an embedding row, 256 terms) have std ~3: peaked but not one-hot. Attention and FFN matrices
-have std 1/sqrt(fan_in), so each layer's contribution to the residual stream is of order 1 and
-outweighs the embedding; otherwise a tied LM head would just repeat the last input token.
+Peaked like a trained model: with plain random weights every next-token distribution is nearly
+flat at the top (top-1/top-2 logit gaps of 0.01-0.1 appear within a few steps), so a last-bit
+difference in summation order picks another greedy token, which no trained model does that often.
+Here each token has a successor (a fixed random permutation of the vocabulary), and the LM head
+row of successor(t) points along the input embedding of t. Embeddings (std 2) dominate the
+residual stream, so after the last layer the hidden state still points mostly along the current
+token's embedding and the successor's logit stands a few units above the rest: greedy decoding
+walks successor chains with gaps of several logits, while the 151,936 other tokens still hold
+most of the probability mass (top-1 probability ~0.2) and move with the context, which the
+logits test compares. Attention and FFN matrices have std 1/sqrt(fan_in), so each layer adds a
+context-dependent term of order 1 to the residual stream. Because the head differs from the
+input embeddings, both models have their own output.weight; a tied head is covered by the real
+gemma3-270m.
 """
 
 import argparse
 import hashlib
+import math
 import os
 import sys
 
@@ -44,17 +54,24 @@ VOCAB_SOURCE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 ARCHS = {
     "qwen3": dict(
         seed=0x5157_3301, n_embd=256, n_layer=4, n_head=8, n_head_kv=2, head_dim=64, n_ff=512,
-        n_ctx=2048, rope_base=1_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False, tied=True,
-        types=dict(token_embd=T.Q8_0, attn_q=T.F16, attn_k=T.F16, attn_v=T.Q8_0, attn_output=T.Q4_0,
+        n_ctx=2048, rope_base=1_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.F16, attn_v=T.Q8_0, attn_output=T.Q4_0,
                    ffn_gate=T.Q4_1, ffn_up=T.Q4_1, ffn_down=T.F16),
     ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
-        n_ctx=2048, rope_base=10_000.0, rms_eps=1e-5, pre="llama-bpe", add_bos=True, tied=False,
+        n_ctx=2048, rope_base=10_000.0, rms_eps=1e-5, pre="llama-bpe", add_bos=True,
         types=dict(token_embd=T.Q4_0, output=T.Q4_1, attn_q=T.Q8_0, attn_k=T.Q8_0, attn_v=T.BF16,
                    attn_output=T.Q5_1, ffn_gate=T.Q4_0, ffn_up=T.Q5_0, ffn_down=T.BF16),
     ),
 }
+
+
+# See the module docs: input embeddings dominate the residual stream, and the head row of each
+# token's successor carries the direction of its embedding.
+EMBD_STD = 2.0
+HEAD_NOISE_STD = 0.05
+HEAD_GAIN = 0.7
 
 
 class Random:
@@ -195,7 +212,8 @@ def build(arch, tok, out_path):
         return (1.0 + 0.1 * rng.uniform((n,))).astype(np.float32)
 
     # ggml shapes are [cols, rows]; numpy arrays here are [rows, cols] (row = one output)
-    tensor("token_embd.weight", "token_embd", rng.weight((n_vocab, n_embd), 0.2))
+    embd = rng.weight((n_vocab, n_embd), EMBD_STD)
+    tensor("token_embd.weight", "token_embd", embd)
     for i in range(cfg["n_layer"]):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
@@ -211,8 +229,18 @@ def build(arch, tok, out_path):
         tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
     tensor("output_norm.weight", "norm", norm_weight(n_embd))
-    if not cfg["tied"]:
-        tensor("output.weight", "output", rng.weight((n_vocab, n_embd), 0.2))
+    # LM head: a small random row for every token, plus, for successor(t), the direction of t's
+    # input embedding (see the module docs); argsort of raw 64-bit draws is a permutation
+    # without ties, identical on every platform
+    head = rng.weight((n_vocab, n_embd), HEAD_NOISE_STD)
+    successor = np.argsort(rng.bits.random_raw(n_vocab), kind="stable")
+    # row norms with math.fsum (exactly rounded): numpy's SIMD reductions may round differently
+    # on another CPU, and the file must be byte-identical everywhere
+    squares = embd.astype(np.float64) ** 2
+    norms = np.sqrt(np.array([math.fsum(row) for row in squares]))
+    direction = embd.astype(np.float64) / norms[:, None]
+    head[successor] += (HEAD_GAIN * direction).astype(np.float32)
+    tensor("output.weight", "output", head)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

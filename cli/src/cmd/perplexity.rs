@@ -30,6 +30,10 @@ pub struct Args {
     /// Tokens per chunk.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     pub ctx: usize,
+    /// Score only the first N chunks [default: every whole chunk of the text], as
+    /// llama-perplexity's --chunks.
+    #[arg(long)]
+    pub chunks: Option<usize>,
     /// Threads for the forward pass [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -126,7 +130,9 @@ pub fn run(args: Args) -> Result<(), String> {
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
 
-    let stock_tokens = engine.tokenize(&text, true, false);
+    // llama-perplexity drops one trailing newline before tokenizing (its -f reader does)
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let stock_tokens = engine.tokenize(text, true, false);
     let (tokens, n_respelled) = match &engine.model.head_ids {
         Some(kept) if !args.no_respell => respell_dropped(&stock_tokens, &engine.tokenizer, kept),
         _ => (stock_tokens.clone(), 0),
@@ -141,7 +147,12 @@ pub fn run(args: Args) -> Result<(), String> {
             2 * n_ctx
         ));
     }
-    let n_chunks = tokens.len() / n_ctx;
+    let n_chunks = match args.chunks {
+        Some(0) => return Err("--chunks 0: score at least one chunk".into()),
+        Some(n) => n.min(tokens.len() / n_ctx),
+        None => tokens.len() / n_ctx,
+    };
+    let scored_tokens = &tokens[..n_chunks * n_ctx];
     eprintln!(
         "perplexity: {} tokens, {n_chunks} chunks of {n_ctx}, scoring the second half of each",
         tokens.len()
@@ -161,24 +172,33 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut n_scored = 0usize;
     let chunk_last = n_ctx - 1;
     let (tokenizer, model, state, store, par) = engine.parts();
-    let result = model::perplexity(model, state, store, par, &tokens, n_ctx, bos, |i, nll| {
-        let bytes = tokenizer.token_bytes(tokens[i]).len();
-        n_bytes += bytes;
-        if nll.is_finite() {
-            nll_sum += nll;
-            n_scored += 1;
-        } else {
-            dropped_bytes += bytes;
-        }
-        if i % n_ctx == chunk_last {
-            eprint!(
-                "[{}]{:.4},",
-                i / n_ctx + 1,
-                (nll_sum / n_scored as f64).exp()
-            );
-            let _ = std::io::stderr().flush();
-        }
-    })
+    let result = model::perplexity(
+        model,
+        state,
+        store,
+        par,
+        scored_tokens,
+        n_ctx,
+        bos,
+        |i, nll| {
+            let bytes = tokenizer.token_bytes(tokens[i]).len();
+            n_bytes += bytes;
+            if nll.is_finite() {
+                nll_sum += nll;
+                n_scored += 1;
+            } else {
+                dropped_bytes += bytes;
+            }
+            if i % n_ctx == chunk_last {
+                eprint!(
+                    "[{}]{:.4},",
+                    i / n_ctx + 1,
+                    (nll_sum / n_scored as f64).exp()
+                );
+                let _ = std::io::stderr().flush();
+            }
+        },
+    )
     .map_err(|e| format!("{}: {e}", path.display()))?;
     eprintln!();
     let penalty_nats = (8 * dropped_bytes) as f64 * std::f64::consts::LN_2;
