@@ -224,6 +224,28 @@ impl ColGroup for Q6K {
 /// Q8_0 (both sides signed: widened to i16, as in `vec_dot_q8_0_q8_0`).
 struct Q80;
 
+/// One Q8_0 block `i` of the weight row at `xr` into the accumulators of N columns.
+#[inline(always)]
+unsafe fn q8_0_block<const N: usize>(
+    i: usize,
+    xr: *const u8,
+    ys: &[*const u8; N],
+    acc: &mut [__m256; N],
+) {
+    let x = xr.add(i * Q8_0_BYTES);
+    let dx = f16_at(x);
+    let x_lo = _mm256_cvtepi8_epi16(load128(x.add(2)));
+    let x_hi = _mm256_cvtepi8_epi16(load128(x.add(18)));
+    for j in 0..N {
+        let y = ys[j].add(i * Q8_0_BYTES);
+        let d = dx * f16_at(y);
+        let y_lo = _mm256_cvtepi8_epi16(load128(y.add(2)));
+        let y_hi = _mm256_cvtepi8_epi16(load128(y.add(18)));
+        let sumi = _mm256_add_epi32(_mm256_madd_epi16(x_lo, y_lo), _mm256_madd_epi16(x_hi, y_hi));
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[j]);
+    }
+}
+
 impl ColGroup for Q80 {
     const QK: usize = QK8_0;
     const W_BYTES: usize = Q8_0_BYTES;
@@ -231,27 +253,21 @@ impl ColGroup for Q80 {
 
     #[inline(always)]
     unsafe fn dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
-        // Two accumulators per column, alternating by block, as the vec_dot does.
-        let mut acc = [[_mm256_setzero_ps(); 2]; N];
-        for i in 0..nb {
-            let x = xr.add(i * Q8_0_BYTES);
-            let dx = f16_at(x);
-            let x_lo = _mm256_cvtepi8_epi16(load128(x.add(2)));
-            let x_hi = _mm256_cvtepi8_epi16(load128(x.add(18)));
-            for j in 0..N {
-                let y = ys[j].add(i * Q8_0_BYTES);
-                let d = dx * f16_at(y);
-                let y_lo = _mm256_cvtepi8_epi16(load128(y.add(2)));
-                let y_hi = _mm256_cvtepi8_epi16(load128(y.add(18)));
-                let sumi =
-                    _mm256_add_epi32(_mm256_madd_epi16(x_lo, y_lo), _mm256_madd_epi16(x_hi, y_hi));
-                acc[j][i & 1] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[j][i & 1]);
-            }
+        // Two accumulators per column, for even and odd blocks, as the vec_dot has them
+        // (`acc[i & 1]`); unrolled by two so that they stay in registers.
+        let (mut even, mut odd) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+        let mut i = 0;
+        while i + 2 <= nb {
+            q8_0_block(i, xr, &ys, &mut even);
+            q8_0_block(i + 1, xr, &ys, &mut odd);
+            i += 2;
+        }
+        if i < nb {
+            q8_0_block(i, xr, &ys, &mut even);
         }
         let mut out = [0f32; N];
         for j in 0..N {
-            out[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
+            out[j] = hsum_ps(_mm256_add_ps(even[j], odd[j]));
         }
         out
     }
@@ -260,6 +276,40 @@ impl ColGroup for Q80 {
 /// Q4_0 and Q5_0: unsigned quants with an offset of 8 or 16 (see `offset_dot`).
 struct Q450<const FIVE_BITS: bool>;
 
+/// One Q4_0 (FIVE_BITS false) or Q5_0 block `i` of the weight row at `xr` into the
+/// accumulators of N columns.
+#[inline(always)]
+unsafe fn q45_0_block<const FIVE_BITS: bool, const N: usize>(
+    i: usize,
+    xr: *const u8,
+    ys: &[*const u8; N],
+    acc: &mut [__m256; N],
+) {
+    let offset = _mm256_set1_epi8(if FIVE_BITS { 16 } else { 8 });
+    let x = xr.add(i * if FIVE_BITS { Q5_0_BYTES } else { Q4_0_BYTES });
+    let dx = f16_at(x);
+    let q = if FIVE_BITS {
+        // Bit j of qh is the fifth bit of element j (see vec_dot_q5_0_q8_0).
+        let spread = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let qh = u32::from_le_bytes([*x.add(2), *x.add(3), *x.add(4), *x.add(5)]);
+        let spread_qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
+        let is_set = _mm256_cmpeq_epi8(_mm256_and_si256(spread_qh, bit), bit);
+        _mm256_or_si256(nibbles_0(x.add(6)), _mm256_and_si256(is_set, offset))
+    } else {
+        nibbles_0(x.add(2))
+    };
+    for j in 0..N {
+        let y = ys[j].add(i * Q8_0_BYTES);
+        let d = dx * f16_at(y);
+        let sumi = offset_dot(q, load256(y.add(2)), offset);
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[j]);
+    }
+}
+
 impl<const FIVE_BITS: bool> ColGroup for Q450<FIVE_BITS> {
     const QK: usize = QK8_0;
     const W_BYTES: usize = if FIVE_BITS { Q5_0_BYTES } else { Q4_0_BYTES };
@@ -267,35 +317,20 @@ impl<const FIVE_BITS: bool> ColGroup for Q450<FIVE_BITS> {
 
     #[inline(always)]
     unsafe fn dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
-        let offset = _mm256_set1_epi8(if FIVE_BITS { 16 } else { 8 });
-        let spread = _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
-            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        );
-        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let mut acc = [[_mm256_setzero_ps(); 2]; N];
-        for i in 0..nb {
-            let x = xr.add(i * Self::W_BYTES);
-            let dx = f16_at(x);
-            let q = if FIVE_BITS {
-                let qh = u32::from_le_bytes([*x.add(2), *x.add(3), *x.add(4), *x.add(5)]);
-                let spread_qh = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
-                let is_set = _mm256_cmpeq_epi8(_mm256_and_si256(spread_qh, bit), bit);
-                _mm256_or_si256(nibbles_0(x.add(6)), _mm256_and_si256(is_set, offset))
-            } else {
-                nibbles_0(x.add(2))
-            };
-            for j in 0..N {
-                let y = ys[j].add(i * Q8_0_BYTES);
-                let d = dx * f16_at(y);
-                let sumi = offset_dot(q, load256(y.add(2)), offset);
-                acc[j][i & 1] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[j][i & 1]);
-            }
+        // Even and odd accumulators, unrolled by two, as for Q8_0.
+        let (mut even, mut odd) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+        let mut i = 0;
+        while i + 2 <= nb {
+            q45_0_block::<FIVE_BITS, N>(i, xr, &ys, &mut even);
+            q45_0_block::<FIVE_BITS, N>(i + 1, xr, &ys, &mut odd);
+            i += 2;
+        }
+        if i < nb {
+            q45_0_block::<FIVE_BITS, N>(i, xr, &ys, &mut even);
         }
         let mut out = [0f32; N];
         for j in 0..N {
-            out[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
+            out[j] = hsum_ps(_mm256_add_ps(even[j], odd[j]));
         }
         out
     }
