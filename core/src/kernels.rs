@@ -1031,7 +1031,7 @@ mod tests {
 
     /// `matmul` against the matvec of each activation row, to the bit: the generic twin for
     /// every type in both sets, the batched SIMD kernels (`cols`) for the types that have them.
-    /// Row counts (1, 13) and activation counts (1..=9, 13) are not multiples of the column
+    /// Row counts (1, 13, 37) and activation counts (1..=9, 13) are not multiples of the column
     /// group; activations and weights include the edge cases of the vec_dot tests above.
     fn check_matmul_is_matvec_per_row(set: &KernelSet, seed: u64) {
         for k in &set.weights {
@@ -1064,8 +1064,8 @@ mod tests {
                     _ => quantize(k.act_type, &vec![1.0; n_cols]),
                 });
             }
-            // Weights: 13 rows, random, with edge rows (all 0x00, all 0xFF with large scales).
-            let n_rows = 13;
+            // Weights: 37 rows (two 16-row tiles and a tail), random, with edge rows (all 0x00, all 0xFF with large scales).
+            let n_rows = 37;
             let mut w = if bs == 1 {
                 let x: Vec<f32> = (0..n_rows * n_cols)
                     .map(|_| rng.unit() * 4.0 - 2.0)
@@ -1086,7 +1086,7 @@ mod tests {
             }
             for n_acts in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
                 let a: Vec<u8> = acts[..n_acts].concat();
-                for rows in [1, n_rows] {
+                for rows in [1, 13, n_rows] {
                     let w = &w[..rows * row_bytes];
                     let mut out = vec![f32::NAN; rows * n_acts];
                     k.matmul(w, rows, n_cols, &a, n_acts, &mut out).unwrap();

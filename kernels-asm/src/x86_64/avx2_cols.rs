@@ -25,6 +25,9 @@ use core::arch::x86_64::*;
 /// column) accumulators next to the shared unpacked block within the 16 ymm registers.
 pub const GROUP: usize = 4;
 
+/// Weight rows dotted with every activation group before moving on.
+const ROW_TILE: usize = 16;
+
 /// One block format's dot of a weight row with N activation rows (N = 1..=GROUP).
 trait ColGroup {
     /// Elements per block, bytes per weight block, bytes per activation block.
@@ -56,24 +59,35 @@ unsafe fn matmul_by_groups<K: ColGroup>(
         return;
     }
     let y = |t: usize| acts.as_ptr().add(t * a_row);
-    for r in 0..n_rows {
-        let x = w.as_ptr().add(r * w_row);
+    let mut put = |t: usize, r: usize, v: &[f32]| {
+        for (j, &v) in v.iter().enumerate() {
+            out[(t + j) * n_rows + r] = v;
+        }
+    };
+    // Tiles of ROW_TILE weight rows (a few KB, kept in L1) against every group of activation
+    // rows: the activations are read from L2 once per tile instead of once per weight row.
+    for r0 in (0..n_rows).step_by(ROW_TILE) {
+        let rows = r0..(r0 + ROW_TILE).min(n_rows);
+        let x = |r: usize| w.as_ptr().add(r * w_row);
         let mut t = 0;
         while t + GROUP <= n_acts {
-            let v = K::dot_group::<GROUP>(nb, x, [y(t), y(t + 1), y(t + 2), y(t + 3)]);
-            for (j, v) in v.into_iter().enumerate() {
-                out[(t + j) * n_rows + r] = v;
+            for r in rows.clone() {
+                let v = K::dot_group::<GROUP>(nb, x(r), [y(t), y(t + 1), y(t + 2), y(t + 3)]);
+                put(t, r, &v);
             }
             t += GROUP;
         }
-        let tail: &[f32] = match n_acts - t {
-            3 => &K::dot_group::<3>(nb, x, [y(t), y(t + 1), y(t + 2)]),
-            2 => &K::dot_group::<2>(nb, x, [y(t), y(t + 1)]),
-            1 => &K::dot_group::<1>(nb, x, [y(t)]),
-            _ => &[],
-        };
-        for (j, &v) in tail.iter().enumerate() {
-            out[(t + j) * n_rows + r] = v;
+        for r in rows {
+            match n_acts - t {
+                3 => put(
+                    t,
+                    r,
+                    &K::dot_group::<3>(nb, x(r), [y(t), y(t + 1), y(t + 2)]),
+                ),
+                2 => put(t, r, &K::dot_group::<2>(nb, x(r), [y(t), y(t + 1)])),
+                1 => put(t, r, &K::dot_group::<1>(nb, x(r), [y(t)])),
+                _ => {}
+            }
         }
     }
 }
