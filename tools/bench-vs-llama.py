@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """smolrun bench and llama.cpp's llama-bench side by side on the same GGUF files, in one run.
 
-    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [MODEL ...]
+    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [--smolrun BINARY] [MODEL ...]
 
 Builds smolrun (cargo build --release) and the reference (tools/oracle/build.sh, cached outside
 the repo), then for each model runs both, alternating, and prints a table of medians with the
@@ -76,14 +76,17 @@ def main():
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("--smolrun", help="a smolrun binary to measure instead of building "
+                    "target/release/smolrun (e.g. an older build, for before/after ratios)")
     ap.add_argument("models", nargs="*", default=list(MODELS))
     args = ap.parse_args()
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "smolrun"], cwd=ROOT, check=True)
+    if not args.smolrun:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "smolrun"], cwd=ROOT, check=True)
     subprocess.run([os.path.join(ROOT, "tools/oracle/build.sh")], check=True)
     cache = os.environ.get("SMOLRUN_ORACLE", os.path.expanduser("~/.cache/smolrun/oracle"))
     llama = os.path.join(cache, "build/bin/llama-bench")
-    smol = os.path.join(ROOT, "target/release/smolrun")
+    smol = args.smolrun or os.path.join(ROOT, "target/release/smolrun")
     mdir = os.environ.get("SMOLRUN_MODELS", os.path.expanduser("~/.cache/smolrun/models"))
 
     print(f"| model | test | llama.cpp t/s | smolrun t/s | ratio | threads {args.t}, median of {args.r} |")
