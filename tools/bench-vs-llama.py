@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """smolrun bench and llama.cpp's llama-bench side by side on the same GGUF files, in one run.
 
-    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [--prefix CMD] [MODEL[:SMOLRUN_MODEL] ...]
+    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [--prefix CMD] [--smolrun BINARY] [MODEL[:SMOLRUN_MODEL] ...]
 
 MODEL is a short name or a path; MODEL:SMOLRUN_MODEL runs llama.cpp on MODEL and smolrun on
 another file (a pruned head, which llama.cpp cannot load), e.g. the stock Gemma file against its
@@ -91,15 +91,18 @@ def main():
     ap.add_argument("--prefix", default="", help="wrapper command for both tools")
     ap.add_argument("--llama-n", type=int, default=0, help="llama.cpp's -n (default: -n)")
     ap.add_argument("--llama-r", type=int, default=0, help="llama.cpp's -r (default: -r)")
+    ap.add_argument("--smolrun", help="a smolrun binary to measure instead of building "
+                    "target/release/smolrun (e.g. an older build, for before/after ratios)")
     ap.add_argument("models", nargs="*", default=list(MODELS))
     args = ap.parse_args()
     args.prefix = shlex.split(args.prefix)
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "smolrun"], cwd=ROOT, check=True)
+    if not args.smolrun:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "smolrun"], cwd=ROOT, check=True)
     subprocess.run([os.path.join(ROOT, "tools/oracle/build.sh")], check=True)
     cache = os.environ.get("SMOLRUN_ORACLE", os.path.expanduser("~/.cache/smolrun/oracle"))
     llama = os.path.join(cache, "build/bin/llama-bench")
-    smol = os.path.join(ROOT, "target/release/smolrun")
+    smol = args.smolrun or os.path.join(ROOT, "target/release/smolrun")
     mdir = os.environ.get("SMOLRUN_MODELS", os.path.expanduser("~/.cache/smolrun/models"))
 
     print(f"| model | test | llama.cpp t/s | smolrun t/s | ratio | threads {args.t}, median of {args.r} |")

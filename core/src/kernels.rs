@@ -41,6 +41,17 @@ use crate::quant::{self, GgmlType, QuantError, VecDotFn};
 /// the fast path). Called only through [`WeightKernel::matvec`], which checks the shapes.
 pub type RowsFn = fn(n_cols: usize, weights: &[u8], act: &[u8], out: &mut [f32]);
 
+/// Several consecutive weight rows against a batch of activation rows (a prompt's tokens):
+/// `out[t * n_rows + r] = weights[r] . acts[t]` for `t in 0..n_acts`, `r in 0..n_rows`, where
+/// `n_rows = out.len() / n_acts`, `weights` holds exactly those rows of `n_cols` elements and
+/// `acts` holds `n_acts` activation rows back to back. A kernel unpacks each weight block once
+/// and dots it with several activation rows, so a weight is read once per batch instead of once
+/// per token. Each `out` value must be bit for bit what `vec_dot` gives for that (row,
+/// activation) pair, so that a prompt gives the same logits in one batch as token by token.
+/// It must accept ANY row and activation count. Called only through [`WeightKernel::matmul`],
+/// which checks the shapes.
+pub type ColsFn = fn(n_cols: usize, weights: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]);
+
 /// Quantizes an f32 row into an activation format; `out` is exactly the row's size.
 pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
 
@@ -141,6 +152,9 @@ pub struct WeightKernel {
     /// Several rows at once, where a kernel gains from sharing the activation between rows;
     /// `None`: [`WeightKernel::matvec`] calls `vec_dot` per row.
     pub rows: Option<RowsFn>,
+    /// A batch of activation rows at once (prompts); `None`: [`WeightKernel::matmul`] runs
+    /// the matvec once per activation row.
+    pub cols: Option<ColsFn>,
     /// Which face this is ("scalar", "avx2", ...), for reports.
     pub face: &'static str,
     /// The faster kernel over rows repacked at load time, where this CPU has one; the model
@@ -184,6 +198,65 @@ impl WeightKernel {
         }
         Ok(())
     }
+
+    /// `out[t * n_rows + r] = weights[r] . acts[t]` for `n_acts` activation rows (each already
+    /// quantized into `self.act_type`, back to back in `acts`) and `n_rows` weight rows of
+    /// `n_cols` elements: the matvec of every activation row, with each weight read once.
+    /// Every value is bit for bit what [`WeightKernel::matvec`] gives for its activation row.
+    /// Checks every shape, allocates nothing. A worker that owns rows `r0..r1` passes
+    /// `weights[r0 * row_bytes..r1 * row_bytes]` and an `out` of `n_acts * (r1 - r0)` values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &self,
+        weights: &[u8],
+        n_rows: usize,
+        n_cols: usize,
+        acts: &[u8],
+        n_acts: usize,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        let act_row = quant::row_bytes(self.act_type, n_cols)?;
+        // The weights as a matvec checks them (its activation and output checks are the ones
+        // of one row of `acts` and of `out`, done below for the whole batch).
+        let w_row = quant::check_matvec_shapes(
+            self.weight_type,
+            weights.len(),
+            n_rows,
+            n_cols,
+            act_row,
+            n_rows,
+        )?;
+        for (ty, expected, found) in [
+            (self.act_type, act_row.checked_mul(n_acts), acts.len()),
+            (GgmlType::F32, n_rows.checked_mul(n_acts), out.len()),
+        ] {
+            if expected != Some(found) {
+                return Err(QuantError::BadLength {
+                    ggml_type: ty,
+                    expected: expected.unwrap_or(usize::MAX),
+                    found,
+                });
+            }
+        }
+        if w_row == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        match self.cols {
+            Some(cols) if n_acts > 0 && n_rows > 0 => cols(n_cols, weights, acts, n_acts, out),
+            // The generic twin: one matvec per activation row (through `rows` where the set
+            // has it, so the values are the matvec's by construction).
+            _ => {
+                for (act, o) in acts
+                    .chunks_exact(act_row)
+                    .zip(out.chunks_exact_mut(n_rows.max(1)))
+                {
+                    self.matvec(weights, n_rows, n_cols, act, o)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 const fn scalar_kernel(
@@ -196,6 +269,7 @@ const fn scalar_kernel(
         act_type,
         vec_dot,
         rows: None,
+        cols: None,
         face: "scalar",
         repacked: None,
     }
@@ -332,6 +406,16 @@ impl KernelSet {
         self.weight(w)?.matvec(weights, n_rows, n_cols, act, out)
     }
 
+    /// Adds the batched kernel of weight type `ty` (on top of what `install` put there; it
+    /// must give the bits of that entry's `vec_dot`). Architecture sections only, after
+    /// checking the CPU.
+    #[allow(dead_code)]
+    fn install_cols(&mut self, ty: GgmlType, cols: ColsFn) {
+        if let Some(k) = self.weights.iter_mut().find(|k| k.weight_type == ty) {
+            k.cols = Some(cols);
+        }
+    }
+
     /// Replaces the kernels of weight type `ty`. Architecture sections only, after checking
     /// the CPU; the activation format stays the one `quant::vec_dot_type` gives.
     #[allow(dead_code)]
@@ -345,6 +429,8 @@ impl KernelSet {
         if let Some(k) = self.weights.iter_mut().find(|k| k.weight_type == ty) {
             k.vec_dot = vec_dot;
             k.rows = rows;
+            // A batched kernel belongs to the vec_dot it was installed with.
+            k.cols = None;
             k.face = face;
         }
     }
@@ -367,7 +453,7 @@ mod x86_64 {
     use super::KernelSet;
     use crate::platform::CpuFeatures;
     use crate::quant::GgmlType;
-    use smolrun_kernels::x86_64::{avx2, avx2_fma_f16c_usable};
+    use smolrun_kernels::x86_64::{avx2, avx2_cols, avx2_fma_f16c_usable};
 
     /// Installs the AVX2 kernels when the caller allows AVX2, FMA and F16C and cpuid confirms
     /// them. AVX-512 is left out (see `smolrun_kernels::x86_64`).
@@ -385,6 +471,13 @@ mod x86_64 {
         set.install(GgmlType::Q5_0, q5_0, None, "avx2");
         set.install(GgmlType::F16, f16, None, "avx2");
         set.install(GgmlType::F32, f32, None, "avx2");
+        // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
+        set.install_cols(GgmlType::Q4_K, q4_k_cols);
+        set.install_cols(GgmlType::Q5_K, q5_k_cols);
+        set.install_cols(GgmlType::Q6_K, q6_k_cols);
+        set.install_cols(GgmlType::Q8_0, q8_0_cols);
+        set.install_cols(GgmlType::Q4_0, q4_0_cols);
+        set.install_cols(GgmlType::Q5_0, q5_0_cols);
     }
 
     // SAFETY (every function below): installed only by `install`, after
@@ -413,6 +506,24 @@ mod x86_64 {
     }
     fn f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
         unsafe { avx2::vec_dot_f32(n, w, a) }
+    }
+    fn q4_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx2_cols::matmul_q4_k_q8_k(n, w, a, t, out) }
+    }
+    fn q5_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx2_cols::matmul_q5_k_q8_k(n, w, a, t, out) }
+    }
+    fn q6_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx2_cols::matmul_q6_k_q8_k(n, w, a, t, out) }
+    }
+    fn q8_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx2_cols::matmul_q8_0_q8_0(n, w, a, t, out) }
+    }
+    fn q4_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx2_cols::matmul_q4_0_q8_0(n, w, a, t, out) }
+    }
+    fn q5_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx2_cols::matmul_q5_0_q8_0(n, w, a, t, out) }
     }
 }
 
@@ -1169,6 +1280,197 @@ mod tests {
                     set.weight(ty).unwrap().repacked.is_some(),
                     "{ty} has no x4 kernel"
                 );
+            }
+        }
+    }
+
+    /// `matmul` against the matvec of each activation row, to the bit: the generic twin for
+    /// every type in both sets, the batched SIMD kernels (`cols`) for the types that have them.
+    /// Row counts (1, 13, 37) and activation counts (1..=9, 13) are not multiples of the column
+    /// group; activations and weights include the edge cases of the vec_dot tests above.
+    fn check_matmul_is_matvec_per_row(set: &KernelSet, seed: u64) {
+        for k in &set.weights {
+            let ty = k.weight_type;
+            let bs = ty.block_size();
+            let n_cols = if bs == 1 { 75 } else { 3 * bs };
+            let act_row = quant::row_bytes(k.act_type, n_cols).unwrap();
+            let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+            let mut rng = XorShift(seed ^ ty.id() as u64);
+            // Activation rows: random, constant, one outlier, and raw -128/127 quants.
+            let mut acts: Vec<Vec<u8>> = Vec::new();
+            for i in 0..13 {
+                acts.push(match i % 4 {
+                    0 | 1 => {
+                        let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                        quantize(k.act_type, &x)
+                    }
+                    2 => {
+                        let mut x = vec![0.001f32; n_cols];
+                        x[(i * 7) % n_cols] = -3.0e4;
+                        quantize(k.act_type, &x)
+                    }
+                    _ if matches!(k.act_type, GgmlType::Q8_0 | GgmlType::Q8_K) => act_from_quants(
+                        k.act_type,
+                        0.01,
+                        &(0..n_cols)
+                            .map(|e| if (e + i) % 3 == 0 { 127 } else { -128 })
+                            .collect::<Vec<_>>(),
+                    ),
+                    _ => quantize(k.act_type, &vec![1.0; n_cols]),
+                });
+            }
+            // Weights: 37 rows (two 16-row tiles and a tail), random, with edge rows (all 0x00, all 0xFF with large scales).
+            let n_rows = 37;
+            let mut w = if bs == 1 {
+                let x: Vec<f32> = (0..n_rows * n_cols)
+                    .map(|_| rng.unit() * 4.0 - 2.0)
+                    .collect();
+                quantize(ty, &x)
+            } else {
+                random_blocks(ty, n_rows * n_cols / bs, rng.next_u64())
+            };
+            if bs > 1 {
+                w[row_bytes..2 * row_bytes].fill(0);
+                let edge = &mut w[5 * row_bytes..6 * row_bytes];
+                edge.fill(0xFF);
+                for b in edge.chunks_exact_mut(ty.type_size()) {
+                    for &off in f16_fields(ty) {
+                        put_f16(b, off, -2.5);
+                    }
+                }
+            }
+            for n_acts in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
+                let a: Vec<u8> = acts[..n_acts].concat();
+                for rows in [1, 13, n_rows] {
+                    let w = &w[..rows * row_bytes];
+                    let mut out = vec![f32::NAN; rows * n_acts];
+                    k.matmul(w, rows, n_cols, &a, n_acts, &mut out).unwrap();
+                    for t in 0..n_acts {
+                        let mut want = vec![0f32; rows];
+                        k.matvec(w, rows, n_cols, &a[t * act_row..][..act_row], &mut want)
+                            .unwrap();
+                        for r in 0..rows {
+                            assert_eq!(
+                                out[t * rows + r].to_bits(),
+                                want[r].to_bits(),
+                                "{ty} ({} face, cols {}): row {r} of {rows}, activation {t} of \
+                                 {n_acts}: matmul {} vs matvec {}",
+                                k.face,
+                                k.cols.is_some(),
+                                out[t * rows + r],
+                                want[r]
+                            );
+                        }
+                    }
+                }
+            }
+            // Shapes: every slice is checked, as in matvec.
+            let a: Vec<u8> = acts[..3].concat();
+            let mut out = vec![0f32; n_rows * 3];
+            for (w_len, a_len, o_len) in [
+                (w.len() - 1, a.len(), out.len()),
+                (w.len(), a.len() - 1, out.len()),
+                (w.len(), a.len(), out.len() - 1),
+            ] {
+                assert!(
+                    matches!(
+                        k.matmul(
+                            &w[..w_len],
+                            n_rows,
+                            n_cols,
+                            &a[..a_len],
+                            3,
+                            &mut out[..o_len]
+                        ),
+                        Err(QuantError::BadLength { .. })
+                    ),
+                    "{ty}: a wrong length must be refused"
+                );
+            }
+            let mut none: [f32; 0] = [];
+            k.matmul(&w, n_rows, n_cols, &[], 0, &mut none).unwrap();
+        }
+    }
+
+    #[test]
+    fn matmul_gives_the_matvec_bits_for_every_type() {
+        check_matmul_is_matvec_per_row(&KernelSet::scalar(), 31);
+        let fast = KernelSet::select(&detected_features());
+        check_matmul_is_matvec_per_row(&fast, 32);
+        #[cfg(target_arch = "x86_64")]
+        if fast.name() == "x86_64-avx2" {
+            for ty in [
+                GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+            ] {
+                assert!(
+                    fast.weight(ty).unwrap().cols.is_some(),
+                    "{ty} has no AVX2 matmul"
+                );
+            }
+        }
+    }
+
+    /// The batched SIMD kernels on many blocks and the full-range integer cases of
+    /// `simd_integer_parts_are_exact`, against the scalar vec_dot: there every intermediate
+    /// is an exact integer, so the batched kernel must equal the scalar twin itself.
+    #[test]
+    fn simd_matmul_integer_parts_equal_the_scalar_twin() {
+        for (ty, fast, scalar) in simd_kernels() {
+            if fast.cols.is_none() || ty.block_size() == 1 {
+                continue;
+            }
+            let mut rng = XorShift(0xBA7C4 ^ ty.id() as u64);
+            let nb = 2;
+            let n = nb * ty.block_size();
+            let n_rows = 7;
+            let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
+            for b in w.chunks_exact_mut(ty.type_size()) {
+                for &off in f16_fields(ty) {
+                    put_f16(b, off, 1.0);
+                }
+                match ty {
+                    GgmlType::Q4_K | GgmlType::Q5_K => {
+                        for s in &mut b[4..12] {
+                            *s &= 0x03;
+                        }
+                        for s in &mut b[12..16] {
+                            *s &= 0x33;
+                        }
+                    }
+                    GgmlType::Q6_K => {
+                        for s in &mut b[192..208] {
+                            *s = ((rng.next_u64() % 5) as i8 - 2) as u8;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let n_acts = 6;
+            let acts: Vec<u8> = (0..n_acts)
+                .flat_map(|_| {
+                    let mut q = random_i8(&mut rng, n, -128, 127);
+                    q[0] = -128;
+                    act_from_quants(fast.act_type, 1.0, &q)
+                })
+                .collect();
+            let act_row = acts.len() / n_acts;
+            let row_bytes = w.len() / n_rows;
+            let mut out = vec![f32::NAN; n_rows * n_acts];
+            fast.matmul(&w, n_rows, n, &acts, n_acts, &mut out).unwrap();
+            for t in 0..n_acts {
+                for r in 0..n_rows {
+                    let want = (scalar.vec_dot)(
+                        n,
+                        &w[r * row_bytes..][..row_bytes],
+                        &acts[t * act_row..][..act_row],
+                    );
+                    assert_eq!(out[t * n_rows + r], want, "{ty} row {r} activation {t}");
+                }
             }
         }
     }

@@ -392,21 +392,25 @@ impl Model {
         token: u32,
         pos: usize,
     ) -> Result<&'s [f32], ModelError> {
-        self.forward_inner(
+        let kernel = AttentionKernel::F16Accumulator;
+        self.forward_chunk(
             state,
             store,
             par,
-            token,
+            &[token],
             pos,
-            true,
-            AttentionKernel::F16Accumulator,
+            0..1,
+            kernel,
+            &mut |_, _| {},
         )?;
         Ok(&state.logits)
     }
 
     /// Runs a prompt from position `pos` and returns the last token's logits; the LM head (the
-    /// largest matrix of a small model) runs for the last token only. Tokens go through one at a
-    /// time; the attention kernel is chosen by batch size as llama.cpp chooses it.
+    /// largest matrix of a small model) runs for the last token only. The prompt goes through
+    /// in chunks of `state`'s batch size, each weight read once per chunk (the logits are the
+    /// ones token-by-token decoding gives, to the bit); the attention kernel is chosen by the
+    /// prompt's length as llama.cpp chooses it.
     pub fn forward_batch<'s>(
         &self,
         state: &'s mut State,
@@ -416,9 +420,25 @@ impl Model {
         pos: usize,
     ) -> Result<&'s [f32], ModelError> {
         let kernel = batch_attention_kernel(tokens.len());
-        for (i, &t) in tokens.iter().enumerate() {
-            let last = i + 1 == tokens.len();
-            self.forward_inner(state, store, par, t, pos + i, last, kernel)?;
+        let n_batch = state.n_batch;
+        for (c, chunk) in tokens.chunks(n_batch).enumerate() {
+            let last_chunk = (c + 1) * n_batch >= tokens.len();
+            let logits_rows = if last_chunk {
+                chunk.len() - 1..chunk.len()
+            } else {
+                0..0
+            };
+            let at = pos + c * n_batch;
+            self.forward_chunk(
+                state,
+                store,
+                par,
+                chunk,
+                at,
+                logits_rows,
+                kernel,
+                &mut |_, _| {},
+            )?;
         }
         Ok(&state.logits)
     }
@@ -437,53 +457,88 @@ impl Model {
         on_logits: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<(), ModelError> {
         let kernel = batch_attention_kernel(tokens.len());
-        for (i, &t) in tokens.iter().enumerate() {
-            let want = i >= logits_from;
-            self.forward_inner(state, store, par, t, pos + i, want, kernel)?;
-            if want {
-                on_logits(i, &state.logits);
-            }
+        let n_batch = state.n_batch;
+        for (c, chunk) in tokens.chunks(n_batch).enumerate() {
+            let first = c * n_batch;
+            let logits_rows = logits_from.clamp(first, first + chunk.len()) - first..chunk.len();
+            let at = pos + first;
+            self.forward_chunk(
+                state,
+                store,
+                par,
+                chunk,
+                at,
+                logits_rows,
+                kernel,
+                &mut |t, l| on_logits(first + t, l),
+            )?;
         }
         Ok(())
     }
 
+    /// Runs `tokens` (at most the state's batch size) at positions `pos..`, then the LM head
+    /// for the tokens `logits_rows` (indices into `tokens`), each handed to `on_logits`.
     #[allow(clippy::too_many_arguments)]
-    fn forward_inner(
+    fn forward_chunk(
         &self,
         s: &mut State,
         store: &dyn WeightStore,
         par: &dyn Parallel,
-        token: u32,
+        tokens: &[u32],
         pos: usize,
-        want_logits: bool,
+        logits_rows: core::ops::Range<usize>,
         kernel: AttentionKernel,
+        on_logits: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
-        if pos >= s.n_ctx {
+        debug_assert!(tokens.len() <= s.n_batch);
+        if pos + tokens.len() > s.n_ctx {
             return Err(ModelError::ContextFull {
-                pos,
+                pos: pos.max(s.n_ctx),
                 n_ctx: s.n_ctx,
             });
         }
-        self.embed(s, store, token)?;
-        s.tap("inp_scaled", 0, &s.x);
+        let n_tokens = tokens.len();
+        for (t, &token) in tokens.iter().enumerate() {
+            self.embed(s, store, token, t)?;
+            s.tap("inp_scaled", 0, row(&s.x, hp.n_embd, t));
+        }
         for (l, layer) in self.layers.iter().enumerate() {
-            self.attention_block(s, store, par, l, layer, pos, kernel)?;
-            self.ffn_block(s, store, par, l, layer)?;
+            self.attention_block(s, store, par, l, layer, n_tokens, pos, kernel)?;
+            self.ffn_block(s, store, par, l, layer, n_tokens)?;
         }
-        s.pos = pos + 1;
-        if !want_logits {
-            return Ok(());
+        s.pos = pos + n_tokens;
+        for t in logits_rows {
+            self.lm_head(s, store, par, t)?;
+            on_logits(t, &s.logits);
         }
-        math::rms_norm(&mut s.xb, &s.x, &self.output_norm, hp.rms_eps);
-        s.tap("result_norm", 0, &s.xb);
-        quantize_input(&self.output, &s.xb, &mut s.act_q)?;
+        Ok(())
+    }
+
+    /// logits = Wout rms_norm(x[t]) (softcapped for Gemma 2-style heads).
+    fn lm_head(
+        &self,
+        s: &mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        t: usize,
+    ) -> Result<(), ModelError> {
+        let hp = &self.hp;
+        let n = hp.n_embd;
+        math::rms_norm(
+            &mut s.xb[..n],
+            row(&s.x, n, t),
+            &self.output_norm,
+            hp.rms_eps,
+        );
+        s.tap("result_norm", 0, &s.xb[..n]);
+        quantize_rows(par, &self.output, &s.xb, n, 1, &mut s.act_q)?;
         // A pruned head computes its kept rows only, then puts them at their ids.
         let head_out = match self.head_ids {
             None => &mut s.logits,
             Some(_) => &mut s.head_logits,
         };
-        matvec(par, store, &self.output, &s.act_q, head_out)?;
+        matmul(par, store, &self.output, &s.act_q, 1, &mut s.tile, head_out)?;
         if let Some(cap) = hp.final_logit_softcap {
             for v in head_out.iter_mut() {
                 *v = math::softcap(*v, cap);
@@ -495,8 +550,14 @@ impl Model {
         Ok(())
     }
 
-    /// x = the embedding row of `token` (only that row is read and dequantized).
-    fn embed(&self, s: &mut State, store: &dyn WeightStore, token: u32) -> Result<(), ModelError> {
+    /// x[t] = the embedding row of `token` (only that row is read and dequantized).
+    fn embed(
+        &self,
+        s: &mut State,
+        store: &dyn WeightStore,
+        token: u32,
+        t: usize,
+    ) -> Result<(), ModelError> {
         let m = &self.token_embd;
         if token as usize >= self.hp.n_vocab {
             return Err(ModelError::TokenOutOfRange {
@@ -504,9 +565,10 @@ impl Model {
                 n_vocab: self.hp.n_vocab,
             });
         }
+        let x = row_mut(&mut s.x, self.hp.n_embd, t);
         let bytes = store.get(m.id)?;
-        let row = &bytes[token as usize * m.row_bytes..(token as usize + 1) * m.row_bytes];
-        let r = quant::dequantize_row(m.ty, row, &mut s.x[..m.n_cols]);
+        let w = &bytes[token as usize * m.row_bytes..(token as usize + 1) * m.row_bytes];
+        let r = quant::dequantize_row(m.ty, w, &mut x[..m.n_cols]);
         store.release(m.id);
         r.map_err(|err| ModelError::Quant {
             tensor: m.name.clone(),
@@ -514,12 +576,14 @@ impl Model {
         })?;
         if self.switches.scale_embedding {
             let scale = libm::sqrtf(self.hp.n_embd as f32);
-            s.x.iter_mut().for_each(|v| *v *= scale);
+            x.iter_mut().for_each(|v| *v *= scale);
         }
         Ok(())
     }
 
-    /// x += (post-norm of) Wo · attention(rope(Wq xb), cache), with xb = rms_norm(x).
+    /// For each of the `n` tokens: x += (post-norm of) Wo · attention(rope(Wq xb), cache), with
+    /// xb = rms_norm(x). The matrices run once for all tokens; RoPE, the cache writes and the
+    /// attention run per token (token t sees the cache up to its own position).
     #[allow(clippy::too_many_arguments)]
     fn attention_block(
         &self,
@@ -528,120 +592,219 @@ impl Model {
         par: &dyn Parallel,
         l: usize,
         layer: &Layer,
+        n: usize,
         pos: usize,
         kernel: AttentionKernel,
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
-        let (hd, hdv) = (hp.head_dim, hp.head_dim_v);
-        math::rms_norm(&mut s.xb, &s.x, &layer.attn_norm, hp.rms_eps);
-        s.tap("attn_norm", l, &s.xb);
+        let (n_embd, hd) = (hp.n_embd, hp.head_dim);
+        let (q_dim, o_dim) = (hp.n_head * hd, hp.n_head * hp.head_dim_v);
+        let (kv_dim, v_dim) = (s.kv_dim, s.v_dim);
+        rms_norm_rows(
+            par,
+            &mut s.xb,
+            &s.x,
+            n_embd,
+            n,
+            &layer.attn_norm,
+            hp.rms_eps,
+        );
+        for t in 0..n {
+            s.tap("attn_norm", l, row(&s.xb, n_embd, t));
+        }
 
         // Q, K, V share one input: quantize it once per activation format.
-        quantize_input(&layer.wq, &s.xb, &mut s.act_q)?;
-        matvec(par, store, &layer.wq, &s.act_q, &mut s.q)?;
+        quantize_rows(par, &layer.wq, &s.xb, n_embd, n, &mut s.act_q)?;
+        matmul(par, store, &layer.wq, &s.act_q, n, &mut s.tile, &mut s.q)?;
         if layer.wk.act_ty != layer.wq.act_ty {
-            quantize_input(&layer.wk, &s.xb, &mut s.act_q)?;
+            quantize_rows(par, &layer.wk, &s.xb, n_embd, n, &mut s.act_q)?;
         }
-        matvec(par, store, &layer.wk, &s.act_q, &mut s.k)?;
+        matmul(par, store, &layer.wk, &s.act_q, n, &mut s.tile, &mut s.k)?;
         if layer.wv.act_ty != layer.wk.act_ty {
-            quantize_input(&layer.wv, &s.xb, &mut s.act_q)?;
+            quantize_rows(par, &layer.wv, &s.xb, n_embd, n, &mut s.act_q)?;
         }
-        matvec(par, store, &layer.wv, &s.act_q, &mut s.v)?;
-        for (out, bias) in [
-            (&mut s.q, &layer.bq),
-            (&mut s.k, &layer.bk),
-            (&mut s.v, &layer.bv),
-        ] {
-            if let Some(b) = bias {
-                out.iter_mut().zip(b).for_each(|(o, b)| *o += b);
-            }
-        }
-        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            s.q.chunks_exact_mut(hd)
-                .for_each(|h| math::rms_norm_in_place(h, qn, hp.rms_eps));
-            s.k.chunks_exact_mut(hd)
-                .for_each(|h| math::rms_norm_in_place(h, kn, hp.rms_eps));
-        }
-        s.tap("Qcur_normed", l, &s.q);
-        s.tap("Kcur_normed", l, &s.k);
-        s.tap("Vcur", l, &s.v);
-        let ff = self.rope_freqs.as_deref();
-        layer.rope.apply(&mut s.q, hd, pos, ff);
-        layer.rope.apply(&mut s.k, hd, pos, ff);
-        s.tap("Qcur", l, &s.q);
-        s.tap("Kcur", l, &s.k);
+        matmul(par, store, &layer.wv, &s.act_q, n, &mut s.tile, &mut s.v)?;
 
         let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
         let score_scale = if self.switches.scale_q_before_attention {
-            s.q.iter_mut().for_each(|v| *v *= inv_sqrt_hd);
             1.0
         } else {
             inv_sqrt_hd
         };
-        if kernel == AttentionKernel::F16Accumulator {
-            // llama.cpp's decode kernel converts the query to f16 before the dot products.
-            s.q.iter_mut()
-                .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+        for t in 0..n {
+            let q = row_mut(&mut s.q, q_dim, t);
+            let k = row_mut(&mut s.k, kv_dim, t);
+            let v = row_mut(&mut s.v, v_dim, t);
+            for (out, bias) in [
+                (&mut *q, &layer.bq),
+                (&mut *k, &layer.bk),
+                (&mut *v, &layer.bv),
+            ] {
+                if let Some(b) = bias {
+                    out.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q.chunks_exact_mut(hd)
+                    .for_each(|h| math::rms_norm_in_place(h, qn, hp.rms_eps));
+                k.chunks_exact_mut(hd)
+                    .for_each(|h| math::rms_norm_in_place(h, kn, hp.rms_eps));
+            }
+            if let Some(f) = s.tap {
+                f("Qcur_normed", l, q);
+                f("Kcur_normed", l, k);
+                f("Vcur", l, v);
+            }
+            let ff = self.rope_freqs.as_deref();
+            layer.rope.apply(q, hd, pos + t, ff);
+            layer.rope.apply(k, hd, pos + t, ff);
+            if let Some(f) = s.tap {
+                f("Qcur", l, q);
+                f("Kcur", l, k);
+            }
+            if self.switches.scale_q_before_attention {
+                q.iter_mut().for_each(|v| *v *= inv_sqrt_hd);
+            }
+            if kernel == AttentionKernel::F16Accumulator {
+                // llama.cpp's decode kernel converts the query to f16 before the dot products.
+                q.iter_mut()
+                    .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+            }
+            // Append this position's K and V to the layer's cache.
+            let p = pos + t;
+            let kbase = l * s.n_ctx * kv_dim;
+            let vbase = l * s.n_ctx * v_dim;
+            math::to_f16_bits(&mut s.key_cache[kbase + p * kv_dim..][..kv_dim], k);
+            math::to_f16_bits(&mut s.value_cache[vbase + p * v_dim..][..v_dim], v);
+        }
+        if n == 1 {
+            self.attend_heads(s, par, l, layer, pos, score_scale, kernel);
+        } else {
+            self.attend_tokens(s, par, l, layer, n, pos, score_scale, kernel);
+        }
+        for t in 0..n {
+            s.tap("kqv_out", l, row(&s.att_out, o_dim, t));
         }
 
-        // Append this position's K and V to the layer's cache.
-        let (kv_dim, v_dim) = (s.kv_dim, s.v_dim);
-        let kbase = l * s.n_ctx * kv_dim;
-        let vbase = l * s.n_ctx * v_dim;
-        math::to_f16_bits(&mut s.key_cache[kbase + pos * kv_dim..][..kv_dim], &s.k);
-        math::to_f16_bits(&mut s.value_cache[vbase + pos * v_dim..][..v_dim], &s.v);
+        quantize_rows(par, &layer.wo, &s.att_out, o_dim, n, &mut s.act_q)?;
+        matmul(par, store, &layer.wo, &s.act_q, n, &mut s.tile, &mut s.xb2)?;
+        let post_norm = layer.post_attn_norm.as_deref();
+        add_rows(par, &mut s.x, &mut s.xb2, n_embd, n, post_norm, hp.rms_eps);
+        for t in 0..n {
+            s.tap("sa_out", l, row(&s.x, n_embd, t));
+        }
+        Ok(())
+    }
 
-        let span = AttentionSpan {
-            pos,
-            window: layer.window,
-        };
-        let key_cache = &s.key_cache[kbase..kbase + (pos + 1) * kv_dim];
-        let value_cache = &s.value_cache[vbase..vbase + (pos + 1) * v_dim];
-        // Heads are independent: split them over the workers.
+    /// att_out = attention of one token's query (at position `pos`) over the layer's cache,
+    /// heads split over the workers (decoding).
+    #[allow(clippy::too_many_arguments)]
+    fn attend_heads(
+        &self,
+        s: &mut State,
+        par: &dyn Parallel,
+        l: usize,
+        layer: &Layer,
+        pos: usize,
+        score_scale: f32,
+        kernel: AttentionKernel,
+    ) {
+        let hp = &self.hp;
         let group = hp.n_head / hp.n_head_kv;
         let n_workers = par.n_threads().clamp(1, hp.n_head_kv);
         let att_out = SharedMut::new(&mut s.att_out);
         let scores = SharedMut::new(&mut s.scores);
+        let cache = LayerCache::of(s, l);
         let q = &s.q;
-        let n_ctx = s.n_ctx;
-        let softcap = hp.attn_logit_softcap;
         par.run(&|w| {
             if w >= n_workers {
                 return;
             }
             // Worker w takes whole KV groups, so each reads its part of the cache once.
             let (g0, g1) = split(hp.n_head_kv, n_workers, w);
-            for kvh in g0..g1 {
-                for h in kvh * group..(kvh + 1) * group {
-                    // SAFETY: head h's output and score rows are touched by this worker only.
-                    let out = unsafe { att_out.slice(h * hdv, hdv) };
-                    let sc = unsafe { scores.slice(h * n_ctx, n_ctx) };
-                    let kv = math::KvHead {
-                        key_cache,
-                        value_cache,
-                        head: kvh,
-                        n_head_kv: hp.n_head_kv,
-                        head_dim: hd,
-                        head_dim_v: hdv,
-                    };
-                    let q = &q[h * hd..(h + 1) * hd];
-                    math::attention_head(out, q, &kv, sc, span, score_scale, softcap, kernel);
+            for h in g0 * group..g1 * group {
+                // SAFETY: head h's output and score rows are touched by this worker only.
+                let out = unsafe { att_out.slice(h * hp.head_dim_v, hp.head_dim_v) };
+                let sc = unsafe { scores.slice(h * s.n_ctx, s.n_ctx) };
+                self.attend_head(&cache, layer, q, h, pos, out, sc, score_scale, kernel);
+            }
+        });
+    }
+
+    /// att_out[t] = attention of token t's query (at position `pos + t`) for the `n` tokens of
+    /// a batch, tokens split over the workers (worker w uses the score row of head w).
+    #[allow(clippy::too_many_arguments)]
+    fn attend_tokens(
+        &self,
+        s: &mut State,
+        par: &dyn Parallel,
+        l: usize,
+        layer: &Layer,
+        n: usize,
+        pos: usize,
+        score_scale: f32,
+        kernel: AttentionKernel,
+    ) {
+        let hp = &self.hp;
+        let (q_dim, o_dim) = (hp.n_head * hp.head_dim, hp.n_head * hp.head_dim_v);
+        let n_workers = par.n_threads().clamp(1, hp.n_head.min(n));
+        let att_out = SharedMut::new(&mut s.att_out[..n * o_dim]);
+        let scores = SharedMut::new(&mut s.scores);
+        let cache = LayerCache::of(s, l);
+        let q = &s.q;
+        par.run(&|w| {
+            if w >= n_workers {
+                return;
+            }
+            // SAFETY: score row w belongs to worker w; token t's output to the worker of t.
+            let sc = unsafe { scores.slice(w * s.n_ctx, s.n_ctx) };
+            let (t0, t1) = split(n, n_workers, w);
+            for t in t0..t1 {
+                let out = unsafe { att_out.slice(t * o_dim, o_dim) };
+                let q = row(q, q_dim, t);
+                for (h, out) in out.chunks_exact_mut(hp.head_dim_v).enumerate() {
+                    let p = pos + t;
+                    self.attend_head(&cache, layer, q, h, p, out, sc, score_scale, kernel);
                 }
             }
         });
-
-        s.tap("kqv_out", l, &s.att_out);
-        quantize_input(&layer.wo, &s.att_out, &mut s.act_q)?;
-        matvec(par, store, &layer.wo, &s.act_q, &mut s.xb2)?;
-        if let Some(w) = &layer.post_attn_norm {
-            math::rms_norm_in_place(&mut s.xb2, w, hp.rms_eps);
-        }
-        s.x.iter_mut().zip(&s.xb2).for_each(|(x, o)| *x += o);
-        s.tap("sa_out", l, &s.x);
-        Ok(())
     }
 
-    /// x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with xb = rms_norm(x).
+    /// One query head `h` of `q` at position `pos` over the cache up to `pos`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_head(
+        &self,
+        cache: &LayerCache,
+        layer: &Layer,
+        q: &[f32],
+        h: usize,
+        pos: usize,
+        out: &mut [f32],
+        scores: &mut [f32],
+        score_scale: f32,
+        kernel: AttentionKernel,
+    ) {
+        let hp = &self.hp;
+        let (hd, group) = (hp.head_dim, hp.n_head / hp.n_head_kv);
+        let kv = math::KvHead {
+            key_cache: &cache.keys[..(pos + 1) * cache.kv_dim],
+            value_cache: &cache.values[..(pos + 1) * cache.v_dim],
+            head: h / group,
+            n_head_kv: hp.n_head_kv,
+            head_dim: hd,
+            head_dim_v: hp.head_dim_v,
+        };
+        let span = AttentionSpan {
+            pos,
+            window: layer.window,
+        };
+        let q = &q[h * hd..(h + 1) * hd];
+        let softcap = hp.attn_logit_softcap;
+        math::attention_head(out, q, &kv, scores, span, score_scale, softcap, kernel);
+    }
+
+    /// For each of the `n` tokens: x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with
+    /// xb = rms_norm(x).
     fn ffn_block(
         &self,
         s: &mut State,
@@ -649,34 +812,76 @@ impl Model {
         par: &dyn Parallel,
         l: usize,
         layer: &Layer,
+        n: usize,
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
-        math::rms_norm(&mut s.xb, &s.x, &layer.ffn_norm, hp.rms_eps);
-        s.tap("ffn_norm", l, &s.xb);
-        quantize_input(&layer.w_gate, &s.xb, &mut s.act_q)?;
-        matvec(par, store, &layer.w_gate, &s.act_q, &mut s.hb)?;
-        if layer.w_up.act_ty != layer.w_gate.act_ty {
-            quantize_input(&layer.w_up, &s.xb, &mut s.act_q)?;
+        let (n_embd, n_ff) = (hp.n_embd, hp.n_ff);
+        rms_norm_rows(par, &mut s.xb, &s.x, n_embd, n, &layer.ffn_norm, hp.rms_eps);
+        for t in 0..n {
+            s.tap("ffn_norm", l, row(&s.xb, n_embd, t));
         }
-        matvec(par, store, &layer.w_up, &s.act_q, &mut s.hb2)?;
+        quantize_rows(par, &layer.w_gate, &s.xb, n_embd, n, &mut s.act_q)?;
+        matmul(
+            par,
+            store,
+            &layer.w_gate,
+            &s.act_q,
+            n,
+            &mut s.tile,
+            &mut s.hb,
+        )?;
+        if layer.w_up.act_ty != layer.w_gate.act_ty {
+            quantize_rows(par, &layer.w_up, &s.xb, n_embd, n, &mut s.act_q)?;
+        }
+        matmul(
+            par,
+            store,
+            &layer.w_up,
+            &s.act_q,
+            n,
+            &mut s.tile,
+            &mut s.hb2,
+        )?;
         let act = match self.switches.activation {
             Activation::Silu => math::silu,
             Activation::GeluTanh => math::gelu_tanh,
         };
-        s.tap("ffn_gate", l, &s.hb);
-        s.tap("ffn_up", l, &s.hb2);
-        s.hb.iter_mut()
-            .zip(&s.hb2)
-            .for_each(|(g, u)| *g = act(*g) * u);
-        s.tap("ffn_act", l, &s.hb);
-        quantize_input(&layer.w_down, &s.hb, &mut s.act_q)?;
-        matvec(par, store, &layer.w_down, &s.act_q, &mut s.xb2)?;
-        s.tap("ffn_out", l, &s.xb2);
-        if let Some(w) = &layer.post_ffn_norm {
-            math::rms_norm_in_place(&mut s.xb2, w, hp.rms_eps);
+        if let Some(f) = s.tap {
+            for t in 0..n {
+                f("ffn_gate", l, row(&s.hb, n_ff, t));
+                f("ffn_up", l, row(&s.hb2, n_ff, t));
+            }
         }
-        s.x.iter_mut().zip(&s.xb2).for_each(|(x, o)| *x += o);
-        s.tap("l_out", l, &s.x);
+        let gates = SharedMut::new(&mut s.hb[..n * n_ff]);
+        let ups = &s.hb2;
+        per_token(par, n, &|_, t| {
+            // SAFETY: token t's row is written by this worker only.
+            let gate = unsafe { gates.slice(t * n_ff, n_ff) };
+            gate.iter_mut()
+                .zip(row(ups, n_ff, t))
+                .for_each(|(g, u)| *g = act(*g) * u);
+        });
+        for t in 0..n {
+            s.tap("ffn_act", l, row(&s.hb, n_ff, t));
+        }
+        quantize_rows(par, &layer.w_down, &s.hb, n_ff, n, &mut s.act_q)?;
+        matmul(
+            par,
+            store,
+            &layer.w_down,
+            &s.act_q,
+            n,
+            &mut s.tile,
+            &mut s.xb2,
+        )?;
+        for t in 0..n {
+            s.tap("ffn_out", l, row(&s.xb2, n_embd, t));
+        }
+        let post_norm = layer.post_ffn_norm.as_deref();
+        add_rows(par, &mut s.x, &mut s.xb2, n_embd, n, post_norm, hp.rms_eps);
+        for t in 0..n {
+            s.tap("l_out", l, row(&s.x, n_embd, t));
+        }
         Ok(())
     }
 }
@@ -693,14 +898,87 @@ fn batch_attention_kernel(n_tokens: usize) -> AttentionKernel {
     }
 }
 
-/// Quantizes the input vector of `m` into its activation format.
-fn quantize_input(m: &Matrix, x: &[f32], act_q: &mut [u8]) -> Result<(), ModelError> {
-    act_quant::quantize_activation(m.act_ty, &x[..m.n_cols], &mut act_q[..m.act_bytes]).map_err(
-        |err| ModelError::Quant {
+/// Row `t` of a token-major buffer of rows of `width` values.
+fn row(buf: &[f32], width: usize, t: usize) -> &[f32] {
+    &buf[t * width..(t + 1) * width]
+}
+
+fn row_mut(buf: &mut [f32], width: usize, t: usize) -> &mut [f32] {
+    &mut buf[t * width..(t + 1) * width]
+}
+
+/// Quantizes the `n` input rows of `m` (rows of `width` values in `x`) into its activation
+/// format, back to back in `act_q` (`m.act_bytes` each).
+fn quantize_rows(
+    par: &dyn Parallel,
+    m: &Matrix,
+    x: &[f32],
+    width: usize,
+    n: usize,
+    act_q: &mut [u8],
+) -> Result<(), ModelError> {
+    let quantize = |t: usize, out: &mut [u8]| {
+        act_quant::quantize_activation(m.act_ty, &row(x, width, t)[..m.n_cols], out)
+    };
+    let failed = AtomicBool::new(false);
+    let shared = SharedMut::new(&mut act_q[..n * m.act_bytes]);
+    per_token(par, n, &|_, t| {
+        // SAFETY: token t's row is written by this worker only.
+        let out = unsafe { shared.slice(t * m.act_bytes, m.act_bytes) };
+        if quantize(t, out).is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+    });
+    if failed.load(Ordering::Relaxed) {
+        // Run the first row again for the error to report.
+        quantize(0, &mut act_q[..m.act_bytes]).map_err(|err| ModelError::Quant {
             tensor: m.name.clone(),
             err,
-        },
-    )
+        })?;
+    }
+    Ok(())
+}
+
+/// out[t] = rms_norm(x[t]) * w for the `n` rows of `width` values.
+fn rms_norm_rows(
+    par: &dyn Parallel,
+    out: &mut [f32],
+    x: &[f32],
+    width: usize,
+    n: usize,
+    w: &[f32],
+    eps: f32,
+) {
+    let shared = SharedMut::new(&mut out[..n * width]);
+    per_token(par, n, &|_, t| {
+        // SAFETY: token t's row is written by this worker only.
+        let o = unsafe { shared.slice(t * width, width) };
+        math::rms_norm(o, row(x, width, t), w, eps);
+    });
+}
+
+/// x[t] += (rms_norm(o[t]) * post_norm, or o[t] without one) for the `n` rows of `width`.
+fn add_rows(
+    par: &dyn Parallel,
+    x: &mut [f32],
+    o: &mut [f32],
+    width: usize,
+    n: usize,
+    post_norm: Option<&[f32]>,
+    eps: f32,
+) {
+    let (xs, os) = (
+        SharedMut::new(&mut x[..n * width]),
+        SharedMut::new(&mut o[..n * width]),
+    );
+    per_token(par, n, &|_, t| {
+        // SAFETY: token t's rows are touched by this worker only.
+        let (x, o) = unsafe { (xs.slice(t * width, width), os.slice(t * width, width)) };
+        if let Some(w) = post_norm {
+            math::rms_norm_in_place(o, w, eps);
+        }
+        x.iter_mut().zip(&*o).for_each(|(x, o)| *x += o);
+    });
 }
 
 /// Rows `[lo, hi)` of `n` split into `parts` near-equal ranges.
@@ -710,16 +988,16 @@ fn split(n: usize, parts: usize, i: usize) -> (usize, usize) {
 }
 
 /// A mutable slice handed to parallel workers that write disjoint ranges of it.
-struct SharedMut {
-    ptr: *mut f32,
+struct SharedMut<T> {
+    ptr: *mut T,
     len: usize,
 }
 
 // SAFETY: workers only take disjoint sub-slices (see `slice`).
-unsafe impl Sync for SharedMut {}
+unsafe impl<T: Send> Sync for SharedMut<T> {}
 
-impl SharedMut {
-    fn new(s: &mut [f32]) -> Self {
+impl<T> SharedMut<T> {
+    fn new(s: &mut [T]) -> Self {
         SharedMut {
             ptr: s.as_mut_ptr(),
             len: s.len(),
@@ -728,23 +1006,65 @@ impl SharedMut {
     /// # Safety
     /// No two live slices may overlap, and the source slice must outlive them.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+    unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
         assert!(start + len <= self.len);
         core::slice::from_raw_parts_mut(self.ptr.add(start), len)
     }
 }
 
-/// `out = M · x` with `x` already quantized into `act_q`; rows split over the workers. The
-/// weight is fetched from the store just before and released right after. Where the matrix's
-/// kernel has a repacked layout and the store holds that copy, the repacked kernel runs on it
-/// (the file's pages of the tensor are then not touched).
-fn matvec(
+/// One layer's K and V cache (f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`), read-only.
+struct LayerCache<'s> {
+    keys: &'s [u16],
+    values: &'s [u16],
+    kv_dim: usize,
+    v_dim: usize,
+}
+
+impl<'s> LayerCache<'s> {
+    fn of(s: &'s State, l: usize) -> LayerCache<'s> {
+        let (kv_dim, v_dim, n_ctx) = (s.kv_dim, s.v_dim, s.n_ctx);
+        LayerCache {
+            keys: &s.key_cache[l * n_ctx * kv_dim..(l + 1) * n_ctx * kv_dim],
+            values: &s.value_cache[l * n_ctx * v_dim..(l + 1) * n_ctx * v_dim],
+            kv_dim,
+            v_dim,
+        }
+    }
+}
+
+/// Runs `f(t)` for the tokens `0..n`, each worker taking a run of them (the token-wise steps
+/// of a batch: norms, quantizing, the FFN activation, attention). One token runs inline.
+fn per_token(par: &dyn Parallel, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+    let n_workers = par.n_threads().clamp(1, n.max(1));
+    if n_workers == 1 {
+        (0..n).for_each(|t| f(0, t));
+        return;
+    }
+    par.run(&|w| {
+        if w < n_workers {
+            let (t0, t1) = split(n, n_workers, w);
+            (t0..t1).for_each(|t| f(w, t));
+        }
+    });
+}
+
+/// `out[t] = M · x[t]` for the `n` input rows already quantized into `act_q` (`out` holds
+/// token-major rows of `m.n_rows`). The weight rows are split over the workers; a worker
+/// computes its rows for all `n` tokens at once (each weight read once), into its part of
+/// `tile`, then copies them into the tokens' rows. One token goes straight through the matvec.
+/// The weight is fetched from the store just before and released right after. Where the
+/// matrix's kernel has a repacked layout and the store holds that copy, the repacked kernel runs
+/// on it, token by token (the file's pages of the tensor are then not touched).
+fn matmul(
     par: &dyn Parallel,
     store: &dyn WeightStore,
     m: &Matrix,
     act_q: &[u8],
+    n: usize,
+    tile: &mut [f32],
     out: &mut [f32],
 ) -> Result<(), ModelError> {
+    let n_rows = m.n_rows;
     let repacked = m
         .kernel
         .repacked
@@ -753,51 +1073,87 @@ fn matvec(
         Some((_, packed)) => packed,
         None => store.get(m.id)?,
     };
+    let expected = match repacked {
+        Some((rk, _)) => (rk.bytes)(n_rows, m.n_cols).unwrap_or(usize::MAX),
+        None => n_rows * m.row_bytes,
+    };
+    if w.len() < expected {
+        store.release(m.id);
+        return Err(ModelError::Store {
+            tensor: m.name.clone(),
+            reason: format!(
+                "got {} bytes, expected {expected} ({n_rows} rows of {} elements{})",
+                w.len(),
+                m.n_cols,
+                match repacked {
+                    Some((rk, _)) => format!(", repacked as {}", rk.layout),
+                    None => String::new(),
+                }
+            ),
+        });
+    }
     let failed = AtomicBool::new(false);
     let n_workers = par.n_threads().max(1);
-    let shared = SharedMut::new(&mut out[..m.n_rows]);
+    let acts = &act_q[..n * m.act_bytes];
+    let out = SharedMut::new(&mut out[..n * n_rows]);
+    let tile = SharedMut::new(if n > 1 {
+        &mut tile[..n * n_rows]
+    } else {
+        &mut tile[..0]
+    });
     // Guided scheduling: each grab takes remaining / (2 x threads) rows, so a preempted worker
     // leaves a short tail. Chunks are multiples of 16 rows so that workers do not share cache
     // lines of `out` (and row-group kernels, groups of 4, get aligned starts).
-    let rows_left = RowDispenser::new(m.n_rows, n_workers, MATVEC_CHUNK_ROWS);
+    let rows_left = RowDispenser::new(n_rows, n_workers, MATVEC_CHUNK_ROWS);
     par.run(&|_| {
         while let Some(chunk) = rows_left.grab() {
-            let (r0, r1) = (chunk.start, chunk.end);
-            // SAFETY: the dispenser hands each row to exactly one worker.
-            let o = unsafe { shared.slice(r0, r1 - r0) };
-            let act = &act_q[..m.act_bytes];
-            let ok = match repacked {
+            let (r0, r1, len) = (chunk.start, chunk.end, chunk.len());
+            let result = match repacked {
+                // The repacked kernels are matvecs: one pass over the chunk per token.
                 Some((rk, packed)) => rk
-                    .row_range(m.n_rows, m.n_cols, r0, r1)
+                    .row_range(n_rows, m.n_cols, r0, r1)
                     .and_then(|range| packed.get(range))
-                    .is_some_and(|rows| rk.matvec(m.ty, rows, r1 - r0, m.n_cols, act, o).is_ok()),
-                None => w
-                    .get(r0 * m.row_bytes..r1 * m.row_bytes)
-                    .is_some_and(|rows| m.kernel.matvec(rows, r1 - r0, m.n_cols, act, o).is_ok()),
+                    .map_or(Err(()), |rows| {
+                        (0..n).try_for_each(|t| {
+                            // SAFETY: the dispenser hands each row to exactly one worker.
+                            let o = unsafe { out.slice(t * n_rows + r0, len) };
+                            let act = &acts[t * m.act_bytes..(t + 1) * m.act_bytes];
+                            rk.matvec(m.ty, rows, len, m.n_cols, act, o).map_err(|_| ())
+                        })
+                    }),
+                None => {
+                    let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
+                    if n == 1 {
+                        // SAFETY: the dispenser hands each row to exactly one worker.
+                        let o = unsafe { out.slice(r0, len) };
+                        m.kernel
+                            .matvec(rows, len, m.n_cols, acts, o)
+                            .map_err(|_| ())
+                    } else {
+                        // SAFETY: as above; this chunk's tile is rows r0..r1 of every token.
+                        let tl = unsafe { tile.slice(n * r0, n * len) };
+                        let r = m.kernel.matmul(rows, len, m.n_cols, acts, n, tl);
+                        for (t, src) in tl.chunks_exact(len).enumerate() {
+                            // SAFETY: rows r0..r1 of token t belong to this chunk only.
+                            unsafe { out.slice(t * n_rows + r0, len) }.copy_from_slice(src);
+                        }
+                        r.map_err(|_| ())
+                    }
+                }
             };
-            if !ok {
+            if result.is_err() {
                 failed.store(true, Ordering::Relaxed);
             }
         }
     });
     store.release(m.id);
     if failed.load(Ordering::Relaxed) {
-        // Shapes were checked at load, so this means the store handed over the wrong bytes.
-        let expected = match repacked {
-            Some((rk, _)) => (rk.bytes)(m.n_rows, m.n_cols).unwrap_or(0),
-            None => m.n_rows * m.row_bytes,
-        };
+        // Shapes were checked at load and the weight's length above: a kernel refused them.
         return Err(ModelError::Store {
             tensor: m.name.clone(),
             reason: format!(
-                "got {} bytes, expected {expected} ({} rows of {} elements{})",
-                w.len(),
-                m.n_rows,
-                m.n_cols,
-                match repacked {
-                    Some((rk, _)) => format!(", repacked as {}", rk.layout),
-                    None => String::new(),
-                }
+                "the {} kernel refused {} rows of {} columns for {n} tokens",
+                m.kernel.face, n_rows, m.n_cols
             ),
         });
     }
@@ -807,12 +1163,19 @@ fn matvec(
 /// Rows per chunk of a parallel matvec: a multiple of every repacked kernel's group (4).
 const MATVEC_CHUNK_ROWS: usize = 16;
 
+/// Tokens of a prompt that run together by default: each weight is read once per batch, and
+/// the batch buffers (a few MB for a 1.5B model) stay small next to the KV cache.
+pub const DEFAULT_BATCH: usize = 32;
+
 /// Everything that changes while running: activations, the quantized-activation scratch and
-/// the KV cache, all sized once for a context length so that a token allocates nothing.
+/// the KV cache, all sized once for a context length and a batch size so that a token
+/// allocates nothing. Activation buffers hold one row per token of a batch (`[n_batch][dim]`).
 pub struct State {
     pub n_ctx: usize,
     /// Next position to fill (tokens in the cache).
     pub pos: usize,
+    /// Tokens run together by `forward_batch` (rows of the activation buffers).
+    n_batch: usize,
     kv_dim: usize,
     v_dim: usize,
     x: Vec<f32>,
@@ -822,10 +1185,15 @@ pub struct State {
     k: Vec<f32>,
     v: Vec<f32>,
     att_out: Vec<f32>,
+    /// `[n_head][n_ctx]`: one token's attention at a time.
     scores: Vec<f32>,
     hb: Vec<f32>,
     hb2: Vec<f32>,
+    /// `n_batch` quantized input rows, back to back.
     act_q: Vec<u8>,
+    /// The matmul workers' output before it is copied into the tokens' rows: `n_batch` x the
+    /// most rows of a layer matrix.
+    tile: Vec<f32>,
     /// f16 bits, `[layer][pos][n_head_kv * head_dim]`.
     key_cache: Vec<u16>,
     value_cache: Vec<u16>,
@@ -834,13 +1202,21 @@ pub struct State {
     head_logits: Vec<f32>,
     /// Called with (name, layer, values) at the named points of the forward pass (llama.cpp's
     /// tensor names: attn_norm, Qcur, Kcur, Vcur, kqv_out, sa_out, ffn_out, l_out,
-    /// result_norm), for debugging a disagreement layer by layer. `None` in normal use.
+    /// result_norm), once per token, for debugging a disagreement layer by layer. `None` in
+    /// normal use.
     pub tap: Option<fn(&str, usize, &[f32])>,
 }
 
 impl State {
-    /// Sizes every buffer for `n_ctx` positions (at most the model's trained context).
+    /// Sizes every buffer for `n_ctx` positions (at most the model's trained context) and
+    /// prompts in batches of [`DEFAULT_BATCH`] tokens.
     pub fn new(model: &Model, n_ctx: usize) -> Result<State, ModelError> {
+        State::with_batch(model, n_ctx, DEFAULT_BATCH)
+    }
+
+    /// Like [`State::new`] with prompts run `n_batch` tokens at a time (1: token by token;
+    /// more than `n_ctx` is capped to `n_ctx`).
+    pub fn with_batch(model: &Model, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
         let hp = &model.hp;
         if n_ctx == 0 || n_ctx > hp.n_ctx_train {
             return Err(ModelError::BadContext {
@@ -848,6 +1224,7 @@ impl State {
                 max: hp.n_ctx_train,
             });
         }
+        let b = n_batch.clamp(1, n_ctx);
         let q_dim = hp.n_head * hp.head_dim;
         let kv_dim = hp.n_head_kv * hp.head_dim;
         let v_dim = hp.n_head_kv * hp.head_dim_v;
@@ -855,22 +1232,25 @@ impl State {
         let widest = hp.n_embd.max(hp.n_ff).max(o_dim);
         // Worst case for the activation scratch is F32 (4 bytes per element).
         let act_bytes = widest * 4;
+        let most_rows = widest.max(q_dim).max(kv_dim).max(v_dim);
         Ok(State {
             n_ctx,
             pos: 0,
+            n_batch: b,
             kv_dim,
             v_dim,
-            x: vec![0.0; hp.n_embd],
-            xb: vec![0.0; hp.n_embd],
-            xb2: vec![0.0; hp.n_embd],
-            q: vec![0.0; q_dim],
-            k: vec![0.0; kv_dim],
-            v: vec![0.0; v_dim],
-            att_out: vec![0.0; o_dim],
+            x: vec![0.0; b * hp.n_embd],
+            xb: vec![0.0; b * hp.n_embd],
+            xb2: vec![0.0; b * hp.n_embd],
+            q: vec![0.0; b * q_dim],
+            k: vec![0.0; b * kv_dim],
+            v: vec![0.0; b * v_dim],
+            att_out: vec![0.0; b * o_dim],
             scores: vec![0.0; hp.n_head * n_ctx],
-            hb: vec![0.0; hp.n_ff],
-            hb2: vec![0.0; hp.n_ff],
-            act_q: vec![0; act_bytes],
+            hb: vec![0.0; b * hp.n_ff],
+            hb2: vec![0.0; b * hp.n_ff],
+            act_q: vec![0; b * act_bytes],
+            tile: vec![0.0; if b > 1 { b * most_rows } else { 0 }],
             key_cache: vec![0; hp.n_layer * n_ctx * kv_dim],
             value_cache: vec![0; hp.n_layer * n_ctx * v_dim],
             // A pruned head never writes its dropped ids: they stay -inf.
@@ -885,6 +1265,11 @@ impl State {
             head_logits: vec![0.0; model.head_ids.as_ref().map_or(0, |ids| ids.len())],
             tap: None,
         })
+    }
+
+    /// Tokens a prompt runs in at a time.
+    pub fn n_batch(&self) -> usize {
+        self.n_batch
     }
 
     fn tap(&self, name: &str, layer: usize, x: &[f32]) {
@@ -905,6 +1290,7 @@ impl State {
     /// Bytes this state holds (activations and KV cache).
     pub fn memory_bytes(&self) -> usize {
         4 * (self.x.len() * 3
+            + self.tile.len()
             + self.q.len()
             + self.k.len()
             + self.v.len()

@@ -21,45 +21,45 @@
 
 use core::arch::x86_64::*;
 
-const QK_K: usize = 256;
-const Q8_K_BYTES: usize = 292; // d: f32, qs: [i8; 256], bsums: [i16; 16]
-const Q8_K_QS: usize = 4;
-const Q8_K_BSUMS: usize = 260;
-const Q4_K_BYTES: usize = 144; // d, dmin: f16, scales: [u8; 12], qs: [u8; 128]
-const Q5_K_BYTES: usize = 176; // d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]
-const Q6_K_BYTES: usize = 210; // ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16
-const QK8_0: usize = 32;
-const Q8_0_BYTES: usize = 34; // d: f16, qs: [i8; 32]
-const Q4_0_BYTES: usize = 18; // d: f16, qs: [u8; 16]
-const Q5_0_BYTES: usize = 22; // d: f16, qh: u32, qs: [u8; 16]
+pub(super) const QK_K: usize = 256;
+pub(super) const Q8_K_BYTES: usize = 292; // d: f32, qs: [i8; 256], bsums: [i16; 16]
+pub(super) const Q8_K_QS: usize = 4;
+pub(super) const Q8_K_BSUMS: usize = 260;
+pub(super) const Q4_K_BYTES: usize = 144; // d, dmin: f16, scales: [u8; 12], qs: [u8; 128]
+pub(super) const Q5_K_BYTES: usize = 176; // d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128]
+pub(super) const Q6_K_BYTES: usize = 210; // ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16
+pub(super) const QK8_0: usize = 32;
+pub(super) const Q8_0_BYTES: usize = 34; // d: f16, qs: [i8; 32]
+pub(super) const Q4_0_BYTES: usize = 18; // d: f16, qs: [u8; 16]
+pub(super) const Q5_0_BYTES: usize = 22; // d: f16, qh: u32, qs: [u8; 16]
 
 #[inline(always)]
-unsafe fn load256(p: *const u8) -> __m256i {
+pub(super) unsafe fn load256(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
 #[inline(always)]
-unsafe fn load128(p: *const u8) -> __m128i {
+pub(super) unsafe fn load128(p: *const u8) -> __m128i {
     _mm_loadu_si128(p as *const __m128i)
 }
 
 /// The f16 at `p` (little-endian, any alignment) as f32, exactly.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
 #[inline(always)]
-unsafe fn f32_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
     f32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)])
 }
 
 /// Sum of the 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_ps(v: __m256) -> f32 {
+pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -69,7 +69,7 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 /// The 8 six-bit scales and 8 six-bit mins of a Q4_K/Q5_K super-block from its 12 packed
 /// bytes (the layout `scale_min_k4` decodes one at a time), done four at a time in u32 words.
 #[inline(always)]
-unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], [u8; 8]) {
+pub(super) unsafe fn scales_mins_k4(p: *const u8) -> ([u8; 8], [u8; 8]) {
     let w = |i: usize| u32::from_le_bytes([*p.add(i), *p.add(i + 1), *p.add(i + 2), *p.add(i + 3)]);
     let (s0, s1, s2) = (w(0), w(4), w(8));
     let sc_lo = s0 & 0x3f3f_3f3f;
@@ -187,7 +187,7 @@ pub unsafe fn vec_dot_q5_k_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
 /// Bits SHIFT and SHIFT + 1 of every byte of `qh`, moved to bits 4 and 5: the high part of
 /// one quarter of a Q6_K half. (Bits that the 16-bit shift moves across bytes are masked off.)
 #[inline(always)]
-unsafe fn q6_high<const SHIFT: i32>(qh: __m256i, two_bits: __m256i) -> __m256i {
+pub(super) unsafe fn q6_high<const SHIFT: i32>(qh: __m256i, two_bits: __m256i) -> __m256i {
     let bits = match SHIFT {
         0 => qh,
         2 => _mm256_srli_epi16(qh, 2),
@@ -281,7 +281,7 @@ pub unsafe fn vec_dot_q8_0_q8_0(n: usize, w: &[u8], act: &[u8]) -> f32 {
 /// 32 quants of a Q4_0/Q5_0 block as bytes 0..15: low nibbles (elements 0..15) in the low
 /// 128 bits, high nibbles (elements 16..31) in the high 128 bits.
 #[inline(always)]
-unsafe fn nibbles_0(qs: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles_0(qs: *const u8) -> __m256i {
     let q = load128(qs);
     let low4 = _mm_set1_epi8(0x0F);
     _mm256_set_m128i(
@@ -293,7 +293,7 @@ unsafe fn nibbles_0(qs: *const u8) -> __m256i {
 /// Integer dot of unsigned quants `q` with signed activations `y`, minus `offset` times the
 /// activations' sum: sum (q - offset) * y in 8 i32 lanes, exact for every byte input.
 #[inline(always)]
-unsafe fn offset_dot(q: __m256i, y: __m256i, offset: __m256i) -> __m256i {
+pub(super) unsafe fn offset_dot(q: __m256i, y: __m256i, offset: __m256i) -> __m256i {
     let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(offset, y));
     _mm256_madd_epi16(p, _mm256_set1_epi16(1))
 }

@@ -8,6 +8,7 @@
 //! workspace promises 1.87.
 
 pub mod avx2;
+pub mod avx2_cols;
 
 use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
 

@@ -1,0 +1,114 @@
+//! A prompt run in batches (each weight read once per batch, `WeightKernel::matmul`) gives the
+//! logits that running it token by token gives, to the bit: the same activation quantization,
+//! the same dot products per (row, token), the same attention. Checked on the real models with
+//! the scalar reference kernels and with this CPU's kernels (the batched SIMD faces), with
+//! batch sizes that do not divide the prompt.
+//! Run in release mode: `cargo test --release -p smolrun-tests --test batch_exact`.
+
+use smolrun_core::kernels::KernelSet;
+use smolrun_core::model::{Model, ResidentStore, State};
+use smolrun_core::platform::Parallel;
+use smolrun_linux::MappedFile;
+use smolrun_tests::*;
+
+/// The first `n` tokens of the model's golden logits texts, joined.
+fn prompt(model: &str, n: usize) -> Vec<u32> {
+    let g = golden(model, "logits.json");
+    let texts = g["texts"].as_array().expect("texts");
+    let mut tokens: Vec<u32> = texts.iter().flat_map(|t| ids(&t["tokens"])).collect();
+    assert!(
+        tokens.len() >= n,
+        "{model}: the golden texts hold {} tokens",
+        tokens.len()
+    );
+    tokens.truncate(n);
+    tokens
+}
+
+/// Logits at every position of `tokens`, run in batches of `n_batch`.
+fn batched(
+    m: &Model,
+    store: &ResidentStore,
+    par: &dyn Parallel,
+    tokens: &[u32],
+    n_batch: usize,
+) -> Vec<Vec<f32>> {
+    let mut state = State::with_batch(m, tokens.len(), n_batch).expect("state");
+    assert_eq!(state.n_batch(), n_batch.min(tokens.len()));
+    let mut all = Vec::new();
+    m.forward_batch_all(&mut state, store, par, tokens, 0, 0, &mut |i, l| {
+        assert_eq!(i, all.len());
+        all.push(l.to_vec())
+    })
+    .expect("forward_batch_all");
+    // forward_batch: the last position's logits, the same bits.
+    state.reset();
+    let last = m
+        .forward_batch(&mut state, store, par, tokens, 0)
+        .expect("forward_batch");
+    assert_same(&all[tokens.len() - 1], last, "forward_batch's last logits");
+    all
+}
+
+fn assert_same(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len());
+    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+        panic!(
+            "{what}: logit {i} is {} in one run and {} in the other",
+            a[i], b[i]
+        );
+    }
+}
+
+fn check(model: &str, kernels: &KernelSet, n_tokens: usize, batches: &[usize], per_token: bool) {
+    let Some(path) = model_path(model) else {
+        return;
+    };
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = smolrun_core::gguf::Gguf::parse(file.bytes()).expect("parse");
+    let m = Model::load_with_kernels(&g, kernels).expect("load");
+    let store = ResidentStore::new(&g);
+    let par = ScopedThreads::from_env();
+    let tokens = prompt(model, n_tokens);
+    let one_by_one = batched(&m, &store, &par, &tokens, 1);
+    if per_token {
+        // Decoding: forward() per token (below 64 tokens both use the decode attention).
+        let mut state = State::new(&m, tokens.len()).expect("state");
+        for (i, &t) in tokens.iter().enumerate() {
+            let l = m.forward(&mut state, &store, &par, t, i).expect("forward");
+            assert_same(
+                &one_by_one[i],
+                l,
+                &format!("{model} forward() at position {i}"),
+            );
+        }
+    }
+    for &b in batches {
+        let all = batched(&m, &store, &par, &tokens, b);
+        for (i, (x, y)) in one_by_one.iter().zip(&all).enumerate() {
+            assert_same(
+                x,
+                y,
+                &format!("{model} ({}, batch {b}) position {i}", kernels.name()),
+            );
+        }
+    }
+}
+
+#[test]
+fn batches_give_the_token_by_token_logits_scalar() {
+    for model in ["gemma3-270m", "qwen2.5-coder-0.5b"] {
+        check(model, &KernelSet::scalar(), 24, &[5, 32], true);
+    }
+}
+
+#[test]
+fn batches_give_the_token_by_token_logits_native() {
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    for model in ["gemma3-270m", "qwen2.5-coder-0.5b"] {
+        check(model, &kernels, 40, &[7, 32], true);
+    }
+    // 70 tokens: llama.cpp's batch attention kernel (f32) in both runs.
+    check("gemma3-270m", &kernels, 70, &[32], false);
+    check("qwen2.5-coder-1.5b", &kernels, 20, &[9], true);
+}
