@@ -5,7 +5,6 @@
 
 use memmap2::{MmapMut, MmapOptions};
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -42,9 +41,19 @@ impl CacheFileWriter {
             let _ = fs::remove_file(&tmp);
             what
         };
+        // Darwin has no posix_fallocate; there a full disk shows up as a write error instead
+        // of SIGBUS only if the file system reserves on ftruncate, so iOS users keep the cache
+        // on the data partition (see README).
+        #[cfg(any(target_os = "linux", target_os = "android"))]
         if len > 0 {
             // SAFETY: plain syscall on an open descriptor.
-            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+            let rc = unsafe {
+                libc::posix_fallocate(
+                    std::os::unix::io::AsRawFd::as_raw_fd(&file),
+                    0,
+                    len as libc::off_t,
+                )
+            };
             if rc != 0 {
                 return Err(fail(format!(
                     "cannot reserve {} MB for {}: {}",

@@ -1,14 +1,14 @@
 use memmap2::{Advice, Mmap, MmapOptions};
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// A whole file mapped read-only. Pages are faulted in on first touch (never MAP_POPULATE):
 /// a model bigger than RAM must not be read in full just because it was opened.
 pub struct MappedFile {
     map: Option<Mmap>,
-    /// Kept open for advice on the page cache (posix_fadvise).
+    /// Kept open for advice on the page cache (posix_fadvise; Darwin has none).
+    #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
     file: File,
     path: PathBuf,
 }
@@ -75,22 +75,27 @@ impl MappedFile {
         if range.start >= range.end {
             return Ok(());
         }
-        // SAFETY: plain syscall on a descriptor this struct owns.
-        let rc = unsafe {
-            libc::posix_fadvise(
-                self.file.as_raw_fd(),
-                range.start as libc::off_t,
-                range.len() as libc::off_t,
-                libc::POSIX_FADV_DONTNEED,
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "{}: posix_fadvise(DONTNEED): {}",
-                self.path.display(),
-                std::io::Error::from_raw_os_error(rc)
-            ));
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            // SAFETY: plain syscall on a descriptor this struct owns.
+            let rc = unsafe {
+                libc::posix_fadvise(
+                    std::os::unix::io::AsRawFd::as_raw_fd(&self.file),
+                    range.start as libc::off_t,
+                    range.len() as libc::off_t,
+                    libc::POSIX_FADV_DONTNEED,
+                )
+            };
+            if rc != 0 {
+                return Err(format!(
+                    "{}: posix_fadvise(DONTNEED): {}",
+                    self.path.display(),
+                    std::io::Error::from_raw_os_error(rc)
+                ));
+            }
         }
+        // Darwin has no posix_fadvise: the read-ahead pages stay cached until the OS wants
+        // them (iOS reads weights with F_NOCACHE instead, see smolrun-ios).
         Ok(())
     }
 
