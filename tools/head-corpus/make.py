@@ -52,7 +52,7 @@ def main():
     code = []
     for name in ("textwrap.py", "shlex.py", "bisect.py", "heapq.py"):
         code.append(f"# ---- Python standard library: {name}\n" + open(os.path.join(stdlib, name)).read())
-    open(os.path.join(HERE, "code-python.py"), "w").write("\n".join(code))
+    open(os.path.join(HERE, "code-python.txt"), "w").write("\n".join(code))
 
     semver = sorted(glob.glob(os.path.expanduser("~/.cargo/registry/src/*/semver-1.*/src")))
     if not semver:
@@ -60,6 +60,6 @@ def main():
     code = []
     for name in ("parse.rs", "impls.rs", "display.rs", "eval.rs"):
         code.append(f"// ---- semver crate: src/{name}\n" + open(os.path.join(semver[-1], name)).read())
-    open(os.path.join(HERE, "code-rust.rs"), "w").write("\n".join(code))
+    open(os.path.join(HERE, "code-rust.txt"), "w").write("\n".join(code))
 
 main()
