@@ -527,10 +527,11 @@ impl SamplingArgs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn gemma_file() -> (PathBuf, MappedFile) {
+    /// Gemma 3 270M from the model directory (SMOLRUN_MODELS or the default), mapped.
+    pub(crate) fn gemma_file() -> (PathBuf, MappedFile) {
         let dir = std::env::var_os("SMOLRUN_MODELS")
             .map(PathBuf::from)
             .unwrap_or_else(|| {

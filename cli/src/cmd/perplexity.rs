@@ -247,23 +247,10 @@ pub fn run(args: Args) -> Result<(), String> {
 mod tests {
     use super::*;
     use smolrun_core::gguf::Gguf;
-    use smolrun_linux::MappedFile;
 
     #[test]
     fn respelled_tokens_are_kept_and_spell_the_same_bytes() {
-        let dir = std::env::var_os("SMOLRUN_MODELS")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                    .join(".cache/smolrun/models")
-            });
-        let path = dir.join("gemma-3-270m-q4_k_m.gguf");
-        assert!(
-            path.exists(),
-            "{} is missing: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",
-            path.display()
-        );
-        let file = MappedFile::open(&path).unwrap();
+        let (_, file) = crate::engine::tests::gemma_file();
         let tok = Tokenizer::from_gguf(&Gguf::parse(file.bytes()).unwrap()).unwrap();
         // A small head: the first 3000 ids and the byte tokens.
         let kept: Vec<u32> = (0..tok.n_vocab() as u32)
