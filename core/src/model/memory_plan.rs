@@ -17,6 +17,7 @@
 //! - **runtime**: the program itself, its libraries, thread stacks and allocator slack.
 
 use super::hparams::HParams;
+use super::StateShape;
 use crate::gguf::TensorInfo;
 
 /// Size of a page as far as residency goes: a row read from a mapped file brings in at least
@@ -88,36 +89,19 @@ impl MemoryPlan {
             (rows * pages_per_row * PAGE_BYTES).min(embedding_table)
         };
 
-        let n_ctx = n_ctx as u64;
-        let q_dim = (hp.n_head * hp.head_dim) as u64;
-        let kv_dim = (hp.n_head_kv * hp.head_dim) as u64;
-        let v_dim = (hp.n_head_kv * hp.head_dim_v) as u64;
-        let o_dim = (hp.n_head * hp.head_dim_v) as u64;
-        let (n_embd, n_ff) = (hp.n_embd as u64, hp.n_ff as u64);
-        // f16 keys and values for every layer and position.
-        let kv_cache = hp.n_layer as u64 * n_ctx * (kv_dim + v_dim) * 2;
-        // The State's f32 vectors, one row per token of a prompt batch (x, xb, xb2, q, k, v,
-        // att_out, hb, hb2), the scores, the quantized-activation scratch (worst case f32) and
-        // the batched matmul's tile, as State::new sizes them.
-        let batch = (super::DEFAULT_BATCH as u64).min(n_ctx).max(1);
-        let widest = n_embd.max(n_ff).max(o_dim);
-        let most_rows = widest.max(q_dim).max(kv_dim).max(v_dim);
-        let tile = if batch > 1 { batch * most_rows } else { 0 };
-        let activations = 4
-            * (batch * (3 * n_embd + q_dim + kv_dim + v_dim + o_dim + 2 * n_ff)
-                + hp.n_head as u64 * n_ctx
-                + batch * widest
-                + tile);
+        // The State's buffers as State::new sizes them (prompt batches of DEFAULT_BATCH); a
+        // pruned head (fewer output rows than the vocabulary) has a row buffer of its own.
         let n_vocab = hp.n_vocab as u64;
-        // A pruned head (fewer output rows than the vocabulary) computes its rows into a buffer
-        // of their own before they are scattered into the logits.
         let head_rows = tensors
             .iter()
             .find(|t| t.name == "output.weight")
             .map_or(0, |t| t.dims[1])
             .min(n_vocab);
         let pruned_head_rows = if head_rows < n_vocab { head_rows } else { 0 };
-        let logits = 4 * (n_vocab + pruned_head_rows) + SAMPLER_BYTES_PER_TOKEN * n_vocab;
+        let shape = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, pruned_head_rows as usize);
+        let kv_cache = shape.kv_cache_bytes() as u64;
+        let activations = shape.activation_bytes() as u64;
+        let logits = shape.logits_bytes() as u64 + SAMPLER_BYTES_PER_TOKEN * n_vocab;
         let (num, den) = TOKENIZER_BYTES_PER_METADATA_BYTE;
         MemoryPlan {
             weights,

@@ -1167,6 +1167,83 @@ const MATVEC_CHUNK_ROWS: usize = 16;
 /// the batch buffers (a few MB for a 1.5B model) stay small next to the KV cache.
 pub const DEFAULT_BATCH: usize = 32;
 
+/// The element counts of every buffer a [`State`] holds for a model shape, a context and a
+/// batch: what `State::with_batch` allocates, and what `MemoryPlan` plans for before a model is
+/// loaded (one computation, so the plan cannot drift from the allocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateShape {
+    pub n_ctx: usize,
+    /// Tokens per prompt batch (1..=n_ctx).
+    pub n_batch: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub q_dim: usize,
+    pub kv_dim: usize,
+    pub v_dim: usize,
+    pub o_dim: usize,
+    /// f32 scores, `[n_head][n_ctx]`.
+    pub scores: usize,
+    /// Bytes of one quantized input row (worst case: f32).
+    pub act_row_bytes: usize,
+    /// f32s of the matmul tile (none when the batch is one token).
+    pub tile: usize,
+    /// f16 entries of each of the key and value caches.
+    pub key_cache: usize,
+    pub value_cache: usize,
+    pub n_vocab: usize,
+    /// Rows of a pruned head (0 for a full head).
+    pub head_rows: usize,
+}
+
+impl StateShape {
+    pub fn new(hp: &HParams, n_ctx: usize, n_batch: usize, head_rows: usize) -> StateShape {
+        let b = n_batch.clamp(1, n_ctx.max(1));
+        let q_dim = hp.n_head * hp.head_dim;
+        let kv_dim = hp.n_head_kv * hp.head_dim;
+        let v_dim = hp.n_head_kv * hp.head_dim_v;
+        let o_dim = hp.n_head * hp.head_dim_v;
+        let widest = hp.n_embd.max(hp.n_ff).max(o_dim);
+        let most_rows = widest.max(q_dim).max(kv_dim).max(v_dim);
+        StateShape {
+            n_ctx,
+            n_batch: b,
+            n_embd: hp.n_embd,
+            n_ff: hp.n_ff,
+            q_dim,
+            kv_dim,
+            v_dim,
+            o_dim,
+            scores: hp.n_head * n_ctx,
+            act_row_bytes: widest * 4,
+            tile: if b > 1 { b * most_rows } else { 0 },
+            key_cache: hp.n_layer * n_ctx * kv_dim,
+            value_cache: hp.n_layer * n_ctx * v_dim,
+            n_vocab: hp.n_vocab,
+            head_rows,
+        }
+    }
+
+    /// Bytes of the KV cache (f16 keys and values).
+    pub fn kv_cache_bytes(&self) -> usize {
+        2 * (self.key_cache + self.value_cache)
+    }
+
+    /// Bytes of the activation buffers, the scores, the quantized-input scratch and the tile.
+    pub fn activation_bytes(&self) -> usize {
+        let b = self.n_batch;
+        4 * (b * (3 * self.n_embd + self.q_dim + self.kv_dim + self.v_dim + self.o_dim)
+            + b * 2 * self.n_ff
+            + self.scores
+            + self.tile)
+            + b * self.act_row_bytes
+    }
+
+    /// Bytes of the logits and a pruned head's rows.
+    pub fn logits_bytes(&self) -> usize {
+        4 * (self.n_vocab + self.head_rows)
+    }
+}
+
 /// Everything that changes while running: activations, the quantized-activation scratch and
 /// the KV cache, all sized once for a context length and a batch size so that a token
 /// allocates nothing. Activation buffers hold one row per token of a batch (`[n_batch][dim]`).
@@ -1224,35 +1301,29 @@ impl State {
                 max: hp.n_ctx_train,
             });
         }
-        let b = n_batch.clamp(1, n_ctx);
-        let q_dim = hp.n_head * hp.head_dim;
-        let kv_dim = hp.n_head_kv * hp.head_dim;
-        let v_dim = hp.n_head_kv * hp.head_dim_v;
-        let o_dim = hp.n_head * hp.head_dim_v;
-        let widest = hp.n_embd.max(hp.n_ff).max(o_dim);
-        // Worst case for the activation scratch is F32 (4 bytes per element).
-        let act_bytes = widest * 4;
-        let most_rows = widest.max(q_dim).max(kv_dim).max(v_dim);
+        let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
+        let sh = StateShape::new(hp, n_ctx, n_batch, head_rows);
+        let b = sh.n_batch;
         Ok(State {
             n_ctx,
             pos: 0,
             n_batch: b,
-            kv_dim,
-            v_dim,
-            x: vec![0.0; b * hp.n_embd],
-            xb: vec![0.0; b * hp.n_embd],
-            xb2: vec![0.0; b * hp.n_embd],
-            q: vec![0.0; b * q_dim],
-            k: vec![0.0; b * kv_dim],
-            v: vec![0.0; b * v_dim],
-            att_out: vec![0.0; b * o_dim],
-            scores: vec![0.0; hp.n_head * n_ctx],
-            hb: vec![0.0; b * hp.n_ff],
-            hb2: vec![0.0; b * hp.n_ff],
-            act_q: vec![0; b * act_bytes],
-            tile: vec![0.0; if b > 1 { b * most_rows } else { 0 }],
-            key_cache: vec![0; hp.n_layer * n_ctx * kv_dim],
-            value_cache: vec![0; hp.n_layer * n_ctx * v_dim],
+            kv_dim: sh.kv_dim,
+            v_dim: sh.v_dim,
+            x: vec![0.0; b * sh.n_embd],
+            xb: vec![0.0; b * sh.n_embd],
+            xb2: vec![0.0; b * sh.n_embd],
+            q: vec![0.0; b * sh.q_dim],
+            k: vec![0.0; b * sh.kv_dim],
+            v: vec![0.0; b * sh.v_dim],
+            att_out: vec![0.0; b * sh.o_dim],
+            scores: vec![0.0; sh.scores],
+            hb: vec![0.0; b * sh.n_ff],
+            hb2: vec![0.0; b * sh.n_ff],
+            act_q: vec![0; b * sh.act_row_bytes],
+            tile: vec![0.0; sh.tile],
+            key_cache: vec![0; sh.key_cache],
+            value_cache: vec![0; sh.value_cache],
             // A pruned head never writes its dropped ids: they stay -inf.
             logits: vec![
                 if model.head_ids.is_some() {
@@ -1262,7 +1333,7 @@ impl State {
                 };
                 hp.n_vocab
             ],
-            head_logits: vec![0.0; model.head_ids.as_ref().map_or(0, |ids| ids.len())],
+            head_logits: vec![0.0; head_rows],
             tap: None,
         })
     }
