@@ -40,6 +40,10 @@ pub fn open_model(name_or_path: &str) -> Result<(PathBuf, MappedFile), String> {
             path.display()
         ));
     }
+    let file_len = std::fs::metadata(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .len();
+    crate::platform::check_address_space(&path, file_len, crate::platform::address_space_budget())?;
     let file = MappedFile::open(&path)?;
     Ok((path, file))
 }

@@ -6,6 +6,8 @@
 //! [`cpu_features`], so one aarch64 binary serves an A53 and an A76.
 
 use smolrun_core::platform::{CpuFeatures, MemoryProbe};
+use smolrun_ios::{Access, AddressSpaceBudget};
+use std::path::Path;
 
 /// Android's init sets ANDROID_ROOT for every shell (adb shell, Termux); /system/bin/getprop
 /// is there on every Android. Either says this Linux userland is Android's.
@@ -71,9 +73,82 @@ pub fn default_threads() -> usize {
     smolrun_linux::default_threads()
 }
 
+/// The address space this process may map for a model file, where that is tighter than the
+/// file: iOS 12 lets a process map about 1.7 GB in all; a 32-bit ARM Linux process has 3 GB
+/// of user address space, libraries and heap included. `None` on 64-bit Linux and Android.
+pub fn address_space_budget() -> Option<(AddressSpaceBudget, &'static str)> {
+    if cfg!(target_os = "ios") {
+        return Some((AddressSpaceBudget::ios12(), "an iOS 12 process"));
+    }
+    if cfg!(target_pointer_width = "32") {
+        let budget = AddressSpaceBudget {
+            limit: 3 << 30,
+            ..AddressSpaceBudget::ios12()
+        };
+        return Some((budget, "a 32-bit process"));
+    }
+    None
+}
+
+/// Checks, before mapping, that a dense model file fits the address space `budget` leaves
+/// for it. A dense model reads every weight on every token, so the budget's plan maps the whole
+/// file or it cannot run: mmap would fail (or a later allocation would), after the user waited.
+/// The error gives both sizes and what to do instead.
+pub fn check_address_space(
+    path: &Path,
+    file_len: u64,
+    budget: Option<(AddressSpaceBudget, &'static str)>,
+) -> Result<(), String> {
+    let Some((budget, who)) = budget else {
+        return Ok(());
+    };
+    let plan = budget.plan(file_len, &[(0..file_len, Access::EveryToken)]);
+    if plan.mapped.end >= file_len {
+        return Ok(());
+    }
+    const MB: u64 = 1_000_000;
+    Err(format!(
+        "{} is {} MB, but {who} can map only about {} MB of a model file ({} MB of address space \
+         less {} MB kept for the program, heap and KV cache), and smolrun reads every weight of \
+         a dense model on every token: use a smaller model or quantization (see the README's \
+         \"Which model for how much RAM\"), or cut its LM head with `smolrun gguf prune-head`",
+        path.display(),
+        file_len / MB,
+        budget.for_file() / MB,
+        budget.limit / MB,
+        budget.reserved / MB,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_beyond_the_address_space_is_refused_before_mapping() {
+        let path = Path::new("qwen2.5-7b-q4_k_m.gguf");
+        let ios = Some((AddressSpaceBudget::ios12(), "an iOS 12 process"));
+        // Qwen2.5-Coder-1.5B Q4_K_M (1.1 GB) fits an iPad's 1.7 GB; a 7B Q4_K_M (4.7 GB) does not.
+        assert_eq!(check_address_space(path, 1_117_320_736, ios), Ok(()));
+        let err = check_address_space(path, 4_683_074_240, ios).unwrap_err();
+        for needle in [
+            "qwen2.5-7b-q4_k_m.gguf",
+            "4683 MB",
+            "about 1297 MB",
+            "1700 MB",
+            "prune-head",
+        ] {
+            assert!(err.contains(needle), "{needle:?} missing from: {err}");
+        }
+        // Just over the room left for the file (pages of 16 KiB) is refused, at it is not.
+        let room = AddressSpaceBudget::ios12().for_file() / (16 << 10) * (16 << 10);
+        assert!(check_address_space(path, room, ios).is_ok());
+        assert!(check_address_space(path, room + 1, ios).is_err());
+        // 64-bit Linux has no such budget.
+        assert_eq!(check_address_space(path, u64::MAX / 2, None), Ok(()));
+        #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+        assert!(address_space_budget().is_none());
+    }
 
     #[test]
     fn this_build_picks_a_working_adapter() {
