@@ -9,7 +9,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use smolrun_core::gguf::Gguf;
-use smolrun_core::model::repack::{model_fingerprint, CacheKey, RepackPlan};
+use smolrun_core::model::repack::{model_fingerprint, CacheKey, EntrySums, RepackPlan, Verify};
 use smolrun_core::model::{Model, RepackedWeights};
 use smolrun_linux::{file_len_and_mtime, CacheFileWriter, MappedFile};
 use std::path::{Path, PathBuf};
@@ -49,7 +49,12 @@ pub fn load_or_build(
     if std::env::var("SMOLRUN_REPACK").as_deref() == Ok("0") {
         return Ok(None);
     }
-    Ok(load_or_build_in(&dir, model_path, gguf, model)?.0)
+    // SMOLRUN_VERIFY_CACHE=1 reads every byte of a cache before using it, instead of samples.
+    let verify = match std::env::var("SMOLRUN_VERIFY_CACHE").as_deref() {
+        Ok("1") => Verify::Full,
+        _ => Verify::Sampled,
+    };
+    Ok(load_or_build_in(&dir, model_path, gguf, model, verify)?.0)
 }
 
 /// What [`load_or_build_in`] did.
@@ -72,6 +77,7 @@ pub fn load_or_build_in(
     model_path: &Path,
     gguf: &Gguf,
     model: &Model,
+    verify: Verify,
 ) -> Result<(Option<RepackedWeights>, Outcome), String> {
     let at = |e: &dyn std::fmt::Display| format!("{}: {e}", model_path.display());
     let plan = RepackPlan::new(model).map_err(|e| at(&e))?;
@@ -100,7 +106,7 @@ pub fn load_or_build_in(
     let start = Instant::now();
     let mut rebuilt = None;
     if cache_path.exists() {
-        match open_valid(&cache_path, &plan, &key) {
+        match open_valid(&cache_path, &plan, &key, verify) {
             Ok(mapped) => {
                 verbose(format_args!(
                     "mapped and checked the repack cache {} ({} MB) in {:.2} s",
@@ -158,8 +164,14 @@ fn cache_file_name(model_path: &Path, dir: Option<&Path>, model: &Model) -> Path
         .join(format!("{name}.{}.repack", model.kernels_name))
 }
 
-/// Maps the cache and checks header, key, table and every entry's checksum.
-fn open_valid(path: &Path, plan: &RepackPlan, key: &CacheKey) -> Result<MappedFile, String> {
+/// Maps the cache and checks header, key, table and every entry's checksum (of its sampled
+/// windows, or of all its bytes).
+fn open_valid(
+    path: &Path,
+    plan: &RepackPlan,
+    key: &CacheKey,
+    verify: Verify,
+) -> Result<MappedFile, String> {
     let mapped = MappedFile::open(path).map_err(|e| format!("cannot be read ({e})"))?;
     let bytes = mapped.bytes();
     let sums = plan
@@ -167,7 +179,7 @@ fn open_valid(path: &Path, plan: &RepackPlan, key: &CacheKey) -> Result<MappedFi
         .map_err(|e| format!("is {e}"))?;
     let bar = bar(plan.repacked_bytes() as u64, "checking repack cache");
     for (i, &sum) in sums.iter().enumerate() {
-        plan.verify_entry(bytes, i, sum)
+        plan.verify_entry(bytes, i, sum, verify)
             .map_err(|e| format!("is {e}"))?;
         bar.inc(plan.entries[i].len as u64);
     }
@@ -198,7 +210,7 @@ fn repack_all(
     gguf: &Gguf,
     cache: &mut [u8],
     what: &'static str,
-) -> Result<Vec<u64>, String> {
+) -> Result<Vec<EntrySums>, String> {
     repack_each(plan, what, |i| {
         plan.repack_entry(gguf, i, cache)
             .map_err(|err| err.to_string())
@@ -209,8 +221,8 @@ fn repack_all(
 fn repack_each(
     plan: &RepackPlan,
     what: &'static str,
-    mut repack: impl FnMut(usize) -> Result<u64, String>,
-) -> Result<Vec<u64>, String> {
+    mut repack: impl FnMut(usize) -> Result<EntrySums, String>,
+) -> Result<Vec<EntrySums>, String> {
     let bar = bar(plan.repacked_bytes() as u64, what);
     let start = Instant::now();
     let mut sums = Vec::with_capacity(plan.entries.len());
@@ -310,7 +322,8 @@ mod tests {
 
         let dir = std::env::temp_dir().join(format!("smolrun-repack-test-{}", std::process::id()));
         let cache_dir = CacheDir::In(dir.clone());
-        let run = || load_or_build_in(&cache_dir, &path, &gguf, &model).unwrap();
+        let run_as = |verify| load_or_build_in(&cache_dir, &path, &gguf, &model, verify).unwrap();
+        let run = || run_as(Verify::Sampled);
 
         let (weights, outcome) = run();
         let cache = dir.join("gemma-3-270m-q4_k_m.gguf.scalar.repack");
@@ -337,13 +350,24 @@ mod tests {
             Outcome::Rebuilt(p, why) => assert!(p == cache && why.contains("truncated"), "{why}"),
             other => panic!("{other:?}"),
         }
-        // One flipped bit in the data: rebuilt.
+        // One flipped bit in the data, inside a sampled window (the last 4 KiB): a start sees it
+        // and rebuilds.
         let mut bytes = std::fs::read(&cache).unwrap();
-        let last = bytes.len() - 5000;
+        let last = bytes.len() - 100;
         bytes[last] ^= 4;
         std::fs::write(&cache, &bytes).unwrap();
         match run().1 {
-            Outcome::Rebuilt(_, why) => assert!(why.contains("checksum"), "{why}"),
+            Outcome::Rebuilt(_, why) => assert!(why.contains("sampled data checksum"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Between the windows: only the full check (SMOLRUN_VERIFY_CACHE=1) reads it.
+        let mut bytes = std::fs::read(&cache).unwrap();
+        let between = bytes.len() - 5000;
+        bytes[between] ^= 4;
+        std::fs::write(&cache, &bytes).unwrap();
+        assert_eq!(run().1, Outcome::Mapped(cache.clone()));
+        match run_as(Verify::Full).1 {
+            Outcome::Rebuilt(_, why) => assert!(why.contains("data checksum"), "{why}"),
             other => panic!("{other:?}"),
         }
         assert_eq!(run().1, Outcome::Mapped(cache.clone()));
@@ -354,17 +378,20 @@ mod tests {
         );
 
         // Off, or a folder that cannot be created: in memory, same logits.
-        let (weights, outcome) = load_or_build_in(&CacheDir::Off, &path, &gguf, &model).unwrap();
+        let (weights, outcome) =
+            load_or_build_in(&CacheDir::Off, &path, &gguf, &model, Verify::Sampled).unwrap();
         assert!(matches!(outcome, Outcome::InMemory(_)));
         let store = ResidentStore::with_repacked(&gguf, weights.unwrap());
         assert_eq!(logits(&model, &store), plain);
         let blocked = CacheDir::In(cache.join("not-a-folder"));
-        let (_, outcome) = load_or_build_in(&blocked, &path, &gguf, &model).unwrap();
+        let (_, outcome) =
+            load_or_build_in(&blocked, &path, &gguf, &model, Verify::Sampled).unwrap();
         assert!(matches!(outcome, Outcome::InMemory(_)), "{outcome:?}");
 
         // A kernel set with nothing to repack touches nothing.
         let plain_model = Model::load(&gguf).unwrap();
-        let (weights, outcome) = load_or_build_in(&cache_dir, &path, &gguf, &plain_model).unwrap();
+        let (weights, outcome) =
+            load_or_build_in(&cache_dir, &path, &gguf, &plain_model, Verify::Sampled).unwrap();
         assert!(weights.is_none());
         assert_eq!(outcome, Outcome::NothingToRepack);
         std::fs::remove_dir_all(&dir).unwrap();
