@@ -11,7 +11,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::repack::{model_fingerprint, CacheKey, EntrySums, RepackPlan, Verify};
 use smolrun_core::model::{Model, RepackedWeights};
-use smolrun_linux::{file_len_and_mtime, CacheFileWriter, MappedFile};
+use smolrun_linux::{
+    advise_random_mapped, drop_cached_range, file_len_and_mtime, unmap_pages_mapped,
+    CacheFileWriter, MappedFile,
+};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -54,7 +57,39 @@ pub fn load_or_build(
         Ok("1") => Verify::Full,
         _ => Verify::Sampled,
     };
-    Ok(load_or_build_in(&dir, model_path, gguf, model, verify)?.0)
+    let (weights, outcome) = load_or_build_in(&dir, model_path, gguf, model, verify)?;
+    if matches!(
+        outcome,
+        Outcome::Mapped(_) | Outcome::Built(_) | Outcome::Rebuilt(..)
+    ) {
+        leave_sources_on_flash(
+            model_path,
+            gguf,
+            &RepackPlan::new(model).map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(weights)
+}
+
+/// The repacked matrices' original tensors are not read again (a tied embedding table only a
+/// row per token): no readahead there, and the pages the repack read are dropped from the page
+/// cache, where on a 1 GB device they would hold the RAM the model needs. Advice only: a
+/// failure changes no result, so it is not an error.
+fn leave_sources_on_flash(model_path: &Path, gguf: &Gguf, plan: &RepackPlan) {
+    for e in &plan.entries {
+        let Some(t) = gguf.tensors.get(e.id) else {
+            continue;
+        };
+        let (start, end) = (t.offset, t.offset.saturating_add(t.n_bytes));
+        if let Some(bytes) = gguf.bytes().get(start as usize..end as usize) {
+            let advised = advise_random_mapped(bytes)
+                .and_then(|()| unmap_pages_mapped(bytes))
+                .and_then(|()| drop_cached_range(model_path, start..end));
+            if let Err(why) = advised {
+                verbose(format_args!("{}: {why}", e.name));
+            }
+        }
+    }
 }
 
 /// What [`load_or_build_in`] did.
@@ -312,7 +347,15 @@ mod tests {
     /// falls back to memory; the repacked store gives the logits of the plain one.
     #[test]
     fn the_cache_is_built_mapped_and_rebuilt_when_damaged() {
-        let path = gemma_path();
+        // A private copy: the page cache of the shared model file is held by whoever else maps
+        // it, so only a copy shows what this process leaves in RAM.
+        let copy_dir =
+            std::env::temp_dir().join(format!("smolrun-repack-src-{}", std::process::id()));
+        std::fs::create_dir_all(&copy_dir).unwrap();
+        let path = copy_dir.join("gemma-3-270m-q4_k_m.gguf");
+        std::fs::copy(gemma_path(), &path).unwrap();
+        // Written back, so that its pages are clean and can be dropped.
+        std::fs::File::open(&path).unwrap().sync_all().unwrap();
         let file = MappedFile::open(&path).unwrap();
         let gguf = Gguf::parse(file.bytes()).unwrap();
         let mut kernels = KernelSet::scalar();
@@ -328,6 +371,18 @@ mod tests {
         let (weights, outcome) = run();
         let cache = dir.join("gemma-3-270m-q4_k_m.gguf.scalar.repack");
         assert_eq!(outcome, Outcome::Built(cache.clone()));
+        // The repack read the sources; afterwards they are dropped from RAM (the tied table is
+        // only read a row per token from now on).
+        let plan = RepackPlan::new(&model).unwrap();
+        let table = gguf.tensor("token_embd.weight").unwrap();
+        let table = table.offset as usize..(table.offset + table.n_bytes) as usize;
+        assert!(file.resident_bytes(table.clone()).unwrap() > 100 << 20);
+        leave_sources_on_flash(&path, &gguf, &plan);
+        let left = file.resident_bytes(table.clone()).unwrap();
+        assert!(
+            left <= 2 * 4096,
+            "{left} bytes of the repacked table still in RAM"
+        );
         let weights = weights.unwrap();
         assert!(weights.count() >= 1, "the tied Q8_0 head is repacked");
         let store = ResidentStore::with_repacked(&gguf, weights);
@@ -395,5 +450,6 @@ mod tests {
         assert!(weights.is_none());
         assert_eq!(outcome, Outcome::NothingToRepack);
         std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&copy_dir).unwrap();
     }
 }

@@ -144,6 +144,92 @@ impl AsRef<[u8]> for MappedFile {
     }
 }
 
+/// madvise(MADV_RANDOM) on the pages that hold `bytes`, a part of a file mapping (such as a
+/// tensor of a parsed model, whose [`MappedFile`] the caller no longer has at hand): a fault
+/// there then reads that page, not up to `read_ahead_kb` around it. Advice only; the contents
+/// do not change. The first and last pages may be shared with neighbouring bytes.
+pub fn advise_random_mapped(bytes: &[u8]) -> Result<(), String> {
+    madvise_pages(bytes, libc::MADV_RANDOM, "MADV_RANDOM")
+}
+
+/// madvise(MADV_DONTNEED) on the pages that hold `bytes`, a part of a read-only file mapping:
+/// this process stops mapping them (a later read faults them in again from the file), so that
+/// [`drop_cached_range`] can then drop them from the page cache. Only the whole pages inside
+/// `bytes` are given up: a page shared with a neighbour in use stays.
+pub fn unmap_pages_mapped(bytes: &[u8]) -> Result<(), String> {
+    let page = page_size();
+    let start = (bytes.as_ptr() as usize).div_ceil(page) * page;
+    let end = (bytes.as_ptr() as usize + bytes.len()) / page * page;
+    if end <= start {
+        return Ok(());
+    }
+    // SAFETY: [start, end) is whole pages inside `bytes`, part of a live read-only file
+    // mapping: MADV_DONTNEED drops this process's page-table entries only; the next read of
+    // those bytes faults the same file contents in again.
+    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        return Err(format!(
+            "madvise(MADV_DONTNEED): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+}
+
+fn madvise_pages(bytes: &[u8], advice: libc::c_int, name: &str) -> Result<(), String> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let page = page_size();
+    let start = bytes.as_ptr() as usize / page * page;
+    let end = bytes.as_ptr() as usize + bytes.len();
+    // SAFETY: [start, end) lies within the pages of a live mapping (the slice borrows it);
+    // the callers pass advice that changes readahead only.
+    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+    if rc != 0 {
+        return Err(format!(
+            "madvise({name}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Drops the clean cached pages of bytes `range` of the file at `path` (POSIX_FADV_DONTNEED;
+/// the page cache is per file, so any descriptor will do). Nothing on Darwin, which has no
+/// posix_fadvise.
+pub fn drop_cached_range(path: &Path, range: Range<u64>) -> Result<(), String> {
+    if range.start >= range.end {
+        return Ok(());
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        // SAFETY: plain syscall on a descriptor owned here.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                std::os::unix::io::AsRawFd::as_raw_fd(&file),
+                range.start as libc::off_t,
+                (range.end - range.start) as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "{}: posix_fadvise(DONTNEED): {}",
+                path.display(),
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,12 +39,16 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
+    let load_start = std::time::Instant::now();
     let (path, file) = engine::open_model(&args.model)?;
     let gguf = engine::parse_gguf(&path, &file)?;
     let guard = engine::check_memory(&path, &gguf, args.ctx, &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
+    // From opening the file until the engine can run a prompt (llama.cpp's "load time"):
+    // weights are mapped, not read, so this is the header, the tokenizer and the repack.
+    let load_s = load_start.elapsed().as_secs_f64();
     let mut sampler = engine.sampler(args.sampling.params())?;
 
     let prompt = engine.tokenize(&args.prompt, true, true);
@@ -90,13 +94,15 @@ pub fn run(args: Args) -> Result<(), String> {
             "prompt_tok_s": gen.prompt_tok_s(),
             "gen_tok_s": gen.gen_tok_s(),
             "stop": gen.stop.as_str(),
+            "load_s": load_s,
         });
         writeln!(stdout, "{out}").map_err(|e| format!("cannot write to stdout: {e}"))?;
     } else {
         let _ = writeln!(stdout);
     }
     eprintln!(
-        "prompt: {} tokens, {:.1} tok/s | generated: {} tokens, {:.1} tok/s | stop: {}",
+        "load: {load_s:.2} s | prompt: {} tokens, {:.1} tok/s | generated: {} tokens, {:.1} tok/s | \
+         stop: {}",
         prompt.len(),
         gen.prompt_tok_s(),
         gen.tokens.len(),

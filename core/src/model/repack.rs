@@ -497,14 +497,28 @@ pub fn model_fingerprint(file: &[u8], data_offset: usize) -> u64 {
     if data.len() <= FINGERPRINT_SAMPLES * FINGERPRINT_SAMPLE_BYTES {
         return mix(h ^ checksum64(data));
     }
-    // First sample at the start of the data, last one at its end, the rest evenly between.
-    let span = data.len() - FINGERPRINT_SAMPLE_BYTES;
-    for s in 0..FINGERPRINT_SAMPLES {
-        let at = span / (FINGERPRINT_SAMPLES - 1) * s
-            + span % (FINGERPRINT_SAMPLES - 1) * s / (FINGERPRINT_SAMPLES - 1);
-        h = mix(h ^ checksum64(&data[at..at + FINGERPRINT_SAMPLE_BYTES]));
+    for range in fingerprint_samples(file.len(), data_offset) {
+        h = mix(h ^ checksum64(&file[range]));
     }
     h
+}
+
+/// The byte ranges of the file that [`model_fingerprint`] samples after the header (empty when
+/// it hashes all the data).
+fn fingerprint_samples(
+    file_len: usize,
+    data_offset: usize,
+) -> impl Iterator<Item = core::ops::Range<usize>> {
+    let header_end = data_offset.min(file_len);
+    let data_len = file_len - header_end;
+    let sampled = data_len > FINGERPRINT_SAMPLES * FINGERPRINT_SAMPLE_BYTES;
+    // First sample at the start of the data, last one at its end, the rest evenly between.
+    let span = data_len.saturating_sub(FINGERPRINT_SAMPLE_BYTES);
+    (0..if sampled { FINGERPRINT_SAMPLES } else { 0 }).map(move |s| {
+        let at = span / (FINGERPRINT_SAMPLES - 1) * s
+            + span % (FINGERPRINT_SAMPLES - 1) * s / (FINGERPRINT_SAMPLES - 1);
+        header_end + at..header_end + at + FINGERPRINT_SAMPLE_BYTES
+    })
 }
 
 /// [`checksum64`] of [`SAMPLE_WINDOWS`] windows of 4 KiB spread over `data` (first at the
