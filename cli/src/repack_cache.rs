@@ -379,8 +379,10 @@ mod tests {
         assert!(file.resident_bytes(table.clone()).unwrap() > 100 << 20);
         leave_sources_on_flash(&path, &gguf, &plan);
         let left = file.resident_bytes(table.clone()).unwrap();
+        // A few pages at the table's ends stay: they share fault-around windows (64 KB) with
+        // the header and the norms next to it, which this process still maps.
         assert!(
-            left <= 2 * 4096,
+            left <= 256 << 10,
             "{left} bytes of the repacked table still in RAM"
         );
         let weights = weights.unwrap();
