@@ -164,6 +164,8 @@ pub struct Model {
     pub rope_freqs: Option<Vec<f32>>,
     /// Which kernel set the matrices' kernels came from ("scalar", "x86_64-avx2", ...).
     pub kernels_name: &'static str,
+    /// Attention of one query head, the kernel set's face of `math::attention_head`.
+    pub attention: math::AttentionHeadFn,
 }
 
 /// Reads small F32 vectors (norms, biases) at load time: a few KB per layer, kept in RAM.
@@ -376,6 +378,7 @@ impl Model {
             head_ids,
             rope_freqs,
             kernels_name: kernels.name(),
+            attention: kernels.attention(),
         })
     }
 
@@ -800,7 +803,7 @@ impl Model {
         };
         let q = &q[h * hd..(h + 1) * hd];
         let softcap = hp.attn_logit_softcap;
-        math::attention_head(out, q, &kv, scores, span, score_scale, softcap, kernel);
+        (self.attention)(out, q, &kv, scores, span, score_scale, softcap, kernel);
     }
 
     /// For each of the `n` tokens: x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with

@@ -36,6 +36,7 @@
 //! No input can make a kernel read out of bounds: the number of blocks is the smallest of
 //! what `n`, the weight row and the activation row hold (like the scalar twins' `zip`).
 
+pub mod attention;
 mod float;
 mod q4_0;
 mod q4_k;

@@ -7,6 +7,7 @@
 //! one core (see the kernel_bench example), and the AVX-512 intrinsics need Rust 1.89 while the
 //! workspace promises 1.87.
 
+pub mod attention;
 pub mod avx2;
 pub mod avx2_cols;
 
