@@ -5,6 +5,7 @@
 //! an f16 table, an iterated theta in RoPE), we round the same way, so that logits agree to the
 //! last few bits rather than merely "closely".
 
+use alloc::vec::Vec;
 use half::f16;
 
 /// `out = x / sqrt(mean(x^2) + eps) * weight`. The sum of squares runs in f64 as ggml does.
@@ -169,6 +170,46 @@ pub fn gelu_tanh(x: f32) -> f32 {
     }
     let xh = f16::from_f32(x).to_f32();
     f16::from_f32(gelu_tanh_exact(xh)).to_f32()
+}
+
+/// [`gelu_tanh`] for every f16 input, computed once (at model load): llama.cpp's lookup
+/// table. `gelu` gives `gelu_tanh`'s bits for every input by construction (the table entry for
+/// the f16 bits of `x` is exactly what `gelu_tanh` computes from them), without a `tanhf` per
+/// element.
+#[derive(Clone)]
+pub struct GeluTable(Vec<f32>);
+
+impl GeluTable {
+    pub fn new() -> GeluTable {
+        let table = (0..=u16::MAX)
+            .map(|bits| f16::from_f32(gelu_tanh_exact(f16::from_bits(bits).to_f32())).to_f32())
+            .collect();
+        GeluTable(table)
+    }
+
+    /// `gelu_tanh(x)`, to the bit.
+    #[inline]
+    pub fn gelu(&self, x: f32) -> f32 {
+        if x <= -10.0 {
+            return 0.0;
+        }
+        if x >= 10.0 {
+            return x;
+        }
+        self.0[f16::from_f32(x).to_bits() as usize]
+    }
+}
+
+impl Default for GeluTable {
+    fn default() -> GeluTable {
+        GeluTable::new()
+    }
+}
+
+impl core::fmt::Debug for GeluTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "GeluTable({} entries)", self.0.len())
+    }
 }
 
 /// GELU, tanh approximation, in plain f32.
@@ -531,6 +572,19 @@ mod tests {
         let s: f32 = x.iter().sum();
         assert!((s - 1.0).abs() < 1e-6);
         assert!(x[2] > x[1] && x[1] > x[0]);
+    }
+
+    #[test]
+    fn gelu_table_gives_gelu_tanh_bits_for_every_f16_and_between() {
+        let table = GeluTable::new();
+        for bits in 0..=u16::MAX {
+            let x = f16::from_bits(bits).to_f32();
+            // Each f16 value, and f32 inputs just off it (they round to it or a neighbour).
+            for x in [x, f32::from_bits(x.to_bits().wrapping_add(1)), x * 1.000_3] {
+                let (want, got) = (gelu_tanh(x), table.gelu(x));
+                assert_eq!(want.to_bits(), got.to_bits(), "gelu({x:e})");
+            }
+        }
     }
 
     #[test]
