@@ -1862,14 +1862,14 @@ mod attention_tests {
             xs.push(x);
             if x.is_finite() {
                 for k in [-2i32, -1, 1, 2] {
-                    xs.push(f32::from_bits((x.to_bits() as i32 + k) as u32));
+                    xs.push(f32::from_bits(x.to_bits().wrapping_add_signed(k)));
                 }
             }
             if x.is_finite() && next.is_finite() && (bits & 0x7FFF) != 0x7BFF {
                 let mid = (x as f64 + next as f64) / 2.0;
                 let mid = mid as f32;
                 for k in [-1i32, 0, 1] {
-                    xs.push(f32::from_bits((mid.to_bits() as i32 + k) as u32));
+                    xs.push(f32::from_bits(mid.to_bits().wrapping_add_signed(k)));
                 }
             }
         }
@@ -1877,7 +1877,7 @@ mod attention_tests {
         // smallest subnormal's half.
         for base in [65520.0f32, -65520.0, 1e10, 2.98e-8, -2.98e-8, 1e-30] {
             for k in -3i32..=3 {
-                xs.push(f32::from_bits((base.to_bits() as i32 + k) as u32));
+                xs.push(f32::from_bits(base.to_bits().wrapping_add_signed(k)));
             }
         }
         xs.extend([
