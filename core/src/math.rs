@@ -5,6 +5,7 @@
 //! an f16 table, an iterated theta in RoPE), we round the same way, so that logits agree to the
 //! last few bits rather than merely "closely".
 
+use alloc::vec::Vec;
 use half::f16;
 
 /// `out = x / sqrt(mean(x^2) + eps) * weight`. The sum of squares runs in f64 as ggml does.
@@ -169,6 +170,46 @@ pub fn gelu_tanh(x: f32) -> f32 {
     }
     let xh = f16::from_f32(x).to_f32();
     f16::from_f32(gelu_tanh_exact(xh)).to_f32()
+}
+
+/// [`gelu_tanh`] for every f16 input, computed once (at model load): llama.cpp's lookup
+/// table. `gelu` gives `gelu_tanh`'s bits for every input by construction (the table entry for
+/// the f16 bits of `x` is exactly what `gelu_tanh` computes from them), without a `tanhf` per
+/// element.
+#[derive(Clone)]
+pub struct GeluTable(Vec<f32>);
+
+impl GeluTable {
+    pub fn new() -> GeluTable {
+        let table = (0..=u16::MAX)
+            .map(|bits| f16::from_f32(gelu_tanh_exact(f16::from_bits(bits).to_f32())).to_f32())
+            .collect();
+        GeluTable(table)
+    }
+
+    /// `gelu_tanh(x)`, to the bit.
+    #[inline]
+    pub fn gelu(&self, x: f32) -> f32 {
+        if x <= -10.0 {
+            return 0.0;
+        }
+        if x >= 10.0 {
+            return x;
+        }
+        self.0[f16::from_f32(x).to_bits() as usize]
+    }
+}
+
+impl Default for GeluTable {
+    fn default() -> GeluTable {
+        GeluTable::new()
+    }
+}
+
+impl core::fmt::Debug for GeluTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "GeluTable({} entries)", self.0.len())
+    }
 }
 
 /// GELU, tanh approximation, in plain f32.
@@ -346,6 +387,100 @@ pub fn attention_head(
     out.iter_mut().for_each(|o| *o *= inv);
 }
 
+/// The signature of [`attention_head`]: what the kernel set holds for attention (the scalar
+/// function itself, or a SIMD face built with [`attention_head_with`]).
+pub type AttentionHeadFn =
+    fn(&mut [f32], &[f32], &KvHead, &mut [f32], AttentionSpan, f32, Option<f32>, AttentionKernel);
+
+/// The vector loops of [`attention_head`], one face per CPU (smolrun_kernels), each bit for
+/// bit the scalar loop it replaces. Keys and values come as rows of `q.len()` / `out.len()`
+/// f16 at `stride` apart, starting with the span's first position.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionLoops {
+    /// `scores[i]` = [`dot_f16_in_lanes`] of `q` with key row `i`.
+    pub key_dots_lanes64: fn(q: &[f32], keys: &[u16], stride: usize, scores: &mut [f32]),
+    /// `scores[i]` = `q.iter().zip(key_i).map(|(a, b)| a * b).sum()`: one f32 chain per key.
+    pub key_dots_sequential: fn(q: &[f32], keys: &[u16], stride: usize, scores: &mut [f32]),
+    /// `out[d] += weights[i] * value_i[d]`, rows `i` in order (product, then sum, rounded).
+    pub weighted_values: fn(out: &mut [f32], weights: &[f32], values: &[u16], stride: usize),
+    /// `out[d] = f16(out[d] * ms)`.
+    pub rescale_f16: fn(out: &mut [f32], ms: f32),
+    /// `out[d] = f16(fmaf(value[d], vs, out[d]))`.
+    pub accumulate_f16: fn(out: &mut [f32], value: &[u16], vs: f32),
+}
+
+/// [`attention_head`] with its vector loops taken from `loops`: the same operations in the same
+/// order, so the same bits (core's kernel tests check every face against the scalar code).
+/// The per-key scalar steps (scale, softcap, `expf`, the online maximum and sums) stay here.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_head_with(
+    loops: &AttentionLoops,
+    out: &mut [f32],
+    q: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    let k_stride = kv.n_head_kv * kv.head_dim;
+    let v_stride = kv.n_head_kv * kv.head_dim_v;
+    let first = span.first_key();
+    let n = span.pos + 1 - first;
+    let sc = &mut scores[..n];
+    // The scalar code zips q with each key and out with each value: the shorter one counts.
+    let q = &q[..q.len().min(kv.head_dim)];
+    let keys = &kv.key_cache[first * k_stride + kv.head * kv.head_dim..];
+    match kernel {
+        AttentionKernel::F32 => (loops.key_dots_sequential)(q, keys, k_stride, sc),
+        AttentionKernel::F16Accumulator => (loops.key_dots_lanes64)(q, keys, k_stride, sc),
+    }
+    for s in sc.iter_mut() {
+        let v = *s * scale;
+        *s = match softcap_at {
+            Some(cap) => softcap(v, cap),
+            None => v,
+        };
+    }
+    let values = &kv.value_cache[first * v_stride + kv.head * kv.head_dim_v..];
+    out.fill(0.0);
+    let dim_v = out.len().min(kv.head_dim_v);
+    let acc = &mut out[..dim_v];
+    let sum = match kernel {
+        AttentionKernel::F32 => {
+            let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0f64;
+            for s in sc.iter_mut() {
+                let w = libm::expf(*s - max);
+                sum += w as f64;
+                *s = w;
+            }
+            (loops.weighted_values)(acc, sc, values, v_stride);
+            sum as f32
+        }
+        AttentionKernel::F16Accumulator => {
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+            for (i, &s) in sc.iter().enumerate() {
+                let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                if s > max {
+                    let old = max;
+                    max = s;
+                    ms = libm::expf(old - max);
+                    (loops.rescale_f16)(acc, ms);
+                } else {
+                    vs = libm::expf(s - max);
+                }
+                (loops.accumulate_f16)(acc, &values[i * v_stride..][..dim_v], vs);
+                sum = sum * ms + vs;
+            }
+            sum
+        }
+    };
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
 /// Dot product of a query (already rounded to f16) with an f16 key, summed in the order of
 /// llama.cpp's `ggml_vec_dot_f16` on the AVX-512 machine the golden data comes from: 64 lanes
 /// (4 registers of 16), each accumulating every 64th product with a fused multiply-add, then
@@ -437,6 +572,19 @@ mod tests {
         let s: f32 = x.iter().sum();
         assert!((s - 1.0).abs() < 1e-6);
         assert!(x[2] > x[1] && x[1] > x[0]);
+    }
+
+    #[test]
+    fn gelu_table_gives_gelu_tanh_bits_for_every_f16_and_between() {
+        let table = GeluTable::new();
+        for bits in 0..=u16::MAX {
+            let x = f16::from_bits(bits).to_f32();
+            // Each f16 value, and f32 inputs just off it (they round to it or a neighbour).
+            for x in [x, f32::from_bits(x.to_bits().wrapping_add(1)), x * 1.000_3] {
+                let (want, got) = (gelu_tanh(x), table.gelu(x));
+                assert_eq!(want.to_bits(), got.to_bits(), "gelu({x:e})");
+            }
+        }
     }
 
     #[test]

@@ -44,6 +44,7 @@ use crate::platform::{Parallel, RowDispenser};
 use crate::quant::{self, GgmlType};
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -164,6 +165,10 @@ pub struct Model {
     pub rope_freqs: Option<Vec<f32>>,
     /// Which kernel set the matrices' kernels came from ("scalar", "x86_64-avx2", ...).
     pub kernels_name: &'static str,
+    /// Attention of one query head, the kernel set's face of `math::attention_head`.
+    pub attention: math::AttentionHeadFn,
+    /// GELU by table lookup (Gemma), built once here rather than a `tanhf` per element.
+    pub gelu: Option<Arc<math::GeluTable>>,
 }
 
 /// Reads small F32 vectors (norms, biases) at load time: a few KB per layer, kept in RAM.
@@ -376,6 +381,8 @@ impl Model {
             head_ids,
             rope_freqs,
             kernels_name: kernels.name(),
+            attention: kernels.attention(),
+            gelu: (sw.activation == Activation::GeluTanh).then(|| Arc::new(math::GeluTable::new())),
         })
     }
 
@@ -800,7 +807,7 @@ impl Model {
         };
         let q = &q[h * hd..(h + 1) * hd];
         let softcap = hp.attn_logit_softcap;
-        math::attention_head(out, q, &kv, scores, span, score_scale, softcap, kernel);
+        (self.attention)(out, q, &kv, scores, span, score_scale, softcap, kernel);
     }
 
     /// For each of the `n` tokens: x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with
@@ -842,9 +849,11 @@ impl Model {
             &mut s.tile,
             &mut s.hb2,
         )?;
-        let act = match self.switches.activation {
-            Activation::Silu => math::silu,
-            Activation::GeluTanh => math::gelu_tanh,
+        let (activation, gelu) = (self.switches.activation, self.gelu.as_deref());
+        let act = |x: f32| match (activation, gelu) {
+            (Activation::Silu, _) => math::silu(x),
+            (Activation::GeluTanh, Some(table)) => table.gelu(x),
+            (Activation::GeluTanh, None) => math::gelu_tanh(x),
         };
         if let Some(f) = s.tap {
             for t in 0..n {

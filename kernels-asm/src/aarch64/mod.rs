@@ -29,6 +29,10 @@
 //! matrix stay in the file layout and run through the one-row dotprod kernel. Q8_0 and Q5_0
 //! x4 are bit-identical to the scalar twins, Q4_K x4 is within the bound above.
 //!
+//! Also here: the attention loops over the f16 KV cache (`attention.rs`: key dots, weighted
+//! value sums, the f16 accumulator), ARMv8.0 only and bit for bit the scalar code in
+//! `smolrun_core::math::attention_head`.
+//!
 //! Blocks are read in place from the mapped file at any alignment: the loads used (`ld1` of
 //! bytes, `ldur`, `ldr h/s`) are unaligned-safe on every OS smolrun targets (Linux, Android,
 //! iOS run with alignment checking off for normal memory).
@@ -36,6 +40,7 @@
 //! No input can make a kernel read out of bounds: the number of blocks is the smallest of
 //! what `n`, the weight row and the activation row hold (like the scalar twins' `zip`).
 
+pub mod attention;
 mod float;
 mod q4_0;
 mod q4_k;

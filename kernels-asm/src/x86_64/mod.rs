@@ -1,12 +1,14 @@
 //! x86-64 faces of the kernels. Everything here runs only where the CPU has the features it
 //! was compiled for: [`avx2_fma_f16c_usable`] asks the CPU itself (cpuid and xgetbv, no std
 //! needed), and the dispatch table in `smolrun_core::kernels` installs the [`avx2`] kernels
-//! only when it says yes, whatever the caller's feature flags claim.
+//! only when it says yes, whatever the caller's feature flags claim. [`attention`] holds the
+//! attention loops over the f16 KV cache, bit for bit `smolrun_core::math::attention_head`.
 //!
 //! AVX-512 is not used: decoding is bound by weight bandwidth, which AVX2 already reaches on
 //! one core (see the kernel_bench example), and the AVX-512 intrinsics need Rust 1.89 while the
 //! workspace promises 1.87.
 
+pub mod attention;
 pub mod avx2;
 pub mod avx2_cols;
 

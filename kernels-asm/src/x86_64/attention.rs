@@ -1,0 +1,276 @@
+//! AVX2 + FMA + F16C faces of the attention loops over an f16 KV cache, bit for bit equal to
+//! the scalar code in `smolrun_core::math::attention_head` (the golden tests depend on those
+//! bits: they reproduce llama.cpp's flash attention).
+//!
+//! Why the bits can be the same:
+//! - `vcvtph2ps` converts f16 to f32 exactly, like `half::f16::to_f32` (every f16, subnormals
+//!   included, is an f32; NaNs come out quiet with the payload kept, as `half` does).
+//! - `vcvtps2ph` with round-to-nearest-even is IEEE's f32 -> f16 conversion, which is what
+//!   `half::f16::from_f32` implements in software (overflow to inf, subnormal results rounded).
+//! - `vfmadd` rounds once, like `libm::fmaf`.
+//! - Every sum keeps the scalar code's order: the same lanes, the same pairwise reduction, the
+//!   same sequential chains; only independent chains run side by side in vector lanes.
+//!
+//! Keys and values are read as rows of `dim` f16 at `stride` apart (one KV head of the cache
+//! at consecutive positions). Each function clamps the number of rows to what the slice
+//! holds, so a short slice gives fewer results, never an out-of-bounds read.
+//!
+//! # Safety (all functions)
+//! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
+
+use core::arch::x86_64::*;
+
+/// How many rows of `dim` elements at `stride` apart `data` holds.
+#[inline(always)]
+fn rows_in(data: &[u16], dim: usize, stride: usize) -> usize {
+    if dim == 0 || data.len() < dim {
+        0
+    } else {
+        (data.len() - dim) / stride.max(1) + 1
+    }
+}
+
+#[inline(always)]
+unsafe fn f16x8(p: *const u16) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_to_f32(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// `scores[i]` = the dot product of `q` with key row `i`, summed like
+/// `smolrun_core::math::dot_f16_in_lanes`: 64 lanes (here 8 registers of 8) each take every
+/// 64th product with a fused multiply-add, then registers 4..7 are added onto 0..3, 2,3 onto
+/// 0,1, 1 onto 0, and the 8 lanes are halved to 4, 2, 1; the dimensions past the last whole
+/// 64 are added one by one in f64 (f32 products), as the scalar code does.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn key_dots_lanes64(q: &[f32], keys: &[u16], stride: usize, scores: &mut [f32]) {
+    let dim = q.len();
+    let n = scores.len().min(rows_in(keys, dim, stride));
+    let n_full = dim / 64 * 64;
+    let qp = q.as_ptr();
+    for (i, score) in scores[..n].iter_mut().enumerate() {
+        let kp = keys.as_ptr().add(i * stride);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let mut c = 0;
+        while c < n_full {
+            for (r, a) in acc.iter_mut().enumerate() {
+                let o = c + r * 8;
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(o)), f16x8(kp.add(o)), *a);
+            }
+            c += 64;
+        }
+        let r0 = _mm256_add_ps(acc[0], acc[4]);
+        let r1 = _mm256_add_ps(acc[1], acc[5]);
+        let r2 = _mm256_add_ps(acc[2], acc[6]);
+        let r3 = _mm256_add_ps(acc[3], acc[7]);
+        let r0 = _mm256_add_ps(r0, r2);
+        let r1 = _mm256_add_ps(r1, r3);
+        let t8 = _mm256_add_ps(r0, r1);
+        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+        // [t4[0] + t4[2], t4[1] + t4[3], ..], then lane 0 + lane 1.
+        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+        let t1 = _mm_add_ss(t2, _mm_movehdup_ps(t2));
+        let mut sum = _mm_cvtss_f32(t1) as f64;
+        for d in n_full..dim {
+            sum += (*qp.add(d) * f16_to_f32(*kp.add(d))) as f64;
+        }
+        *score = sum as f32;
+    }
+}
+
+/// Transposes 8 rows of 8 u16 into 8 columns: `out[m]` holds element `m` of rows 0..7.
+#[inline(always)]
+unsafe fn transpose_8x8_u16(a: [__m128i; 8]) -> [__m128i; 8] {
+    let t0 = _mm_unpacklo_epi16(a[0], a[1]);
+    let t1 = _mm_unpackhi_epi16(a[0], a[1]);
+    let t2 = _mm_unpacklo_epi16(a[2], a[3]);
+    let t3 = _mm_unpackhi_epi16(a[2], a[3]);
+    let t4 = _mm_unpacklo_epi16(a[4], a[5]);
+    let t5 = _mm_unpackhi_epi16(a[4], a[5]);
+    let t6 = _mm_unpacklo_epi16(a[6], a[7]);
+    let t7 = _mm_unpackhi_epi16(a[6], a[7]);
+    let u0 = _mm_unpacklo_epi32(t0, t2);
+    let u1 = _mm_unpackhi_epi32(t0, t2);
+    let u2 = _mm_unpacklo_epi32(t4, t6);
+    let u3 = _mm_unpackhi_epi32(t4, t6);
+    let u4 = _mm_unpacklo_epi32(t1, t3);
+    let u5 = _mm_unpackhi_epi32(t1, t3);
+    let u6 = _mm_unpacklo_epi32(t5, t7);
+    let u7 = _mm_unpackhi_epi32(t5, t7);
+    [
+        _mm_unpacklo_epi64(u0, u2),
+        _mm_unpackhi_epi64(u0, u2),
+        _mm_unpacklo_epi64(u1, u3),
+        _mm_unpackhi_epi64(u1, u3),
+        _mm_unpacklo_epi64(u4, u6),
+        _mm_unpackhi_epi64(u4, u6),
+        _mm_unpacklo_epi64(u5, u7),
+        _mm_unpackhi_epi64(u5, u7),
+    ]
+}
+
+/// `scores[i]` = the dot product of `q` with key row `i` as Rust's `Iterator::sum` of the f32
+/// products computes it: one sequential chain per key, starting at -0.0, each product rounded
+/// before its addition. The chain of one key cannot be split, so the lanes run over keys
+/// instead: 8 keys at a time, their rows transposed 8 dimensions at a time.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn key_dots_sequential(q: &[f32], keys: &[u16], stride: usize, scores: &mut [f32]) {
+    let dim = q.len();
+    let n = scores.len().min(rows_in(keys, dim, stride));
+    let dim8 = dim / 8 * 8;
+    let qp = q.as_ptr();
+    let mut i0 = 0;
+    while i0 + 8 <= n {
+        let kp = keys.as_ptr().add(i0 * stride);
+        let mut acc = _mm256_set1_ps(-0.0);
+        let mut d = 0;
+        while d < dim8 {
+            let mut rows = [_mm_setzero_si128(); 8];
+            for (j, r) in rows.iter_mut().enumerate() {
+                *r = _mm_loadu_si128(kp.add(j * stride + d) as *const __m128i);
+            }
+            for (m, col) in transpose_8x8_u16(rows).into_iter().enumerate() {
+                let prod = _mm256_mul_ps(_mm256_set1_ps(*qp.add(d + m)), _mm256_cvtph_ps(col));
+                acc = _mm256_add_ps(acc, prod);
+            }
+            d += 8;
+        }
+        for d in dim8..dim {
+            let mut col = [0u16; 8];
+            for (j, c) in col.iter_mut().enumerate() {
+                *c = *kp.add(j * stride + d);
+            }
+            let col = _mm256_cvtph_ps(_mm_loadu_si128(col.as_ptr() as *const __m128i));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(*qp.add(d)), col));
+        }
+        _mm256_storeu_ps(scores.as_mut_ptr().add(i0), acc);
+        i0 += 8;
+    }
+    for (i, score) in scores[..n].iter_mut().enumerate().skip(i0) {
+        let kp = keys.as_ptr().add(i * stride);
+        let mut sum = -0.0f32;
+        for d in 0..dim {
+            sum += *qp.add(d) * f16_to_f32(*kp.add(d));
+        }
+        *score = sum;
+    }
+}
+
+/// `out[d] += weights[i] * value_i[d]` for the value rows `i` in order (each product rounded,
+/// then the sum): the f32 kernel's weighted sum. `out` stays in registers 32 dimensions at a
+/// time while all rows go by.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn weighted_values(out: &mut [f32], weights: &[f32], values: &[u16], stride: usize) {
+    let dim = out.len();
+    let n = weights.len().min(rows_in(values, dim, stride));
+    let (op, vp) = (out.as_mut_ptr(), values.as_ptr());
+    let mut d = 0;
+    while d + 32 <= dim {
+        let mut acc = [
+            _mm256_loadu_ps(op.add(d)),
+            _mm256_loadu_ps(op.add(d + 8)),
+            _mm256_loadu_ps(op.add(d + 16)),
+            _mm256_loadu_ps(op.add(d + 24)),
+        ];
+        for (i, &w) in weights[..n].iter().enumerate() {
+            let w = _mm256_set1_ps(w);
+            let row = vp.add(i * stride + d);
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(w, f16x8(row.add(r * 8))));
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(op.add(d + r * 8), *a);
+        }
+        d += 32;
+    }
+    while d + 8 <= dim {
+        let mut acc = _mm256_loadu_ps(op.add(d));
+        for (i, &w) in weights[..n].iter().enumerate() {
+            let v = f16x8(vp.add(i * stride + d));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w), v));
+        }
+        _mm256_storeu_ps(op.add(d), acc);
+        d += 8;
+    }
+    for d in d..dim {
+        let mut acc = *op.add(d);
+        for (i, &w) in weights[..n].iter().enumerate() {
+            acc += w * f16_to_f32(*vp.add(i * stride + d));
+        }
+        *op.add(d) = acc;
+    }
+}
+
+/// f32 -> nearest f16 (ties to even) -> f32, 8 lanes.
+#[inline(always)]
+unsafe fn round_f16(x: __m256) -> __m256 {
+    _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+}
+
+/// f32 -> nearest f16 (ties to even) -> f32, one value.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn round_f16_1(x: f32) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+        _mm_set_ss(x),
+    )))
+}
+
+/// `out[d] = f16(out[d] * ms)`: the f16 accumulator rescaled when a new maximum score
+/// arrives.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rescale_f16(out: &mut [f32], ms: f32) {
+    let (dim, op) = (out.len(), out.as_mut_ptr());
+    let m = _mm256_set1_ps(ms);
+    let mut d = 0;
+    while d + 8 <= dim {
+        let x = _mm256_mul_ps(_mm256_loadu_ps(op.add(d)), m);
+        _mm256_storeu_ps(op.add(d), round_f16(x));
+        d += 8;
+    }
+    for d in d..dim {
+        *op.add(d) = round_f16_1(*op.add(d) * ms);
+    }
+}
+
+/// `out[d] = f16(fma(value[d], vs, out[d]))`: one value row added to the f16 accumulator.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn accumulate_f16(out: &mut [f32], value: &[u16], vs: f32) {
+    let dim = out.len().min(value.len());
+    let (op, vp) = (out.as_mut_ptr(), value.as_ptr());
+    let s = _mm256_set1_ps(vs);
+    let mut d = 0;
+    while d + 8 <= dim {
+        let x = _mm256_fmadd_ps(f16x8(vp.add(d)), s, _mm256_loadu_ps(op.add(d)));
+        _mm256_storeu_ps(op.add(d), round_f16(x));
+        d += 8;
+    }
+    for d in d..dim {
+        let x = _mm_fmadd_ss(
+            _mm_set_ss(f16_to_f32(*vp.add(d))),
+            _mm_set_ss(vs),
+            _mm_set_ss(*op.add(d)),
+        );
+        *op.add(d) = round_f16_1(_mm_cvtss_f32(x));
+    }
+}

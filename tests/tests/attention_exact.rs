@@ -1,0 +1,120 @@
+//! The SIMD attention face that the kernel set installs (`KernelSet::attention`) gives the
+//! scalar `math::attention_head`'s logits to the bit on the real models: the same matvec
+//! kernels, only the attention swapped, over a prompt long enough for llama.cpp's f32 batch
+//! kernel (64+ tokens) and over decoding and small batches (the f16-accumulator kernel),
+//! with Gemma 3's sliding-window layers included. (core's kernel tests check the face on
+//! random and edge-case heads; this checks it where the golden data lives.)
+//! Run in release mode: `cargo test --release -p smolrun-tests --test attention_exact`.
+
+use smolrun_core::kernels::KernelSet;
+use smolrun_core::math;
+use smolrun_core::model::{Model, ResidentStore, State};
+use smolrun_core::platform::Parallel;
+use smolrun_linux::MappedFile;
+use smolrun_tests::*;
+
+/// The first `n` tokens of the model's golden logits texts, joined.
+fn prompt(model: &str, n: usize) -> Vec<u32> {
+    let g = golden(model, "logits.json");
+    let texts = g["texts"].as_array().expect("texts");
+    let mut tokens: Vec<u32> = texts.iter().flat_map(|t| ids(&t["tokens"])).collect();
+    assert!(
+        tokens.len() >= n,
+        "{model}: golden texts hold {} tokens",
+        tokens.len()
+    );
+    tokens.truncate(n);
+    tokens
+}
+
+/// Logits at every position: `tokens` in batches of `n_batch`.
+fn logits(
+    m: &Model,
+    store: &ResidentStore,
+    par: &dyn Parallel,
+    tokens: &[u32],
+    n_batch: usize,
+) -> Vec<Vec<f32>> {
+    let mut state = State::with_batch(m, tokens.len(), n_batch).expect("state");
+    let mut all = Vec::new();
+    m.forward_batch_all(&mut state, store, par, tokens, 0, 0, &mut |_, l| {
+        all.push(l.to_vec())
+    })
+    .expect("forward_batch_all");
+    all
+}
+
+/// Logits at every position, one `forward()` per token (decoding).
+fn decoded(m: &Model, store: &ResidentStore, par: &dyn Parallel, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let mut state = State::new(m, tokens.len()).expect("state");
+    let mut all = Vec::new();
+    for (i, &t) in tokens.iter().enumerate() {
+        all.push(
+            m.forward(&mut state, store, par, t, i)
+                .expect("forward")
+                .to_vec(),
+        );
+    }
+    all
+}
+
+fn assert_same(want: &[Vec<f32>], got: &[Vec<f32>], what: &str) {
+    assert_eq!(want.len(), got.len());
+    for (p, (a, b)) in want.iter().zip(got).enumerate() {
+        if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+            panic!(
+                "{what}: position {p}, logit {i}: scalar attention {}, SIMD attention {}",
+                a[i], b[i]
+            );
+        }
+    }
+}
+
+fn check(model: &str) {
+    let Some(path) = model_path(model) else {
+        return;
+    };
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    if kernels.name() == "scalar" {
+        println!("notice: no SIMD kernels on this CPU; the attention face is the scalar code");
+    }
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = smolrun_core::gguf::Gguf::parse(file.bytes()).expect("parse");
+    let simd = Model::load_with_kernels(&g, &kernels).expect("load");
+    let mut scalar = simd.clone();
+    scalar.attention = math::attention_head;
+    let store = ResidentStore::new(&g);
+    let par = ScopedThreads::from_env();
+
+    // 80 tokens in one batch: the f32 kernel.
+    let tokens = prompt(model, 80);
+    let want = logits(&scalar, &store, &par, &tokens, 80);
+    assert_same(
+        &want,
+        &logits(&simd, &store, &par, &tokens, 80),
+        &format!("{model} batch 80"),
+    );
+    // Decoding and batches of 13: the f16-accumulator kernel.
+    let tokens = &tokens[..40];
+    let want = decoded(&scalar, &store, &par, tokens);
+    assert_same(
+        &want,
+        &decoded(&simd, &store, &par, tokens),
+        &format!("{model} decoding"),
+    );
+    assert_same(
+        &want,
+        &logits(&simd, &store, &par, tokens, 13),
+        &format!("{model} batch 13"),
+    );
+    println!(
+        "{model}: {} attention gives the scalar logits to the bit",
+        kernels.name()
+    );
+}
+
+#[test]
+fn simd_attention_gives_the_scalar_logits() {
+    check("gemma3-270m");
+    check("qwen2.5-coder-0.5b");
+}
