@@ -453,7 +453,7 @@ mod x86_64 {
     use super::KernelSet;
     use crate::platform::CpuFeatures;
     use crate::quant::GgmlType;
-    use smolrun_kernels::x86_64::{avx2, avx2_cols, avx2_fma_f16c_usable};
+    use smolrun_kernels::x86_64::{avx2, avx2_cols, avx2_fma_f16c_usable, avx2_q0};
 
     /// Installs the AVX2 kernels when the caller allows AVX2, FMA and F16C and cpuid confirms
     /// them. AVX-512 is left out (see `smolrun_kernels::x86_64`).
@@ -466,9 +466,9 @@ mod x86_64 {
         set.install(GgmlType::Q4_K, q4_k, None, "avx2");
         set.install(GgmlType::Q5_K, q5_k, None, "avx2");
         set.install(GgmlType::Q6_K, q6_k, None, "avx2");
-        set.install(GgmlType::Q8_0, q8_0, None, "avx2");
-        set.install(GgmlType::Q4_0, q4_0, None, "avx2");
-        set.install(GgmlType::Q5_0, q5_0, None, "avx2");
+        set.install(GgmlType::Q8_0, q8_0, Some(q8_0_rows), "avx2");
+        set.install(GgmlType::Q4_0, q4_0, Some(q4_0_rows), "avx2");
+        set.install(GgmlType::Q5_0, q5_0, Some(q5_0_rows), "avx2");
         set.install(GgmlType::F16, f16, None, "avx2");
         set.install(GgmlType::F32, f32, None, "avx2");
         // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
@@ -516,14 +516,25 @@ mod x86_64 {
     fn q6_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
         unsafe { avx2_cols::matmul_q6_k_q8_k(n, w, a, t, out) }
     }
+    // The 32-element formats (avx2_q0): several rows per pass (matvec) and batches (matmul),
+    // both giving the bits of the vec_dot above for every row.
+    fn q8_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx2_q0::matvec_q8_0_q8_0(n, w, a, out) }
+    }
+    fn q4_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx2_q0::matvec_q4_0_q8_0(n, w, a, out) }
+    }
+    fn q5_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx2_q0::matvec_q5_0_q8_0(n, w, a, out) }
+    }
     fn q8_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q8_0_q8_0(n, w, a, t, out) }
+        unsafe { avx2_q0::matmul_q8_0_q8_0(n, w, a, t, out) }
     }
     fn q4_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q4_0_q8_0(n, w, a, t, out) }
+        unsafe { avx2_q0::matmul_q4_0_q8_0(n, w, a, t, out) }
     }
     fn q5_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q5_0_q8_0(n, w, a, t, out) }
+        unsafe { avx2_q0::matmul_q5_0_q8_0(n, w, a, t, out) }
     }
 }
 
@@ -810,6 +821,7 @@ mod tests {
         } else {
             2 * (n / bs + 12)
         };
+        check_rows_give_vec_dot_bits(fast, n, w, act, case);
         let m = magnitude(ty, fast.act_type, w, act, n);
         let tol = k as f64 * U * m * 1.001;
         assert!(
@@ -825,6 +837,38 @@ mod tests {
         );
     }
 
+    /// Where `fast` has a several-rows matvec that promises the vec_dot's bits (the x86-64
+    /// 32-element formats), runs it on 5 copies of the row `w` (a group of 4 rows and a tail
+    /// row) and checks every output against `vec_dot` to the bit.
+    fn check_rows_give_vec_dot_bits(
+        fast: &WeightKernel,
+        n: usize,
+        w: &[u8],
+        act: &[u8],
+        case: &str,
+    ) {
+        let promises_bits = matches!(
+            fast.weight_type,
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0
+        );
+        let Some(rows) = fast.rows.filter(|_| promises_bits) else {
+            return;
+        };
+        let want = (fast.vec_dot)(n, w, act);
+        let matrix = w.repeat(5);
+        let mut out = [f32::NAN; 5];
+        rows(n, &matrix, act, &mut out);
+        for (r, got) in out.iter().enumerate() {
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{} {case} (n {n}): row {r} of the {} rows kernel gives {got}, vec_dot {want}",
+                fast.weight_type,
+                fast.face
+            );
+        }
+    }
+
     fn check_exact(
         fast: &WeightKernel,
         scalar: &WeightKernel,
@@ -833,6 +877,7 @@ mod tests {
         act: &[u8],
         case: &str,
     ) {
+        check_rows_give_vec_dot_bits(fast, n, w, act, case);
         let want = (scalar.vec_dot)(n, w, act);
         let got = (fast.vec_dot)(n, w, act);
         assert_eq!(
@@ -1148,8 +1193,10 @@ mod tests {
                 .unwrap();
             for (r, &y) in out.iter().enumerate() {
                 let row = &w[r * row_bytes..(r + 1) * row_bytes];
-                if fast.rows.is_none() {
-                    // Row by row through the SIMD dot: the same bits.
+                let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0);
+                if fast.rows.is_none() || rows_keep_bits {
+                    // Row by row through the SIMD dot: the same bits (the x86-64 rows kernels
+                    // of the 32-element formats keep the vec_dot's float order).
                     assert_eq!(
                         y.to_bits(),
                         (fast.vec_dot)(n_cols, row, &act).to_bits(),
