@@ -136,7 +136,7 @@ impl<const FIVE_BITS: bool> Q0Format for Q450<FIVE_BITS> {
 /// nibbles, elements 0..15, in the low 128 bits, high nibbles in the high 128 bits), from one
 /// broadcast load and one variable shift instead of two shifts and an insert.
 #[inline(always)]
-unsafe fn nibbles(qs: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles(qs: *const u8) -> __m256i {
     let both = _mm256_broadcastsi128_si256(load128(qs));
     let shifted = _mm256_srlv_epi64(both, _mm256_setr_epi64x(0, 0, 4, 4));
     _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))
@@ -166,11 +166,22 @@ unsafe fn rows_block<K: Q0Format, const R: usize>(
     for line in 0..(R * K::W_BYTES).div_ceil(64) {
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line) as *const i8);
     }
+    // The R rows' scale products, converted and multiplied together (lane by lane the
+    // product the vec_dot takes on scalars: the same rounding).
+    let mut dx = [0u16; 8];
+    for j in 0..R {
+        dx[j] = (xs[j].add(i * K::W_BYTES) as *const u16).read_unaligned();
+    }
+    let d = _mm_mul_ps(
+        _mm_cvtph_ps(_mm_loadu_si128(dx.as_ptr() as *const __m128i)),
+        _mm_set1_ps(dy),
+    );
+    let d = _mm256_castps128_ps256(d);
     for j in 0..R {
         let x = xs[j].add(i * K::W_BYTES);
-        let d = f16_at(x) * dy;
         let sumi = K::dot(K::unpack(x), yq);
-        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[j]);
+        let dj = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(j as i32));
+        acc[j] = _mm256_fmadd_ps(dj, _mm256_cvtepi32_ps(sumi), acc[j]);
     }
 }
 
