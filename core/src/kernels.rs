@@ -346,8 +346,8 @@ impl KernelSet {
         set
     }
 
-    /// What was selected, for `smolrun bench` and logs: "x86_64-avx2", "aarch64-dotprod",
-    /// "aarch64-neon" or "scalar".
+    /// What was selected, for `smolrun bench` and logs: "x86_64-avx512", "x86_64-avx2",
+    /// "aarch64-dotprod", "aarch64-neon" or "scalar".
     pub fn name(&self) -> &'static str {
         self.name
     }
