@@ -353,8 +353,8 @@ impl KernelSet {
         set
     }
 
-    /// What was selected, for `smolrun bench` and logs: "x86_64-avx2", "aarch64-dotprod",
-    /// "aarch64-neon" or "scalar".
+    /// What was selected, for `smolrun bench` and logs: "x86_64-avx512", "x86_64-avx2",
+    /// "aarch64-dotprod", "aarch64-neon" or "scalar".
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -465,10 +465,13 @@ mod x86_64 {
     use super::KernelSet;
     use crate::platform::CpuFeatures;
     use crate::quant::GgmlType;
-    use smolrun_kernels::x86_64::{avx2, avx2_cols, avx2_fma_f16c_usable};
+    use smolrun_kernels::x86_64::{
+        avx2, avx2_cols, avx2_fma_f16c_usable, avx2_q0, avx512_q0, avx512_vnni_usable,
+    };
 
     /// Installs the AVX2 kernels when the caller allows AVX2, FMA and F16C and cpuid confirms
-    /// them. AVX-512 is left out (see `smolrun_kernels::x86_64`).
+    /// them; on top of them the AVX-512 VNNI kernels of the 32-element formats when the caller
+    /// also allows AVX512F, AVX512BW and AVX512-VNNI and cpuid confirms those and AVX512VL.
     pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
         let allowed = features.avx2 && features.fma && features.f16c;
         if !allowed || !avx2_fma_f16c_usable() {
@@ -478,9 +481,9 @@ mod x86_64 {
         set.install(GgmlType::Q4_K, q4_k, None, "avx2");
         set.install(GgmlType::Q5_K, q5_k, None, "avx2");
         set.install(GgmlType::Q6_K, q6_k, None, "avx2");
-        set.install(GgmlType::Q8_0, q8_0, None, "avx2");
-        set.install(GgmlType::Q4_0, q4_0, None, "avx2");
-        set.install(GgmlType::Q5_0, q5_0, None, "avx2");
+        set.install(GgmlType::Q8_0, q8_0, Some(q8_0_rows), "avx2");
+        set.install(GgmlType::Q4_0, q4_0, Some(q4_0_rows), "avx2");
+        set.install(GgmlType::Q5_0, q5_0, Some(q5_0_rows), "avx2");
         set.install(GgmlType::F16, f16, None, "avx2");
         set.install(GgmlType::F32, f32, None, "avx2");
         // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
@@ -490,6 +493,17 @@ mod x86_64 {
         set.install_cols(GgmlType::Q8_0, q8_0_cols);
         set.install_cols(GgmlType::Q4_0, q4_0_cols);
         set.install_cols(GgmlType::Q5_0, q5_0_cols);
+        let allowed = features.avx512f && features.avx512bw && features.avx512vnni;
+        if !allowed || !avx512_vnni_usable() {
+            return;
+        }
+        set.name = "x86_64-avx512";
+        set.install(GgmlType::Q8_0, q8_0_512, Some(q8_0_rows_512), "avx512");
+        set.install(GgmlType::Q4_0, q4_0_512, Some(q4_0_rows_512), "avx512");
+        set.install(GgmlType::Q5_0, q5_0_512, Some(q5_0_rows_512), "avx512");
+        set.install_cols(GgmlType::Q8_0, q8_0_cols_512);
+        set.install_cols(GgmlType::Q4_0, q4_0_cols_512);
+        set.install_cols(GgmlType::Q5_0, q5_0_cols_512);
     }
 
     // SAFETY (every function below): installed only by `install`, after
@@ -528,14 +542,55 @@ mod x86_64 {
     fn q6_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
         unsafe { avx2_cols::matmul_q6_k_q8_k(n, w, a, t, out) }
     }
+    // The 32-element formats (avx2_q0): several rows per pass (matvec) and batches (matmul),
+    // both giving the bits of the vec_dot above for every row.
+    fn q8_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx2_q0::matvec_q8_0_q8_0(n, w, a, out) }
+    }
+    fn q4_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx2_q0::matvec_q4_0_q8_0(n, w, a, out) }
+    }
+    fn q5_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx2_q0::matvec_q5_0_q8_0(n, w, a, out) }
+    }
     fn q8_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q8_0_q8_0(n, w, a, t, out) }
+        unsafe { avx2_q0::matmul_q8_0_q8_0(n, w, a, t, out) }
     }
     fn q4_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q4_0_q8_0(n, w, a, t, out) }
+        unsafe { avx2_q0::matmul_q4_0_q8_0(n, w, a, t, out) }
     }
     fn q5_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q5_0_q8_0(n, w, a, t, out) }
+        unsafe { avx2_q0::matmul_q5_0_q8_0(n, w, a, t, out) }
+    }
+
+    // `avx512_vnni_usable()` confirmed AVX2, FMA, F16C, AVX512F/BW/VL and AVX512-VNNI. The
+    // three entry points of a format give the same bits (avx512_q0's docs).
+    fn q8_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx512_q0::vec_dot_q8_0_q8_0(n, w, a) }
+    }
+    fn q4_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx512_q0::vec_dot_q4_0_q8_0(n, w, a) }
+    }
+    fn q5_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx512_q0::vec_dot_q5_0_q8_0(n, w, a) }
+    }
+    fn q8_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx512_q0::matvec_q8_0_q8_0(n, w, a, out) }
+    }
+    fn q4_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx512_q0::matvec_q4_0_q8_0(n, w, a, out) }
+    }
+    fn q5_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx512_q0::matvec_q5_0_q8_0(n, w, a, out) }
+    }
+    fn q8_0_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx512_q0::matmul_q8_0_q8_0(n, w, a, t, out) }
+    }
+    fn q4_0_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx512_q0::matmul_q4_0_q8_0(n, w, a, t, out) }
+    }
+    fn q5_0_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx512_q0::matmul_q5_0_q8_0(n, w, a, t, out) }
     }
 }
 
@@ -799,22 +854,44 @@ mod tests {
 
     /// (weight type, this CPU's SIMD kernel, its scalar twin) for every non-scalar entry.
     fn simd_kernels() -> Vec<(GgmlType, WeightKernel, WeightKernel)> {
-        let fast = KernelSet::select(&detected_features());
         let scalar = KernelSet::scalar();
-        let pairs: Vec<_> = fast
-            .weights
-            .iter()
-            .zip(scalar.weights.iter())
-            .filter(|(f, _)| f.face != "scalar")
-            .map(|(f, s)| (f.weight_type, *f, *s))
-            .collect();
+        let mut pairs: Vec<(GgmlType, WeightKernel, WeightKernel)> = Vec::new();
+        for fast in fast_sets() {
+            for (f, s) in fast.weights.iter().zip(scalar.weights.iter()) {
+                let seen = pairs
+                    .iter()
+                    .any(|(ty, k, _)| *ty == f.weight_type && k.face == f.face);
+                if f.face != "scalar" && !seen {
+                    pairs.push((f.weight_type, *f, *s));
+                }
+            }
+        }
         if pairs.is_empty() {
-            println!(
-                "notice: {} has no SIMD kernels for this CPU; nothing to compare",
-                fast.name()
-            );
+            println!("notice: no SIMD kernels for this CPU; nothing to compare");
         }
         pairs
+    }
+
+    /// Every kernel set this CPU runs: the selected one and, on x86-64, also the AVX2 set
+    /// (AVX-512 flags cleared), so that both faces are tested where both can run.
+    fn fast_sets() -> Vec<KernelSet> {
+        let features = detected_features();
+        #[allow(unused_mut)]
+        let mut sets = vec![KernelSet::select(&features)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2_only = CpuFeatures {
+                avx512f: false,
+                avx512bw: false,
+                avx512vnni: false,
+                ..features
+            };
+            let set = KernelSet::select(&avx2_only);
+            if set.name() != sets[0].name() {
+                sets.push(set);
+            }
+        }
+        sets
     }
 
     /// Byte offsets of the f16 scale fields of a block of the SIMD-covered formats.
@@ -908,6 +985,7 @@ mod tests {
         } else {
             2 * (n / bs + 12)
         };
+        check_rows_give_vec_dot_bits(fast, n, w, act, case);
         let m = magnitude(ty, fast.act_type, w, act, n);
         let tol = k as f64 * U * m * 1.001;
         assert!(
@@ -923,6 +1001,38 @@ mod tests {
         );
     }
 
+    /// Where `fast` has a several-rows matvec that promises the vec_dot's bits (the x86-64
+    /// 32-element formats), runs it on 5 copies of the row `w` (a group of 4 rows and a tail
+    /// row) and checks every output against `vec_dot` to the bit.
+    fn check_rows_give_vec_dot_bits(
+        fast: &WeightKernel,
+        n: usize,
+        w: &[u8],
+        act: &[u8],
+        case: &str,
+    ) {
+        let promises_bits = matches!(
+            fast.weight_type,
+            GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0
+        );
+        let Some(rows) = fast.rows.filter(|_| promises_bits) else {
+            return;
+        };
+        let want = (fast.vec_dot)(n, w, act);
+        let matrix = w.repeat(5);
+        let mut out = [f32::NAN; 5];
+        rows(n, &matrix, act, &mut out);
+        for (r, got) in out.iter().enumerate() {
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{} {case} (n {n}): row {r} of the {} rows kernel gives {got}, vec_dot {want}",
+                fast.weight_type,
+                fast.face
+            );
+        }
+    }
+
     fn check_exact(
         fast: &WeightKernel,
         scalar: &WeightKernel,
@@ -931,6 +1041,7 @@ mod tests {
         act: &[u8],
         case: &str,
     ) {
+        check_rows_give_vec_dot_bits(fast, n, w, act, case);
         let want = (scalar.vec_dot)(n, w, act);
         let got = (fast.vec_dot)(n, w, act);
         assert_eq!(
@@ -953,6 +1064,27 @@ mod tests {
         let set = KernelSet::select(&features);
         #[cfg(target_arch = "x86_64")]
         if features.avx2 && features.fma && features.f16c {
+            // With AVX-512 VNNI the 32-element formats take the avx512 face, the rest stay
+            // AVX2; with the AVX-512 flags cleared, everything is AVX2.
+            let avx512 = features.avx512f
+                && features.avx512bw
+                && features.avx512vnni
+                && smolrun_kernels::x86_64::avx512_vnni_usable();
+            let q0 = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0];
+            if avx512 {
+                assert_eq!(set.name(), "x86_64-avx512");
+                for ty in q0 {
+                    assert_eq!(set.weight(ty).unwrap().face, "avx512", "{ty}");
+                }
+            }
+            let set = if avx512 {
+                KernelSet::select(&CpuFeatures {
+                    avx512f: false,
+                    ..features
+                })
+            } else {
+                set.clone()
+            };
             assert_eq!(set.name(), "x86_64-avx2");
             for ty in [
                 GgmlType::Q4_K,
@@ -1218,7 +1350,6 @@ mod tests {
 
     #[test]
     fn matvec_keeps_odd_row_counts_on_the_fast_path() {
-        let fast_set = KernelSet::select(&detected_features());
         for (ty, fast, scalar) in simd_kernels() {
             // 13 rows: not a multiple of any row-batching factor.
             let (n_rows, n_cols) = (
@@ -1241,13 +1372,13 @@ mod tests {
             let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() - 0.5).collect();
             let act = quantize(fast.act_type, &x);
             let mut out = vec![f32::NAN; n_rows];
-            fast_set
-                .matvec(ty, &w, n_rows, n_cols, &act, &mut out)
-                .unwrap();
+            fast.matvec(&w, n_rows, n_cols, &act, &mut out).unwrap();
             for (r, &y) in out.iter().enumerate() {
                 let row = &w[r * row_bytes..(r + 1) * row_bytes];
-                if fast.rows.is_none() {
-                    // Row by row through the SIMD dot: the same bits.
+                let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0);
+                if fast.rows.is_none() || rows_keep_bits {
+                    // Row by row through the SIMD dot: the same bits (the x86-64 rows kernels
+                    // of the 32-element formats keep the vec_dot's float order).
                     assert_eq!(
                         y.to_bits(),
                         (fast.vec_dot)(n_cols, row, &act).to_bits(),
@@ -1263,12 +1394,12 @@ mod tests {
             }
             // Shape errors come back through the set as they do through quant::matvec.
             assert!(matches!(
-                fast_set.matvec(ty, &w[1..], n_rows, n_cols, &act, &mut out),
+                fast.matvec(&w[1..], n_rows, n_cols, &act, &mut out),
                 Err(QuantError::BadLength { .. })
             ));
         }
         assert!(matches!(
-            fast_set.weight(GgmlType::IQ2_XXS),
+            KernelSet::select(&detected_features()).weight(GgmlType::IQ2_XXS),
             Err(QuantError::Unsupported { .. })
         ));
     }
@@ -1493,10 +1624,16 @@ mod tests {
     #[test]
     fn matmul_gives_the_matvec_bits_for_every_type() {
         check_matmul_is_matvec_per_row(&KernelSet::scalar(), 31);
-        let fast = KernelSet::select(&detected_features());
-        check_matmul_is_matvec_per_row(&fast, 32);
-        #[cfg(target_arch = "x86_64")]
-        if fast.name() == "x86_64-avx2" {
+        for fast in fast_sets() {
+            check_matmul_is_matvec_per_row(&fast, 32);
+            #[cfg(target_arch = "x86_64")]
+            check_x86_64_sets_have_matmuls(&fast);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn check_x86_64_sets_have_matmuls(fast: &KernelSet) {
+        if fast.name().starts_with("x86_64-") {
             for ty in [
                 GgmlType::Q4_K,
                 GgmlType::Q5_K,
@@ -1507,7 +1644,8 @@ mod tests {
             ] {
                 assert!(
                     fast.weight(ty).unwrap().cols.is_some(),
-                    "{ty} has no AVX2 matmul"
+                    "{ty} has no matmul in {}",
+                    fast.name()
                 );
             }
         }

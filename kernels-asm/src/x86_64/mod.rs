@@ -4,13 +4,16 @@
 //! only when it says yes, whatever the caller's feature flags claim. [`attention`] holds the
 //! attention loops over the f16 KV cache, bit for bit `smolrun_core::math::attention_head`.
 //!
-//! AVX-512 is not used: decoding is bound by weight bandwidth, which AVX2 already reaches on
-//! one core (see the kernel_bench example), and the AVX-512 intrinsics need Rust 1.89 while the
-//! workspace promises 1.87.
+//! AVX-512 (at 256-bit width: AVX512VL, with VNNI's `vpdpbusd` and AVX512BW's byte masks) is
+//! used by [`avx512_q0`] for the 32-element formats, where the AVX2 kernels are bound by
+//! instructions rather than memory; [`avx512_vnni_usable`] asks the CPU. (The AVX-512
+//! intrinsics need Rust 1.89.)
 
 pub mod attention;
 pub mod avx2;
 pub mod avx2_cols;
+pub mod avx2_q0;
+pub mod avx512_q0;
 
 use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
 
@@ -45,4 +48,27 @@ pub fn avx2_fma_f16c_usable() -> bool {
 #[target_feature(enable = "xsave")]
 unsafe fn read_xcr0() -> u64 {
     _xgetbv(0)
+}
+
+/// True when the running CPU and OS support everything [`avx512_q0`] uses: the AVX2 set of
+/// [`avx2_fma_f16c_usable`], plus AVX512F, AVX512BW, AVX512VL and AVX512-VNNI, with the OS
+/// saving the opmask and upper ZMM state.
+pub fn avx512_vnni_usable() -> bool {
+    if !avx2_fma_f16c_usable() {
+        return false;
+    }
+    // SAFETY: leaf 7 exists (avx2_fma_f16c_usable read AVX2 from it).
+    #[allow(unused_unsafe)]
+    let leaf7 = unsafe { __cpuid_count(7, 0) };
+    let avx512f = leaf7.ebx & (1 << 16) != 0;
+    let avx512bw = leaf7.ebx & (1 << 30) != 0;
+    let avx512vl = leaf7.ebx & (1 << 31) != 0;
+    let avx512vnni = leaf7.ecx & (1 << 11) != 0;
+    if !(avx512f && avx512bw && avx512vl && avx512vnni) {
+        return false;
+    }
+    // SAFETY: OSXSAVE was confirmed by avx2_fma_f16c_usable.
+    let xcr0 = unsafe { read_xcr0() };
+    // Bits 5, 6, 7: opmask registers, upper halves of ZMM0-15, ZMM16-31.
+    xcr0 & 0b1110_0110 == 0b1110_0110
 }
