@@ -9,6 +9,7 @@
 
 pub mod avx2;
 pub mod avx2_cols;
+pub mod avx2_k;
 
 use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
 
