@@ -55,6 +55,21 @@ unsafe fn spread_i16(lo: i32, hi: i32) -> __m256i {
     )
 }
 
+/// How far ahead of the block being read the weights are prefetched, in bytes.
+const PREFETCH_BYTES: usize = 4096;
+
+/// Prefetches the block of `BLOCK` bytes that lies [`PREFETCH_BYTES`] after `x` (a cache line
+/// per 64 bytes; prefetches never fault, so running past the end of the weights is harmless).
+#[inline(always)]
+unsafe fn prefetch_ahead<const BLOCK: usize>(x: *const u8) {
+    let p = x.wrapping_add(PREFETCH_BYTES) as *const i8;
+    let mut off = 0;
+    while off < BLOCK {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off));
+        off += 64;
+    }
+}
+
 /// One Q4_K super-block in registers: its 256 quants as 8 vectors of 32 (sub-block s in
 /// `q[s]`), each sub-block's scale as 16 i16 lanes, the mins doubled for the 16 bsums, and
 /// the two f16 factors (d, dmin) as f32.
@@ -154,7 +169,9 @@ unsafe fn q4_k_dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_mins = [_mm256_setzero_ps(); N];
     for i in 0..nb {
-        let b = unpack_q4_k(xr.add(i * Q4_K_BYTES));
+        let xb = xr.add(i * Q4_K_BYTES);
+        prefetch_ahead::<Q4_K_BYTES>(xb);
+        let b = unpack_q4_k(xb);
         for j in 0..N {
             q4_k_block_dot(&b, ys[j].add(i * Q8_K_BYTES), &mut acc[j], &mut acc_mins[j]);
         }
@@ -246,7 +263,9 @@ unsafe fn q6_k_block_dot(b: &Q6KBlock, y: *const u8, acc: &mut __m256) {
 unsafe fn q6_k_dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
     let mut acc = [_mm256_setzero_ps(); N];
     for i in 0..nb {
-        let b = unpack_q6_k(xr.add(i * Q6_K_BYTES));
+        let xb = xr.add(i * Q6_K_BYTES);
+        prefetch_ahead::<Q6_K_BYTES>(xb);
+        let b = unpack_q6_k(xb);
         for j in 0..N {
             q6_k_block_dot(&b, ys[j].add(i * Q8_K_BYTES), &mut acc[j]);
         }
