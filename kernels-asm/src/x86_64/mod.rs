@@ -3,6 +3,10 @@
 //! needed), and the dispatch table in `smolrun_core::kernels` installs the [`avx2`] kernels
 //! only when it says yes, whatever the caller's feature flags claim.
 //!
+//! [`avx2_k`] holds the Q4_K and Q6_K kernels that decode spends most of its time in (scales
+//! decoded in registers, weights prefetched ahead); [`avx2_cols`] the batched prompt kernels
+//! of the other types.
+//!
 //! AVX-512 is not used: decoding is bound by weight bandwidth, which AVX2 already reaches on
 //! one core (see the kernel_bench example), and the AVX-512 intrinsics need Rust 1.89 while the
 //! workspace promises 1.87.
