@@ -466,7 +466,7 @@ mod x86_64 {
     use crate::platform::CpuFeatures;
     use crate::quant::GgmlType;
     use smolrun_kernels::x86_64::{
-        avx2, avx2_cols, avx2_fma_f16c_usable, avx2_q0, avx512_q0, avx512_vnni_usable,
+        avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_q0, avx512_vnni_usable,
     };
 
     /// Installs the AVX2 kernels when the caller allows AVX2, FMA and F16C and cpuid confirms
@@ -478,6 +478,8 @@ mod x86_64 {
             return;
         }
         set.name = "x86_64-avx2";
+        // Q4_K and Q6_K (most of a decode step) from avx2_k: scales decoded and spread in
+        // registers; the same lanes and float order as avx2.rs, so the same bits.
         set.install(GgmlType::Q4_K, q4_k, None, "avx2");
         set.install(GgmlType::Q5_K, q5_k, None, "avx2");
         set.install(GgmlType::Q6_K, q6_k, None, "avx2");
@@ -510,13 +512,13 @@ mod x86_64 {
     // `avx2_fma_f16c_usable()` confirmed AVX2, FMA and F16C on this CPU. The kernels read only
     // whole blocks inside both slices.
     fn q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        unsafe { avx2::vec_dot_q4_k_q8_k(n, w, a) }
+        unsafe { avx2_k::vec_dot_q4_k_q8_k(n, w, a) }
     }
     fn q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         unsafe { avx2::vec_dot_q5_k_q8_k(n, w, a) }
     }
     fn q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        unsafe { avx2::vec_dot_q6_k_q8_k(n, w, a) }
+        unsafe { avx2_k::vec_dot_q6_k_q8_k(n, w, a) }
     }
     fn q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
         unsafe { avx2::vec_dot_q8_0_q8_0(n, w, a) }
@@ -534,13 +536,13 @@ mod x86_64 {
         unsafe { avx2::vec_dot_f32(n, w, a) }
     }
     fn q4_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q4_k_q8_k(n, w, a, t, out) }
+        unsafe { avx2_k::matmul_q4_k_q8_k(n, w, a, t, out) }
     }
     fn q5_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
         unsafe { avx2_cols::matmul_q5_k_q8_k(n, w, a, t, out) }
     }
     fn q6_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-        unsafe { avx2_cols::matmul_q6_k_q8_k(n, w, a, t, out) }
+        unsafe { avx2_k::matmul_q6_k_q8_k(n, w, a, t, out) }
     }
     // The 32-element formats (avx2_q0): several rows per pass (matvec) and batches (matmul),
     // both giving the bits of the vec_dot above for every row.
@@ -1110,6 +1112,95 @@ mod tests {
             assert_eq!(quant::vec_dot_type(k.weight_type), Ok(k.act_type));
         }
         let _ = set;
+    }
+
+    /// The decode kernels of `avx2_k` (Q4_K, Q6_K) claim the lanes and float order of the
+    /// `avx2.rs` kernels they replaced: to the bit, on random rows of 1..=6 blocks, with edge
+    /// blocks (all 0x00, all 0xFF with large and negative scales) and extreme activations;
+    /// and their batched kernels give the one-row bits for every activation row.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_k_kernels_give_the_bits_of_the_avx2_kernels() {
+        use smolrun_kernels::x86_64::{avx2, avx2_fma_f16c_usable, avx2_k};
+        if !avx2_fma_f16c_usable() {
+            println!("notice: this CPU lacks AVX2/FMA/F16C; avx2_k is not tested");
+            return;
+        }
+        type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
+        type Cols = unsafe fn(usize, &[u8], &[u8], usize, &mut [f32]);
+        let pairs: [(GgmlType, Dot, Dot, Cols); 2] = [
+            (
+                GgmlType::Q4_K,
+                avx2::vec_dot_q4_k_q8_k,
+                avx2_k::vec_dot_q4_k_q8_k,
+                avx2_k::matmul_q4_k_q8_k,
+            ),
+            (
+                GgmlType::Q6_K,
+                avx2::vec_dot_q6_k_q8_k,
+                avx2_k::vec_dot_q6_k_q8_k,
+                avx2_k::matmul_q6_k_q8_k,
+            ),
+        ];
+        for (ty, old, new, cols) in pairs {
+            let mut rng = XorShift(0xA5_2C ^ ty.id() as u64);
+            for nb in 1..=6 {
+                let n = nb * 256;
+                let n_rows = 9;
+                let row_bytes = nb * ty.type_size();
+                let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
+                w[row_bytes..2 * row_bytes].fill(0);
+                for (r, v) in [(2, -2.5f32), (3, 6.0e4)] {
+                    let edge = &mut w[r * row_bytes..(r + 1) * row_bytes];
+                    edge.fill(0xFF);
+                    for b in edge.chunks_exact_mut(ty.type_size()) {
+                        for &off in f16_fields(ty) {
+                            put_f16(b, off, v);
+                        }
+                    }
+                }
+                let mut acts: Vec<u8> = Vec::new();
+                for t in 0..6 {
+                    acts.extend(match t {
+                        0 | 1 => {
+                            let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                            quantize(GgmlType::Q8_K, &x)
+                        }
+                        2 => act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
+                        3 => act_from_quants(
+                            GgmlType::Q8_K,
+                            3.0,
+                            &(0..n)
+                                .map(|i| if i % 3 == 0 { 127 } else { -128 })
+                                .collect::<Vec<_>>(),
+                        ),
+                        _ => {
+                            let mut x = vec![0.001f32; n];
+                            x[(t * 77) % n] = -3.0e4;
+                            quantize(GgmlType::Q8_K, &x)
+                        }
+                    });
+                }
+                let act_row = acts.len() / 6;
+                let mut batched = vec![f32::NAN; 6 * n_rows];
+                // SAFETY: AVX2, FMA and F16C confirmed above.
+                unsafe { cols(n, &w, &acts, 6, &mut batched) };
+                for t in 0..6 {
+                    let act = &acts[t * act_row..(t + 1) * act_row];
+                    for r in 0..n_rows {
+                        let row = &w[r * row_bytes..(r + 1) * row_bytes];
+                        // SAFETY: as above.
+                        let (a, b) = unsafe { (old(n, row, act), new(n, row, act)) };
+                        assert_eq!(a.to_bits(), b.to_bits(), "{ty} {nb} blocks row {r} act {t}");
+                        assert_eq!(
+                            batched[t * n_rows + r].to_bits(),
+                            b.to_bits(),
+                            "{ty} batched, {nb} blocks row {r} act {t}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The dotprod flag alone decides between the two aarch64 faces: without it no entry may

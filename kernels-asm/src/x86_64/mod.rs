@@ -4,6 +4,10 @@
 //! only when it says yes, whatever the caller's feature flags claim. [`attention`] holds the
 //! attention loops over the f16 KV cache, bit for bit `smolrun_core::math::attention_head`.
 //!
+//! [`avx2_k`] holds the Q4_K and Q6_K kernels that decode spends most of its time in (scales
+//! decoded in registers, weights prefetched ahead); [`avx2_q0`] the 32-element formats'
+//! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest.
+//!
 //! AVX-512 (at 256-bit width: AVX512VL, with VNNI's `vpdpbusd` and AVX512BW's byte masks) is
 //! used by [`avx512_q0`] for the 32-element formats, where the AVX2 kernels are bound by
 //! instructions rather than memory; [`avx512_vnni_usable`] asks the CPU. (The AVX-512
@@ -12,6 +16,7 @@
 pub mod attention;
 pub mod avx2;
 pub mod avx2_cols;
+pub mod avx2_k;
 pub mod avx2_q0;
 pub mod avx512_q0;
 
