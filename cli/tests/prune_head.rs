@@ -186,3 +186,114 @@ fn gemma3_pruned_head_matches_the_stock_model_on_kept_ids() {
         }
     }
 }
+
+fn smolrun_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_smolrun"))
+        .args(args)
+        .output()
+        .expect("run smolrun");
+    assert!(!out.status.success(), "smolrun {args:?} should have failed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `head-ids --word-freq`: the ids of a listed word's spellings (lower case and capitalised,
+/// after a space or not) are kept by its count, ids that neither corpus nor list weighs are not;
+/// a malformed list is refused with its line. No model run (--model-positions 0): only the
+/// tokenizer is loaded, so this takes well under a second.
+#[test]
+fn gemma3_head_ids_keeps_the_spellings_of_listed_words() {
+    let stock_path = require_model("gemma-3-270m-q4_k_m.gguf");
+    let stock = stock_path.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("smolrun-head-words-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = Scratch(dir.clone());
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(&corpus, "The cat sat on the mat.\n").unwrap();
+    let words = dir.join("words.tsv");
+    // Rare words (several tokens each in Gemma's vocabulary) with large counts.
+    std::fs::write(
+        &words,
+        "# word<TAB>count\nzymurgy\t5000\nquixotically\t4000\nsesquipedalian\t3000\n",
+    )
+    .unwrap();
+    let file = MappedFile::open(&stock_path).unwrap();
+    let g = Gguf::parse(file.bytes()).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let mut listed = Vec::new();
+    for word in ["zymurgy", "quixotically", "sesquipedalian"] {
+        let cap = format!("{}{}", word[..1].to_uppercase(), &word[1..]);
+        for spelling in [format!(" {word}"), word.to_string(), format!(" {cap}"), cap] {
+            tok.encode(&spelling, false, false, &mut listed);
+        }
+    }
+    listed.sort();
+    listed.dedup();
+
+    let head_ids = |extra: &[&str], out: &Path| {
+        let mut args = vec![
+            "gguf",
+            "head-ids",
+            "-m",
+            stock,
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--model-positions",
+            "0",
+            "--keep",
+            "1000",
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        smolrun(&args);
+        read_ids(out)
+    };
+    let with_list = head_ids(
+        &["--word-freq", words.to_str().unwrap()],
+        &dir.join("a.txt"),
+    );
+    let without = head_ids(&["--no-word-freq"], &dir.join("b.txt"));
+    assert_eq!(with_list.len(), 1008, "1000 padded up to a multiple of 16");
+    assert!(with_list.windows(2).all(|w| w[0] < w[1]));
+    for id in &listed {
+        assert!(
+            with_list.binary_search(id).is_ok(),
+            "id {id} ({:?}) of a listed word dropped",
+            String::from_utf8_lossy(tok.token_text(*id).unwrap())
+        );
+    }
+    let missed = listed
+        .iter()
+        .filter(|id| without.binary_search(id).is_err())
+        .count();
+    assert!(
+        missed > listed.len() / 2,
+        "without the list, only {missed} of the {} ids of the rare words should be dropped",
+        listed.len()
+    );
+    // The corpus's own ids are kept either way.
+    let mut cat = Vec::new();
+    tok.encode("The cat sat on the mat.", false, false, &mut cat);
+    for id in cat {
+        assert!(with_list.binary_search(&id).is_ok() && without.binary_search(&id).is_ok());
+    }
+
+    std::fs::write(&words, "zymurgy 5000\n").unwrap();
+    let err = smolrun_fails(&[
+        "gguf",
+        "head-ids",
+        "-m",
+        stock,
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--word-freq",
+        words.to_str().unwrap(),
+        "--model-positions",
+        "0",
+        "--keep",
+        "1000",
+        "-o",
+        dir.join("c.txt").to_str().unwrap(),
+    ]);
+    assert!(err.contains("words.tsv line 1: no tab"), "{err}");
+}

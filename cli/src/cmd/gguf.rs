@@ -29,6 +29,18 @@ pub enum GgufCommand {
         /// Corpus text files or directories [default: tools/head-corpus of the source tree].
         #[arg(long, num_args = 1..)]
         corpus: Vec<std::path::PathBuf>,
+        /// Word frequency lists, 'word<TAB>count' per line: each word's spellings (lower case and
+        /// capitalised, after a space and not) are tokenized and their ids weighed by its count
+        /// [default: tools/head-corpus/words/en-wordfreq.tsv of the source tree].
+        #[arg(long, num_args = 1.., conflicts_with = "no_word_freq")]
+        word_freq: Option<Vec<std::path::PathBuf>>,
+        /// Rank by the corpus and the model's predictions only, without word lists.
+        #[arg(long)]
+        no_word_freq: bool,
+        /// Weight of each word list against the corpus: the list's ids weigh this many times the
+        /// corpus's tokens in total (the model's predictions weigh once).
+        #[arg(long, default_value_t = 4.0)]
+        word_freq_weight: f64,
         /// Rows to keep, rounded up to a multiple of 16.
         #[arg(long)]
         keep: usize,
@@ -64,6 +76,9 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
         GgufCommand::HeadIds {
             model,
             corpus,
+            word_freq,
+            no_word_freq,
+            word_freq_weight,
             keep,
             model_positions,
             threads,
@@ -71,6 +86,12 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
         } => super::head::head_ids(
             &model,
             &corpus,
+            if no_word_freq {
+                Some(&[])
+            } else {
+                word_freq.as_deref()
+            },
+            word_freq_weight,
             keep,
             model_positions,
             threads.unwrap_or_else(crate::engine::default_threads),

@@ -7,9 +7,13 @@
 //! position adds its next-token probabilities to the ids' expected counts. A corpus of a few
 //! hundred KB sees only ~7K distinct ids; the model's predictions spread that evidence to the
 //! words it would have written in the same places (synonyms, inflections, the rest of a topic's
-//! vocabulary), which is what a 32K-64K head needs. Ids with neither are ranked by the
-//! tokenizer's own prior: the SentencePiece score, or the merge order (lower id) of a BPE
-//! vocabulary. Some ids are kept whatever their rank, because losing them would break
+//! vocabulary), which is what a 32K-64K head needs. A corpus that small still cannot say which
+//! of a 262K vocabulary's rarer English words a text will need, so word frequency lists weigh in
+//! too (`--word-freq`; by default tools/head-corpus/words/en-wordfreq.tsv, the 100,000 most
+//! frequent English words from wordfreq): each word is tokenized the ways running text writes
+//! it (lower case and capitalised, after a space and not) and its ids gain its frequency. Ids
+//! with none of this evidence are ranked by the tokenizer's own prior: the SentencePiece score,
+//! or the merge order (lower id) of a BPE vocabulary. Some ids are kept whatever their rank, because losing them would break
 //! generation rather than cost a rare word: control tokens (BOS, EOS, chat markers), user-defined
 //! tokens, byte tokens (`<0x41>`, and every single-byte token of a byte-level BPE), so any text
 //! can still be spelled out, the end-of-generation ids, and every token the chat template
@@ -34,8 +38,8 @@ fn default_corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/head-corpus")
 }
 
-/// Text files of the corpus: each argument is a file or a directory (its files but README.md and
-/// make.py, not recursive, in name order).
+/// Text files of the corpus: each argument is a file or a directory (its files but notes and
+/// scripts, `*.md` and `*.py`, not recursive, in name order).
 fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let args = if args.is_empty() {
         vec![default_corpus_dir()]
@@ -50,8 +54,8 @@ fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| {
                     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                    // The corpus's notes and generator are not part of it.
-                    p.is_file() && name != "README.md" && name != "make.py"
+                    // The corpus's notes and generators are not part of it.
+                    p.is_file() && !name.ends_with(".md") && !name.ends_with(".py")
                 })
                 .collect();
             in_dir.sort();
@@ -74,9 +78,172 @@ fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
 /// Why an id is kept.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct KeptCounts {
+    /// Control, byte, end-of-generation and chat-template ids.
     pub forced: usize,
-    pub seen: usize,
+    /// Ids with evidence: corpus counts, the model's predictions or the word lists.
+    pub weighed: usize,
+    /// Ids with no evidence at all, ranked by the tokenizer's prior.
     pub by_prior: usize,
+}
+
+/// The word lists shipped with the source, used when no `--word-freq` is given.
+fn default_word_lists() -> Vec<PathBuf> {
+    vec![default_corpus_dir().join("words/en-wordfreq.tsv")]
+}
+
+/// Reads a word list: `word<TAB>count` lines (count: occurrences in any unit, the same for every
+/// line of the file); blank lines and lines starting with `#` are ignored.
+pub fn read_word_list(path: &Path) -> Result<Vec<(String, f64)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read word list {}: {e}", path.display()))?;
+    let mut words = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |why: &str| {
+            format!(
+                "{} line {}: {why}: a word list has one 'word<TAB>count' per line",
+                path.display(),
+                n + 1
+            )
+        };
+        let (word, count) = line.split_once('\t').ok_or_else(|| bad("no tab"))?;
+        let count: f64 = count
+            .trim()
+            .parse()
+            .map_err(|_| bad(&format!("'{}' is not a count", count.trim())))?;
+        if !(count.is_finite() && count >= 0.0) {
+            return Err(bad(&format!("count {count} is not a finite number >= 0")));
+        }
+        if word.is_empty() {
+            return Err(bad("empty word"));
+        }
+        words.push((word.to_string(), count));
+    }
+    if words.is_empty() {
+        return Err(format!("word list {} has no words", path.display()));
+    }
+    Ok(words)
+}
+
+/// How a listed word shows up in running English text, and the share of its count each spelling
+/// gets: (capitalisation, preceded by a space, share). Measured on the corpus's everyday English
+/// (en-prose.txt: 92 % of words lower case after a space, 5 % capitalised after a space, 3 %
+/// capitalised at a line start or after a quote or bracket, 0.6 % lower case there; upper case
+/// is rare outside headings). Pieces of the rarer spellings are mostly ids of their own, so
+/// their shares decide how many rows go to them instead of to the next word.
+const SPELLINGS: [(Case, bool, f64); 5] = [
+    (Case::AsListed, true, 0.905),
+    (Case::AsListed, false, 0.01),
+    (Case::Capitalised, true, 0.055),
+    (Case::Capitalised, false, 0.025),
+    (Case::Upper, true, 0.005),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Case {
+    AsListed,
+    Capitalised,
+    Upper,
+}
+
+impl Case {
+    /// For a word mostly written capitalised: its listed and capitalised spellings trade places.
+    fn swapped(self) -> Case {
+        match self {
+            Case::AsListed => Case::Capitalised,
+            Case::Capitalised => Case::AsListed,
+            Case::Upper => Case::Upper,
+        }
+    }
+}
+
+fn share_of(case: Case, space: bool) -> f64 {
+    SPELLINGS
+        .iter()
+        .find(|s| s.0 == case && s.1 == space)
+        .map_or(0.0, |s| s.2)
+}
+
+fn spell(word: &str, case: Case, space: bool) -> String {
+    let mut s = String::with_capacity(word.len() + 1);
+    if space {
+        s.push(' ');
+    }
+    match case {
+        Case::AsListed => s.push_str(word),
+        Case::Upper => s.extend(word.chars().flat_map(char::to_uppercase)),
+        Case::Capitalised => {
+            let mut chars = word.chars();
+            s.extend(chars.next().into_iter().flat_map(char::to_uppercase));
+            s.push_str(chars.as_str());
+        }
+    }
+    s
+}
+
+/// Each id's weight from word lists: every word is tokenized in each of its [`SPELLINGS`], and
+/// every id of a spelling's tokens gains the word's count times the spelling's share (an id
+/// that a spelling uses twice gains twice). Each list is scaled to sum to 1 over its spellings'
+/// tokens, so lists in different units weigh the same.
+///
+/// Word lists that fold case cannot tell "london" from "house". The tokenizer can: its
+/// vocabulary was built from cased text, so a word mostly written capitalised has " London" as
+/// one token ranked ahead of " london" (higher SentencePiece score, or the earlier merge, i.e.
+/// lower id, of a BPE vocabulary), or has no lower-case token at all (" Sherlock"). Such a word's
+/// capitalised spellings get the lower-case shares and the other way round.
+pub fn word_list_weights(
+    tok: &Tokenizer,
+    prior: Option<&[f32]>,
+    lists: &[Vec<(String, f64)>],
+) -> Vec<f64> {
+    let mut weight = vec![0f64; tok.n_vocab()];
+    let mut list_weight = vec![0f64; tok.n_vocab()];
+    let mut spelled: [Vec<u32>; SPELLINGS.len()] = Default::default();
+    // Whether `a` ranks ahead of `b` in the tokenizer's own order.
+    let ahead = |a: u32, b: u32| match prior {
+        Some(p) => {
+            let score = |i: u32| p.get(i as usize).copied().unwrap_or(f32::NEG_INFINITY);
+            score(a) > score(b) || (score(a) == score(b) && a < b)
+        }
+        None => a < b,
+    };
+    for words in lists {
+        list_weight.iter_mut().for_each(|w| *w = 0.0);
+        for (word, count) in words {
+            for (ids, (case, space, _)) in spelled.iter_mut().zip(SPELLINGS) {
+                ids.clear();
+                tok.encode(&spell(word, case, space), false, false, ids);
+            }
+            // SPELLINGS[0] is the listed case after a space, SPELLINGS[2] the capitalised one.
+            let capitalised_first = match (&spelled[0][..], &spelled[2][..]) {
+                (&[listed], &[capital]) => listed != capital && ahead(capital, listed),
+                (listed, &[_]) => listed.len() > 1,
+                _ => false,
+            };
+            for (ids, (case, space, share)) in spelled.iter().zip(SPELLINGS) {
+                // Two spellings can be one string ("2024" has no case): each adds its share.
+                let share = if capitalised_first {
+                    share_of(case.swapped(), space)
+                } else {
+                    share
+                };
+                for &id in ids {
+                    if let Some(w) = list_weight.get_mut(id as usize) {
+                        *w += count * share;
+                    }
+                }
+            }
+        }
+        let total: f64 = list_weight.iter().sum();
+        if total > 0.0 {
+            for (w, l) in weight.iter_mut().zip(&list_weight) {
+                *w += l / total;
+            }
+        }
+    }
+    weight
 }
 
 /// Ids that every pruned head keeps (see the module docs), sorted.
@@ -110,13 +277,12 @@ pub fn forced_ids(tok: &Tokenizer, template_text: Option<&str>) -> Vec<u32> {
         .collect()
 }
 
-/// Chooses `keep` ids (padded up to [`ROW_MULTIPLE`]): the forced ones, then by `weight` (corpus
-/// count plus the model's expected count), then by `prior` (higher first; ties and missing
-/// priors by lower id). Returns them sorted. `counts` only sorts the statistics.
+/// Chooses `keep` ids (padded up to [`ROW_MULTIPLE`]): the forced ones, then by `weight` (the
+/// evidence of the corpus, the model's predictions and the word lists), then by `prior` (higher
+/// first; ties and missing priors by lower id). Returns them sorted.
 pub fn select_ids(
     n_vocab: usize,
     forced: &[u32],
-    counts: &[u64],
     weight: &[f64],
     prior: Option<&[f32]>,
     keep: usize,
@@ -150,8 +316,8 @@ pub fn select_ids(
     };
     for &id in order.iter().take(target - forced.len()) {
         kept[id as usize] = true;
-        if counts[id as usize] > 0 {
-            stats.seen += 1;
+        if weight[id as usize] > 0.0 {
+            stats.weighed += 1;
         } else {
             stats.by_prior += 1;
         }
@@ -220,9 +386,12 @@ fn expected_counts(
 }
 
 /// `smolrun gguf head-ids`.
+#[allow(clippy::too_many_arguments)]
 pub fn head_ids(
     model: &str,
     corpus: &[PathBuf],
+    word_lists: Option<&[PathBuf]>,
+    word_weight: f64,
     keep: usize,
     model_positions: usize,
     threads: usize,
@@ -239,6 +408,19 @@ pub fn head_ids(
     if keep == 0 {
         return Err("--keep 0: keep at least the control and byte tokens".into());
     }
+    if !(word_weight.is_finite() && word_weight >= 0.0) {
+        return Err(format!(
+            "--word-freq-weight {word_weight}: give a finite number >= 0"
+        ));
+    }
+    let word_lists = match word_lists {
+        None => default_word_lists(),
+        Some(l) => l.to_vec(),
+    };
+    let lists = word_lists
+        .iter()
+        .map(|p| read_word_list(p))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut counts = vec![0u64; n_vocab];
     let mut n_tokens = 0usize;
@@ -285,7 +467,15 @@ pub fn head_ids(
             *w += e * scale;
         }
     }
-    let (kept, stats) = select_ids(n_vocab, &forced, &counts, &weight, prior.as_deref(), keep)?;
+    if !lists.is_empty() && word_weight > 0.0 {
+        // Each list sums to 1; it weighs `word_weight` times the corpus's tokens in total.
+        let from_words = word_list_weights(&tok, prior.as_deref(), &lists);
+        let scale = word_weight * n_tokens as f64;
+        for (w, f) in weight.iter_mut().zip(&from_words) {
+            *w += f * scale;
+        }
+    }
+    let (kept, stats) = select_ids(n_vocab, &forced, &weight, prior.as_deref(), keep)?;
 
     let mut w = BufWriter::new(
         File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?,
@@ -297,12 +487,13 @@ pub fn head_ids(
         .map_err(|e| format!("writing {}: {e}", out.display()))?;
     let covered: u64 = kept.iter().map(|&i| counts[i as usize]).sum();
     eprintln!(
-        "kept {} of {n_vocab} ids ({} forced, {} seen in the corpus, {} unseen, by the model's \
-         predictions or the tokenizer's prior); \
+        "kept {} of {n_vocab} ids ({} forced, {} by the corpus, the model's predictions and {} \
+         word lists, {} by the tokenizer's prior alone); \
          they cover {:.2} % of the corpus's {n_tokens} tokens; wrote {}",
         kept.len(),
         stats.forced,
-        stats.seen,
+        stats.weighed,
+        lists.len(),
         stats.by_prior,
         100.0 * covered as f64 / n_tokens.max(1) as f64,
         out.display()
@@ -433,4 +624,47 @@ pub fn prune_head(input: &str, ids_path: &Path, out: &Path) -> Result<(), String
         plan.ids.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_cover_case_and_leading_space() {
+        assert_eq!(spell("über", Case::AsListed, true), " über");
+        assert_eq!(spell("über", Case::Capitalised, false), "Über");
+        assert_eq!(spell("i'm", Case::Capitalised, true), " I'm");
+        assert_eq!(spell("straße", Case::Upper, true), " STRASSE");
+        assert_eq!(spell("2024", Case::Upper, false), "2024");
+        let shares: f64 = SPELLINGS.iter().map(|s| s.2).sum();
+        assert!((shares - 1.0).abs() < 1e-12, "shares sum to {shares}");
+    }
+
+    #[test]
+    fn word_lists_parse_and_refuse_bad_lines() {
+        let dir = std::env::temp_dir().join(format!("smolrun-wordlist-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("w.tsv");
+        std::fs::write(&path, "# comment\n\nthe\t53700000\ndon't\t1.5e3\n").unwrap();
+        assert_eq!(
+            read_word_list(&path).unwrap(),
+            vec![
+                ("the".to_string(), 53700000.0),
+                ("don't".to_string(), 1500.0)
+            ]
+        );
+        for (text, why) in [
+            ("the 12\n", "line 1: no tab"),
+            ("a\t1\nthe\tmany\n", "line 2: 'many' is not a count"),
+            ("the\t-1\n", "line 1: count -1 is not a finite number >= 0"),
+            ("\t5\n", "line 1: empty word"),
+            ("# only a comment\n", "has no words"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = read_word_list(&path).unwrap_err();
+            assert!(err.contains(why), "{text:?}: {err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
