@@ -180,6 +180,9 @@ pub fn gelu_tanh(x: f32) -> f32 {
 pub struct GeluTable(Vec<f32>);
 
 impl GeluTable {
+    /// Bytes the table holds (one f32 per f16 input).
+    pub const BYTES: usize = (1 << 16) * core::mem::size_of::<f32>();
+
     pub fn new() -> GeluTable {
         let table = (0..=u16::MAX)
             .map(|bits| f16::from_f32(gelu_tanh_exact(f16::from_bits(bits).to_f32())).to_f32())

@@ -19,6 +19,7 @@
 use super::hparams::HParams;
 use super::StateShape;
 use crate::gguf::TensorInfo;
+use crate::math;
 
 /// Size of a page as far as residency goes: a row read from a mapped file brings in at least
 /// this much.
@@ -103,6 +104,11 @@ impl MemoryPlan {
         let activations = shape.activation_bytes() as u64;
         let logits = shape.logits_bytes() as u64 + SAMPLER_BYTES_PER_TOKEN * n_vocab;
         let (num, den) = TOKENIZER_BYTES_PER_METADATA_BYTE;
+        // GELU models keep the activation's table over every f16 input (Model::gelu).
+        let gelu_table = match hp.family.switches().activation {
+            super::Activation::GeluTanh => math::GeluTable::BYTES as u64,
+            super::Activation::Silu => 0,
+        };
         MemoryPlan {
             weights,
             embedding_rows,
@@ -112,7 +118,7 @@ impl MemoryPlan {
             kv_cache,
             activations,
             logits,
-            runtime: RUNTIME_BYTES,
+            runtime: RUNTIME_BYTES + gelu_table,
             embedding_table,
             head_is_embedding,
         }
