@@ -207,6 +207,8 @@ pub fn drop_cached_range(path: &Path, range: Range<u64>) -> Result<(), String> {
     if range.start >= range.end {
         return Ok(());
     }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = path;
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
