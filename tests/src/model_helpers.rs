@@ -205,3 +205,18 @@ pub fn argmax(x: &[f32]) -> u32 {
     }
     best as u32
 }
+
+/// The first `n` tokens of the model's golden logits texts, joined: a prompt of real text for
+/// tests that compare two ways of running the same tokens.
+pub fn golden_prompt(model: &str, n: usize) -> Vec<u32> {
+    let g = golden(model, "logits.json");
+    let texts = g["texts"].as_array().expect("texts");
+    let mut tokens: Vec<u32> = texts.iter().flat_map(|t| ids(&t["tokens"])).collect();
+    assert!(
+        tokens.len() >= n,
+        "{model}: the golden texts hold {} tokens",
+        tokens.len()
+    );
+    tokens.truncate(n);
+    tokens
+}

@@ -13,20 +13,6 @@ use smolrun_core::platform::Parallel;
 use smolrun_linux::MappedFile;
 use smolrun_tests::*;
 
-/// The first `n` tokens of the model's golden logits texts, joined.
-fn prompt(model: &str, n: usize) -> Vec<u32> {
-    let g = golden(model, "logits.json");
-    let texts = g["texts"].as_array().expect("texts");
-    let mut tokens: Vec<u32> = texts.iter().flat_map(|t| ids(&t["tokens"])).collect();
-    assert!(
-        tokens.len() >= n,
-        "{model}: golden texts hold {} tokens",
-        tokens.len()
-    );
-    tokens.truncate(n);
-    tokens
-}
-
 /// Logits at every position: `tokens` in batches of `n_batch`.
 fn logits(
     m: &Model,
@@ -87,7 +73,7 @@ fn check(model: &str) {
     let par = ScopedThreads::from_env();
 
     // 80 tokens in one batch: the f32 kernel.
-    let tokens = prompt(model, 80);
+    let tokens = golden_prompt(model, 80);
     let want = logits(&scalar, &store, &par, &tokens, 80);
     assert_same(
         &want,

@@ -11,20 +11,6 @@ use smolrun_core::platform::Parallel;
 use smolrun_linux::MappedFile;
 use smolrun_tests::*;
 
-/// The first `n` tokens of the model's golden logits texts, joined.
-fn prompt(model: &str, n: usize) -> Vec<u32> {
-    let g = golden(model, "logits.json");
-    let texts = g["texts"].as_array().expect("texts");
-    let mut tokens: Vec<u32> = texts.iter().flat_map(|t| ids(&t["tokens"])).collect();
-    assert!(
-        tokens.len() >= n,
-        "{model}: the golden texts hold {} tokens",
-        tokens.len()
-    );
-    tokens.truncate(n);
-    tokens
-}
-
 /// Logits at every position of `tokens`, run in batches of `n_batch`.
 fn batched(
     m: &Model,
@@ -69,7 +55,7 @@ fn check(model: &str, kernels: &KernelSet, n_tokens: usize, batches: &[usize], p
     let m = Model::load_with_kernels(&g, kernels).expect("load");
     let store = ResidentStore::new(&g);
     let par = ScopedThreads::from_env();
-    let tokens = prompt(model, n_tokens);
+    let tokens = golden_prompt(model, n_tokens);
     let one_by_one = batched(&m, &store, &par, &tokens, 1);
     if per_token {
         // Decoding: forward() per token (below 64 tokens both use the decode attention).
