@@ -57,18 +57,7 @@ pub fn load_or_build(
         Ok("1") => Verify::Full,
         _ => Verify::Sampled,
     };
-    let (weights, outcome) = load_or_build_in(&dir, model_path, gguf, model, verify)?;
-    if matches!(
-        outcome,
-        Outcome::Mapped(_) | Outcome::Built(_) | Outcome::Rebuilt(..)
-    ) {
-        leave_sources_on_flash(
-            model_path,
-            gguf,
-            &RepackPlan::new(model).map_err(|e| e.to_string())?,
-        );
-    }
-    Ok(weights)
+    Ok(load_or_build_in(&dir, model_path, gguf, model, verify)?.0)
 }
 
 /// The repacked matrices' original tensors are not read again (a tied embedding table only a
@@ -124,6 +113,7 @@ pub fn load_or_build_in(
         let mut buf = vec![0u8; plan.file_len];
         repack_all(&plan, gguf, &mut buf, "repacking weights (no cache)")?;
         let weights = plan.weights(Box::new(buf), n_tensors).map_err(|e| at(&e))?;
+        leave_sources_on_flash(model_path, gguf, &plan);
         Ok((Some(weights), Outcome::InMemory(why)))
     };
     let cache_path = match dir {
@@ -152,6 +142,7 @@ pub fn load_or_build_in(
                 let weights = plan
                     .weights(Box::new(mapped), n_tensors)
                     .map_err(|e| at(&e))?;
+                leave_sources_on_flash(model_path, gguf, &plan);
                 return Ok((Some(weights), Outcome::Mapped(cache_path)));
             }
             Err(why) => {
@@ -178,6 +169,7 @@ pub fn load_or_build_in(
                 Some(why) => Outcome::Rebuilt(cache_path, why),
                 None => Outcome::Built(cache_path),
             };
+            leave_sources_on_flash(model_path, gguf, &plan);
             Ok((Some(weights), outcome))
         }
         Err(why) => {
@@ -371,13 +363,10 @@ mod tests {
         let (weights, outcome) = run();
         let cache = dir.join("gemma-3-270m-q4_k_m.gguf.scalar.repack");
         assert_eq!(outcome, Outcome::Built(cache.clone()));
-        // The repack read the sources; afterwards they are dropped from RAM (the tied table is
-        // only read a row per token from now on).
-        let plan = RepackPlan::new(&model).unwrap();
+        // The repack read the sources (178 MB of tied table); a built cache leaves them dropped
+        // from RAM (the table is only read a row per token from now on).
         let table = gguf.tensor("token_embd.weight").unwrap();
         let table = table.offset as usize..(table.offset + table.n_bytes) as usize;
-        assert!(file.resident_bytes(table.clone()).unwrap() > 100 << 20);
-        leave_sources_on_flash(&path, &gguf, &plan);
         let left = file.resident_bytes(table.clone()).unwrap();
         // A few pages at the table's ends stay: they share fault-around windows (64 KB) with
         // the header and the norms next to it, which this process still maps.
