@@ -19,6 +19,7 @@
 //! at consecutive positions). Each function clamps the number of rows to what the slice
 //! holds, so a short slice gives fewer results, never an out-of-bounds read.
 
+use super::float::f16_to_f32;
 use core::arch::asm;
 
 /// How many rows of `dim` elements at `stride` apart `data` holds.
@@ -29,24 +30,6 @@ fn rows_in(data: &[u16], dim: usize, stride: usize) -> usize {
     } else {
         (data.len() - dim) / stride.max(1) + 1
     }
-}
-
-/// f16 bits -> f32, exactly (base ARMv8 `fcvt`).
-#[inline(always)]
-fn f16_to_f32(bits: u16) -> f32 {
-    let out: f32;
-    // SAFETY: register-only conversion.
-    unsafe {
-        asm!(
-            "fmov {h:s}, {bits:w}",
-            "fcvt {out:s}, {h:h}",
-            bits = in(reg) bits as u32,
-            h = out(vreg) _,
-            out = lateout(vreg) out,
-            options(nostack, nomem, pure),
-        );
-    }
-    out
 }
 
 /// f32 -> nearest f16 -> f32.

@@ -80,7 +80,12 @@ pub fn vec_dot_f32_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
 /// The f16 at `b[2i..2i + 2]`, widened to f32 with the hardware conversion (base ARMv8).
 #[inline(always)]
 fn f16_at(b: &[u8], i: usize) -> f32 {
-    let bits = u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
+    f16_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
+}
+
+/// f16 bits -> f32, exactly (base ARMv8 `fcvt`): the weights' and the KV cache's halves.
+#[inline(always)]
+pub(super) fn f16_to_f32(bits: u16) -> f32 {
     let out: f32;
     // SAFETY: register-only conversion.
     unsafe {
@@ -89,7 +94,7 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
             "fcvt {out:s}, {h:h}",
             bits = in(reg) bits as u32,
             h = out(vreg) _,
-            out = out(vreg) out,
+            out = lateout(vreg) out,
             options(nostack, nomem, pure),
         );
     }
