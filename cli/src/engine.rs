@@ -461,7 +461,15 @@ fn parallel(threads: usize) -> Result<Box<dyn Parallel>, String> {
     if threads <= 1 {
         return Ok(Box::new(SingleThread));
     }
-    let pool = smolrun_linux::ThreadPool::new(threads)
+    let mut opts = smolrun_linux::PoolOptions::new(threads);
+    // SMOLRUN_SPIN_US: how long idle workers spin before sleeping (0 for a busy shared machine).
+    if let Some(n) = std::env::var("SMOLRUN_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.spin_micros = n;
+    }
+    let pool = smolrun_linux::ThreadPool::with_options(opts)
         .map_err(|e| format!("cannot start {threads} threads: {e}; try a smaller -t"))?;
     Ok(Box::new(pool))
 }

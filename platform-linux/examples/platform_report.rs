@@ -5,7 +5,7 @@
 use smolrun_core::platform::{Clock, MemoryProbe, Parallel, ReadAt};
 use smolrun_linux::{
     default_threads, detect_features, AlignedBuf, CpuTopology, FileReader, LinuxMemory,
-    MonotonicClock, PoolOptions, ThreadPool, DEFAULT_SPIN_ITERATIONS,
+    MonotonicClock, PoolOptions, ThreadPool, DEFAULT_SPIN_MICROS,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -35,11 +35,11 @@ fn main() {
 
     let clock = MonotonicClock;
     let threads = default_threads().max(2);
-    for spin_iterations in [0, DEFAULT_SPIN_ITERATIONS] {
+    for spin_micros in [0, DEFAULT_SPIN_MICROS] {
         let pool = ThreadPool::with_options(PoolOptions {
             threads,
             pin_cpus: None,
-            spin_iterations,
+            spin_micros,
         })
         .expect("cannot start worker threads");
         let counter = AtomicUsize::new(0);
@@ -53,7 +53,7 @@ fn main() {
             pool.run(&job);
         }
         let per_job = (clock.now_ns() - start) / jobs;
-        println!("empty job on {threads} threads, spin {spin_iterations}: {per_job} ns");
+        println!("empty job on {threads} threads, spin {spin_micros}: {per_job} ns");
     }
 }
 

@@ -21,7 +21,7 @@ pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};
 pub use mapped::{advise_random_mapped, drop_cached_range, unmap_pages_mapped, MappedFile};
 pub use memory::LinuxMemory;
 pub use memory_watch::{MemoryReading, MemorySource, MemoryWatch};
-pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_ITERATIONS};
+pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_MICROS};
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 //!
 //! Decoding one token runs a few hundred small jobs (one per matvec), tens of microseconds
 //! each. Waking a sleeping thread costs a syscall and a few microseconds of scheduler latency,
-//! so workers first spin a bounded number of iterations on the job counter (a job usually
+//! so workers first spin for a bounded time on the job counter (a job usually
 //! follows soon), and only then sleep in `futex(FUTEX_WAIT)`, so an idle engine does not burn
 //! the CPU. Starting a job writes one pointer and bumps a counter; nothing is allocated.
 //!
@@ -25,6 +25,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// A job as the workers see it: the caller's closure with its lifetime erased. It is only
 /// dereferenced between the start of a job and the end-of-job barrier, while `run` keeps the
@@ -154,60 +155,71 @@ pub struct PoolOptions {
     /// When set, worker `i` (1..threads) is pinned to `pin_cpus[i % len]`. The calling thread,
     /// worker 0, is left alone: pin it with [`pin_current_thread`] if wanted.
     pub pin_cpus: Option<Vec<usize>>,
-    /// At most how many times a waiting thread checks for its wake-up before it sleeps in the
-    /// kernel (the budget adapts below this; 0 never spins).
-    pub spin_iterations: u32,
+    /// At most how long (microseconds) a waiting thread spins before it sleeps in the kernel
+    /// (the budget adapts below this; 0 never spins).
+    pub spin_micros: u32,
 }
 
-/// x86 `pause` takes ~40-140 cycles, aarch64 `yield` ~1: the same spin time needs a different
-/// count. Both come to some tens of microseconds, the gap between two matvecs of a token.
-pub const DEFAULT_SPIN_ITERATIONS: u32 = if cfg!(target_arch = "x86_64") {
-    2_000
-} else {
-    20_000
-};
+/// How long a waiting thread spins at most. Measured by the clock, not counted in iterations:
+/// one `pause` takes 25 ns on the EPYC that CI runs on and ~40 ns on recent Intel cores, one
+/// `yield` about a nanosecond on Cortex-A55, so an iteration count means a different wait on
+/// every core. The gaps to cover are the serial steps between two matvecs of a token (norms,
+/// quantizing, a single KV head's attention) and the sampling between two tokens (an argmax
+/// over 262K logits is ~100 us on x86, several times that on an A55). At 50 us (2000 pauses
+/// on EPYC), Gemma 3 270M's workers slept 13 times per token and decoded 150-158 tok/s with a
+/// 64K head; spinning up to 1 ms, 0-1 sleeps per token and 166-180 tok/s (2 threads).
+pub const DEFAULT_SPIN_MICROS: u32 = 1000;
 
 impl PoolOptions {
     pub fn new(threads: usize) -> PoolOptions {
         PoolOptions {
             threads,
             pin_cpus: None,
-            spin_iterations: DEFAULT_SPIN_ITERATIONS,
+            spin_micros: DEFAULT_SPIN_MICROS,
         }
     }
 }
 
 /// The shortest spin once the budget has shrunk: enough to notice that waits have become short
 /// again (the budget then doubles back), too short to cost anything when they have not.
-const PROBE_SPIN_ITERATIONS: u32 = 16;
+const PROBE_SPIN_MICROS: u32 = 2;
+
+/// Readiness checks between two clock reads (a clock read costs about as much as 1-20 checks).
+const CHECKS_PER_CLOCK_READ: u32 = 16;
 
 /// A waiter's spin budget: doubles after a wait that spinning satisfied, halves after one that
-/// ended in the kernel, between [`PROBE_SPIN_ITERATIONS`] and the configured maximum (0 turns
+/// ended in the kernel, between [`PROBE_SPIN_MICROS`] and the configured maximum (0 turns
 /// spinning off).
 #[derive(Debug, Clone, Copy)]
 struct SpinBudget {
-    iterations: u32,
+    micros: u32,
     max: u32,
 }
 
 impl SpinBudget {
     fn new(max: u32) -> SpinBudget {
-        SpinBudget {
-            iterations: max,
-            max,
-        }
+        SpinBudget { micros: max, max }
     }
 
     /// Spins until `ready()` or the budget runs out; says which, and adapts the budget.
     fn spin(&mut self, mut ready: impl FnMut() -> bool) -> bool {
-        for _ in 0..self.iterations {
-            if ready() {
-                self.iterations = (self.iterations * 2).clamp(PROBE_SPIN_ITERATIONS, self.max);
-                return true;
+        if self.micros > 0 {
+            let limit = Duration::from_micros(u64::from(self.micros));
+            let start = Instant::now();
+            loop {
+                for _ in 0..CHECKS_PER_CLOCK_READ {
+                    if ready() {
+                        self.micros = (self.micros * 2).clamp(PROBE_SPIN_MICROS, self.max);
+                        return true;
+                    }
+                    std::hint::spin_loop();
+                }
+                if start.elapsed() >= limit {
+                    break;
+                }
             }
-            std::hint::spin_loop();
         }
-        self.iterations = (self.iterations / 2).max(PROBE_SPIN_ITERATIONS.min(self.max));
+        self.micros = (self.micros / 2).max(PROBE_SPIN_MICROS.min(self.max));
         ready()
     }
 }
@@ -229,9 +241,9 @@ struct Shared {
     job: UnsafeCell<Option<JobPtr>>,
     shutdown: AtomicBool,
     worker_panicked: AtomicBool,
-    /// The caller's [`SpinBudget`] between runs (only touched by the thread inside `run`).
-    caller_spin_iterations: AtomicU32,
-    max_spin_iterations: u32,
+    /// The caller's [`SpinBudget`] (microseconds) between runs (only touched by the thread inside `run`).
+    caller_spin_micros: AtomicU32,
+    max_spin_micros: u32,
 }
 
 // SAFETY: `job` is written only by the thread inside `run` while no worker reads it (all have
@@ -280,12 +292,12 @@ impl Shared {
     /// The caller's end of the job: waits until every worker has finished.
     fn wait_for_workers(&self) {
         let mut budget = SpinBudget {
-            iterations: self.caller_spin_iterations.load(Ordering::Relaxed),
-            max: self.max_spin_iterations,
+            micros: self.caller_spin_micros.load(Ordering::Relaxed),
+            max: self.max_spin_micros,
         };
         let done_spinning = budget.spin(|| self.pending.load(Ordering::Acquire) == 0);
-        self.caller_spin_iterations
-            .store(budget.iterations, Ordering::Relaxed);
+        self.caller_spin_micros
+            .store(budget.micros, Ordering::Relaxed);
         if done_spinning {
             return;
         }
@@ -309,7 +321,7 @@ fn worker_loop(shared: &Shared, index: usize) {
     // and reading its generation here would make the worker skip it. Workers are spawned
     // before any job, at generation 0.
     let mut seen = 0;
-    let mut budget = SpinBudget::new(shared.max_spin_iterations);
+    let mut budget = SpinBudget::new(shared.max_spin_micros);
     loop {
         seen = shared.wait_for_job(seen, &mut budget);
         if shared.shutdown.load(Ordering::Acquire) {
@@ -355,8 +367,8 @@ impl ThreadPool {
             job: UnsafeCell::new(None),
             shutdown: AtomicBool::new(false),
             worker_panicked: AtomicBool::new(false),
-            caller_spin_iterations: AtomicU32::new(options.spin_iterations),
-            max_spin_iterations: options.spin_iterations,
+            caller_spin_micros: AtomicU32::new(options.spin_micros),
+            max_spin_micros: options.spin_micros,
         });
         let mut pool = ThreadPool {
             shared,
@@ -483,26 +495,26 @@ mod tests {
 
     #[test]
     fn spin_budget_shrinks_on_failed_spins_and_grows_back() {
-        let mut budget = SpinBudget::new(1000);
+        let mut budget = SpinBudget::new(40);
         assert!(!budget.spin(|| false));
-        assert_eq!(budget.iterations, 500);
+        assert_eq!(budget.micros, 20);
         for _ in 0..20 {
             budget.spin(|| false);
         }
-        assert_eq!(budget.iterations, PROBE_SPIN_ITERATIONS);
+        assert_eq!(budget.micros, PROBE_SPIN_MICROS);
         let mut checks = 0;
         assert!(budget.spin(|| {
             checks += 1;
             checks == 3
         }));
-        assert_eq!(budget.iterations, 2 * PROBE_SPIN_ITERATIONS);
+        assert_eq!(budget.micros, 2 * PROBE_SPIN_MICROS);
         for _ in 0..20 {
             budget.spin(|| true);
         }
-        assert_eq!(budget.iterations, 1000);
+        assert_eq!(budget.micros, 40);
         let mut never = SpinBudget::new(0);
         assert!(!never.spin(|| false));
-        assert_eq!(never.iterations, 0);
+        assert_eq!(never.micros, 0);
         assert!(
             never.spin(|| true),
             "a ready condition must be seen even without spinning"
@@ -514,11 +526,11 @@ mod tests {
         within(120, || {
             for threads in 1..=8 {
                 // Short spins so 8 threads on a 2-core machine also exercise the futex path.
-                for spin_iterations in [0, 200] {
+                for spin_micros in [0, 20] {
                     let pool = ThreadPool::with_options(PoolOptions {
                         threads,
                         pin_cpus: None,
-                        spin_iterations,
+                        spin_micros,
                     })
                     .unwrap();
                     assert_eq!(pool.n_threads(), threads);
@@ -629,7 +641,7 @@ mod tests {
             let pool = ThreadPool::with_options(PoolOptions {
                 threads: 3,
                 pin_cpus: Some(cpus),
-                spin_iterations: 100,
+                spin_micros: 5,
             })
             .unwrap();
             let ran = AtomicUsize::new(0);
