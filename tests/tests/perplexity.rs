@@ -154,3 +154,82 @@ fn qwen25_coder_05b() {
 fn qwen25_coder_15b() {
     check_perplexity("qwen2.5-coder-1.5b");
 }
+
+/// `perplexity_strided` (llama-perplexity's --ppl-stride): every token from `n_ctx - stride` to
+/// the last window's end is scored exactly once, and a window that starts where a chunk starts
+/// gives the chunk method's log-likelihoods to the bit (the same batch from an empty context).
+#[test]
+fn strided_windows_score_every_token_once_and_agree_with_chunks() {
+    use smolrun_core::model::perplexity_strided;
+    let par = ScopedThreads::from_env();
+    with_model("synthetic-llama", |_g, m, store| {
+        let (n_ctx, stride) = (32, 16);
+        // A deterministic token stream of 7 chunks plus a tail that no window reaches whole.
+        let tokens: Vec<u32> = (0..7 * n_ctx + 5)
+            .map(|i| ((i * 7919 + 13) % m.n_vocab()) as u32)
+            .collect();
+        let mut state = State::new(m, n_ctx).expect("state");
+        let bos = Some(1);
+        let mut chunked = vec![None; tokens.len()];
+        perplexity(m, &mut state, store, &par, &tokens, n_ctx, bos, |i, nll| {
+            chunked[i] = Some(nll)
+        })
+        .expect("chunks");
+        let mut strided = vec![Vec::new(); tokens.len()];
+        let r = perplexity_strided(
+            m,
+            &mut state,
+            store,
+            &par,
+            &tokens,
+            n_ctx,
+            stride,
+            bos,
+            |i, nll| strided[i].push(nll),
+        )
+        .expect("strided");
+        let n_windows = (tokens.len() - n_ctx).div_ceil(stride);
+        assert_eq!(r.n_chunks, n_windows);
+        let last = (n_windows - 1) * stride + n_ctx;
+        for (i, s) in strided.iter().enumerate() {
+            let want = usize::from((n_ctx - stride..last).contains(&i));
+            assert_eq!(s.len(), want, "token {i} scored {} times", s.len());
+        }
+        assert_eq!(r.n_scored, last - (n_ctx - stride));
+        // Even windows start at chunk starts: their scored tokens that the chunk method also
+        // scores (its second halves) have the same log-likelihood.
+        let mut compared = 0;
+        for (i, c) in chunked.iter().enumerate() {
+            let (Some(c), [s]) = (c, &strided[i][..]) else {
+                continue;
+            };
+            if (i - 1) / n_ctx * n_ctx % (2 * stride) == 0 {
+                assert_eq!(
+                    c.to_bits(),
+                    s.to_bits(),
+                    "token {i}: chunk {c} vs window {s}"
+                );
+                compared += 1;
+            }
+        }
+        assert!(
+            compared >= 6 * (n_ctx / 2 - 1),
+            "compared only {compared} tokens"
+        );
+        // A stride of 0 or of the whole window is refused.
+        for bad in [0, n_ctx] {
+            assert!(perplexity_strided(
+                m,
+                &mut state,
+                store,
+                &par,
+                &tokens,
+                n_ctx,
+                bad,
+                bos,
+                |_, _| {}
+            )
+            .is_err());
+        }
+    });
+}

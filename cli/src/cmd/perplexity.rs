@@ -34,6 +34,12 @@ pub struct Args {
     /// llama-perplexity's --chunks.
     #[arg(long)]
     pub chunks: Option<usize>,
+    /// Score windows of -c tokens every N tokens, each on its last N targets, as
+    /// llama-perplexity's --ppl-stride (e.g. -c 512 --stride 256): every token after the first
+    /// window's head is scored once, so a pruned head's re-spelled text and the stock text are
+    /// scored on the same bytes (the chunk method scores every other half chunk).
+    #[arg(long)]
+    pub stride: Option<usize>,
     /// Threads for the forward pass [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -147,16 +153,38 @@ pub fn run(args: Args) -> Result<(), String> {
             2 * n_ctx
         ));
     }
-    let n_chunks = match args.chunks {
-        Some(0) => return Err("--chunks 0: score at least one chunk".into()),
-        Some(n) => n.min(tokens.len() / n_ctx),
-        None => tokens.len() / n_ctx,
+    if let Some(stride) = args.stride {
+        if stride == 0 || stride >= n_ctx {
+            return Err(format!(
+                "--stride {stride}: give 1 to {} (less than -c {n_ctx})",
+                n_ctx - 1
+            ));
+        }
+    }
+    let n_chunks = match (args.chunks, args.stride) {
+        (Some(0), _) => return Err("--chunks 0: score at least one chunk".into()),
+        (n, Some(stride)) => {
+            let fit = (tokens.len() - n_ctx).div_ceil(stride);
+            n.map_or(fit, |n| n.min(fit))
+        }
+        (Some(n), None) => n.min(tokens.len() / n_ctx),
+        (None, None) => tokens.len() / n_ctx,
     };
-    let scored_tokens = &tokens[..n_chunks * n_ctx];
-    eprintln!(
-        "perplexity: {} tokens, {n_chunks} chunks of {n_ctx}, scoring the second half of each",
-        tokens.len()
-    );
+    let scored_tokens = match args.stride {
+        Some(stride) => &tokens[..(n_ctx + n_chunks * stride).min(tokens.len())],
+        None => &tokens[..n_chunks * n_ctx],
+    };
+    match args.stride {
+        Some(stride) => eprintln!(
+            "perplexity: {} tokens, {n_chunks} windows of {n_ctx} every {stride}, scoring the last \
+             {stride} of each",
+            tokens.len()
+        ),
+        None => eprintln!(
+            "perplexity: {} tokens, {n_chunks} chunks of {n_ctx}, scoring the second half of each",
+            tokens.len()
+        ),
+    }
 
     let bos = if engine.tokenizer.adds_bos() {
         engine.tokenizer.bos()
@@ -170,43 +198,67 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut dropped_bytes = 0usize;
     let mut nll_sum = 0f64;
     let mut n_scored = 0usize;
-    let chunk_last = n_ctx - 1;
+    // The last target of each chunk or window, where the running perplexity is printed.
+    let step = args.stride.unwrap_or(n_ctx);
+    let window_end = |i: usize| i + 1 >= n_ctx && (i + 1 - n_ctx).is_multiple_of(step);
     let (tokenizer, model, state, store, par) = engine.parts();
-    let result = model::perplexity(
-        model,
-        state,
-        store,
-        par,
-        scored_tokens,
-        n_ctx,
-        bos,
-        |i, nll| {
-            let bytes = tokenizer.token_bytes(tokens[i]).len();
-            n_bytes += bytes;
-            if nll.is_finite() {
-                nll_sum += nll;
-                n_scored += 1;
-            } else {
-                dropped_bytes += bytes;
-            }
-            if i % n_ctx == chunk_last {
-                eprint!(
-                    "[{}]{:.4},",
-                    i / n_ctx + 1,
-                    (nll_sum / n_scored as f64).exp()
-                );
-                let _ = std::io::stderr().flush();
-            }
-        },
-    )
+    let on_token = |i: usize, nll: f64| {
+        let bytes = tokenizer.token_bytes(tokens[i]).len();
+        n_bytes += bytes;
+        if nll.is_finite() {
+            nll_sum += nll;
+            n_scored += 1;
+        } else {
+            dropped_bytes += bytes;
+        }
+        if window_end(i) {
+            eprint!(
+                "[{}]{:.4},",
+                (i + 1 - n_ctx) / step + 1,
+                (nll_sum / n_scored as f64).exp()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let result = match args.stride {
+        Some(stride) => model::perplexity_strided(
+            model,
+            state,
+            store,
+            par,
+            scored_tokens,
+            n_ctx,
+            stride,
+            bos,
+            on_token,
+        ),
+        None => model::perplexity(
+            model,
+            state,
+            store,
+            par,
+            scored_tokens,
+            n_ctx,
+            bos,
+            on_token,
+        ),
+    }
     .map_err(|e| format!("{}: {e}", path.display()))?;
     eprintln!();
     let penalty_nats = (8 * dropped_bytes) as f64 * std::f64::consts::LN_2;
     let bpb = model::bits_per_byte(result.nll_sum + penalty_nats, n_bytes);
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "PPL = {:.4} over {} scored tokens in {} chunks; bits per byte = {:.4} ({n_bytes} bytes)",
-        result.ppl, result.n_scored, result.n_chunks, bpb
+        "PPL = {:.4} over {} scored tokens in {} {}; bits per byte = {:.4} ({n_bytes} bytes)",
+        result.ppl,
+        result.n_scored,
+        result.n_chunks,
+        if args.stride.is_some() {
+            "windows"
+        } else {
+            "chunks"
+        },
+        bpb
     );
     if engine.model.head_ids.is_some() {
         println!(
@@ -237,6 +289,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 "respelled": n_respelled,
                 "chunks": result.n_chunks,
                 "n_ctx": n_ctx,
+                "stride": args.stride,
             })
         );
     }

@@ -34,7 +34,7 @@ pub mod store;
 pub use error::ModelError;
 pub use hparams::{Family, HParams, RopeScaling};
 pub use memory_plan::MemoryPlan;
-pub use perplexity::{bits_per_byte, perplexity, PerplexityResult};
+pub use perplexity::{bits_per_byte, perplexity, perplexity_strided, PerplexityResult};
 pub use store::{RepackedWeights, ResidentStore, TensorId, WeightStore};
 
 use crate::gguf::Gguf;

@@ -26,6 +26,7 @@ pub struct PerplexityResult {
     pub n_scored: usize,
     /// Scored tokens a pruned head cannot produce (their logit is -inf): not in `ppl`.
     pub n_dropped: usize,
+    /// Chunks (or strided windows) run.
     pub n_chunks: usize,
 }
 
@@ -42,23 +43,84 @@ pub fn perplexity(
     tokens: &[u32],
     n_ctx: usize,
     bos: Option<u32>,
-    mut on_token: impl FnMut(usize, f64),
+    on_token: impl FnMut(usize, f64),
 ) -> Result<PerplexityResult, ModelError> {
+    check_context(state, n_ctx)?;
+    let n_chunks = tokens.len() / n_ctx;
+    let chunks = (0..n_chunks).map(|c| (c * n_ctx, n_ctx / 2));
+    score_windows(
+        model, state, store, par, tokens, n_ctx, chunks, bos, on_token,
+    )
+}
+
+/// Scores `tokens` the way llama-perplexity's `--ppl-stride S` does: windows of `n_ctx` tokens
+/// starting every `stride` tokens (as many as fit before the last token), each run from an empty
+/// context with BOS first, each scoring its last `stride` targets. So every token from
+/// `n_ctx - stride` on (up to the last window's end) is scored exactly once, with at least
+/// `n_ctx - stride` tokens of context; unlike the chunk method, which scores every other half
+/// chunk, the scored bytes of two tokenizations of a text (a stock and a pruned head's) then
+/// differ only at the two ends. Needs `1 <= stride < n_ctx`.
+#[allow(clippy::too_many_arguments)]
+pub fn perplexity_strided(
+    model: &Model,
+    state: &mut State,
+    store: &dyn WeightStore,
+    par: &dyn Parallel,
+    tokens: &[u32],
+    n_ctx: usize,
+    stride: usize,
+    bos: Option<u32>,
+    on_token: impl FnMut(usize, f64),
+) -> Result<PerplexityResult, ModelError> {
+    check_context(state, n_ctx)?;
+    if stride == 0 || stride >= n_ctx {
+        return Err(ModelError::BadContext {
+            requested: stride,
+            max: n_ctx - 1,
+        });
+    }
+    let n_windows = tokens.len().saturating_sub(n_ctx).div_ceil(stride);
+    let windows = (0..n_windows).map(|w| (w * stride, n_ctx - stride - 1));
+    score_windows(
+        model, state, store, par, tokens, n_ctx, windows, bos, on_token,
+    )
+}
+
+fn check_context(state: &State, n_ctx: usize) -> Result<(), ModelError> {
     if n_ctx < 2 || n_ctx > state.n_ctx {
         return Err(ModelError::BadContext {
             requested: n_ctx,
             max: state.n_ctx,
         });
     }
-    let n_chunks = tokens.len() / n_ctx;
-    let first = n_ctx / 2;
+    Ok(())
+}
+
+/// Runs each window `(start, first)`: `tokens[start..start + n_ctx]` from an empty context (BOS
+/// first), scoring the predictions at window positions `first..n_ctx - 1`.
+#[allow(clippy::too_many_arguments)]
+fn score_windows(
+    model: &Model,
+    state: &mut State,
+    store: &dyn WeightStore,
+    par: &dyn Parallel,
+    tokens: &[u32],
+    n_ctx: usize,
+    windows: impl Iterator<Item = (usize, usize)>,
+    bos: Option<u32>,
+    mut on_token: impl FnMut(usize, f64),
+) -> Result<PerplexityResult, ModelError> {
     let mut nll_sum = 0f64;
     let mut n_scored = 0usize;
     let mut n_dropped = 0usize;
+    let mut n_chunks = 0usize;
     let mut chunk = alloc::vec![0u32; n_ctx];
     let mut failed = None;
-    for c in 0..n_chunks {
-        chunk.copy_from_slice(&tokens[c * n_ctx..(c + 1) * n_ctx]);
+    for (start, first) in windows {
+        let Some(targets) = tokens.get(start..start + n_ctx) else {
+            break;
+        };
+        chunk.copy_from_slice(targets);
         if let Some(b) = bos {
             chunk[0] = b;
         }
@@ -66,19 +128,18 @@ pub fn perplexity(
         // The whole chunk is one batch, as llama-perplexity evaluates it; the last position
         // predicts nothing inside the chunk, so it is not run.
         let inputs = &chunk[..n_ctx - 1];
-        let targets = &tokens[c * n_ctx..(c + 1) * n_ctx];
         model.forward_batch_all(state, store, par, inputs, 0, first, &mut |j, logits| {
             let target = targets[j + 1] as usize;
             match logits.get(target) {
                 Some(&l) if l == f32::NEG_INFINITY => {
                     n_dropped += 1;
-                    on_token(c * n_ctx + j + 1, f64::INFINITY);
+                    on_token(start + j + 1, f64::INFINITY);
                 }
                 Some(&l) => {
                     let nll = math::log_sum_exp(logits) - l as f64;
                     nll_sum += nll;
                     n_scored += 1;
-                    on_token(c * n_ctx + j + 1, nll);
+                    on_token(start + j + 1, nll);
                 }
                 None => failed = Some(targets[j + 1]),
             }
@@ -89,6 +150,7 @@ pub fn perplexity(
                 n_vocab: model.n_vocab(),
             });
         }
+        n_chunks += 1;
     }
     let ppl = if n_scored > 0 {
         libm::exp(nll_sum / n_scored as f64)
