@@ -188,27 +188,14 @@ fn spell(word: &str, case: Case, space: bool) -> String {
 /// that a spelling uses twice gains twice). Each list is scaled to sum to 1 over its spellings'
 /// tokens, so lists in different units weigh the same.
 ///
-/// Word lists that fold case cannot tell "london" from "house". The tokenizer can: its
-/// vocabulary was built from cased text, so a word mostly written capitalised has " London" as
-/// one token ranked ahead of " london" (higher SentencePiece score, or the earlier merge, i.e.
-/// lower id, of a BPE vocabulary), or has no lower-case token at all (" Sherlock"). Such a word's
-/// capitalised spellings get the lower-case shares and the other way round.
-pub fn word_list_weights(
-    tok: &Tokenizer,
-    prior: Option<&[f32]>,
-    lists: &[Vec<(String, f64)>],
-) -> Vec<f64> {
+/// Word lists that fold case cannot tell "sherlock" from "house". The tokenizer can, a little:
+/// its vocabulary was built from cased text, so a word mostly written capitalised may have
+/// " Sherlock" as one token and no lower-case token at all. Such a word's capitalised spellings
+/// get the lower-case shares and the other way round.
+pub fn word_list_weights(tok: &Tokenizer, lists: &[Vec<(String, f64)>]) -> Vec<f64> {
     let mut weight = vec![0f64; tok.n_vocab()];
     let mut list_weight = vec![0f64; tok.n_vocab()];
     let mut spelled: [Vec<u32>; SPELLINGS.len()] = Default::default();
-    // Whether `a` ranks ahead of `b` in the tokenizer's own order.
-    let ahead = |a: u32, b: u32| match prior {
-        Some(p) => {
-            let score = |i: u32| p.get(i as usize).copied().unwrap_or(f32::NEG_INFINITY);
-            score(a) > score(b) || (score(a) == score(b) && a < b)
-        }
-        None => a < b,
-    };
     for words in lists {
         list_weight.iter_mut().for_each(|w| *w = 0.0);
         for (word, count) in words {
@@ -217,11 +204,11 @@ pub fn word_list_weights(
                 tok.encode(&spell(word, case, space), false, false, ids);
             }
             // SPELLINGS[0] is the listed case after a space, SPELLINGS[2] the capitalised one.
-            let capitalised_first = match (&spelled[0][..], &spelled[2][..]) {
-                (&[listed], &[capital]) => listed != capital && ahead(capital, listed),
-                (listed, &[_]) => listed.len() > 1,
-                _ => false,
-            };
+            // Only a capitalised spelling that is one token where the listed one is several says
+            // so: when both are single tokens, their order says little (" Madam" ranks ahead of
+            // " madam", yet prose writes "madam" far more often; swapping them dropped " madam"
+            // from a 64K head and cost 4 re-spellings in a 24 KB story).
+            let capitalised_first = spelled[0].len() > 1 && spelled[2].len() == 1;
             for (ids, (case, space, share)) in spelled.iter().zip(SPELLINGS) {
                 // Two spellings can be one string ("2024" has no case): each adds its share.
                 let share = if capitalised_first {
@@ -469,7 +456,7 @@ pub fn head_ids(
     }
     if !lists.is_empty() && word_weight > 0.0 {
         // Each list sums to 1; it weighs `word_weight` times the corpus's tokens in total.
-        let from_words = word_list_weights(&tok, prior.as_deref(), &lists);
+        let from_words = word_list_weights(&tok, &lists);
         let scale = word_weight * n_tokens as f64;
         for (w, f) in weight.iter_mut().zip(&from_words) {
             *w += f * scale;
