@@ -49,14 +49,16 @@ pub(crate) struct Vocab {
 impl Vocab {
     /// Builds the vocabulary from token texts. An empty text becomes `[EMPTY_<id>]` and a text
     /// that appears twice maps to its last id, as in the reference. `None` if the texts add up
-    /// to 4 GiB or more (offsets are 32-bit).
+    /// to 4 GiB or more (offsets are 32-bit). `text_bytes`: what the texts add up to (bytes
+    /// that exist in the file), so the arena is allocated once.
     pub(crate) fn new<'s>(
-        texts: impl Iterator<Item = &'s str>,
+        texts: impl Iterator<Item = &'s [u8]>,
         n_tokens: usize,
+        text_bytes: usize,
         attrs: Vec<u8>,
         scores: Vec<f32>,
     ) -> Option<Vocab> {
-        let mut text = Vec::with_capacity(n_tokens * 8);
+        let mut text = Vec::with_capacity(text_bytes);
         let mut text_end = Vec::with_capacity(n_tokens);
         for (id, t) in texts.enumerate() {
             if t.is_empty() {
@@ -65,7 +67,7 @@ impl Vocab {
                 let _ = write!(s, "[EMPTY_{id}]");
                 text.extend_from_slice(s.as_bytes());
             } else {
-                text.extend_from_slice(t.as_bytes());
+                text.extend_from_slice(t);
             }
             text_end.push(u32::try_from(text.len()).ok()?);
         }
