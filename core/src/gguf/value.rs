@@ -298,16 +298,17 @@ impl Iterator for Ints<'_> {
     type Item = i64;
     fn next(&mut self) -> Option<i64> {
         let b = self.elems.next()?;
-        let mut le = [0u8; 8];
-        le[..b.len()].copy_from_slice(b);
-        let unsigned = u64::from_le_bytes(le);
+        // Each element is exactly its type's size (`ints` chose the chunk size by type).
         Some(match self.elem_type {
-            ValueType::I8 => b[0] as i8 as i64,
-            ValueType::I16 => i16::from_le_bytes([b[0], b[1]]) as i64,
-            ValueType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
-            ValueType::I64 => unsigned as i64,
-            // Unsigned: a u64 above i64::MAX saturates, as documented on `ints`.
-            _ => i64::try_from(unsigned).unwrap_or(i64::MAX),
+            ValueType::U8 => *b.first()? as i64,
+            ValueType::I8 => *b.first()? as i8 as i64,
+            ValueType::U16 => u16::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::I16 => i16::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::U32 => u32::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::I32 => i32::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::I64 => i64::from_le_bytes(*b.first_chunk()?),
+            // A u64 above i64::MAX saturates, as documented on `ints`.
+            _ => i64::try_from(u64::from_le_bytes(*b.first_chunk()?)).unwrap_or(i64::MAX),
         })
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
