@@ -158,7 +158,16 @@ pub fn leave_embeddings_on_flash(file: &MappedFile, gguf: &Gguf) -> Result<(), S
 /// on each through the mapping would wait for a whole readahead window around it (with
 /// `read_ahead_kb` at 8 MB, most of the layers' weights), which on a start from the repack
 /// cache are never read again.
+///
+/// Only for a tied embedding table (the LM head, read whole anyway). An untied table is left
+/// on flash by [`leave_embeddings_on_flash`], which drops what loading read ahead into it; the
+/// weights that follow it are then best faulted in at load as before: the first fault there
+/// reads a window around it, back into the table, and done during the forward pass, after the
+/// drop, that would leave megabytes of the table in RAM (cli/tests/memory_guard.rs).
 fn prefetch_vectors(path: &Path, gguf: &Gguf) {
+    if gguf.tensor("output.weight").is_some() {
+        return;
+    }
     let vectors = gguf
         .tensors
         .iter()
