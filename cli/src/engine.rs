@@ -153,6 +153,42 @@ pub fn leave_embeddings_on_flash(file: &MappedFile, gguf: &Gguf) -> Result<(), S
     crate::memory_guard::leave_embeddings_on_flash(file, gguf)
 }
 
+/// Model setup copies the small vectors (norms, biases) out of the file; they lie between the
+/// weight matrices, one or two pages each. Read them all at once, and only their pages: a fault
+/// on each through the mapping would wait for a whole readahead window around it (with
+/// `read_ahead_kb` at 8 MB, most of the layers' weights), which on a start from the repack
+/// cache are never read again.
+///
+/// Only for a tied embedding table (the LM head, read whole anyway). An untied table is left
+/// on flash by [`leave_embeddings_on_flash`], which drops what loading read ahead into it; the
+/// weights that follow it are then best faulted in at load as before: the first fault there
+/// reads a window around it, back into the table, and done during the forward pass, after the
+/// drop, that would leave megabytes of the table in RAM (cli/tests/memory_guard.rs).
+fn prefetch_vectors(path: &Path, gguf: &Gguf) {
+    if gguf.tensor("output.weight").is_some() {
+        return;
+    }
+    let vectors = gguf
+        .tensors
+        .iter()
+        .filter(|t| t.n_dims == 1)
+        .map(|t| t.offset..t.offset.saturating_add(t.n_bytes));
+    if let Err(why) = smolrun_linux::prefetch_ranges(path, vectors) {
+        crate::repack_cache::verbose(format_args!("{why}"));
+    }
+}
+
+/// With SMOLRUN_VERBOSE set, prints how long one phase of loading took (since `start`): what
+/// the load time printed by `run` is made of.
+pub fn phase_time(what: &str, start: Instant) {
+    if std::env::var_os("SMOLRUN_VERBOSE").is_some() {
+        eprintln!(
+            "smolrun: {what}: {:.1} ms",
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}
+
 /// The context length for a requested `-c` (None: [`DEFAULT_CTX`] or the trained context if
 /// smaller), checked against what the model was trained on.
 fn context_length(path: &Path, trained: usize, requested: Option<usize>) -> Result<usize, String> {
@@ -183,7 +219,54 @@ impl<'g> Engine<'g> {
         if Family::from_arch(arch).is_none() {
             return Err(at(&ModelError::UnsupportedArch { arch: arch.into() }));
         }
-        let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| at(&e))?;
+        // The tokenizer (for Gemma 3: 262,144 tokens to index, the biggest part of a start
+        // from the repack cache) is built on a thread of its own while this one sets up the
+        // model, the state and the repacked weights; a device has at least two cores. Its
+        // error, if any, still comes first, as when it was built first.
+        let (tokenizer, rest) = std::thread::scope(|scope| {
+            let build = || {
+                let t = Instant::now();
+                let tokenizer = Tokenizer::from_gguf(gguf);
+                phase_time("tokenizer (own thread)", t);
+                tokenizer
+            };
+            let thread = std::thread::Builder::new()
+                .name("smolrun-tokenizer".into())
+                .spawn_scoped(scope, build);
+            let rest = Self::load_weights(path, gguf, n_ctx, threads);
+            let tokenizer = match thread {
+                Ok(handle) => handle
+                    .join()
+                    .map_err(|_| at(&"building the tokenizer failed (its thread panicked)"))?,
+                // No thread to be had: build it here.
+                Err(_) => build(),
+            };
+            Ok::<_, String>((tokenizer.map_err(|e| at(&e))?, rest))
+        })?;
+        let (model, state, store, par) = rest?;
+        Ok(Engine {
+            path: path.to_path_buf(),
+            gguf,
+            model,
+            tokenizer,
+            store,
+            par,
+            state,
+            cached: Vec::new(),
+            memory: None,
+            low_memory: None,
+        })
+    }
+
+    /// Everything of [`load`](Self::load) but the tokenizer: the model, the state for
+    /// `n_ctx`, the weight store (with the repacked weights) and the thread pool.
+    fn load_weights(
+        path: &Path,
+        gguf: &'g Gguf<'g>,
+        n_ctx: Option<usize>,
+        threads: usize,
+    ) -> Result<(Model, State, ResidentStore<'g, 'g>, Box<dyn Parallel>), String> {
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
         // This CPU's fastest kernel set, chosen once here (every matrix keeps its own);
         // SMOLRUN_KERNELS=scalar forces the scalar reference, which is what the golden
         // comparisons against llama.cpp run on. The SIMD faces agree with the scalar ones within
@@ -194,27 +277,26 @@ impl<'g> Engine<'g> {
             Ok("scalar") => KernelSet::scalar(),
             _ => KernelSet::select(&crate::platform::cpu_features()),
         };
+        let t = Instant::now();
+        prefetch_vectors(path, gguf);
         let model = Model::load_with_kernels(gguf, &kernels).map_err(|e| at(&e))?;
+        phase_time("model setup", t);
         let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
+        let t = Instant::now();
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
+        phase_time("state", t);
+        let t = Instant::now();
         // Weights repacked for this CPU's interleaved kernels: mapped from the repack cache,
         // or repacked now and cached (nothing at all where no kernel wants another layout).
         let store = match crate::repack_cache::load_or_build(path, gguf, &model)? {
             Some(repacked) => ResidentStore::with_repacked(gguf, repacked),
             None => ResidentStore::new(gguf),
         };
-        Ok(Engine {
-            path: path.to_path_buf(),
-            gguf,
-            model,
-            tokenizer,
-            store,
-            par: parallel(threads)?,
-            state,
-            cached: Vec::new(),
-            memory: None,
-            low_memory: None,
-        })
+        phase_time("repacked weights", t);
+        let t = Instant::now();
+        let par = parallel(threads)?;
+        phase_time("thread pool", t);
+        Ok((model, state, store, par))
     }
 
     /// Hands over the memory guard from [`check_memory`]: from now on, every 16th generated

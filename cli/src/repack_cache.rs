@@ -9,11 +9,13 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use smolrun_core::gguf::Gguf;
-use smolrun_core::model::repack::{model_fingerprint, CacheKey, EntrySums, RepackPlan, Verify};
+use smolrun_core::model::repack::{
+    fingerprint_ranges, model_fingerprint, CacheKey, EntrySums, RepackPlan, Verify,
+};
 use smolrun_core::model::{Model, RepackedWeights};
 use smolrun_linux::{
-    advise_random_mapped, drop_cached_range, file_len_and_mtime, unmap_pages_mapped,
-    CacheFileWriter, MappedFile,
+    advise_random_mapped, drop_cached_range, file_len_and_mtime, prefetch_ranges,
+    unmap_pages_mapped, CacheFileWriter, MappedFile,
 };
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -122,6 +124,10 @@ pub fn load_or_build_in(
         CacheDir::In(d) => cache_file_name(model_path, Some(d), model),
     };
     let (model_len, model_mtime_ns) = file_len_and_mtime(model_path)?;
+    // The fingerprint reads 16 pages spread over the weights: those pages only, all at once.
+    let file_len = gguf.bytes().len();
+    let samples = fingerprint_ranges(file_len, gguf.data_offset as usize);
+    prefetch(model_path, samples);
     let key = CacheKey {
         model_len,
         model_mtime_ns,
@@ -201,6 +207,11 @@ fn open_valid(
 ) -> Result<MappedFile, String> {
     let mapped = MappedFile::open(path).map_err(|e| format!("cannot be read ({e})"))?;
     let bytes = mapped.bytes();
+    // The check reads a few windows of each entry: those pages only, all at once. The rest of
+    // the cache is read as the forward pass first uses it.
+    if verify == Verify::Sampled {
+        prefetch(path, plan.sampled_ranges());
+    }
     let sums = plan
         .validate_header(bytes, key)
         .map_err(|e| format!("is {e}"))?;
@@ -267,8 +278,16 @@ fn repack_each(
     Ok(sums)
 }
 
+/// [`prefetch_ranges`] on byte ranges of the file at `path`; a failure is only advice lost.
+fn prefetch(path: &Path, ranges: impl Iterator<Item = std::ops::Range<usize>>) {
+    let ranges = ranges.map(|r| r.start as u64..r.end as u64);
+    if let Err(why) = prefetch_ranges(path, ranges) {
+        verbose(format_args!("{why}"));
+    }
+}
+
 /// Timings for measuring load time (SMOLRUN_VERBOSE=1).
-fn verbose(msg: std::fmt::Arguments) {
+pub fn verbose(msg: std::fmt::Arguments) {
     if std::env::var_os("SMOLRUN_VERBOSE").is_some() {
         eprintln!("smolrun: {msg}");
     }

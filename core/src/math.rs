@@ -183,10 +183,28 @@ impl GeluTable {
     /// Bytes the table holds (one f32 per f16 input).
     pub const BYTES: usize = (1 << 16) * core::mem::size_of::<f32>();
 
+    /// Built at every load of a GELU model, so it shares one `tanhf` between `x` and `-x`:
+    /// the tanh argument of `-x` is exactly the negated argument of `x` (the products only
+    /// change sign) and `tanhf` is exactly odd (it works on `|x|` and copies the sign back), so
+    /// `gelu_tanh_exact(-x)` is `gelu_from_tanh(-x, -t)` to the bit. That halves the `tanhf`
+    /// calls, which dominate (and are slow where floating point is emulated or in-order).
+    /// Infinities and NaNs take the one-by-one formula, so their bits stay whatever it gives.
     pub fn new() -> GeluTable {
-        let table = (0..=u16::MAX)
-            .map(|bits| f16::from_f32(gelu_tanh_exact(f16::from_bits(bits).to_f32())).to_f32())
-            .collect();
+        const SIGN: u16 = 0x8000;
+        let mut table = alloc::vec![0.0f32; 1 << 16];
+        let to_f16 = |y: f32| f16::from_f32(y).to_f32();
+        let one_by_one = |bits: u16| to_f16(gelu_tanh_exact(f16::from_bits(bits).to_f32()));
+        for bits in 0..SIGN {
+            let x = f16::from_bits(bits).to_f32();
+            let (pos, neg) = if x.is_finite() {
+                let t = libm::tanhf(gelu_tanh_arg(x));
+                (to_f16(gelu_from_tanh(x, t)), to_f16(gelu_from_tanh(-x, -t)))
+            } else {
+                (one_by_one(bits), one_by_one(bits | SIGN))
+            };
+            table[bits as usize] = pos;
+            table[(bits | SIGN) as usize] = neg;
+        }
         GeluTable(table)
     }
 
@@ -217,9 +235,21 @@ impl core::fmt::Debug for GeluTable {
 
 /// GELU, tanh approximation, in plain f32.
 pub fn gelu_tanh_exact(x: f32) -> f32 {
+    gelu_from_tanh(x, libm::tanhf(gelu_tanh_arg(x)))
+}
+
+/// The argument of the tanh in [`gelu_tanh_exact`].
+#[inline]
+fn gelu_tanh_arg(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const GELU_COEF_A: f32 = 0.044715;
-    0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)))
+    SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)
+}
+
+/// [`gelu_tanh_exact`] once its tanh `t` is known.
+#[inline]
+fn gelu_from_tanh(x: f32, t: f32) -> f32 {
+    0.5 * x * (1.0 + t)
 }
 
 /// SiLU (swish): x * sigmoid(x).
@@ -575,6 +605,18 @@ mod tests {
         let s: f32 = x.iter().sum();
         assert!((s - 1.0).abs() < 1e-6);
         assert!(x[2] > x[1] && x[1] > x[0]);
+    }
+
+    #[test]
+    fn gelu_table_holds_the_one_by_one_formula_for_every_f16_bit_pattern() {
+        // The table shares one tanhf between x and -x; every entry, NaNs and infinities
+        // included, must still be what the formula gives for that input alone.
+        let table = GeluTable::new();
+        for bits in 0..=u16::MAX {
+            let want = f16::from_f32(gelu_tanh_exact(f16::from_bits(bits).to_f32())).to_f32();
+            let got = table.0[bits as usize];
+            assert_eq!(want.to_bits(), got.to_bits(), "entry {bits:#06x}");
+        }
     }
 
     #[test]

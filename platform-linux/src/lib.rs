@@ -18,7 +18,9 @@ pub use cache_file::{file_len_and_mtime, CacheFileWriter};
 pub use clock::MonotonicClock;
 pub use cpu::{allowed_cpus, default_cpus, default_threads, detect_features, CpuTopology};
 pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};
-pub use mapped::{advise_random_mapped, drop_cached_range, unmap_pages_mapped, MappedFile};
+pub use mapped::{
+    advise_random_mapped, drop_cached_range, prefetch_ranges, unmap_pages_mapped, MappedFile,
+};
 pub use memory::LinuxMemory;
 pub use memory_watch::{MemoryReading, MemorySource, MemoryWatch};
 pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_MICROS};

@@ -232,9 +232,86 @@ pub fn drop_cached_range(path: &Path, range: Range<u64>) -> Result<(), String> {
     Ok(())
 }
 
+/// Asks the kernel to read exactly the bytes `ranges` of the file at `path` into the page
+/// cache now (POSIX_FADV_WILLNEED, rounded out to whole pages), all of them at once and
+/// without waiting. For the scattered small reads of a start (norm vectors between the
+/// weights, checksum samples): touched through a mapping one by one, each would fault in a
+/// whole readahead window around it (`read_ahead_kb`: 128 KB by default, 8 MB on some disks)
+/// and wait for it; asked for here, only their own pages are read, in parallel, and the
+/// faults that follow find them cached and read nothing more. Advice only: a failure changes no
+/// result (the faults read the pages then), so it is reported for a verbose message. Nothing on
+/// Darwin, which has no posix_fadvise.
+pub fn prefetch_ranges(
+    path: &Path,
+    ranges: impl IntoIterator<Item = Range<u64>>,
+) -> Result<(), String> {
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (path, ranges);
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        for range in ranges {
+            if range.start >= range.end {
+                continue;
+            }
+            // SAFETY: plain syscall on a descriptor owned here.
+            let rc = unsafe {
+                libc::posix_fadvise(
+                    std::os::unix::io::AsRawFd::as_raw_fd(&file),
+                    range.start as libc::off_t,
+                    (range.end - range.start) as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                )
+            };
+            if rc != 0 {
+                return Err(format!(
+                    "{}: posix_fadvise(WILLNEED): {}",
+                    path.display(),
+                    std::io::Error::from_raw_os_error(rc)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefetch_reads_the_pages_asked_for_and_no_others() {
+        let path = std::env::temp_dir().join(format!("smolrun-prefetch-{}", std::process::id()));
+        let page = page_size();
+        {
+            let f = File::create(&path).unwrap();
+            std::io::Write::write_all(&mut &f, &vec![1u8; 64 * page]).unwrap();
+            f.sync_all().unwrap();
+        }
+        let file = MappedFile::open(&path).unwrap();
+        let len = file.bytes().len();
+        drop_cached_range(&path, 0..len as u64).unwrap();
+        // A file system that keeps every page (tmpfs) cannot show what was read.
+        let dropped = file.resident_bytes(0..len).unwrap() == 0;
+        let (a, b) = (5 * page + 10, 7 * page - 1);
+        prefetch_ranges(
+            &path,
+            [a as u64..b as u64, 40 * page as u64..40 * page as u64],
+        )
+        .unwrap();
+        // The reads are asynchronous: wait for them (a second at most).
+        for _ in 0..100 {
+            if file.resident_bytes(a..b).unwrap() == 2 * page as u64 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(file.resident_bytes(a..b).unwrap(), 2 * page as u64);
+        if dropped {
+            assert_eq!(file.resident_bytes(0..len).unwrap(), 2 * page as u64);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn residency_and_advice_check_their_ranges() {

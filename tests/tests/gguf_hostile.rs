@@ -392,6 +392,56 @@ fn invalid_utf8_key() {
     ));
 }
 
+/// A metadata array of strings `key` = `texts`, each given as raw bytes.
+fn string_array_file(texts: &[&[u8]]) -> GgufBytes {
+    let mut b = GgufBytes::header(3, 0, 1)
+        .u64(6)
+        .raw(b"tokens")
+        .u32(T_ARRAY)
+        .u32(T_STR)
+        .u64(texts.len() as u64);
+    for t in texts {
+        b = b.u64(t.len() as u64).raw(t);
+    }
+    b
+}
+
+#[test]
+fn string_arrays_are_checked_as_utf8_string_by_string() {
+    // Valid: multi-byte characters, an empty string, one of 200 bytes (its length is not ASCII).
+    let long = "\u{2581}ab".repeat(40);
+    let ok = string_array_file(&[b"a", "\u{2581}the".as_bytes(), b"", long.as_bytes(), b"z"]);
+    let g = Gguf::parse(ok.bytes()).unwrap();
+    let texts: Vec<&[u8]> = g
+        .get("tokens")
+        .and_then(|v| v.as_array())
+        .and_then(|a| a.string_bytes())
+        .unwrap()
+        .collect();
+    assert_eq!(texts[1], "\u{2581}the".as_bytes());
+    assert_eq!(texts[3], long.as_bytes());
+    assert_eq!(texts.len(), 5);
+
+    // A character cut in two by the boundary between strings is invalid in both: the error
+    // names the first, at the offset of its length.
+    let split = "\u{2581}".as_bytes();
+    let bad = string_array_file(&[b"ok", &split[..2], &split[2..]]);
+    let header = 24 + 8 + 6 + 4 + 4 + 8;
+    match parse_err(&bad) {
+        GgufError::InvalidUtf8 { what, offset } => {
+            assert_eq!(what, "element 1 of array 'tokens'");
+            assert_eq!(offset, (header + 8 + 2) as u64);
+        }
+        e => panic!("wrong error: {e:?}"),
+    }
+    // The same with a long valid string before it (the one-pass check is off then).
+    let bad = string_array_file(&[long.as_bytes(), b"ok", &[b'x', 0xC3]]);
+    assert!(matches!(
+        parse_err(&bad),
+        GgufError::InvalidUtf8 { what, .. } if what == "element 2 of array 'tokens'"
+    ));
+}
+
 /// A small valid model-like file from the writer; its last tensor ends exactly at the end of
 /// the file (its size is a multiple of the alignment), so no trailing padding can be cut off.
 fn small_valid_file() -> Vec<u8> {

@@ -40,12 +40,20 @@ pub fn run(args: Args) -> Result<(), String> {
         return Err("-t 0: use at least 1 thread".into());
     }
     let load_start = std::time::Instant::now();
+    let t = std::time::Instant::now();
     let (path, file) = engine::open_model(&args.model)?;
+    engine::phase_time("open", t);
+    let t = std::time::Instant::now();
     let gguf = engine::parse_gguf(&path, &file)?;
+    engine::phase_time("parse header", t);
+    let t = std::time::Instant::now();
     let guard = engine::check_memory(&path, &gguf, args.ctx, &args.mem)?;
+    engine::phase_time("memory check", t);
     let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
     engine.watch_memory(guard);
+    let t = std::time::Instant::now();
     engine::leave_embeddings_on_flash(&file, &gguf)?;
+    engine::phase_time("embeddings advice", t);
     // From opening the file until the engine can run a prompt (llama.cpp's "load time"):
     // weights are mapped, not read, so this is the header, the tokenizer and the repack.
     let load_s = load_start.elapsed().as_secs_f64();

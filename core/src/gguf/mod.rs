@@ -19,7 +19,7 @@ mod value;
 pub mod writer;
 
 pub use error::GgufError;
-pub use value::{ArrayIter, ArrayRef, Value, ValueType};
+pub use value::{ArrayIter, ArrayRef, Ints, StringBytes, Value, ValueType};
 pub use writer::{GgufWriter, MetaArray, MetaValue};
 
 use crate::quant::GgmlType;

@@ -214,7 +214,24 @@ impl<'a> ArrayRef<'a> {
 
     /// Elements as strings; `None` if this is not an array of strings.
     pub fn strings(&self) -> Option<impl Iterator<Item = &'a str> + 'a> {
-        (self.elem_type == ValueType::Str).then(|| self.iter().filter_map(|v| v.as_str()))
+        self.string_bytes()
+            .map(|it| it.filter_map(|b| core::str::from_utf8(b).ok()))
+    }
+
+    /// Elements of an array of strings as their bytes (UTF-8, checked when the file was
+    /// parsed), without decoding each element as a [`Value`] and checking it again: the
+    /// tokenizer walks Gemma's 262,144 token texts this way at every start.
+    pub fn string_bytes(&self) -> Option<StringBytes<'a>> {
+        (self.elem_type == ValueType::Str).then_some(StringBytes {
+            bytes: self.bytes,
+            left: self.len,
+        })
+    }
+
+    /// Bytes the elements take in the file (for a string array: the texts plus an 8-byte
+    /// length each), so a copy of them can be sized once, by bytes that exist.
+    pub fn encoded_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// Elements as f32; `None` if this is not an array of f32.
@@ -229,12 +246,77 @@ impl<'a> ArrayRef<'a> {
     /// Elements as i64 for any integer element type; `None` otherwise. Yields exactly `len`
     /// items so that indices line up (token types per token id): a u64 element above i64::MAX
     /// saturates to i64::MAX.
-    pub fn ints(&self) -> Option<impl Iterator<Item = i64> + 'a> {
-        use ValueType::*;
-        matches!(self.elem_type, U8 | I8 | U16 | I16 | U32 | I32 | U64 | I64)
-            .then(|| self.iter().map(|v| v.as_i64().unwrap_or(i64::MAX)))
+    pub fn ints(&self) -> Option<Ints<'a>> {
+        let size = match self.elem_type {
+            ValueType::U8 | ValueType::I8 => 1,
+            ValueType::U16 | ValueType::I16 => 2,
+            ValueType::U32 | ValueType::I32 => 4,
+            ValueType::U64 | ValueType::I64 => 8,
+            _ => return None,
+        };
+        Some(Ints {
+            elems: self.bytes.chunks_exact(size),
+            elem_type: self.elem_type,
+        })
     }
 }
+
+/// The elements of an array of strings, as bytes ([`ArrayRef::string_bytes`]).
+pub struct StringBytes<'a> {
+    bytes: &'a [u8],
+    left: u64,
+}
+
+impl<'a> Iterator for StringBytes<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // Parsing walked these exact bytes, so neither read can fall short; if one did, the
+        // iterator would only end early.
+        let (len, rest) = self.bytes.split_first_chunk::<8>()?;
+        let len = usize::try_from(u64::from_le_bytes(*len)).ok()?;
+        let (text, rest) = rest.split_at_checked(len)?;
+        self.bytes = rest;
+        Some(text)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+/// The elements of an array of integers as i64 ([`ArrayRef::ints`]), read straight from their
+/// little-endian bytes (token types: one per token).
+pub struct Ints<'a> {
+    elems: core::slice::ChunksExact<'a, u8>,
+    elem_type: ValueType,
+}
+
+impl Iterator for Ints<'_> {
+    type Item = i64;
+    fn next(&mut self) -> Option<i64> {
+        let b = self.elems.next()?;
+        // Each element is exactly its type's size (`ints` chose the chunk size by type).
+        Some(match self.elem_type {
+            ValueType::U8 => *b.first()? as i64,
+            ValueType::I8 => *b.first()? as i8 as i64,
+            ValueType::U16 => u16::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::I16 => i16::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::U32 => u32::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::I32 => i32::from_le_bytes(*b.first_chunk()?) as i64,
+            ValueType::I64 => i64::from_le_bytes(*b.first_chunk()?),
+            // A u64 above i64::MAX saturates, as documented on `ints`.
+            _ => i64::try_from(u64::from_le_bytes(*b.first_chunk()?)).unwrap_or(i64::MAX),
+        })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.elems.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Ints<'_> {}
 
 /// Walks an [`ArrayRef`]'s elements in file order.
 pub struct ArrayIter<'a> {
@@ -325,6 +407,9 @@ fn read_typed<'a>(
                 Some(size) => {
                     c.take(len * size, &what)?;
                 }
+                // Strings are checked in a loop of their own (no Value per element): a
+                // vocabulary is hundreds of thousands of them.
+                None if elem_type == ValueType::Str => skip_strings(c, key, len)?,
                 None => {
                     for _ in 0..len {
                         read_typed(c, key, elem_type, depth + 1)?;
@@ -339,4 +424,37 @@ fn read_typed<'a>(
             })
         }
     })
+}
+
+/// Walks `len` strings of an array (u64 length, then the bytes), checking that each is there
+/// and is UTF-8.
+///
+/// A vocabulary has hundreds of thousands of short strings, so the UTF-8 check is done once
+/// over the whole run of them when it can be: when every length is below 128, the eight bytes
+/// that encode it are all ASCII, and then the run is valid UTF-8 exactly when each string is
+/// (an ASCII byte always ends any character before it and cannot continue one, so no
+/// character can straddle two strings, and a bad string is bad inside the run too). Otherwise,
+/// and to name the string at fault, each is checked alone.
+fn skip_strings(c: &mut Cursor<'_>, key: &str, len: u64) -> Result<(), GgufError> {
+    let start = c.pos;
+    let mut lengths_ascii = true;
+    for i in 0..len {
+        let what = || alloc::format!("element {i} of array '{key}'");
+        let n = c.u64(&what)?;
+        lengths_ascii &= n < 0x80;
+        c.take(n, &what)?;
+    }
+    let run = &c.bytes[start..c.pos];
+    if lengths_ascii && core::str::from_utf8(run).is_ok() {
+        return Ok(());
+    }
+    let mut each = Cursor {
+        bytes: c.bytes,
+        pos: start,
+    };
+    for i in 0..len {
+        let what = || alloc::format!("element {i} of array '{key}'");
+        each.string(&what)?;
+    }
+    Ok(())
 }

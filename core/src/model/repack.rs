@@ -438,6 +438,19 @@ impl RepackPlan {
         Ok(())
     }
 
+    /// The byte ranges of a cache of this plan that [`validate_header`](Self::validate_header)
+    /// and a [`Verify::Sampled`] check of every entry read: the header and table, then each
+    /// entry's sample windows. A caller can ask the kernel for exactly these pages up front (a
+    /// fault through the mapping would read up to `read_ahead_kb` around each window).
+    pub fn sampled_ranges(&self) -> impl Iterator<Item = core::ops::Range<usize>> + '_ {
+        let table = 0..HEADER_BYTES + ENTRY_BYTES * self.entries.len();
+        core::iter::once(table).chain(
+            self.entries.iter().flat_map(|e| {
+                sample_windows(e.len).map(move |w| e.offset + w.start..e.offset + w.end)
+            }),
+        )
+    }
+
     /// The repacked copies inside `cache` (a validated or freshly written cache of this plan)
     /// as the weight store's table, for a file of `n_tensors` tensors.
     pub fn weights(
@@ -527,14 +540,42 @@ pub fn sampled_checksum(data: &[u8]) -> u64 {
     if data.len() <= SAMPLE_WINDOWS * SAMPLE_WINDOW_BYTES {
         return mix(checksum64(data));
     }
-    let span = data.len() - SAMPLE_WINDOW_BYTES;
     let mut h = data.len() as u64;
-    for w in 0..SAMPLE_WINDOWS {
-        let at = span / (SAMPLE_WINDOWS - 1) * w
-            + span % (SAMPLE_WINDOWS - 1) * w / (SAMPLE_WINDOWS - 1);
-        h = mix(h ^ checksum64(&data[at..at + SAMPLE_WINDOW_BYTES]));
+    for window in sample_windows(data.len()) {
+        h = mix(h ^ checksum64(&data[window]));
     }
     h
+}
+
+/// The windows of a `len`-byte entry that [`sampled_checksum`] reads (all of it when small).
+fn sample_windows(len: usize) -> impl Iterator<Item = core::ops::Range<usize>> {
+    let sampled = len > SAMPLE_WINDOWS * SAMPLE_WINDOW_BYTES;
+    let span = len.saturating_sub(SAMPLE_WINDOW_BYTES);
+    (0..if sampled { SAMPLE_WINDOWS } else { 1 }).map(move |w| {
+        if !sampled {
+            return 0..len;
+        }
+        let at = span / (SAMPLE_WINDOWS - 1) * w
+            + span % (SAMPLE_WINDOWS - 1) * w / (SAMPLE_WINDOWS - 1);
+        at..at + SAMPLE_WINDOW_BYTES
+    })
+}
+
+/// The byte ranges of the model file that [`model_fingerprint`] reads: the header, then the
+/// samples of the tensor data. A caller can ask the kernel for exactly these pages up front:
+/// faulting them in one by one through a mapping reads up to `read_ahead_kb` around each.
+pub fn fingerprint_ranges(
+    file_len: usize,
+    data_offset: usize,
+) -> impl Iterator<Item = core::ops::Range<usize>> {
+    let header_end = data_offset.min(file_len);
+    let whole_data = file_len - header_end <= FINGERPRINT_SAMPLES * FINGERPRINT_SAMPLE_BYTES;
+    let header = if whole_data {
+        0..file_len
+    } else {
+        0..header_end
+    };
+    core::iter::once(header).chain(fingerprint_samples(file_len, data_offset))
 }
 
 /// A fast 64-bit checksum (not cryptographic: it detects damage and mix-ups, not attacks).
@@ -686,6 +727,56 @@ mod tests {
             plan.verify_entry(cache, i, s, how)?;
         }
         Ok(())
+    }
+
+    /// Every byte outside `ranges` replaced, so a reader that looks beyond them sees it.
+    fn scrambled_outside(bytes: &[u8], ranges: &[core::ops::Range<usize>]) -> Vec<u8> {
+        let mut out: Vec<u8> = bytes.iter().map(|b| b ^ 0x5A).collect();
+        for r in ranges {
+            out[r.clone()].copy_from_slice(&bytes[r.clone()]);
+        }
+        out
+    }
+
+    #[test]
+    fn the_sampled_check_and_the_fingerprint_read_only_the_ranges_they_name() {
+        let (file, entries) = model_file();
+        let g = Gguf::parse(&file).unwrap();
+        let plan = RepackPlan::from_entries(entries);
+        let key = key(&file, &g);
+        let cache = build(&plan, &g, &key);
+
+        let ranges: Vec<_> = plan.sampled_ranges().collect();
+        assert_eq!(
+            ranges.len(),
+            1 + 1 + SAMPLE_WINDOWS,
+            "table, small a, windows of b"
+        );
+        let scrambled = scrambled_outside(&cache, &ranges);
+        assert_ne!(scrambled, cache);
+        check_as(&plan, &scrambled, &key, Verify::Sampled).unwrap();
+        for r in &ranges[1..] {
+            let mut bad = cache.clone();
+            bad[r.end - 1] ^= 1;
+            assert!(
+                check_as(&plan, &bad, &key, Verify::Sampled).is_err(),
+                "{r:?}"
+            );
+        }
+
+        let data_offset = g.data_offset as usize;
+        let ranges: Vec<_> = fingerprint_ranges(file.len(), data_offset).collect();
+        assert_eq!(ranges[0], 0..data_offset);
+        assert_eq!(ranges.len(), 1 + FINGERPRINT_SAMPLES);
+        let scrambled = scrambled_outside(&file, &ranges);
+        assert_ne!(scrambled, file);
+        let fingerprint = model_fingerprint(&file, data_offset);
+        assert_eq!(model_fingerprint(&scrambled, data_offset), fingerprint);
+        for r in &ranges {
+            let mut bad = file.clone();
+            bad[r.start] ^= 1;
+            assert_ne!(model_fingerprint(&bad, data_offset), fingerprint, "{r:?}");
+        }
     }
 
     #[test]

@@ -22,14 +22,15 @@ pub(crate) struct MergeTable {
 
 impl MergeTable {
     /// `None` if the merges add up to 4 GiB or more (offsets are 32-bit).
+    /// `text_bytes`: what the merge texts add up to (bytes that exist in the file).
     pub(crate) fn new<'s>(
-        merges: impl Iterator<Item = &'s str>,
+        merges: impl Iterator<Item = &'s [u8]>,
         n_merges: usize,
+        text_bytes: usize,
     ) -> Option<MergeTable> {
-        let mut text = Vec::with_capacity(n_merges * 8);
+        let mut text = Vec::with_capacity(text_bytes);
         let mut parts = Vec::with_capacity(n_merges);
         for m in merges {
-            let m = m.as_bytes();
             // The separator is the first space after the first byte: a merge's left part may
             // itself be a lone space in vocabularies that do not byte-encode.
             let start = u32::try_from(text.len()).ok()?;

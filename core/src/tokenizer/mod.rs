@@ -88,7 +88,7 @@ impl Tokenizer {
             key: KEY_TOKENS,
             needed_for: "the vocabulary",
         })?;
-        let token_texts = tokens.strings().ok_or(TokenizerError::WrongType {
+        let token_texts = tokens.string_bytes().ok_or(TokenizerError::WrongType {
             key: KEY_TOKENS,
             expected: "array of strings",
         })?;
@@ -122,13 +122,17 @@ impl Tokenizer {
                     key: KEY_TOKEN_TYPE,
                     expected: "array of i32",
                 })?;
-                let attrs: Vec<u8> = types.map(vocab::attr_from_token_type).collect();
-                check_len(KEY_TOKEN_TYPE, attrs.len(), n_tokens)?;
-                attrs[..n_tokens].to_vec()
+                check_len(KEY_TOKEN_TYPE, types.len(), n_tokens)?;
+                types
+                    .take(n_tokens)
+                    .map(vocab::attr_from_token_type)
+                    .collect()
             }
         };
 
-        let mut vocab = Vocab::new(token_texts, n_tokens, attrs, scores)
+        // The texts take the array's bytes less an 8-byte length each.
+        let text_bytes = tokens.encoded_len().saturating_sub(8 * n_tokens);
+        let mut vocab = Vocab::new(token_texts, n_tokens, text_bytes, attrs, scores)
             .ok_or(TokenizerError::TooLarge { key: KEY_TOKENS })?;
 
         // Defaults per family, then the metadata (the reference's order).
@@ -150,11 +154,12 @@ impl Tokenizer {
                     key: KEY_MERGES,
                     needed_for: "BPE merges of a \"gpt2\" tokenizer",
                 })?;
-                let merge_texts = merges.strings().ok_or(TokenizerError::WrongType {
+                let merge_texts = merges.string_bytes().ok_or(TokenizerError::WrongType {
                     key: KEY_MERGES,
                     expected: "array of strings",
                 })?;
-                let table = bpe::MergeTable::new(merge_texts, merges.len())
+                let text_bytes = merges.encoded_len().saturating_sub(8 * merges.len());
+                let table = bpe::MergeTable::new(merge_texts, merges.len(), text_bytes)
                     .ok_or(TokenizerError::TooLarge { key: KEY_MERGES })?;
                 // The reference's placeholder ids for BPE; the metadata normally overrides them.
                 ids.bos = Some(11);
@@ -485,16 +490,19 @@ impl Tokenizer {
 const SPM_SPACE: &[u8] = "\u{2581}".as_bytes();
 
 fn unescape_spm(text: &[u8], out: &mut Vec<u8>) {
-    let mut i = 0;
-    while i < text.len() {
-        if text[i..].starts_with(SPM_SPACE) {
+    // Copied in runs between the spaces: this runs for every token at load.
+    let mut rest = text;
+    while let Some(i) = rest.iter().position(|&b| b == SPM_SPACE[0]) {
+        if rest[i..].starts_with(SPM_SPACE) {
+            out.extend_from_slice(&rest[..i]);
             out.push(b' ');
-            i += SPM_SPACE.len();
+            rest = &rest[i + SPM_SPACE.len()..];
         } else {
-            out.push(text[i]);
-            i += 1;
+            out.extend_from_slice(&rest[..=i]);
+            rest = &rest[i + 1..];
         }
     }
+    out.extend_from_slice(rest);
 }
 
 /// Byte-level BPE text back to bytes. A character outside the byte alphabet (none in real

@@ -72,21 +72,41 @@ impl IdTable {
 
 /// A fast hash of a short byte string (token texts average under 10 bytes): eight bytes at a
 /// time, multiply-rotate, then a final avalanche so the low bits (the slot index) are mixed.
+/// A tail shorter than eight bytes is read as overlapping loads (the last eight bytes of the
+/// string, or two overlapping halves of a short one) instead of being copied byte by byte: with
+/// the length hashed in as well, those loads still see every byte exactly as a copy would
+/// (strings of one length map to distinct words), and a vocabulary hashes every token at load.
 pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut h = (bytes.len() as u64).wrapping_mul(K);
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
+        h = (h.rotate_left(23) ^ le_u64(c)).wrapping_mul(K);
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut last = [0u8; 8];
-        last[..rest.len()].copy_from_slice(rest);
-        h = (h.rotate_left(23) ^ u64::from_le_bytes(last)).wrapping_mul(K);
+        let n = bytes.len();
+        let tail = if n >= 8 {
+            le_u64(&bytes[n - 8..])
+        } else if n >= 4 {
+            let lo = le_u32(&bytes[..4]) as u64;
+            let hi = le_u32(&bytes[n - 4..]) as u64;
+            lo | hi << 32
+        } else {
+            // 1 to 3 bytes: first, middle and last cover them all.
+            bytes[0] as u64 | (bytes[n / 2] as u64) << 8 | (bytes[n - 1] as u64) << 16
+        };
+        h = (h.rotate_left(23) ^ tail).wrapping_mul(K);
     }
     avalanche(h)
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    b.first_chunk().map_or(0, |w| u64::from_le_bytes(*w))
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    b.first_chunk().map_or(0, |w| u32::from_le_bytes(*w))
 }
 
 /// The hash of a pair of strings (a BPE merge): distinct from the hash of their concatenation.
@@ -135,6 +155,24 @@ mod tests {
             first.find(hash_bytes(b"a"), |id| keys[id as usize] == b"a"),
             Some(0)
         );
+    }
+
+    #[test]
+    fn the_hash_sees_every_byte_and_the_length() {
+        // The tail is read with overlapping loads: a change to any one byte, at any length,
+        // must still change the hash, and so must a change of length alone.
+        let base: Vec<u8> = (1..=40u8).collect();
+        for len in 0..base.len() {
+            let s = &base[..len];
+            let h = hash_bytes(s);
+            assert_ne!(h, hash_bytes(&base[..len + 1]), "length {len}");
+            for i in 0..len {
+                let mut t = s.to_vec();
+                t[i] ^= 0x80;
+                assert_ne!(h, hash_bytes(&t), "byte {i} of {len}");
+            }
+        }
+        assert_ne!(hash_bytes(b""), hash_bytes(b"\0"));
     }
 
     #[test]

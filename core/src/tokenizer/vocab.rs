@@ -49,40 +49,49 @@ pub(crate) struct Vocab {
 impl Vocab {
     /// Builds the vocabulary from token texts. An empty text becomes `[EMPTY_<id>]` and a text
     /// that appears twice maps to its last id, as in the reference. `None` if the texts add up
-    /// to 4 GiB or more (offsets are 32-bit).
+    /// to 4 GiB or more (offsets are 32-bit). `text_bytes`: what the texts add up to (bytes
+    /// that exist in the file), so the arena is allocated once.
     pub(crate) fn new<'s>(
-        texts: impl Iterator<Item = &'s str>,
+        texts: impl Iterator<Item = &'s [u8]>,
         n_tokens: usize,
+        text_bytes: usize,
         attrs: Vec<u8>,
         scores: Vec<f32>,
     ) -> Option<Vocab> {
-        let mut text = Vec::with_capacity(n_tokens * 8);
-        let mut text_end = Vec::with_capacity(n_tokens);
+        let mut text = Vec::with_capacity(text_bytes);
+        let mut text_end: Vec<u32> = Vec::with_capacity(n_tokens);
+        let mut index = IdTable::with_capacity(n_tokens);
         for (id, t) in texts.enumerate() {
+            let start = text.len();
             if t.is_empty() {
                 use core::fmt::Write;
                 let mut s = alloc::string::String::new();
                 let _ = write!(s, "[EMPTY_{id}]");
                 text.extend_from_slice(s.as_bytes());
             } else {
-                text.extend_from_slice(t.as_bytes());
+                text.extend_from_slice(t);
             }
             text_end.push(u32::try_from(text.len()).ok()?);
+            // Indexed as it is copied; a text seen before compares against the copies so far.
+            let t = &text[start..];
+            let id = u32::try_from(id).ok()?;
+            index.insert(hash_bytes(t), id, false, |other| {
+                let other = other as usize;
+                let from = if other == 0 {
+                    0
+                } else {
+                    text_end[other - 1] as usize
+                };
+                &text[from..text_end[other] as usize] == t
+            });
         }
-        let mut vocab = Vocab {
+        Some(Vocab {
             text,
             text_end,
             attrs,
             scores,
-            index: IdTable::with_capacity(0),
-        };
-        let mut index = IdTable::with_capacity(vocab.len());
-        for id in 0..vocab.len() as u32 {
-            let t = vocab.text(id);
-            index.insert(hash_bytes(t), id, false, |other| vocab.text(other) == t);
-        }
-        vocab.index = index;
-        Some(vocab)
+            index,
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
