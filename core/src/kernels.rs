@@ -507,10 +507,10 @@ mod x86_64 {
         set.install_cols(GgmlType::Q8_0, q8_0_cols_512);
         set.install_cols(GgmlType::Q4_0, q4_0_cols_512);
         set.install_cols(GgmlType::Q5_0, q5_0_cols_512);
-        // Q4_K and Q6_K (avx512_k): prompts with the tokens in the lanes, decode with the
-        // same integers and float order.
-        set.install(GgmlType::Q4_K, q4_k_512, None, "avx512");
-        set.install(GgmlType::Q6_K, q6_k_512, None, "avx512");
+        // Q4_K and Q6_K (avx512_k): prompts with the tokens in the lanes, decode (four rows
+        // at a time) with the same integers and float order.
+        set.install(GgmlType::Q4_K, q4_k_512, Some(q4_k_rows_512), "avx512");
+        set.install(GgmlType::Q6_K, q6_k_512, Some(q6_k_rows_512), "avx512");
         set.install_cols(GgmlType::Q4_K, q4_k_cols_512);
         set.install_cols(GgmlType::Q6_K, q6_k_cols_512);
     }
@@ -606,6 +606,12 @@ mod x86_64 {
     }
     fn q6_k_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
         unsafe { avx512_k::vec_dot_q6_k_q8_k(n, w, a) }
+    }
+    fn q4_k_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx512_k::matvec_q4_k_q8_k(n, w, a, out) }
+    }
+    fn q6_k_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx512_k::matvec_q6_k_q8_k(n, w, a, out) }
     }
     fn q4_k_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
         unsafe { avx512_k::matmul_q4_k_q8_k(n, w, a, t, out) }
@@ -1035,7 +1041,7 @@ mod tests {
         let promises_bits = matches!(
             fast.weight_type,
             GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0
-        );
+        ) || fast.face == "avx512";
         let Some(rows) = fast.rows.filter(|_| promises_bits) else {
             return;
         };
@@ -1491,7 +1497,8 @@ mod tests {
             fast.matvec(&w, n_rows, n_cols, &act, &mut out).unwrap();
             for (r, &y) in out.iter().enumerate() {
                 let row = &w[r * row_bytes..(r + 1) * row_bytes];
-                let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0);
+                let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
+                    || fast.face == "avx512";
                 if fast.rows.is_none() || rows_keep_bits {
                     // Row by row through the SIMD dot: the same bits (the x86-64 rows kernels
                     // of the 32-element formats keep the vec_dot's float order).
@@ -1934,6 +1941,19 @@ mod tests {
                                         .map(|(&a, &b)| a as f64 * b as f64)
                                         .sum::<f64>()
                                 }
+                            );
+                        }
+                    }
+                    // The matvec (several rows at once where the set has it) of a few rows.
+                    for t in 0..max_acts.min(3) {
+                        let mut out = vec![f32::NAN; n_rows];
+                        k.matvec(&w, n_rows, n, act(t), &mut out).unwrap();
+                        for r in 0..n_rows {
+                            assert_eq!(
+                                out[r].to_bits(),
+                                want[t * n_rows + r].to_bits(),
+                                "{ty} {} matvec: {nb} blocks, {n_rows} rows: row {r} act {t}",
+                                k.face
                             );
                         }
                     }

@@ -88,26 +88,44 @@ trait KFormat {
     const MINS: bool;
     /// Unpacks the block at `x` for the batched kernel.
     unsafe fn unpack(x: *const u8, u: &mut Unpacked);
-    /// The exact integers (S, M) of the block at `x` against the Q8_K block at `y` (module
-    /// docs; M is 0 without mins), with the file-layout lanes of the one-row dot.
-    unsafe fn block_ints(x: *const u8, y: *const u8) -> (i32, i32);
+    /// The block at `x` against a Q8_K block's quants `yq` (4 x 64) and bsums: lanes 0..8
+    /// sum to S, lanes 8..16 to M (0 without mins), exact integers (module docs), in the
+    /// file-layout lanes of the one-row dots.
+    unsafe fn block_vecs(x: *const u8, yq: &[__m512i; 4], bsums: __m256i) -> __m512i;
     /// The block's f16 factors (d, dmin) as f32.
     unsafe fn factors(x: *const u8) -> (f32, f32);
 }
 
-/// Sum of the 16 i32 lanes (exact, wrapping like every integer sum here).
+/// (S, M) from a `block_vecs` vector: three butterfly steps inside each 256-bit half.
 #[inline(always)]
-unsafe fn hsum_epi32(v: __m512i) -> i32 {
-    let s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
-    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
-    _mm_cvtsi128_si32(s)
+unsafe fn reduce1(x: __m512i) -> (i32, i32) {
+    let x = _mm512_add_epi32(x, _mm512_shuffle_i32x4::<0b10_11_00_01>(x, x));
+    let x = _mm512_add_epi32(x, _mm512_shuffle_epi32::<0b01_00_11_10>(x));
+    let x = _mm512_add_epi32(x, _mm512_shuffle_epi32::<0b10_11_00_01>(x));
+    (
+        _mm_cvtsi128_si32(_mm512_castsi512_si128(x)),
+        _mm_cvtsi128_si32(_mm512_extracti32x4_epi32::<2>(x)),
+    )
 }
 
+/// The (S, M) of four `block_vecs` vectors at once: S of x[r] in lane r, M in lane 8 + r.
 #[inline(always)]
-unsafe fn hsum_epi32_256(v: __m256i) -> i32 {
-    hsum_epi32(_mm512_zextsi256_si512(v))
+unsafe fn reduce4(x: &[__m512i; 4]) -> [i32; 16] {
+    let add = _mm512_add_epi32;
+    // Per 128-bit lane: [x0 0+2, x1 0+2, x0 1+3, x1 1+3], then the four rows' lane sums.
+    let a = add(
+        _mm512_unpacklo_epi32(x[0], x[1]),
+        _mm512_unpackhi_epi32(x[0], x[1]),
+    );
+    let b = add(
+        _mm512_unpacklo_epi32(x[2], x[3]),
+        _mm512_unpackhi_epi32(x[2], x[3]),
+    );
+    let c = add(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+    let c = add(c, _mm512_shuffle_i32x4::<0b10_11_00_01>(c, c));
+    let mut out = [0i32; 16];
+    _mm512_storeu_si512(out.as_mut_ptr() as *mut _, c);
+    out
 }
 
 /// The 32 bytes at `p` in both 256-bit halves.
@@ -193,16 +211,15 @@ impl KFormat for Q4K {
     }
 
     #[inline(always)]
-    unsafe fn block_ints(x: *const u8, y: *const u8) -> (i32, i32) {
+    unsafe fn block_vecs(x: *const u8, yq: &[__m512i; 4], bsums: __m256i) -> __m512i {
         let scmn = q4_k_scales_mins(x.add(4));
         // Scales zero-extended to i32: as i16 pairs (scale, 0) for vpdpwssd.
         let sc32 = _mm512_cvtepu8_epi32(scmn);
         let mut acc = _mm512_setzero_si512();
-        for c in 0..4 {
+        for (c, &y) in yq.iter().enumerate() {
             let q = q4_k_chunk(x.add(16 + 32 * c));
             // |lane| <= 4 * 15 * 128: an i16, so (lane, sign) x (scale, 0) is lane x scale.
-            let p =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, load512(y.add(Q8_K_QS + 64 * c)));
+            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y);
             let s = 2 * c as i32;
             let sc = spread(
                 sc32,
@@ -232,8 +249,13 @@ impl KFormat for Q4K {
             scmn,
             _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
         ));
-        let m = _mm256_madd_epi16(load256(y.add(Q8_K_BSUMS)), mins16);
-        (hsum_epi32(acc), hsum_epi32_256(m))
+        let m = _mm256_madd_epi16(bsums, mins16);
+        // S's lanes folded into the low half, M's in the high half.
+        let s8 = _mm256_add_epi32(
+            _mm512_castsi512_si256(acc),
+            _mm512_extracti64x4_epi64::<1>(acc),
+        );
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(s8), m)
     }
 
     #[inline(always)]
@@ -272,7 +294,7 @@ impl KFormat for Q6K {
     }
 
     #[inline(always)]
-    unsafe fn block_ints(x: *const u8, y: *const u8) -> (i32, i32) {
+    unsafe fn block_vecs(x: *const u8, yq: &[__m512i; 4], bsums: __m256i) -> __m512i {
         let scales = load128(x.add(192));
         let sc16 = _mm256_cvtepi8_epi16(scales);
         // Scales as i16 zero-extended to i32: pairs (scale, 0) for vpdpwssd.
@@ -282,8 +304,7 @@ impl KFormat for Q6K {
             let (q01, q23) = q6_k_half(x, h);
             for (k, q) in [q01, q23].into_iter().enumerate() {
                 // |lane| <= 4 * 63 * 128 < 2^15: an i16.
-                let yq = load512(y.add(Q8_K_QS + 128 * h + 64 * k));
-                let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, yq);
+                let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, yq[2 * h + k]);
                 // Lanes 4j..4j+3 of quarter pair (h, k) belong to sub-block 8h + 4k + j.
                 let b = (8 * h + 4 * k) as i32;
                 let sc = spread(
@@ -310,12 +331,19 @@ impl KFormat for Q6K {
                 acc = _mm512_dpwssd_epi32(acc, p, sc);
             }
         }
-        // sum (q - 32) y = sum q y - 32 sum_j scale_j bsum_j.
-        let offset = _mm256_madd_epi16(load256(y.add(Q8_K_BSUMS)), sc16);
-        (
-            hsum_epi32(acc).wrapping_sub(hsum_epi32_256(offset).wrapping_mul(32)),
-            0,
-        )
+        // sum (q - 32) y = sum q y - 32 sum_j scale_j bsum_j, the second term added into the
+        // low lanes (bsum pairs against -32 x scale pairs).
+        let minus32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<5>(sc16));
+        let acc = _mm512_dpwssd_epi32(
+            acc,
+            _mm512_zextsi256_si512(bsums),
+            _mm512_zextsi256_si512(minus32),
+        );
+        let s8 = _mm256_add_epi32(
+            _mm512_castsi512_si256(acc),
+            _mm512_extracti64x4_epi64::<1>(acc),
+        );
+        _mm512_zextsi256_si512(s8)
     }
 
     #[inline(always)]
@@ -342,19 +370,30 @@ unsafe fn vec_dot<K: KFormat>(n: usize, w: &[u8], act: &[u8]) -> f32 {
     dot_row::<K>(nb, w.as_ptr(), act.as_ptr())
 }
 
+/// The Q8_K block at `y`: its quants as 4 vectors of 64, its bsums, its scale.
+#[inline(always)]
+unsafe fn act_block(y: *const u8) -> ([__m512i; 4], __m256i, f32) {
+    let yq = [
+        load512(y.add(Q8_K_QS)),
+        load512(y.add(Q8_K_QS + 64)),
+        load512(y.add(Q8_K_QS + 128)),
+        load512(y.add(Q8_K_QS + 192)),
+    ];
+    (yq, load256(y.add(Q8_K_BSUMS)), f32_at(y))
+}
+
 #[inline(always)]
 unsafe fn dot_row<K: KFormat>(nb: usize, xr: *const u8, yr: *const u8) -> f32 {
     let (mut acc, mut accm) = (0f32, 0f32);
     for i in 0..nb {
         let x = xr.add(i * K::W_BYTES);
-        let y = yr.add(i * Q8_K_BYTES);
         let p = x.wrapping_add(4096) as *const i8;
         for line in 0..K::W_BYTES.div_ceil(64) {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line));
         }
-        let (s, m) = K::block_ints(x, y);
+        let (yq, bsums, dy) = act_block(yr.add(i * Q8_K_BYTES));
+        let (s, m) = reduce1(K::block_vecs(x, &yq, bsums));
         let (d, dmin) = K::factors(x);
-        let dy = f32_at(y);
         acc = fma1(d * dy, s as f32, acc);
         if K::MINS {
             accm = fma1(dmin * dy, m as f32, accm);
@@ -364,6 +403,66 @@ unsafe fn dot_row<K: KFormat>(nb: usize, xr: *const u8, yr: *const u8) -> f32 {
         acc - accm
     } else {
         acc
+    }
+}
+
+/// Four consecutive rows (`w_row` bytes each, from `x0`) against one activation row: the
+/// activation loaded once per block for all four, the four reductions done together. Every
+/// row's integers and float operations are `dot_row`'s.
+#[inline(always)]
+unsafe fn dot_rows4<K: KFormat>(nb: usize, w_row: usize, x0: *const u8, yr: *const u8) -> [f32; 4] {
+    let (mut acc, mut accm) = ([0f32; 4], [0f32; 4]);
+    for i in 0..nb {
+        // The four rows are read as four interleaved streams, which the hardware prefetchers
+        // follow badly: fetch the four rows after the next four, as far into them as this
+        // block is (one group ahead was too late for Q6_K from DRAM: 13 against 17 GB/s).
+        let ahead = x0.wrapping_add(8 * w_row + 4 * i * K::W_BYTES) as *const i8;
+        for line in 0..(4 * K::W_BYTES).div_ceil(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+        }
+        let (yq, bsums, dy) = act_block(yr.add(i * Q8_K_BYTES));
+        let x = |r: usize| x0.add(r * w_row + i * K::W_BYTES);
+        let v = [
+            K::block_vecs(x(0), &yq, bsums),
+            K::block_vecs(x(1), &yq, bsums),
+            K::block_vecs(x(2), &yq, bsums),
+            K::block_vecs(x(3), &yq, bsums),
+        ];
+        let sm = reduce4(&v);
+        for r in 0..4 {
+            let (d, dmin) = K::factors(x(r));
+            acc[r] = fma1(d * dy, sm[r] as f32, acc[r]);
+            if K::MINS {
+                accm[r] = fma1(dmin * dy, sm[8 + r] as f32, accm[r]);
+            }
+        }
+    }
+    if K::MINS {
+        core::array::from_fn(|r| acc[r] - accm[r])
+    } else {
+        acc
+    }
+}
+
+#[inline(always)]
+unsafe fn matvec<K: KFormat>(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    let nb = n / QK_K;
+    let w_row = nb * K::W_BYTES;
+    let n_rows = out.len();
+    if w.len() < n_rows * w_row || act.len() < nb * Q8_K_BYTES {
+        // The caller (WeightKernel::matvec) checked the shapes; never read past the slices.
+        return;
+    }
+    let x = |r: usize| w.as_ptr().add(r * w_row);
+    let mut r = 0;
+    while r + 4 <= n_rows {
+        let v = dot_rows4::<K>(nb, w_row, x(r), act.as_ptr());
+        out[r..r + 4].copy_from_slice(&v);
+        r += 4;
+    }
+    while r < n_rows {
+        out[r] = dot_row::<K>(nb, x(r), act.as_ptr());
+        r += 1;
     }
 }
 
@@ -646,6 +745,26 @@ pub unsafe fn vec_dot_q4_k_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
     vec_dot::<Q6K>(n, w, act)
+}
+
+/// Q4_K weight rows . one Q8_K activation row, four rows at a time, every output bit for bit
+/// [`vec_dot_q4_k_q8_k`].
+///
+/// # Safety
+/// The CPU features of the module docs must be available.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn matvec_q4_k_q8_k(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    matvec::<Q4K>(n, w, act, out)
+}
+
+/// Q6_K weight rows . one Q8_K activation row, four rows at a time, every output bit for bit
+/// [`vec_dot_q6_k_q8_k`].
+///
+/// # Safety
+/// The CPU features of the module docs must be available.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn matvec_q6_k_q8_k(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    matvec::<Q6K>(n, w, act, out)
 }
 
 /// Q4_K weights x Q8_K activation rows, every output bit for bit [`vec_dot_q4_k_q8_k`].
