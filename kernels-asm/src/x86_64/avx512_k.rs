@@ -382,63 +382,48 @@ unsafe fn act_block(y: *const u8) -> ([__m512i; 4], __m256i, f32) {
     (yq, load256(y.add(Q8_K_BSUMS)), f32_at(y))
 }
 
+/// `block_vecs` of the blocks at `x` and `y`, the weights prefetched 4 KB ahead.
+#[inline(always)]
+unsafe fn block_vecs_at<K: KFormat>(x: *const u8, y: *const u8) -> __m512i {
+    let p = x.wrapping_add(4096) as *const i8;
+    for line in 0..K::W_BYTES.div_ceil(64) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line));
+    }
+    let (yq, bsums, _) = act_block(y);
+    K::block_vecs(x, &yq, bsums)
+}
+
+/// One weight row against one activation row, blocks in order; the integers of four blocks
+/// reduced together (`reduce4`), then their float operations one block after the other.
 #[inline(always)]
 unsafe fn dot_row<K: KFormat>(nb: usize, xr: *const u8, yr: *const u8) -> f32 {
     let (mut acc, mut accm) = (0f32, 0f32);
-    for i in 0..nb {
-        let x = xr.add(i * K::W_BYTES);
-        let p = x.wrapping_add(4096) as *const i8;
-        for line in 0..K::W_BYTES.div_ceil(64) {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line));
-        }
-        let (yq, bsums, dy) = act_block(yr.add(i * Q8_K_BYTES));
-        let (s, m) = reduce1(K::block_vecs(x, &yq, bsums));
-        let (d, dmin) = K::factors(x);
+    let x = |i: usize| xr.add(i * K::W_BYTES);
+    let y = |i: usize| yr.add(i * Q8_K_BYTES);
+    let mut step = |i: usize, s: i32, m: i32| {
+        let (d, dmin) = K::factors(x(i));
+        let dy = f32_at(y(i));
         acc = fma1(d * dy, s as f32, acc);
         if K::MINS {
             accm = fma1(dmin * dy, m as f32, accm);
         }
+    };
+    let vecs = |i: usize| block_vecs_at::<K>(x(i), y(i));
+    let mut i = 0;
+    while i + 4 <= nb {
+        let sm = reduce4(&[vecs(i), vecs(i + 1), vecs(i + 2), vecs(i + 3)]);
+        for j in 0..4 {
+            step(i + j, sm[j], sm[8 + j]);
+        }
+        i += 4;
+    }
+    while i < nb {
+        let (s, m) = reduce1(vecs(i));
+        step(i, s, m);
+        i += 1;
     }
     if K::MINS {
         acc - accm
-    } else {
-        acc
-    }
-}
-
-/// Four consecutive rows (`w_row` bytes each, from `x0`) against one activation row: the
-/// activation loaded once per block for all four, the four reductions done together. Every
-/// row's integers and float operations are `dot_row`'s.
-#[inline(always)]
-unsafe fn dot_rows4<K: KFormat>(nb: usize, w_row: usize, x0: *const u8, yr: *const u8) -> [f32; 4] {
-    let (mut acc, mut accm) = ([0f32; 4], [0f32; 4]);
-    for i in 0..nb {
-        // The four rows are read as four interleaved streams, which the hardware prefetchers
-        // follow badly: fetch the four rows after the next four, as far into them as this
-        // block is (one group ahead was too late for Q6_K from DRAM: 13 against 17 GB/s).
-        let ahead = x0.wrapping_add(8 * w_row + 4 * i * K::W_BYTES) as *const i8;
-        for line in 0..(4 * K::W_BYTES).div_ceil(64) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
-        }
-        let (yq, bsums, dy) = act_block(yr.add(i * Q8_K_BYTES));
-        let x = |r: usize| x0.add(r * w_row + i * K::W_BYTES);
-        let v = [
-            K::block_vecs(x(0), &yq, bsums),
-            K::block_vecs(x(1), &yq, bsums),
-            K::block_vecs(x(2), &yq, bsums),
-            K::block_vecs(x(3), &yq, bsums),
-        ];
-        let sm = reduce4(&v);
-        for r in 0..4 {
-            let (d, dmin) = K::factors(x(r));
-            acc[r] = fma1(d * dy, sm[r] as f32, acc[r]);
-            if K::MINS {
-                accm[r] = fma1(dmin * dy, sm[8 + r] as f32, accm[r]);
-            }
-        }
-    }
-    if K::MINS {
-        core::array::from_fn(|r| acc[r] - accm[r])
     } else {
         acc
     }
@@ -453,16 +438,8 @@ unsafe fn matvec<K: KFormat>(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
         // The caller (WeightKernel::matvec) checked the shapes; never read past the slices.
         return;
     }
-    let x = |r: usize| w.as_ptr().add(r * w_row);
-    let mut r = 0;
-    while r + 4 <= n_rows {
-        let v = dot_rows4::<K>(nb, w_row, x(r), act.as_ptr());
-        out[r..r + 4].copy_from_slice(&v);
-        r += 4;
-    }
-    while r < n_rows {
-        out[r] = dot_row::<K>(nb, x(r), act.as_ptr());
-        r += 1;
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_row::<K>(nb, w.as_ptr().add(r * w_row), act.as_ptr());
     }
 }
 
@@ -747,7 +724,7 @@ pub unsafe fn vec_dot_q6_k_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
     vec_dot::<Q6K>(n, w, act)
 }
 
-/// Q4_K weight rows . one Q8_K activation row, four rows at a time, every output bit for bit
+/// Q4_K weight rows . one Q8_K activation row, every output bit for bit
 /// [`vec_dot_q4_k_q8_k`].
 ///
 /// # Safety
@@ -757,7 +734,7 @@ pub unsafe fn matvec_q4_k_q8_k(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) 
     matvec::<Q4K>(n, w, act, out)
 }
 
-/// Q6_K weight rows . one Q8_K activation row, four rows at a time, every output bit for bit
+/// Q6_K weight rows . one Q8_K activation row, every output bit for bit
 /// [`vec_dot_q6_k_q8_k`].
 ///
 /// # Safety
