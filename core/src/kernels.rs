@@ -466,7 +466,8 @@ mod x86_64 {
     use crate::platform::CpuFeatures;
     use crate::quant::GgmlType;
     use smolrun_kernels::x86_64::{
-        avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_q0, avx512_vnni_usable,
+        avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k, avx512_q0,
+        avx512_vnni_usable,
     };
 
     /// Installs the AVX2 kernels when the caller allows AVX2, FMA and F16C and cpuid confirms
@@ -506,6 +507,12 @@ mod x86_64 {
         set.install_cols(GgmlType::Q8_0, q8_0_cols_512);
         set.install_cols(GgmlType::Q4_0, q4_0_cols_512);
         set.install_cols(GgmlType::Q5_0, q5_0_cols_512);
+        // Q4_K and Q6_K (avx512_k): prompts with the tokens in the lanes, decode (four rows
+        // at a time) with the same integers and float order.
+        set.install(GgmlType::Q4_K, q4_k_512, Some(q4_k_rows_512), "avx512");
+        set.install(GgmlType::Q6_K, q6_k_512, Some(q6_k_rows_512), "avx512");
+        set.install_cols(GgmlType::Q4_K, q4_k_cols_512);
+        set.install_cols(GgmlType::Q6_K, q6_k_cols_512);
     }
 
     // SAFETY (every function below): installed only by `install`, after
@@ -593,6 +600,24 @@ mod x86_64 {
     }
     fn q5_0_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
         unsafe { avx512_q0::matmul_q5_0_q8_0(n, w, a, t, out) }
+    }
+    fn q4_k_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx512_k::vec_dot_q4_k_q8_k(n, w, a) }
+    }
+    fn q6_k_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        unsafe { avx512_k::vec_dot_q6_k_q8_k(n, w, a) }
+    }
+    fn q4_k_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx512_k::matvec_q4_k_q8_k(n, w, a, out) }
+    }
+    fn q6_k_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+        unsafe { avx512_k::matvec_q6_k_q8_k(n, w, a, out) }
+    }
+    fn q4_k_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx512_k::matmul_q4_k_q8_k(n, w, a, t, out) }
+    }
+    fn q6_k_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+        unsafe { avx512_k::matmul_q6_k_q8_k(n, w, a, t, out) }
     }
 }
 
@@ -1016,7 +1041,7 @@ mod tests {
         let promises_bits = matches!(
             fast.weight_type,
             GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0
-        );
+        ) || fast.face == "avx512";
         let Some(rows) = fast.rows.filter(|_| promises_bits) else {
             return;
         };
@@ -1072,7 +1097,13 @@ mod tests {
                 && features.avx512bw
                 && features.avx512vnni
                 && smolrun_kernels::x86_64::avx512_vnni_usable();
-            let q0 = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0];
+            let q0 = [
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+                GgmlType::Q4_K,
+                GgmlType::Q6_K,
+            ];
             if avx512 {
                 assert_eq!(set.name(), "x86_64-avx512");
                 for ty in q0 {
@@ -1466,7 +1497,8 @@ mod tests {
             fast.matvec(&w, n_rows, n_cols, &act, &mut out).unwrap();
             for (r, &y) in out.iter().enumerate() {
                 let row = &w[r * row_bytes..(r + 1) * row_bytes];
-                let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0);
+                let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
+                    || fast.face == "avx512";
                 if fast.rows.is_none() || rows_keep_bits {
                     // Row by row through the SIMD dot: the same bits (the x86-64 rows kernels
                     // of the 32-element formats keep the vec_dot's float order).
@@ -1797,6 +1829,152 @@ mod tests {
                         &acts[t * act_row..][..act_row],
                     );
                     assert_eq!(out[t * n_rows + r], want, "{ty} row {r} activation {t}");
+                }
+            }
+        }
+    }
+
+    /// The batched K-quant kernels (Q4_K, Q6_K) of every set this CPU runs, on the shapes their
+    /// tiling cuts: rows of 1..=17 blocks (the AVX-512 kernel packs 8 blocks at a time), 1..=70
+    /// weight rows (tiles of 64 rows, register tiles of 4), 1..=40 activation rows (vectors of
+    /// 16 and 32 tokens, tails of every size, the one-row path below 4). Every output must be
+    /// the set's vec_dot to the bit, and the vec_dot within the scalar twin's bound. Weights
+    /// include all-zero blocks and all-0xFF blocks with zero, subnormal, negative and the
+    /// largest f16 scales; activations include -128/127 quants and an outlier.
+    #[test]
+    fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
+        let scalar = KernelSet::scalar();
+        for fast in fast_sets() {
+            for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+                let k = fast.weight(ty).unwrap();
+                let scalar_k = scalar.weight(ty).unwrap();
+                if k.cols.is_none() {
+                    continue;
+                }
+                let mut rng = XorShift(0x5EED ^ ty.id() as u64);
+                let shapes: &[(usize, usize, &[usize])] = &[
+                    (1, 70, &[1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 40]),
+                    (3, 9, &[4, 7, 20, 32]),
+                    (8, 5, &[6, 18]),
+                    (9, 67, &[3, 5, 32, 37]),
+                    (17, 6, &[16, 19]),
+                ];
+                for &(nb, n_rows, act_counts) in shapes {
+                    let n = nb * 256;
+                    let row_bytes = nb * ty.type_size();
+                    let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
+                    // Edge blocks: block b of row r (for the rows that exist).
+                    let edges: [(usize, Option<u8>, f32); 6] = [
+                        (0, Some(0x00), 1.0),
+                        (1, Some(0xFF), 65504.0),
+                        (2, Some(0xFF), -2.5),
+                        (3, Some(0xFF), 6.0e-8),
+                        (4, None, 0.0),
+                        (n_rows - 1, Some(0xFF), -65504.0),
+                    ];
+                    for (r, fill, scale) in edges {
+                        if r >= n_rows {
+                            continue;
+                        }
+                        let b0 = (r * nb + (r % nb)) * ty.type_size();
+                        let b = &mut w[b0..b0 + ty.type_size()];
+                        if let Some(f) = fill {
+                            b.fill(f);
+                        }
+                        for (i, &off) in f16_fields(ty).iter().enumerate() {
+                            put_f16(b, off, if i == 0 { scale } else { 0.5 * scale });
+                        }
+                    }
+                    let max_acts = *act_counts.iter().max().unwrap();
+                    let acts: Vec<u8> = (0..max_acts)
+                        .flat_map(|t| match t % 5 {
+                            3 => act_from_quants(
+                                GgmlType::Q8_K,
+                                0.01,
+                                &(0..n)
+                                    .map(|e| if (e + t) % 3 == 0 { 127 } else { -128 })
+                                    .collect::<Vec<_>>(),
+                            ),
+                            4 => {
+                                let mut x = vec![0.001f32; n];
+                                x[(t * 37) % n] = -3.0e4;
+                                quantize(GgmlType::Q8_K, &x)
+                            }
+                            _ => {
+                                let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                                quantize(GgmlType::Q8_K, &x)
+                            }
+                        })
+                        .collect();
+                    let act_row = acts.len() / max_acts;
+                    let act = |t: usize| &acts[t * act_row..(t + 1) * act_row];
+                    let row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
+                    // The vec_dot of every pair, and its distance from the scalar twin.
+                    let mut want = vec![0f32; max_acts * n_rows];
+                    for t in 0..max_acts {
+                        for r in 0..n_rows {
+                            let v = (k.vec_dot)(n, row(r), act(t));
+                            want[t * n_rows + r] = v;
+                            if k.face != "avx512" {
+                                // The AVX2 Q6_K dot keeps the -32 offset (through the bsums)
+                                // in other lanes than the quants until the float sum, so its
+                                // rounding scales with |q| |y| + 32 |y|, not |q - 32| |y|: an
+                                // outlier activation can take it past this bound (seen: 0.196
+                                // against 0.171). The AVX-512 dots round only the exact
+                                // integer of each block.
+                                continue;
+                            }
+                            let s = (scalar_k.vec_dot)(n, row(r), act(t));
+                            let m = magnitude(ty, k.act_type, row(r), act(t), n);
+                            let tol = 2.0 * (nb + 12) as f64 * U * m * 1.001;
+                            assert!(
+                                ((v - s) as f64).abs() <= tol,
+                                "{ty} {}: {nb} blocks, row {r}, act {t}: {v} vs scalar {s} \
+                                 (bound {tol}, f64 {})",
+                                k.face,
+                                {
+                                    let (mut wf, mut af) = (vec![0f32; n], vec![0f32; n]);
+                                    quant::dequantize_row(ty, row(r), &mut wf).unwrap();
+                                    quant::dequantize_row(k.act_type, act(t), &mut af).unwrap();
+                                    wf.iter()
+                                        .zip(&af)
+                                        .map(|(&a, &b)| a as f64 * b as f64)
+                                        .sum::<f64>()
+                                }
+                            );
+                        }
+                    }
+                    // The matvec (several rows at once where the set has it) of a few rows.
+                    for t in 0..max_acts.min(3) {
+                        let mut out = vec![f32::NAN; n_rows];
+                        k.matvec(&w, n_rows, n, act(t), &mut out).unwrap();
+                        for r in 0..n_rows {
+                            assert_eq!(
+                                out[r].to_bits(),
+                                want[t * n_rows + r].to_bits(),
+                                "{ty} {} matvec: {nb} blocks, {n_rows} rows: row {r} act {t}",
+                                k.face
+                            );
+                        }
+                    }
+                    for &n_acts in act_counts {
+                        let mut out = vec![f32::NAN; n_acts * n_rows];
+                        k.matmul(&w, n_rows, n, &acts[..n_acts * act_row], n_acts, &mut out)
+                            .unwrap();
+                        for t in 0..n_acts {
+                            for r in 0..n_rows {
+                                assert_eq!(
+                                    out[t * n_rows + r].to_bits(),
+                                    want[t * n_rows + r].to_bits(),
+                                    "{ty} {} batched: {nb} blocks, {n_rows} rows, {n_acts} \
+                                     activations: row {r} act {t}: {} vs vec_dot {}",
+                                    k.face,
+                                    out[t * n_rows + r],
+                                    want[t * n_rows + r]
+                                );
+                            }
+                        }
+                    }
                 }
             }
         }

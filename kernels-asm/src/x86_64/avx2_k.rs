@@ -84,7 +84,7 @@ struct Q4KBlock {
 /// bytes at `p` (the layout `scale_min_k4` decodes one at a time). Reads 16 bytes: the 4 after
 /// the scales are the block's first quants, masked away.
 #[inline(always)]
-unsafe fn q4_k_scales_mins(p: *const u8) -> __m128i {
+pub(super) unsafe fn q4_k_scales_mins(p: *const u8) -> __m128i {
     // Dwords s0, s1, s2 of the packed bytes. Scales 0..3 = s0 & 0x3f, mins 0..3 = s1 & 0x3f,
     // scales 4..7 = (s2 & 0x0f) | (top two bits of s0) << 4, mins 4..7 = (s2 >> 4) | (top two
     // bits of s1) << 4, byte by byte; ((s >> 6) & 3) << 4 is (s >> 2) & 0x30 in every byte.

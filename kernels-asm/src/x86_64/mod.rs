@@ -8,6 +8,8 @@
 //! decoded in registers, weights prefetched ahead); [`avx2_q0`] the 32-element formats'
 //! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest.
 //!
+//! [`avx512_k`] holds the AVX-512 VNNI Q4_K and Q6_K kernels (tokens in the lanes for prompts).
+//!
 //! AVX-512 (at 256-bit width: AVX512VL, with VNNI's `vpdpbusd` and AVX512BW's byte masks) is
 //! used by [`avx512_q0`] for the 32-element formats, where the AVX2 kernels are bound by
 //! instructions rather than memory; [`avx512_vnni_usable`] asks the CPU. (The AVX-512
@@ -18,6 +20,7 @@ pub mod avx2;
 pub mod avx2_cols;
 pub mod avx2_k;
 pub mod avx2_q0;
+pub mod avx512_k;
 pub mod avx512_q0;
 
 use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
