@@ -1,7 +1,8 @@
 //! A prompt run in batches (each weight read once per batch, `WeightKernel::matmul`) gives the
 //! logits that running it token by token gives, to the bit: the same activation quantization,
 //! the same dot products per (row, token), the same attention. Checked on the real models with
-//! the scalar reference kernels and with this CPU's kernels (the batched SIMD faces), with
+//! the scalar reference kernels and with this CPU's kernels (the batched SIMD faces, each with
+//! the one-row kernel whose bits it keeps: `KernelSet::with_batch_twins`), with
 //! batch sizes that do not divide the prompt.
 //! Run in release mode: `cargo test --release -p smolrun-tests --test batch_exact`.
 
@@ -90,7 +91,9 @@ fn batches_give_the_token_by_token_logits_scalar() {
 
 #[test]
 fn batches_give_the_token_by_token_logits_native() {
-    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    // Prompt kernels paired with the one-row kernels whose bits they keep (on AVX-512, the
+    // K-quant prompts' twins; decoding itself runs the faster AVX2 dots, see cols_twin).
+    let kernels = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
     for model in ["gemma3-270m", "qwen2.5-coder-0.5b"] {
         check(model, &kernels, 40, &[7, 32], true);
     }

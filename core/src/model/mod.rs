@@ -416,7 +416,9 @@ impl Model {
     /// Runs a prompt from position `pos` and returns the last token's logits; the LM head (the
     /// largest matrix of a small model) runs for the last token only. The prompt goes through
     /// in chunks of `state`'s batch size, each weight read once per chunk (the logits are the
-    /// ones token-by-token decoding gives, to the bit); the attention kernel is chosen by the
+    /// ones token-by-token decoding gives, to the bit, on a kernel set whose prompt kernels keep
+    /// its decode kernels' bits: all but AVX-512's K-quants, see `WeightKernel::cols_twin`);
+    /// the attention kernel is chosen by the
     /// prompt's length as llama.cpp chooses it.
     pub fn forward_batch<'s>(
         &self,
