@@ -112,13 +112,19 @@ impl Rope {
     /// `freq_factors` (Llama 3's `rope_freqs`) divide each pair's angle when present.
     pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize, freq_factors: Option<&[f32]>) {
         let theta_scale = libm::powf(self.freq_base, -2.0 / self.n_rot as f32);
+        // The angles depend on the position and the pair only: their cos/sin are computed
+        // once for all heads (the same floats as per head), up to MAX_PAIRS pairs.
+        const MAX_PAIRS: usize = 256;
+        let n_pairs = self.n_rot / 2;
+        let mut cos_sin = [(0f32, 0f32); MAX_PAIRS];
+        let shared = n_pairs <= MAX_PAIRS;
+        if shared {
+            self.for_each_angle(pos, theta_scale, freq_factors, |i0, c, s| {
+                cos_sin[i0 / 2] = (c, s)
+            });
+        }
         for head in x.chunks_exact_mut(head_dim) {
-            // theta is multiplied up step by step in f32, as ggml does, rather than computed
-            // with powf per pair: the rounding then matches the reference's.
-            let mut theta = pos as f32;
-            for i0 in (0..self.n_rot).step_by(2) {
-                let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
-                let (c, s) = self.cos_sin(theta / ff, i0);
+            let mut rotate = |i0: usize, c: f32, s: f32| {
                 let (a, b) = match self.style {
                     RopeStyle::Normal => (i0, i0 + 1),
                     RopeStyle::Neox => (i0 / 2, i0 / 2 + self.n_rot / 2),
@@ -126,8 +132,33 @@ impl Rope {
                 let (x0, x1) = (head[a], head[b]);
                 head[a] = x0 * c - x1 * s;
                 head[b] = x0 * s + x1 * c;
-                theta *= theta_scale;
+            };
+            if shared {
+                for (pair, &(c, s)) in cos_sin[..n_pairs].iter().enumerate() {
+                    rotate(2 * pair, c, s);
+                }
+            } else {
+                self.for_each_angle(pos, theta_scale, freq_factors, rotate);
             }
+        }
+    }
+
+    /// `f(i0, cos, sin)` for every pair `i0 = 0, 2, ..` of the rotated dimensions at `pos`.
+    fn for_each_angle(
+        &self,
+        pos: usize,
+        theta_scale: f32,
+        freq_factors: Option<&[f32]>,
+        mut f: impl FnMut(usize, f32, f32),
+    ) {
+        // theta is multiplied up step by step in f32, as ggml does, rather than computed with
+        // powf per pair: the rounding then matches the reference's.
+        let mut theta = pos as f32;
+        for i0 in (0..self.n_rot).step_by(2) {
+            let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
+            let (c, s) = self.cos_sin(theta / ff, i0);
+            f(i0, c, s);
+            theta *= theta_scale;
         }
     }
 }
@@ -199,8 +230,36 @@ impl GeluTable {
         if x >= 10.0 {
             return x;
         }
-        self.0[f16::from_f32(x).to_bits() as usize]
+        let bits = if x.is_nan() {
+            f16::from_f32(x).to_bits()
+        } else {
+            f16_bits_finite(x)
+        };
+        self.0[bits as usize]
     }
+}
+
+/// The bits of `x` as f16, rounded half to even (`half::f16::from_f32`'s), for finite `x`:
+/// a few integer steps instead of `half`'s general conversion (which also handles NaN and
+/// infinities, and without F16C at compile time is a function of branches).
+#[inline(always)]
+pub fn f16_bits_finite(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let abs = bits & 0x7FFF_FFFF;
+    let magnitude = if abs < 0x3880_0000 {
+        // Below 2^-14 the f16 is subnormal, a multiple of 2^-24: in 0.5 + |x| (ulp 2^-24)
+        // the f32 addition rounds |x| / 2^-24 half to even into the low significand bits.
+        (f32::from_bits(abs) + 0.5).to_bits() - 0x3F00_0000
+    } else if abs < 0x477F_F000 {
+        // Normal: exponent rebiased (127 -> 15), the 13 dropped bits rounded half to even
+        // (a carry moves into the exponent, as it should).
+        let odd = (abs >> 13) & 1;
+        (abs - 0x3800_0000 + 0x0FFF + odd) >> 13
+    } else {
+        0x7C00 // rounds to infinity
+    };
+    (sign | magnitude) as u16
 }
 
 impl Default for GeluTable {
@@ -222,10 +281,73 @@ pub fn gelu_tanh_exact(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)))
 }
 
-/// SiLU (swish): x * sigmoid(x).
+/// SiLU (swish): x * sigmoid(x), with [`expf_poly`] (what the FFN runs, see [`silu_mul`]).
+#[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + libm::expf(-x))
+    x / (1.0 + expf_poly(-x))
 }
+
+/// `gate[i] = silu(gate[i]) * up[i]`: the gated FFN's activation over a row. Plain f32
+/// arithmetic without calls, so the compiler vectorizes it.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(*g) * u;
+    }
+}
+
+/// `x` rounded to the nearest integer, ties to even, exact for |x| < 2^22 and for infinities
+/// and NaN (returned as they are). Adding 1.5 * 2^23 moves the fraction bits out of the
+/// significand, and that f32 addition rounds half to even; subtracting it again is exact.
+/// The value of `libm::rintf` in that range, without a call, so that loops vectorize.
+#[inline(always)]
+pub fn round_half_even_small(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23
+    (x + SHIFT) - SHIFT
+}
+
+/// e^x without calls or branches, so that a loop over a row vectorizes (`libm::expf` is a
+/// call per element): evaluated in f64 (x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its
+/// Taylor series to r^11, relative error below 1e-13, times 2^n), then rounded once to f32.
+/// So it is e^x correctly rounded except within 1e-13 of a tie (the test checks every 97th
+/// f32), a little closer than `libm::expf` (within 1 ulp, its last bit differs in about 1% of
+/// inputs). Overflow gives infinity, tiny results round to subnormals or 0 as f32 does, NaN
+/// stays NaN.
+#[inline(always)]
+pub fn expf_poly(x: f32) -> f32 {
+    // Adding 1.5 * 2^52 rounds to an integer (half to even) held in the low significand bits.
+    const SHIFT: f64 = 6_755_399_441_055_744.0;
+    const LN2_HI: f64 = 0.693_147_180_369_123_8; // ln 2 to 32 bits: n * LN2_HI is exact
+    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+    // Beyond these, e^x is infinite or 0 as f32 and stays so.
+    let xd = (x as f64).clamp(-104.0, 89.0);
+    let shifted = xd * core::f64::consts::LOG2_E + SHIFT;
+    let n = shifted - SHIFT;
+    let r = (xd - n * LN2_HI) - n * LN2_LO;
+    // Taylor coefficients 1/k!, Horner from k = 11.
+    let mut p = 1.0 / 39_916_800.0;
+    for k in (1..=10).rev() {
+        p = p * r + INV_FACTORIALS[k];
+    }
+    let er = p * r + 1.0;
+    // 2^n from n's low bits (n + 1023 is in 872..=1152).
+    let pow2 = f64::from_bits((shifted.to_bits().wrapping_add(1023)) << 52);
+    (er * pow2) as f32
+}
+
+/// 1/k! for k = 0..=10.
+const INV_FACTORIALS: [f64; 11] = [
+    1.0,
+    1.0,
+    1.0 / 2.0,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5040.0,
+    1.0 / 40_320.0,
+    1.0 / 362_880.0,
+    1.0 / 3_628_800.0,
+];
 
 /// Which positions of the cache one query attends to.
 #[derive(Debug, Clone, Copy)]
@@ -543,6 +665,45 @@ mod tests {
         }
     }
 
+    /// The cos/sin shared by all heads are the per-head ones, to the bit: against a plain
+    /// per-head, per-pair loop, for both styles, with frequency factors and YaRN's ramp, and
+    /// with more pairs than the shared buffer holds.
+    #[test]
+    fn rope_shares_the_angles_of_a_position_exactly() {
+        for (n_rot, head_dim) in [(64, 64), (32, 64), (600, 600)] {
+            for style in [RopeStyle::Normal, RopeStyle::Neox] {
+                let mut rope = Rope::plain(style, n_rot, 10_000.0);
+                rope.freq_scale = 0.25;
+                rope.ext_factor = 1.0;
+                rope.corr_dims = Rope::yarn_corr_dims(n_rot, 4096, 10_000.0, 32.0, 1.0);
+                let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + i as f32 * 0.01).collect();
+                let x: Vec<f32> = (0..3 * head_dim).map(|i| (i as f32 * 0.37).sin()).collect();
+                for pos in [0, 1, 77, 4000] {
+                    let mut got = x.clone();
+                    rope.apply(&mut got, head_dim, pos, Some(&ff));
+                    let mut want = x.clone();
+                    let theta_scale = libm::powf(10_000.0, -2.0 / n_rot as f32);
+                    for head in want.chunks_exact_mut(head_dim) {
+                        let mut theta = pos as f32;
+                        for i0 in (0..n_rot).step_by(2) {
+                            let (c, s) = rope.cos_sin(theta / ff[i0 / 2], i0);
+                            let (a, b) = match style {
+                                RopeStyle::Normal => (i0, i0 + 1),
+                                RopeStyle::Neox => (i0 / 2, i0 / 2 + n_rot / 2),
+                            };
+                            let (x0, x1) = (head[a], head[b]);
+                            head[a] = x0 * c - x1 * s;
+                            head[b] = x0 * s + x1 * c;
+                            theta *= theta_scale;
+                        }
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "n_rot {n_rot} {style:?} pos {pos}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn rope_neox_and_normal_rotate_the_right_pairs() {
         let rope = Rope::plain(RopeStyle::Neox, 4, 10000.0);
@@ -591,11 +752,117 @@ mod tests {
     }
 
     #[test]
+    fn f16_bits_finite_is_half_from_f32() {
+        let mut n = 0;
+        for bits in (0u32..0x7F80_0000)
+            .step_by(61)
+            .chain(0x477F_E000..0x4780_2000)
+        {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                let want = f16::from_f32(x).to_bits();
+                assert_eq!(f16_bits_finite(x), want, "{x:e} ({:#x})", x.to_bits());
+                n += 1;
+            }
+        }
+        assert!(n > 60_000_000);
+        assert_eq!(f16_bits_finite(f32::MAX), 0x7C00);
+        assert_eq!(f16_bits_finite(-0.0), 0x8000);
+    }
+
+    #[test]
     fn gelu_and_silu_known_values() {
         assert!((gelu_tanh_exact(1.0) - 0.841_192).abs() < 1e-5);
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-3);
         assert_eq!(gelu_tanh(-20.0), 0.0);
         assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+    }
+
+    /// Distance in units in the last place between two finite f32 of the same sign.
+    fn ulps(a: f32, b: f32) -> u32 {
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+    }
+
+    #[test]
+    fn expf_poly_is_e_to_the_x_correctly_rounded() {
+        let (mut worst, mut checked, mut differ) = ((0u32, 0f32), 0usize, 0usize);
+        // Every 97th f32 bit pattern between the bounds, both signs.
+        for bits in (0u32..0x42d0_0000).step_by(97) {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                if !(-103.0..=88.72).contains(&x) {
+                    continue;
+                }
+                let (got, want) = (expf_poly(x), libm::exp(x as f64) as f32);
+                let d = ulps(got, want);
+                if d > worst.0 {
+                    worst = (d, x);
+                }
+                differ += (d != 0) as usize;
+                checked += 1;
+            }
+        }
+        assert!(checked > 10_000_000, "{checked}");
+        assert!(
+            worst.0 <= 1,
+            "expf_poly({}) is {} ulp off",
+            worst.1,
+            worst.0
+        );
+        // Off the correctly rounded value only within 1e-13 of a tie: almost never. (libm's
+        // expf, within 1 ulp, differs from it in about 1% of these.)
+        assert!(
+            differ * 10_000 < checked,
+            "{differ} of {checked} not correctly rounded"
+        );
+        assert_eq!(expf_poly(0.0), 1.0);
+        assert_eq!(expf_poly(-0.0), 1.0);
+        assert_eq!(expf_poly(88.8), f32::INFINITY);
+        assert_eq!(expf_poly(-100.0), libm::expf(-100.0)); // a subnormal
+        assert_eq!(expf_poly(-104.0), 0.0);
+        assert_eq!(expf_poly(f32::INFINITY), f32::INFINITY);
+        assert_eq!(expf_poly(f32::NEG_INFINITY), 0.0);
+        assert!(expf_poly(f32::NAN).is_nan());
+        // SiLU's tails: x for large x, -0 for very negative x.
+        assert_eq!(silu(100.0), 100.0);
+        assert_eq!(silu(-100.0), 0.0);
+        let mut g = [1.0f32, -2.0, 0.5];
+        silu_mul(&mut g, &[2.0, 1.0, -1.0]);
+        assert_eq!(g, [silu(1.0) * 2.0, silu(-2.0), -silu(0.5)]);
+    }
+
+    #[test]
+    fn round_half_even_small_is_rintf() {
+        let mut cases: Vec<f32> = (-600..=600).map(|i| i as f32 * 0.25).collect();
+        cases.extend([
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            126.5,
+            -127.5,
+            4_194_303.5,
+            -4_194_302.5,
+        ]);
+        cases.extend([
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.0e-30,
+            0.499_999_97,
+        ]);
+        for bits in (0u32..0x4a7f_ffff).step_by(4099) {
+            cases.push(f32::from_bits(bits));
+            cases.push(-f32::from_bits(bits));
+        }
+        for x in cases {
+            let (got, want) = (round_half_even_small(x), libm::rintf(x));
+            assert!(
+                got == want && (got as i32) == (want as i32),
+                "{x}: {got} vs rintf {want}"
+            );
+        }
+        assert!(round_half_even_small(f32::NAN).is_nan());
     }
 
     #[test]
