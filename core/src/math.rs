@@ -308,7 +308,7 @@ pub fn round_half_even_small(x: f32) -> f32 {
 /// e^x without calls or branches, so that a loop over a row vectorizes (`libm::expf` is a
 /// call per element): evaluated in f64 (x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its
 /// Taylor series to r^11, relative error below 1e-13, times 2^n), then rounded once to f32.
-/// So it is e^x correctly rounded except within 1e-13 of a tie (the test checks every 97th
+/// So it is e^x correctly rounded except within 1e-13 of a tie (the test checks every 389th
 /// f32), a little closer than `libm::expf` (within 1 ulp, its last bit differs in about 1% of
 /// inputs). Overflow gives infinity, tiny results round to subnormals or 0 as f32 does, NaN
 /// stays NaN.
@@ -764,7 +764,7 @@ mod tests {
                 n += 1;
             }
         }
-        assert!(n > 60_000_000);
+        assert!(n > 15_000_000);
         assert_eq!(f16_bits_finite(f32::MAX), 0x7C00);
         assert_eq!(f16_bits_finite(-0.0), 0x8000);
     }
@@ -785,8 +785,8 @@ mod tests {
     #[test]
     fn expf_poly_is_e_to_the_x_correctly_rounded() {
         let (mut worst, mut checked, mut differ) = ((0u32, 0f32), 0usize, 0usize);
-        // Every 97th f32 bit pattern between the bounds, both signs.
-        for bits in (0u32..0x42d0_0000).step_by(97) {
+        // Every 389th f32 bit pattern between the bounds, both signs.
+        for bits in (0u32..0x42d0_0000).step_by(389) {
             for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
                 if !(-103.0..=88.72).contains(&x) {
                     continue;
@@ -800,7 +800,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert!(checked > 10_000_000, "{checked}");
+        assert!(checked > 2_500_000, "{checked}");
         assert!(
             worst.0 <= 1,
             "expf_poly({}) is {} ulp off",
