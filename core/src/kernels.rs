@@ -1731,7 +1731,7 @@ mod tests {
     #[test]
     fn q0_matmul_tiles_give_the_matvec_bits() {
         let small_rows = [1, 2, 3, 5, 16, 17, 35];
-        let many_acts = [1, 2, 3, 7, 8, 9, 15, 16, 17, 32];
+        let many_acts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 32];
         // (blocks per row, weight rows, activation rows)
         let mut shapes: Vec<(usize, &[usize], &[usize])> = Vec::new();
         for nb in [1, 2, 3, 4, 5, 8, 9, 20, 33] {
