@@ -281,18 +281,9 @@ pub fn gelu_tanh_exact(x: f32) -> f32 {
     0.5 * x * (1.0 + libm::tanhf(SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)))
 }
 
-/// SiLU (swish): x * sigmoid(x), with [`expf_poly`] (what the FFN runs, see [`silu_mul`]).
-#[inline]
+/// SiLU (swish): x * sigmoid(x).
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + expf_poly(-x))
-}
-
-/// `gate[i] = silu(gate[i]) * up[i]`: the gated FFN's activation over a row. Plain f32
-/// arithmetic without calls, so the compiler vectorizes it.
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = silu(*g) * u;
-    }
+    x / (1.0 + libm::expf(-x))
 }
 
 /// `x` rounded to the nearest integer, ties to even, exact for |x| < 2^22 and for infinities
@@ -304,50 +295,6 @@ pub fn round_half_even_small(x: f32) -> f32 {
     const SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23
     (x + SHIFT) - SHIFT
 }
-
-/// e^x without calls or branches, so that a loop over a row vectorizes (`libm::expf` is a
-/// call per element): evaluated in f64 (x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its
-/// Taylor series to r^11, relative error below 1e-13, times 2^n), then rounded once to f32.
-/// So it is e^x correctly rounded except within 1e-13 of a tie (the test checks every 389th
-/// f32), a little closer than `libm::expf` (within 1 ulp, its last bit differs in about 1% of
-/// inputs). Overflow gives infinity, tiny results round to subnormals or 0 as f32 does, NaN
-/// stays NaN.
-#[inline(always)]
-pub fn expf_poly(x: f32) -> f32 {
-    // Adding 1.5 * 2^52 rounds to an integer (half to even) held in the low significand bits.
-    const SHIFT: f64 = 6_755_399_441_055_744.0;
-    const LN2_HI: f64 = 0.693_147_180_369_123_8; // ln 2 to 32 bits: n * LN2_HI is exact
-    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
-    // Beyond these, e^x is infinite or 0 as f32 and stays so.
-    let xd = (x as f64).clamp(-104.0, 89.0);
-    let shifted = xd * core::f64::consts::LOG2_E + SHIFT;
-    let n = shifted - SHIFT;
-    let r = (xd - n * LN2_HI) - n * LN2_LO;
-    // Taylor coefficients 1/k!, Horner from k = 11.
-    let mut p = 1.0 / 39_916_800.0;
-    for k in (1..=10).rev() {
-        p = p * r + INV_FACTORIALS[k];
-    }
-    let er = p * r + 1.0;
-    // 2^n from n's low bits (n + 1023 is in 872..=1152).
-    let pow2 = f64::from_bits((shifted.to_bits().wrapping_add(1023)) << 52);
-    (er * pow2) as f32
-}
-
-/// 1/k! for k = 0..=10.
-const INV_FACTORIALS: [f64; 11] = [
-    1.0,
-    1.0,
-    1.0 / 2.0,
-    1.0 / 6.0,
-    1.0 / 24.0,
-    1.0 / 120.0,
-    1.0 / 720.0,
-    1.0 / 5040.0,
-    1.0 / 40_320.0,
-    1.0 / 362_880.0,
-    1.0 / 3_628_800.0,
-];
 
 /// Which positions of the cache one query attends to.
 #[derive(Debug, Clone, Copy)]
@@ -775,58 +722,6 @@ mod tests {
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-3);
         assert_eq!(gelu_tanh(-20.0), 0.0);
         assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
-    }
-
-    /// Distance in units in the last place between two finite f32 of the same sign.
-    fn ulps(a: f32, b: f32) -> u32 {
-        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
-    }
-
-    #[test]
-    fn expf_poly_is_e_to_the_x_correctly_rounded() {
-        let (mut worst, mut checked, mut differ) = ((0u32, 0f32), 0usize, 0usize);
-        // Every 389th f32 bit pattern between the bounds, both signs.
-        for bits in (0u32..0x42d0_0000).step_by(389) {
-            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
-                if !(-103.0..=88.72).contains(&x) {
-                    continue;
-                }
-                let (got, want) = (expf_poly(x), libm::exp(x as f64) as f32);
-                let d = ulps(got, want);
-                if d > worst.0 {
-                    worst = (d, x);
-                }
-                differ += (d != 0) as usize;
-                checked += 1;
-            }
-        }
-        assert!(checked > 2_500_000, "{checked}");
-        assert!(
-            worst.0 <= 1,
-            "expf_poly({}) is {} ulp off",
-            worst.1,
-            worst.0
-        );
-        // Off the correctly rounded value only within 1e-13 of a tie: almost never. (libm's
-        // expf, within 1 ulp, differs from it in about 1% of these.)
-        assert!(
-            differ * 10_000 < checked,
-            "{differ} of {checked} not correctly rounded"
-        );
-        assert_eq!(expf_poly(0.0), 1.0);
-        assert_eq!(expf_poly(-0.0), 1.0);
-        assert_eq!(expf_poly(88.8), f32::INFINITY);
-        assert_eq!(expf_poly(-100.0), libm::expf(-100.0)); // a subnormal
-        assert_eq!(expf_poly(-104.0), 0.0);
-        assert_eq!(expf_poly(f32::INFINITY), f32::INFINITY);
-        assert_eq!(expf_poly(f32::NEG_INFINITY), 0.0);
-        assert!(expf_poly(f32::NAN).is_nan());
-        // SiLU's tails: x for large x, -0 for very negative x.
-        assert_eq!(silu(100.0), 100.0);
-        assert_eq!(silu(-100.0), 0.0);
-        let mut g = [1.0f32, -2.0, 0.5];
-        silu_mul(&mut g, &[2.0, 1.0, -1.0]);
-        assert_eq!(g, [silu(1.0) * 2.0, silu(-2.0), -silu(0.5)]);
     }
 
     #[test]

@@ -866,14 +866,9 @@ impl Model {
         per_token(par, n, &|_, t| {
             // SAFETY: token t's row is written by this worker only.
             let gate = unsafe { gates.slice(t * n_ff, n_ff) };
-            match activation {
-                // A loop the compiler vectorizes (SiLU has no table).
-                Activation::Silu => math::silu_mul(gate, row(ups, n_ff, t)),
-                _ => gate
-                    .iter_mut()
-                    .zip(row(ups, n_ff, t))
-                    .for_each(|(g, u)| *g = act(*g) * u),
-            }
+            gate.iter_mut()
+                .zip(row(ups, n_ff, t))
+                .for_each(|(g, u)| *g = act(*g) * u);
         });
         for t in 0..n {
             s.tap("ffn_act", l, row(&s.hb, n_ff, t));
