@@ -1789,6 +1789,94 @@ mod tests {
         }
     }
 
+    /// The 32-element formats' batched kernels on the shapes their tiles split: block counts
+    /// odd and even (a last block without a pair), row counts around the 2-row tile and the
+    /// 16-row sweep, activation counts around the 8-column group, rows long enough that the
+    /// activations are packed in several panels (of whole groups, of fewer columns than a
+    /// group, and not at all), and blocks with zero, subnormal and the largest f16 scales.
+    /// Each output must have the bits of the matvec (which is the vec_dot, by the tests above).
+    #[test]
+    fn q0_matmul_tiles_give_the_matvec_bits() {
+        let small_rows = [1, 2, 3, 5, 16, 17, 35];
+        let many_acts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 32];
+        // (blocks per row, weight rows, activation rows)
+        let mut shapes: Vec<(usize, &[usize], &[usize])> = Vec::new();
+        for nb in [1, 2, 3, 4, 5, 8, 9, 20, 33] {
+            shapes.push((nb, &small_rows, &many_acts));
+        }
+        shapes.push((158, &[3, 18], &[13, 17])); // panels of 8 columns
+        shapes.push((259, &[3], &[9])); // panels of 7 columns
+        shapes.push((2051, &[3], &[2])); // no panel: a matvec per activation row
+        let mut worst = Vec::new();
+        for fast in fast_sets() {
+            for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
+                let k = fast.weight(ty).unwrap();
+                if k.cols.is_none() {
+                    continue;
+                }
+                let mut rng = XorShift(0x7113 ^ ty.id() as u64);
+                for &(nb, row_counts, act_counts) in &shapes {
+                    let n_cols = nb * 32;
+                    let (row_bytes, act_row) = (nb * ty.type_size(), nb * 34);
+                    let max_rows = *row_counts.iter().max().unwrap();
+                    let max_acts = *act_counts.iter().max().unwrap();
+                    let mut w = random_blocks(ty, max_rows * nb, rng.next_u64());
+                    // Edge scales on some blocks: 0, -0, a subnormal, the largest f16.
+                    for (i, b) in w.chunks_exact_mut(ty.type_size()).enumerate() {
+                        match i % 11 {
+                            3 => put_f16(b, 0, 0.0),
+                            5 => put_f16(b, 0, -65504.0),
+                            7 => put_f16(b, 0, 6.0e-8),
+                            _ => {}
+                        }
+                    }
+                    let mut acts = Vec::new();
+                    for t in 0..max_acts {
+                        let q = random_i8(&mut rng, n_cols, -128, 127);
+                        let mut a = act_from_quants(GgmlType::Q8_0, 0.02, &q);
+                        for (i, b) in a.chunks_exact_mut(34).enumerate() {
+                            match (i + t) % 13 {
+                                2 => put_f16(b, 0, 65504.0),
+                                6 => put_f16(b, 0, -0.0),
+                                9 => put_f16(b, 0, -3.0e-7),
+                                _ => {}
+                            }
+                        }
+                        acts.extend_from_slice(&a);
+                    }
+                    for &rows in row_counts {
+                        let w = &w[..rows * row_bytes];
+                        let mut want = vec![0f32; rows * max_acts];
+                        for t in 0..max_acts {
+                            let act = &acts[t * act_row..][..act_row];
+                            k.matvec(w, rows, n_cols, act, &mut want[t * rows..][..rows])
+                                .unwrap();
+                        }
+                        for &n_acts in act_counts {
+                            let mut out = vec![f32::NAN; rows * n_acts];
+                            let a = &acts[..n_acts * act_row];
+                            k.matmul(w, rows, n_cols, a, n_acts, &mut out).unwrap();
+                            for (i, (o, e)) in out.iter().zip(&want).enumerate() {
+                                assert_eq!(
+                                    o.to_bits(),
+                                    e.to_bits(),
+                                    "{ty} ({}): {nb} blocks, {rows} rows, {n_acts} activations: \
+                                     row {} of activation {}: matmul {o} vs matvec {e}",
+                                    fast.name(),
+                                    i % rows,
+                                    i / rows
+                                );
+                            }
+                            worst.push(out.iter().filter(|v| !v.is_finite()).count());
+                        }
+                    }
+                }
+            }
+        }
+        // The edge scales must not have turned everything into infinities.
+        assert!(worst.iter().all(|&bad| bad == 0), "non-finite outputs");
+    }
+
     #[cfg(target_arch = "x86_64")]
     fn check_x86_64_sets_have_matmuls(fast: &KernelSet) {
         if fast.name().starts_with("x86_64-") {

@@ -112,13 +112,19 @@ impl Rope {
     /// `freq_factors` (Llama 3's `rope_freqs`) divide each pair's angle when present.
     pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize, freq_factors: Option<&[f32]>) {
         let theta_scale = libm::powf(self.freq_base, -2.0 / self.n_rot as f32);
+        // The angles depend on the position and the pair only: their cos/sin are computed
+        // once for all heads (the same floats as per head), up to MAX_PAIRS pairs.
+        const MAX_PAIRS: usize = 256;
+        let n_pairs = self.n_rot / 2;
+        let mut cos_sin = [(0f32, 0f32); MAX_PAIRS];
+        let shared = n_pairs <= MAX_PAIRS;
+        if shared {
+            self.for_each_angle(pos, theta_scale, freq_factors, |i0, c, s| {
+                cos_sin[i0 / 2] = (c, s)
+            });
+        }
         for head in x.chunks_exact_mut(head_dim) {
-            // theta is multiplied up step by step in f32, as ggml does, rather than computed
-            // with powf per pair: the rounding then matches the reference's.
-            let mut theta = pos as f32;
-            for i0 in (0..self.n_rot).step_by(2) {
-                let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
-                let (c, s) = self.cos_sin(theta / ff, i0);
+            let mut rotate = |i0: usize, c: f32, s: f32| {
                 let (a, b) = match self.style {
                     RopeStyle::Normal => (i0, i0 + 1),
                     RopeStyle::Neox => (i0 / 2, i0 / 2 + self.n_rot / 2),
@@ -126,8 +132,33 @@ impl Rope {
                 let (x0, x1) = (head[a], head[b]);
                 head[a] = x0 * c - x1 * s;
                 head[b] = x0 * s + x1 * c;
-                theta *= theta_scale;
+            };
+            if shared {
+                for (pair, &(c, s)) in cos_sin[..n_pairs].iter().enumerate() {
+                    rotate(2 * pair, c, s);
+                }
+            } else {
+                self.for_each_angle(pos, theta_scale, freq_factors, rotate);
             }
+        }
+    }
+
+    /// `f(i0, cos, sin)` for every pair `i0 = 0, 2, ..` of the rotated dimensions at `pos`.
+    fn for_each_angle(
+        &self,
+        pos: usize,
+        theta_scale: f32,
+        freq_factors: Option<&[f32]>,
+        mut f: impl FnMut(usize, f32, f32),
+    ) {
+        // theta is multiplied up step by step in f32, as ggml does, rather than computed with
+        // powf per pair: the rounding then matches the reference's.
+        let mut theta = pos as f32;
+        for i0 in (0..self.n_rot).step_by(2) {
+            let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
+            let (c, s) = self.cos_sin(theta / ff, i0);
+            f(i0, c, s);
+            theta *= theta_scale;
         }
     }
 }
@@ -217,8 +248,36 @@ impl GeluTable {
         if x >= 10.0 {
             return x;
         }
-        self.0[f16::from_f32(x).to_bits() as usize]
+        let bits = if x.is_nan() {
+            f16::from_f32(x).to_bits()
+        } else {
+            f16_bits_finite(x)
+        };
+        self.0[bits as usize]
     }
+}
+
+/// The bits of `x` as f16, rounded half to even (`half::f16::from_f32`'s), for finite `x`:
+/// a few integer steps instead of `half`'s general conversion (which also handles NaN and
+/// infinities, and without F16C at compile time is a function of branches).
+#[inline(always)]
+pub fn f16_bits_finite(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let abs = bits & 0x7FFF_FFFF;
+    let magnitude = if abs < 0x3880_0000 {
+        // Below 2^-14 the f16 is subnormal, a multiple of 2^-24: in 0.5 + |x| (ulp 2^-24)
+        // the f32 addition rounds |x| / 2^-24 half to even into the low significand bits.
+        (f32::from_bits(abs) + 0.5).to_bits() - 0x3F00_0000
+    } else if abs < 0x477F_F000 {
+        // Normal: exponent rebiased (127 -> 15), the 13 dropped bits rounded half to even
+        // (a carry moves into the exponent, as it should).
+        let odd = (abs >> 13) & 1;
+        (abs - 0x3800_0000 + 0x0FFF + odd) >> 13
+    } else {
+        0x7C00 // rounds to infinity
+    };
+    (sign | magnitude) as u16
 }
 
 impl Default for GeluTable {
@@ -255,6 +314,16 @@ fn gelu_from_tanh(x: f32, t: f32) -> f32 {
 /// SiLU (swish): x * sigmoid(x).
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + libm::expf(-x))
+}
+
+/// `x` rounded to the nearest integer, ties to even, exact for |x| < 2^22 and for infinities
+/// and NaN (returned as they are). Adding 1.5 * 2^23 moves the fraction bits out of the
+/// significand, and that f32 addition rounds half to even; subtracting it again is exact.
+/// The value of `libm::rintf` in that range, without a call, so that loops vectorize.
+#[inline(always)]
+pub fn round_half_even_small(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23
+    (x + SHIFT) - SHIFT
 }
 
 /// Which positions of the cache one query attends to.
@@ -573,6 +642,45 @@ mod tests {
         }
     }
 
+    /// The cos/sin shared by all heads are the per-head ones, to the bit: against a plain
+    /// per-head, per-pair loop, for both styles, with frequency factors and YaRN's ramp, and
+    /// with more pairs than the shared buffer holds.
+    #[test]
+    fn rope_shares_the_angles_of_a_position_exactly() {
+        for (n_rot, head_dim) in [(64, 64), (32, 64), (600, 600)] {
+            for style in [RopeStyle::Normal, RopeStyle::Neox] {
+                let mut rope = Rope::plain(style, n_rot, 10_000.0);
+                rope.freq_scale = 0.25;
+                rope.ext_factor = 1.0;
+                rope.corr_dims = Rope::yarn_corr_dims(n_rot, 4096, 10_000.0, 32.0, 1.0);
+                let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + i as f32 * 0.01).collect();
+                let x: Vec<f32> = (0..3 * head_dim).map(|i| (i as f32 * 0.37).sin()).collect();
+                for pos in [0, 1, 77, 4000] {
+                    let mut got = x.clone();
+                    rope.apply(&mut got, head_dim, pos, Some(&ff));
+                    let mut want = x.clone();
+                    let theta_scale = libm::powf(10_000.0, -2.0 / n_rot as f32);
+                    for head in want.chunks_exact_mut(head_dim) {
+                        let mut theta = pos as f32;
+                        for i0 in (0..n_rot).step_by(2) {
+                            let (c, s) = rope.cos_sin(theta / ff[i0 / 2], i0);
+                            let (a, b) = match style {
+                                RopeStyle::Normal => (i0, i0 + 1),
+                                RopeStyle::Neox => (i0 / 2, i0 / 2 + n_rot / 2),
+                            };
+                            let (x0, x1) = (head[a], head[b]);
+                            head[a] = x0 * c - x1 * s;
+                            head[b] = x0 * s + x1 * c;
+                            theta *= theta_scale;
+                        }
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "n_rot {n_rot} {style:?} pos {pos}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn rope_neox_and_normal_rotate_the_right_pairs() {
         let rope = Rope::plain(RopeStyle::Neox, 4, 10000.0);
@@ -633,11 +741,65 @@ mod tests {
     }
 
     #[test]
+    fn f16_bits_finite_is_half_from_f32() {
+        let mut n = 0;
+        for bits in (0u32..0x7F80_0000)
+            .step_by(61)
+            .chain(0x477F_E000..0x4780_2000)
+        {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                let want = f16::from_f32(x).to_bits();
+                assert_eq!(f16_bits_finite(x), want, "{x:e} ({:#x})", x.to_bits());
+                n += 1;
+            }
+        }
+        assert!(n > 15_000_000);
+        assert_eq!(f16_bits_finite(f32::MAX), 0x7C00);
+        assert_eq!(f16_bits_finite(-0.0), 0x8000);
+    }
+
+    #[test]
     fn gelu_and_silu_known_values() {
         assert!((gelu_tanh_exact(1.0) - 0.841_192).abs() < 1e-5);
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-3);
         assert_eq!(gelu_tanh(-20.0), 0.0);
         assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+    }
+
+    #[test]
+    fn round_half_even_small_is_rintf() {
+        let mut cases: Vec<f32> = (-600..=600).map(|i| i as f32 * 0.25).collect();
+        cases.extend([
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            126.5,
+            -127.5,
+            4_194_303.5,
+            -4_194_302.5,
+        ]);
+        cases.extend([
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.0e-30,
+            0.499_999_97,
+        ]);
+        for bits in (0u32..0x4a7f_ffff).step_by(4099) {
+            cases.push(f32::from_bits(bits));
+            cases.push(-f32::from_bits(bits));
+        }
+        for x in cases {
+            let (got, want) = (round_half_even_small(x), libm::rintf(x));
+            assert!(
+                got == want && (got as i32) == (want as i32),
+                "{x}: {got} vs rintf {want}"
+            );
+        }
+        assert!(round_half_even_small(f32::NAN).is_nan());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! in one block moves Gemma 3's logits by ~0.05, so we round as the reference's x86 build does.
 //! Other formats go through `core::quant` unchanged.
 
+use crate::math;
 use crate::quant::{self, GgmlType, QuantError};
 use half::f16;
 
@@ -32,8 +33,10 @@ pub fn quantize_activation(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<()
         block[0..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
         let mut sum = 0i32;
         for (q, &v) in block[qs_at..].iter_mut().zip(xs) {
-            // rintf rounds half to even, like _mm256_round_ps(_MM_ROUND_NEAREST).
-            let qi = libm::rintf(v * id) as i32;
+            // Half to even, like _mm256_round_ps(_MM_ROUND_NEAREST) (and libm::rintf): the
+            // value is within 127 in magnitude (or infinite/NaN when amax is 0 or tiny),
+            // where round_half_even_small is exact, and unlike rintf it is no call.
+            let qi = math::round_half_even_small(v * id) as i32;
             sum += qi;
             *q = qi as i8 as u8;
         }

@@ -1,6 +1,7 @@
-//! AVX-512 VNNI kernels (at 256-bit width, AVX512VL) for the 32-element block formats against
-//! Q8_0 activations: Q8_0, Q4_0 and Q5_0 weights. A one-row dot (the `VecDotFn`), a matvec
-//! over [`ROWS`] rows at once (`RowsFn`) and a small-batch matmul (`ColsFn`).
+//! AVX-512 VNNI kernels for the 32-element block formats against Q8_0 activations: Q8_0,
+//! Q4_0 and Q5_0 weights. A one-row dot (the `VecDotFn`) and a matvec over [`ROWS`] rows at
+//! once (`RowsFn`) at 256-bit width (AVX512VL), and a small-batch matmul (`ColsFn`) at 512-bit
+//! width, two blocks per register, on tiles of 2 weight rows x 8 activation rows.
 //!
 //! What AVX-512 brings here (besides 32 vector registers):
 //! * `vpdpbusd` multiplies unsigned by signed bytes and adds groups of four straight into i32
@@ -11,13 +12,15 @@
 //!   activation is the signed side), once per weight block in the matmul (the activation is
 //!   made unsigned as y ^ 0x80 and the shared weight, made signed, carries the correction).
 //!   Both give the same exact integer in every lane: the dot of the 4 elements 4k..4k+3.
-//! * Q5_0's 32 fifth bits are an `__mmask32`: one masked byte add merges them.
+//! * Q5_0's 32 fifth bits are an `__mmask32` (two blocks': an `__mmask64`): one masked byte
+//!   add (or subtract) merges them.
 //!
 //! Exactness: every (weight row, activation row) pair goes through the same float operations
 //! in all three entry points: the per-block integer sums above (exact, in the same 8 lanes),
 //! the scale product `f16(dx) * f16(dy)` (one f32 rounding, on a scalar or in a vector lane),
-//! FMA into the even-block or odd-block accumulator, and the same final sum of lanes. So the
-//! matvec and the matmul give the vec_dot's bits. The lanes are not those of the AVX2 kernels
+//! FMA into the even-block or odd-block accumulator (in the matmul: the low or the high half of
+//! one 512-bit accumulator), and the same final sum of lanes. So the matvec and the matmul
+//! give the vec_dot's bits. The lanes are not those of the AVX2 kernels
 //! (4 consecutive elements per lane here, two pairs 16 apart there), so this set's results
 //! differ from the AVX2 set's in the last bits; both are within the summation-order bound of
 //! the scalar twin, which core's tests check.
@@ -36,29 +39,16 @@ use core::arch::x86_64::*;
 /// Weight rows that share one pass over the activation in the matvec.
 pub const ROWS: usize = 4;
 
-/// Activation rows dotted with one unpacked weight block in the matmul: 8 columns keep their
-/// even and odd accumulators in 16 of the 32 registers.
-pub const GROUP: usize = 8;
-
-/// Weight rows dotted with every activation group before moving on (kept in L1).
-const ROW_TILE: usize = 16;
-
-/// Blocks per activation row whose scales are converted ahead into a stack buffer
-/// (8192 columns; wider rows convert each scale where it is used, the same value).
-const MAX_SCALED_BLOCKS: usize = 256;
-
-/// One 32-element weight format, unpacked two ways.
+/// One 32-element weight format.
 trait Q0Format {
     /// Bytes per weight block.
     const W_BYTES: usize;
     /// What the unsigned form adds to each quant (see [`Q0Format::unsigned`]).
     const OFFSET: i8;
     /// The block's 32 quants as unsigned bytes, `quant + OFFSET` (for the matvec, where the
-    /// shared activation is the signed side).
+    /// shared activation is the signed side; the matmul unpacks two blocks at once in
+    /// [`signed_pair`]).
     unsafe fn unsigned(x: *const u8) -> __m256i;
-    /// The block's 32 quants as signed bytes (for the matmul, where the activation is made
-    /// the unsigned side).
-    unsafe fn signed(x: *const u8) -> __m256i;
 }
 
 /// Q8_0: signed quants, -128 included.
@@ -71,11 +61,6 @@ impl Q0Format for Q80 {
     #[inline(always)]
     unsafe fn unsigned(x: *const u8) -> __m256i {
         _mm256_xor_si256(load256(x.add(2)), _mm256_set1_epi8(-128))
-    }
-
-    #[inline(always)]
-    unsafe fn signed(x: *const u8) -> __m256i {
-        load256(x.add(2))
     }
 }
 
@@ -96,11 +81,6 @@ impl<const FIVE_BITS: bool> Q0Format for Q450<FIVE_BITS> {
         } else {
             nibbles(x.add(2))
         }
-    }
-
-    #[inline(always)]
-    unsafe fn signed(x: *const u8) -> __m256i {
-        _mm256_sub_epi8(Self::unsigned(x), _mm256_set1_epi8(Self::OFFSET))
     }
 }
 
@@ -216,133 +196,210 @@ unsafe fn matvec<K: Q0Format>(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Matmul: weight rows against a batch of activation rows.
+// Matmul: weight rows against a batch of activation rows, two blocks per 512-bit register.
+//
+// A zmm register holds blocks 2p and 2p+1 (the "pair" p): its low 8 lanes are exactly the
+// decode's even-block lanes and its high 8 lanes the odd-block ones, so one 512-bit
+// accumulator per (row, column) is the decode's even and odd accumulators side by side, fed
+// the same products in the same order; the final `even + odd` adds its two halves.
 // ---------------------------------------------------------------------------------------------
 
-/// Where a column's activation scales come from: converted ahead into a buffer (`PRE`), or
-/// from the f16 field of each block as it is used. The same f32 value either way.
+/// 64-byte vectors of packed activations kept on the stack (128 KiB): every activation row of
+/// a batch of 32 fits for rows of up to 2048 elements; longer rows go in panels of fewer.
+const PACK_VECS: usize = 2048;
+
+/// Activation rows (columns of the output) that share one unpacked weight pair: 8 columns of
+/// 2 rows keep their 16 accumulators and the operands in the 32 registers.
+const GROUP: usize = 8;
+
+/// Weight rows swept by every column group of a panel before moving on (they stay in L1).
+const ROW_TILE: usize = 16;
+
+/// The 16 nibble bytes at `q0` and at `q1` as 32 quants 0..15 each, in [`nibbles`]' order
+/// (the low nibbles, then the high ones): `q0`'s in the low 256 bits, `q1`'s in the high.
 #[inline(always)]
-unsafe fn act_scale<const PRE: bool>(y: *const u8, dy: *const f32, i: usize) -> __m256 {
-    if PRE {
-        _mm256_broadcast_ss(&*dy.add(i))
-    } else {
-        _mm256_set1_ps(f16_at(y.add(i * Q8_0_BYTES)))
-    }
+unsafe fn pair_nibbles(q0: *const u8, q1: *const u8) -> __m512i {
+    let both = _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(load128(q0))),
+        _mm256_broadcastsi128_si256(load128(q1)),
+    );
+    let shifted = _mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+    _mm512_and_si512(shifted, _mm512_set1_epi8(0x0F))
 }
 
-/// Block `i` of the weight row at `xr` against N activation rows (scales in `dys` if PRE).
+/// The f16 scales at `b0` and `b1` as f32: `b0`'s in the low 8 lanes, `b1`'s in the high 8.
 #[inline(always)]
-unsafe fn cols_block<K: Q0Format, const N: usize, const PRE: bool>(
-    i: usize,
-    xr: *const u8,
-    ys: &[*const u8; N],
-    dys: &[*const f32; N],
-    acc: &mut [__m256; N],
-) {
-    let x = xr.add(i * K::W_BYTES);
-    let dx = _mm256_set1_ps(f16_at(x));
-    let sign = _mm256_set1_epi8(-128);
-    let wq = K::signed(x);
-    // (y + 128) . w counts 128 times the weights' sums too much.
-    let correction = minus_offset_sums(sign, wq);
-    for j in 0..N {
-        let d = _mm256_mul_ps(dx, act_scale::<PRE>(ys[j], dys[j], i));
-        let yu = _mm256_xor_si256(load256(ys[j].add(i * Q8_0_BYTES + 2)), sign);
-        let sumi = _mm256_dpbusd_epi32(correction, yu, wq);
-        acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[j]);
-    }
+unsafe fn scale_pair(b0: *const u8, b1: *const u8) -> __m512 {
+    let bits = (b0 as *const u16).read_unaligned() as u32
+        | ((b1 as *const u16).read_unaligned() as u32) << 16;
+    let two = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    let lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(two))
 }
 
-/// `nb` blocks of one weight row against N activation rows.
+/// The weight blocks at `x0` and `x1` as signed quants (`x0`'s in the low 256 bits).
 #[inline(always)]
-unsafe fn cols_dot<K: Q0Format, const N: usize, const PRE: bool>(
-    nb: usize,
-    xr: *const u8,
-    ys: [*const u8; N],
-    dys: [*const f32; N],
-) -> [f32; N] {
-    let (mut even, mut odd) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
-    let mut i = 0;
-    while i + 2 <= nb {
-        cols_block::<K, N, PRE>(i, xr, &ys, &dys, &mut even);
-        cols_block::<K, N, PRE>(i + 1, xr, &ys, &dys, &mut odd);
-        i += 2;
-    }
-    if i < nb {
-        cols_block::<K, N, PRE>(i, xr, &ys, &dys, &mut even);
-    }
-    let mut out = [0f32; N];
-    for j in 0..N {
-        out[j] = hsum_ps(_mm256_add_ps(even[j], odd[j]));
-    }
-    out
-}
-
-/// Every weight row of a tile against `N` activation rows from `t`, into `out`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn cols_tile<K: Q0Format, const N: usize, const PRE: bool>(
-    nb: usize,
-    rows: core::ops::Range<usize>,
-    x: impl Fn(usize) -> *const u8,
-    y: impl Fn(usize) -> *const u8,
-    dy: impl Fn(usize) -> *const f32,
-    t: usize,
-    n_rows: usize,
-    out: &mut [f32],
-) {
-    let ys: [*const u8; N] = core::array::from_fn(|j| y(t + j));
-    let dys: [*const f32; N] = core::array::from_fn(&dy);
-    for r in rows {
-        let v = cols_dot::<K, N, PRE>(nb, x(r), ys, dys);
-        for (j, &v) in v.iter().enumerate() {
-            out[(t + j) * n_rows + r] = v;
+unsafe fn signed_pair<K: Q0Format>(x0: *const u8, x1: *const u8) -> __m512i {
+    match K::W_BYTES {
+        Q8_0_BYTES => _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(load256(x0.add(2))),
+            load256(x1.add(2)),
+        ),
+        Q4_0_BYTES => _mm512_sub_epi8(
+            pair_nibbles(x0.add(2), x1.add(2)),
+            _mm512_set1_epi8(K::OFFSET),
+        ),
+        _ => {
+            // Q5_0: quant = nibble + 16 * fifth bit - 16, so 16 comes off where the bit is 0.
+            let low = pair_nibbles(x0.add(6), x1.add(6));
+            let qh = (x0.add(2) as *const u32).read_unaligned() as u64
+                | ((x1.add(2) as *const u32).read_unaligned() as u64) << 32;
+            _mm512_mask_sub_epi8(low, !qh, low, _mm512_set1_epi8(16))
         }
     }
 }
 
-/// Every weight row against every activation row: tiles of ROW_TILE weight rows, each against
-/// the activation groups of GROUP rows (a tail group of 1..GROUP-1 rows takes its own form).
+/// One weight row's pair, unpacked once for every column of a group.
+#[derive(Clone, Copy)]
+struct WeightPair {
+    /// Signed quants of the two blocks.
+    quants: __m512i,
+    /// `-128 * (w[4k] + .. + w[4k+3])` per lane: what `vpdpbusd` over `y + 128` has too much.
+    correction: __m512i,
+    /// The two blocks' scales (8 lanes each).
+    scales: __m512,
+}
+
 #[inline(always)]
-unsafe fn matmul_tiles<K: Q0Format, const PRE: bool>(
+unsafe fn weight_pair<K: Q0Format>(x0: *const u8, x1: *const u8) -> WeightPair {
+    let quants = signed_pair::<K>(x0, x1);
+    let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(-128), quants);
+    WeightPair {
+        quants,
+        correction: _mm512_sub_epi32(_mm512_setzero_si512(), sums),
+        scales: scale_pair(x0, x1),
+    }
+}
+
+/// Packs the activation row `y` of `nb` blocks into `dst`: per pair of blocks, one vector of
+/// its 64 quants made unsigned (`y ^ 0x80 = y + 128`) and one of its two scales as f32 (8
+/// lanes each). An odd last block is paired with itself; the matmul uses only its low half.
+#[inline(always)]
+unsafe fn pack_activation(nb: usize, y: *const u8, dst: *mut __m512i) {
+    let sign = _mm512_set1_epi8(-128);
+    for p in 0..nb.div_ceil(2) {
+        let b0 = y.add(2 * p * Q8_0_BYTES);
+        let b1 = if 2 * p + 1 < nb {
+            b0.add(Q8_0_BYTES)
+        } else {
+            b0
+        };
+        let quants = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(load256(b0.add(2))),
+            load256(b1.add(2)),
+        );
+        _mm512_store_si512(dst.add(2 * p), _mm512_xor_si512(quants, sign));
+        _mm512_store_ps(dst.add(2 * p + 1) as *mut f32, scale_pair(b0, b1));
+    }
+}
+
+/// `acc[r][c] += d * sumi` for the weight pairs `w` against column `c`'s packed pair at
+/// `col`; only the low (even-block) lanes when `LOW_ONLY`.
+#[inline(always)]
+unsafe fn pair_step<const R: usize, const LOW_ONLY: bool>(
+    w: &[WeightPair; R],
+    col: *const __m512i,
+    acc: &mut [__m512; R],
+) {
+    let yu = _mm512_load_si512(col);
+    let dy = _mm512_load_ps(col.add(1) as *const f32);
+    for r in 0..R {
+        let sumi = _mm512_dpbusd_epi32(w[r].correction, yu, w[r].quants);
+        let d = _mm512_mul_ps(w[r].scales, dy);
+        acc[r] = if LOW_ONLY {
+            _mm512_mask3_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[r], 0x00FF)
+        } else {
+            _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[r])
+        };
+    }
+}
+
+/// The R weight rows at `xs` against the N packed columns at `cols` (each `col_vecs` vectors
+/// after the previous): `[row][column]` dots, in the decode's float order.
+#[inline(always)]
+unsafe fn tile<K: Q0Format, const R: usize, const N: usize>(
     nb: usize,
-    w: &[u8],
-    acts: &[u8],
-    n_acts: usize,
+    xs: [*const u8; R],
+    cols: *const __m512i,
+    col_vecs: usize,
+) -> [[f32; N]; R] {
+    let mut acc = [[_mm512_setzero_ps(); R]; N];
+    let zero = WeightPair {
+        quants: _mm512_setzero_si512(),
+        correction: _mm512_setzero_si512(),
+        scales: _mm512_setzero_ps(),
+    };
+    // (Plain loops: a closure would not inherit the target features, and its intrinsics
+    // would become calls.)
+    let mut w = [zero; R];
+    for p in 0..nb / 2 {
+        for r in 0..R {
+            let x0 = xs[r].add(2 * p * K::W_BYTES);
+            w[r] = weight_pair::<K>(x0, x0.add(K::W_BYTES));
+        }
+        for (c, acc) in acc.iter_mut().enumerate() {
+            pair_step::<R, false>(&w, cols.add(c * col_vecs + 2 * p), acc);
+        }
+    }
+    if nb % 2 == 1 {
+        let p = nb / 2;
+        for r in 0..R {
+            let x0 = xs[r].add(2 * p * K::W_BYTES);
+            w[r] = weight_pair::<K>(x0, x0);
+        }
+        for (c, acc) in acc.iter_mut().enumerate() {
+            pair_step::<R, true>(&w, cols.add(c * col_vecs + 2 * p), acc);
+        }
+    }
+    let mut out = [[0f32; N]; R];
+    for (c, acc) in acc.iter().enumerate() {
+        for r in 0..R {
+            let even = _mm512_castps512_ps256(acc[r]);
+            let odd = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[r])));
+            out[r][c] = hsum_ps(_mm256_add_ps(even, odd));
+        }
+    }
+    out
+}
+
+/// Weight rows `rows` (two at a time, then a last odd one) against N packed columns, the
+/// first of them activation row `t`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_tile<K: Q0Format, const N: usize>(
+    nb: usize,
+    rows: core::ops::Range<usize>,
+    x: impl Fn(usize) -> *const u8,
+    cols: *const __m512i,
+    col_vecs: usize,
+    t: usize,
+    n_rows: usize,
     out: &mut [f32],
 ) {
-    let n_rows = out.len() / n_acts;
-    let (w_row, a_row) = (nb * K::W_BYTES, nb * Q8_0_BYTES);
-    // The activation scales of one group as f32, converted once per tile (PRE only).
-    let mut scales = [0f32; GROUP * MAX_SCALED_BLOCKS];
-    let y = |t: usize| acts.as_ptr().add(t * a_row);
-    let x = |r: usize| w.as_ptr().add(r * w_row);
-    for r0 in (0..n_rows).step_by(ROW_TILE) {
-        let rows = r0..(r0 + ROW_TILE).min(n_rows);
-        let mut t = 0;
-        while t < n_acts {
-            let g = (n_acts - t).min(GROUP);
-            if PRE {
-                for j in 0..g {
-                    for i in 0..nb {
-                        scales[j * MAX_SCALED_BLOCKS + i] = f16_at(y(t + j).add(i * Q8_0_BYTES));
-                    }
-                }
+    let mut r = rows.start;
+    while r + 2 <= rows.end {
+        let v = tile::<K, 2, N>(nb, [x(r), x(r + 1)], cols, col_vecs);
+        for (j, v) in v.iter().enumerate() {
+            for (c, &v) in v.iter().enumerate() {
+                out[(t + c) * n_rows + r + j] = v;
             }
-            let base = scales.as_ptr();
-            let dy = |j: usize| base.add(j * MAX_SCALED_BLOCKS);
-            let rows = rows.clone();
-            match g {
-                8 => cols_tile::<K, 8, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-                7 => cols_tile::<K, 7, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-                6 => cols_tile::<K, 6, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-                5 => cols_tile::<K, 5, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-                4 => cols_tile::<K, 4, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-                3 => cols_tile::<K, 3, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-                2 => cols_tile::<K, 2, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-                _ => cols_tile::<K, 1, PRE>(nb, rows, x, y, dy, t, n_rows, out),
-            }
-            t += g;
+        }
+        r += 2;
+    }
+    if r < rows.end {
+        let v = tile::<K, 1, N>(nb, [x(r)], cols, col_vecs);
+        for (c, &v) in v[0].iter().enumerate() {
+            out[(t + c) * n_rows + r] = v;
         }
     }
 }
@@ -354,14 +411,58 @@ unsafe fn matmul<K: Q0Format>(n: usize, w: &[u8], acts: &[u8], n_acts: usize, ou
     }
     let n_rows = out.len() / n_acts;
     let nb = n / QK8_0;
-    if w.len() < n_rows * nb * K::W_BYTES || acts.len() < n_acts * nb * Q8_0_BYTES {
+    let (w_row, a_row) = (nb * K::W_BYTES, nb * Q8_0_BYTES);
+    if w.len() < n_rows * w_row || acts.len() < n_acts * a_row {
         // The caller (WeightKernel::matmul) checked the shapes; never read past the slices.
         return;
     }
-    if nb <= MAX_SCALED_BLOCKS {
-        matmul_tiles::<K, true>(nb, w, acts, n_acts, out)
+    let col_vecs = 2 * nb.div_ceil(2).max(1);
+    let fit = PACK_VECS / col_vecs;
+    if fit == 0 {
+        // Rows of more than 65536 elements: one matvec per activation row (the same bits).
+        for t in 0..n_acts {
+            let act = &acts[t * a_row..(t + 1) * a_row];
+            matvec::<K>(n, w, act, &mut out[t * n_rows..(t + 1) * n_rows]);
+        }
+        return;
+    }
+    // Columns per panel: whole groups when at least one fits.
+    let panel = if fit >= GROUP {
+        fit / GROUP * GROUP
     } else {
-        matmul_tiles::<K, false>(nb, w, acts, n_acts, out)
+        fit
+    };
+    let mut packed = core::mem::MaybeUninit::<[__m512i; PACK_VECS]>::uninit();
+    let packed = packed.as_mut_ptr() as *mut __m512i;
+    let x = |r: usize| w.as_ptr().add(r * w_row);
+    let mut t0 = 0;
+    while t0 < n_acts {
+        let n_cols = (n_acts - t0).min(panel);
+        for c in 0..n_cols {
+            let y = acts.as_ptr().add((t0 + c) * a_row);
+            pack_activation(nb, y, packed.add(c * col_vecs));
+        }
+        for r0 in (0..n_rows).step_by(ROW_TILE) {
+            let rows = r0..(r0 + ROW_TILE).min(n_rows);
+            let mut g0 = 0;
+            while g0 < n_cols {
+                let g = (n_cols - g0).min(GROUP);
+                let cols = packed.add(g0 * col_vecs) as *const __m512i;
+                let (rows, t) = (rows.clone(), t0 + g0);
+                match g {
+                    8 => rows_tile::<K, 8>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                    7 => rows_tile::<K, 7>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                    6 => rows_tile::<K, 6>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                    5 => rows_tile::<K, 5>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                    4 => rows_tile::<K, 4>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                    3 => rows_tile::<K, 3>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                    2 => rows_tile::<K, 2>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                    _ => rows_tile::<K, 1>(nb, rows, x, cols, col_vecs, t, n_rows, out),
+                }
+                g0 += g;
+            }
+        }
+        t0 += n_cols;
     }
 }
 
