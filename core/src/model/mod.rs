@@ -408,6 +408,7 @@ impl Model {
             pos,
             0..1,
             kernel,
+            false,
             &mut |_, _| {},
         )?;
         Ok(&state.logits)
@@ -446,6 +447,7 @@ impl Model {
                 at,
                 logits_rows,
                 kernel,
+                true,
                 &mut |_, _| {},
             )?;
         }
@@ -479,6 +481,7 @@ impl Model {
                 at,
                 logits_rows,
                 kernel,
+                true,
                 &mut |t, l| on_logits(first + t, l),
             )?;
         }
@@ -497,9 +500,11 @@ impl Model {
         pos: usize,
         logits_rows: core::ops::Range<usize>,
         kernel: AttentionKernel,
+        prompt: bool,
         on_logits: &mut dyn FnMut(usize, &[f32]),
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
+        s.prompt = prompt;
         debug_assert!(tokens.len() <= s.n_batch);
         if pos + tokens.len() > s.n_ctx {
             return Err(ModelError::ContextFull {
@@ -547,7 +552,16 @@ impl Model {
             None => &mut s.logits,
             Some(_) => &mut s.head_logits,
         };
-        matmul(par, store, &self.output, &s.act_q, 1, &mut s.tile, head_out)?;
+        matmul(
+            par,
+            store,
+            &self.output,
+            &s.act_q,
+            1,
+            s.prompt,
+            &mut s.tile,
+            head_out,
+        )?;
         if let Some(cap) = hp.final_logit_softcap {
             for v in head_out.iter_mut() {
                 *v = math::softcap(*v, cap);
@@ -624,15 +638,42 @@ impl Model {
 
         // Q, K, V share one input: quantize it once per activation format.
         quantize_rows(par, &layer.wq, &s.xb, n_embd, n, &mut s.act_q)?;
-        matmul(par, store, &layer.wq, &s.act_q, n, &mut s.tile, &mut s.q)?;
+        matmul(
+            par,
+            store,
+            &layer.wq,
+            &s.act_q,
+            n,
+            s.prompt,
+            &mut s.tile,
+            &mut s.q,
+        )?;
         if layer.wk.act_ty != layer.wq.act_ty {
             quantize_rows(par, &layer.wk, &s.xb, n_embd, n, &mut s.act_q)?;
         }
-        matmul(par, store, &layer.wk, &s.act_q, n, &mut s.tile, &mut s.k)?;
+        matmul(
+            par,
+            store,
+            &layer.wk,
+            &s.act_q,
+            n,
+            s.prompt,
+            &mut s.tile,
+            &mut s.k,
+        )?;
         if layer.wv.act_ty != layer.wk.act_ty {
             quantize_rows(par, &layer.wv, &s.xb, n_embd, n, &mut s.act_q)?;
         }
-        matmul(par, store, &layer.wv, &s.act_q, n, &mut s.tile, &mut s.v)?;
+        matmul(
+            par,
+            store,
+            &layer.wv,
+            &s.act_q,
+            n,
+            s.prompt,
+            &mut s.tile,
+            &mut s.v,
+        )?;
 
         let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
         let score_scale = if self.switches.scale_q_before_attention {
@@ -696,7 +737,16 @@ impl Model {
         }
 
         quantize_rows(par, &layer.wo, &s.att_out, o_dim, n, &mut s.act_q)?;
-        matmul(par, store, &layer.wo, &s.act_q, n, &mut s.tile, &mut s.xb2)?;
+        matmul(
+            par,
+            store,
+            &layer.wo,
+            &s.act_q,
+            n,
+            s.prompt,
+            &mut s.tile,
+            &mut s.xb2,
+        )?;
         let post_norm = layer.post_attn_norm.as_deref();
         add_rows(par, &mut s.x, &mut s.xb2, n_embd, n, post_norm, hp.rms_eps);
         for t in 0..n {
@@ -836,6 +886,7 @@ impl Model {
             &layer.w_gate,
             &s.act_q,
             n,
+            s.prompt,
             &mut s.tile,
             &mut s.hb,
         )?;
@@ -848,6 +899,7 @@ impl Model {
             &layer.w_up,
             &s.act_q,
             n,
+            s.prompt,
             &mut s.tile,
             &mut s.hb2,
         )?;
@@ -882,6 +934,7 @@ impl Model {
             &layer.w_down,
             &s.act_q,
             n,
+            s.prompt,
             &mut s.tile,
             &mut s.xb2,
         )?;
@@ -1066,12 +1119,14 @@ fn per_token(par: &dyn Parallel, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
 /// The weight is fetched from the store just before and released right after. Where the
 /// matrix's kernel has a repacked layout and the store holds that copy, the repacked kernel runs
 /// on it, token by token (the file's pages of the tensor are then not touched).
+#[allow(clippy::too_many_arguments)]
 fn matmul(
     par: &dyn Parallel,
     store: &dyn WeightStore,
     m: &Matrix,
     act_q: &[u8],
     n: usize,
+    prompt: bool,
     tile: &mut [f32],
     out: &mut [f32],
 ) -> Result<(), ModelError> {
@@ -1134,7 +1189,16 @@ fn matmul(
                     }),
                 None => {
                     let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
-                    if n == 1 {
+                    if n == 1 && prompt && m.kernel.cols_twin.is_some() {
+                        // A one-token prompt (or prompt tail) takes the batched kernel, whose
+                        // bits differ from the decode kernel's (cols_twin): a prompt then gives
+                        // the same logits however it is split. One token's tile is its row.
+                        // SAFETY: the dispenser hands each row to exactly one worker.
+                        let o = unsafe { out.slice(r0, len) };
+                        m.kernel
+                            .matmul(rows, len, m.n_cols, acts, 1, o)
+                            .map_err(|_| ())
+                    } else if n == 1 {
                         // SAFETY: the dispenser hands each row to exactly one worker.
                         let o = unsafe { out.slice(r0, len) };
                         m.kernel
@@ -1264,6 +1328,10 @@ pub struct State {
     pub pos: usize,
     /// Tokens run together by `forward_batch` (rows of the activation buffers).
     n_batch: usize,
+    /// Whether the pass in progress is a prompt's (`forward_batch*`) or a decode step's
+    /// (`forward`): a prompt runs the batched kernels even for one token, so that a prompt
+    /// gives the same bits however it is split (see `WeightKernel::cols_twin`).
+    prompt: bool,
     kv_dim: usize,
     v_dim: usize,
     x: Vec<f32>,
@@ -1318,6 +1386,7 @@ impl State {
         Ok(State {
             n_ctx,
             pos: 0,
+            prompt: false,
             n_batch: b,
             kv_dim: sh.kv_dim,
             v_dim: sh.v_dim,
