@@ -60,7 +60,9 @@ fn check(model: &str) {
     let Some(path) = model_path(model) else {
         return;
     };
-    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    // With the batch twins, prompts and decoding use kernels of the same bits (see
+    // batch_exact.rs), so only the attention differs between the runs compared below.
+    let kernels = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
     if kernels.name() == "scalar" {
         println!("notice: no SIMD kernels on this CPU; the attention face is the scalar code");
     }
