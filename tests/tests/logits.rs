@@ -16,7 +16,9 @@ const MAX_MEAN_KL: f64 = 0.005;
 /// Each allowance is the measured count; tighten it when the kernels get closer.
 fn allowed_top1_misses(model: &str) -> usize {
     match model {
-        // (text 2, position 70): reference margin 0.12
+        // (text 2, position 70): reference margin 0.25; we pick its second token, 44993, which
+        // is also llama.cpp's own top-1 there when it runs without repacked weights
+        // (use_extra_bufts = false: 4 of these 202 positions change their top-1 that way).
         "gemma3-270m" => 1,
         // (text 2, position 6): reference margin 0.14
         "qwen2.5-coder-0.5b" => 1,
