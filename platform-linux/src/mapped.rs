@@ -212,22 +212,35 @@ pub fn drop_cached_range(path: &Path, range: Range<u64>) -> Result<(), String> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        // SAFETY: plain syscall on a descriptor owned here.
-        let rc = unsafe {
-            libc::posix_fadvise(
-                std::os::unix::io::AsRawFd::as_raw_fd(&file),
-                range.start as libc::off_t,
-                (range.end - range.start) as libc::off_t,
-                libc::POSIX_FADV_DONTNEED,
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "{}: posix_fadvise(DONTNEED): {}",
-                path.display(),
-                std::io::Error::from_raw_os_error(rc)
-            ));
-        }
+        fadvise(&file, path, range, libc::POSIX_FADV_DONTNEED, "DONTNEED")?;
+    }
+    Ok(())
+}
+
+/// posix_fadvise(`advice`) over `range` of `file` (opened from `path`, for the error).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn fadvise(
+    file: &File,
+    path: &Path,
+    range: Range<u64>,
+    advice: libc::c_int,
+    advice_name: &str,
+) -> Result<(), String> {
+    // SAFETY: plain syscall on a descriptor the caller owns.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::unix::io::AsRawFd::as_raw_fd(file),
+            range.start as libc::off_t,
+            (range.end - range.start) as libc::off_t,
+            advice,
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "{}: posix_fadvise({advice_name}): {}",
+            path.display(),
+            std::io::Error::from_raw_os_error(rc)
+        ));
     }
     Ok(())
 }
@@ -250,26 +263,8 @@ pub fn prefetch_ranges(
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        for range in ranges {
-            if range.start >= range.end {
-                continue;
-            }
-            // SAFETY: plain syscall on a descriptor owned here.
-            let rc = unsafe {
-                libc::posix_fadvise(
-                    std::os::unix::io::AsRawFd::as_raw_fd(&file),
-                    range.start as libc::off_t,
-                    (range.end - range.start) as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                )
-            };
-            if rc != 0 {
-                return Err(format!(
-                    "{}: posix_fadvise(WILLNEED): {}",
-                    path.display(),
-                    std::io::Error::from_raw_os_error(rc)
-                ));
-            }
+        for range in ranges.into_iter().filter(|r| r.start < r.end) {
+            fadvise(&file, path, range, libc::POSIX_FADV_WILLNEED, "WILLNEED")?;
         }
     }
     Ok(())
