@@ -4,7 +4,7 @@
 use serde_json::Value;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
-use smolrun_core::model::{Model, ResidentStore};
+use smolrun_core::model::{Model, ResidentStore, State};
 use smolrun_core::platform::Parallel;
 use smolrun_linux::MappedFile;
 use std::path::{Path, PathBuf};
@@ -219,4 +219,24 @@ pub fn golden_prompt(model: &str, n: usize) -> Vec<u32> {
     );
     tokens.truncate(n);
     tokens
+}
+
+/// The logits at every position of `tokens`, run from an empty context in batches of `n_batch`
+/// (`forward_batch_all`).
+pub fn logits_in_batches(
+    m: &Model,
+    store: &ResidentStore,
+    par: &dyn Parallel,
+    tokens: &[u32],
+    n_batch: usize,
+) -> Vec<Vec<f32>> {
+    let mut state = State::with_batch(m, tokens.len(), n_batch).expect("state");
+    assert_eq!(state.n_batch(), n_batch.min(tokens.len()));
+    let mut all = Vec::new();
+    m.forward_batch_all(&mut state, store, par, tokens, 0, 0, &mut |i, l| {
+        assert_eq!(i, all.len());
+        all.push(l.to_vec())
+    })
+    .expect("forward_batch_all");
+    all
 }

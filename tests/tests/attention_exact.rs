@@ -13,23 +13,6 @@ use smolrun_core::platform::Parallel;
 use smolrun_linux::MappedFile;
 use smolrun_tests::*;
 
-/// Logits at every position: `tokens` in batches of `n_batch`.
-fn logits(
-    m: &Model,
-    store: &ResidentStore,
-    par: &dyn Parallel,
-    tokens: &[u32],
-    n_batch: usize,
-) -> Vec<Vec<f32>> {
-    let mut state = State::with_batch(m, tokens.len(), n_batch).expect("state");
-    let mut all = Vec::new();
-    m.forward_batch_all(&mut state, store, par, tokens, 0, 0, &mut |_, l| {
-        all.push(l.to_vec())
-    })
-    .expect("forward_batch_all");
-    all
-}
-
 /// Logits at every position, one `forward()` per token (decoding).
 fn decoded(m: &Model, store: &ResidentStore, par: &dyn Parallel, tokens: &[u32]) -> Vec<Vec<f32>> {
     let mut state = State::new(m, tokens.len()).expect("state");
@@ -76,10 +59,10 @@ fn check(model: &str) {
 
     // 80 tokens in one batch: the f32 kernel.
     let tokens = golden_prompt(model, 80);
-    let want = logits(&scalar, &store, &par, &tokens, 80);
+    let want = logits_in_batches(&scalar, &store, &par, &tokens, 80);
     assert_same(
         &want,
-        &logits(&simd, &store, &par, &tokens, 80),
+        &logits_in_batches(&simd, &store, &par, &tokens, 80),
         &format!("{model} batch 80"),
     );
     // Decoding and batches of 13: the f16-accumulator kernel.
@@ -92,7 +75,7 @@ fn check(model: &str) {
     );
     assert_same(
         &want,
-        &logits(&simd, &store, &par, tokens, 13),
+        &logits_in_batches(&simd, &store, &par, tokens, 13),
         &format!("{model} batch 13"),
     );
     println!(

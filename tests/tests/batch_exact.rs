@@ -20,16 +20,9 @@ fn batched(
     tokens: &[u32],
     n_batch: usize,
 ) -> Vec<Vec<f32>> {
+    let all = logits_in_batches(m, store, par, tokens, n_batch);
     let mut state = State::with_batch(m, tokens.len(), n_batch).expect("state");
-    assert_eq!(state.n_batch(), n_batch.min(tokens.len()));
-    let mut all = Vec::new();
-    m.forward_batch_all(&mut state, store, par, tokens, 0, 0, &mut |i, l| {
-        assert_eq!(i, all.len());
-        all.push(l.to_vec())
-    })
-    .expect("forward_batch_all");
     // forward_batch: the last position's logits, the same bits.
-    state.reset();
     let last = m
         .forward_batch(&mut state, store, par, tokens, 0)
         .expect("forward_batch");
