@@ -124,6 +124,9 @@ pub struct Engine<'g> {
     cached: Vec<u32>,
     /// Watches the available memory while generating ([`Engine::watch_memory`]).
     memory: Option<MemoryGuard>,
+    /// Pruned head: the cache holds a dropped token instead of the kept pieces that spelled it
+    /// ([`Engine::set_join_pieces`]).
+    join_pieces: bool,
     /// Why the last generation stopped with [`StopReason::LowMemory`].
     low_memory: Option<String>,
 }
@@ -254,6 +257,7 @@ impl<'g> Engine<'g> {
             state,
             cached: Vec::new(),
             memory: None,
+            join_pieces: false,
             low_memory: None,
         })
     }
@@ -415,15 +419,34 @@ impl<'g> Engine<'g> {
     }
 
     fn decode_unguarded(&mut self, token: u32) -> Result<(), String> {
-        let pos = self.cached.len();
+        let joined = match (&self.model.head_ids, self.join_pieces) {
+            (Some(kept), true) => {
+                smolrun_core::model::head::merge_pieces(&self.tokenizer, kept, &self.cached, token)
+            }
+            _ => None,
+        };
+        // A join rewinds the cache to the first piece and runs the dropped token there.
+        let (token, pos) = match joined {
+            Some((n, id)) => (id, self.cached.len() - n),
+            None => (token, self.cached.len()),
+        };
         if let Err(e) =
             self.model
                 .forward(&mut self.state, &self.store, self.par.as_ref(), token, pos)
         {
             return Err(self.forward_error(e));
         }
+        self.cached.truncate(pos);
         self.cached.push(token);
         Ok(())
+    }
+
+    /// Pruned head: when the tokens generated last spell one dropped token exactly, the model
+    /// reads that token instead of the pieces from then on (`head::merge_pieces`): better for
+    /// prose, worse for code that repeats a dropped identifier (the model copies the pieces
+    /// of an earlier occurrence when they are in its context). The text is the same either way.
+    pub fn set_join_pieces(&mut self, on: bool) {
+        self.join_pieces = on;
     }
 
     /// The pieces a caller that drives the model itself needs (perplexity). The cache is
@@ -592,6 +615,10 @@ pub struct SamplingArgs {
     /// Seed of the sampler's random numbers (default: from the clock).
     #[arg(short = 's', long)]
     pub seed: Option<u64>,
+    /// Pruned head: once generated pieces spell a dropped token, the model reads that token
+    /// instead of the pieces (better on prose, worse on code that repeats a dropped name).
+    #[arg(long)]
+    pub join_pieces: bool,
 }
 
 impl SamplingArgs {

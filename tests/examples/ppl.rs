@@ -21,16 +21,26 @@ fn main() {
     let (mut sum, mut n) = (0f64, 0usize);
     let per_token = std::env::var_os("PER_TOKEN").is_some();
     let t0 = std::time::Instant::now();
-    let r = perplexity(&m, &mut st, &store, &par, &tokens, n_ctx, bos, |i, nll| {
-        sum += nll;
-        n += 1;
-        if per_token {
-            println!("nll {i} {nll:.6}");
-        }
-        if (i + 1) % n_ctx == 0 {
-            println!("[{}] {:.4}", (i + 1) / n_ctx, (sum / n as f64).exp());
-        }
-    })
+    let r = perplexity(
+        &m,
+        &mut st,
+        &store,
+        &par,
+        &tokens,
+        n_ctx,
+        bos,
+        None,
+        |i, nll| {
+            sum += nll;
+            n += 1;
+            if per_token {
+                println!("nll {i} {nll:.6}");
+            }
+            if (i + 1) % n_ctx == 0 {
+                println!("[{}] {:.4}", (i + 1) / n_ctx, (sum / n as f64).exp());
+            }
+        },
+    )
     .unwrap();
     println!(
         "ppl {:.4} over {} tokens in {:?}",

@@ -92,9 +92,17 @@ fn check_perplexity(model: &str) {
         };
         let mut state = State::new(m, n_ctx).expect("state");
         let mut ours = Vec::with_capacity(ref_nll.len());
-        let r = perplexity(m, &mut state, store, &par, &tokens, n_ctx, bos, |i, nll| {
-            ours.push((i, nll))
-        })
+        let r = perplexity(
+            m,
+            &mut state,
+            store,
+            &par,
+            &tokens,
+            n_ctx,
+            bos,
+            None,
+            |i, nll| ours.push((i, nll)),
+        )
         .expect("perplexity");
         let rel = (r.ppl - ref_ppl).abs() / ref_ppl;
         println!(
@@ -171,9 +179,17 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
         let mut state = State::new(m, n_ctx).expect("state");
         let bos = Some(1);
         let mut chunked = vec![None; tokens.len()];
-        perplexity(m, &mut state, store, &par, &tokens, n_ctx, bos, |i, nll| {
-            chunked[i] = Some(nll)
-        })
+        perplexity(
+            m,
+            &mut state,
+            store,
+            &par,
+            &tokens,
+            n_ctx,
+            bos,
+            None,
+            |i, nll| chunked[i] = Some(nll),
+        )
         .expect("chunks");
         let mut strided = vec![Vec::new(); tokens.len()];
         let r = perplexity_strided(
@@ -185,6 +201,7 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
             n_ctx,
             stride,
             bos,
+            None,
             |i, nll| strided[i].push(nll),
         )
         .expect("strided");
@@ -227,9 +244,109 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
                 n_ctx,
                 bad,
                 bos,
+                None,
                 |_, _| {}
             )
             .is_err());
+        }
+    });
+}
+
+/// A pruned head's joined pieces (`perplexity --join-pieces`, `run --join-pieces`): the scorer
+/// reads the joined token from the join on, as decoding does. Token pair (a, b) at window
+/// positions 20-21 is joined into x: targets up to b are predicted from the pieces, the ones
+/// after from a context holding x at position 20 (one position shorter). Expected values come
+/// from plain batches over those two contexts; they are split into other batches than the
+/// scorer's (one batch of 31 or 30 tokens against 21 + 10, and the attention kernel is chosen
+/// by batch length), so they agree to 1e-3 nats, while reading the wrong context moves a
+/// log-likelihood by far more (checked below, so the test can fail).
+#[test]
+fn joined_pieces_are_read_as_the_joined_token() {
+    let par = ScopedThreads::from_env();
+    with_model("synthetic-llama", |_g, m, store| {
+        let n_ctx = 32;
+        let tokens: Vec<u32> = (0..2 * n_ctx)
+            .map(|i| ((i * 7919 + 13) % m.n_vocab()) as u32)
+            .collect();
+        let (a, b, x) = (tokens[20], tokens[21], 5u32);
+        assert_eq!(
+            tokens.windows(2).filter(|w| w == &[a, b]).count(),
+            1,
+            "the pair must occur once"
+        );
+        let join = |context: &[u32], next: u32| {
+            (context.last() == Some(&a) && next == b).then_some((1, x))
+        };
+        let bos = Some(1);
+        let mut state = State::new(m, n_ctx).expect("state");
+        let mut joined = vec![None; tokens.len()];
+        perplexity(
+            m,
+            &mut state,
+            store,
+            &par,
+            &tokens,
+            n_ctx,
+            bos,
+            Some(&join),
+            |i, nll| joined[i] = Some(nll),
+        )
+        .expect("joined");
+        let mut plain = vec![None; tokens.len()];
+        perplexity(
+            m,
+            &mut state,
+            store,
+            &par,
+            &tokens,
+            n_ctx,
+            bos,
+            None,
+            |i, nll| plain[i] = Some(nll),
+        )
+        .expect("plain");
+
+        // The contexts the scorer must have read in the first chunk.
+        let mut pieces: Vec<u32> = tokens[..n_ctx - 1].to_vec();
+        pieces[0] = 1;
+        let mut with_x: Vec<u32> = pieces[..20].to_vec();
+        with_x.push(x);
+        with_x.extend_from_slice(&tokens[22..n_ctx - 1]);
+        // (log-sum-exp, logits) at every position of a context run as one batch.
+        let logits_of = |inputs: &[u32], state: &mut State| {
+            let mut out = Vec::new();
+            state.reset();
+            m.forward_batch_all(state, store, &par, inputs, 0, 0, &mut |_, l| {
+                out.push((smolrun_core::math::log_sum_exp(l), l.to_vec()))
+            })
+            .expect("forward");
+            out
+        };
+        let from_pieces = logits_of(&pieces, &mut state);
+        let from_x = logits_of(&with_x, &mut state);
+        let mut moved = 0f64;
+        for t in n_ctx / 2 + 1..n_ctx {
+            // Target t is predicted by context index t - 1 up to b (t <= 21), t - 2 after it.
+            let (j, (lse, logits)) = if t <= 21 {
+                (t - 1, &from_pieces[t - 1])
+            } else {
+                (t - 2, &from_x[t - 2])
+            };
+            let want = lse - logits[tokens[t] as usize] as f64;
+            let got = joined[t].expect("scored");
+            assert!(
+                (got - want).abs() < 1e-3,
+                "target {t} (context index {j}): scored {got}, the context reads {want}"
+            );
+            if t <= 21 {
+                assert_eq!(got, plain[t].unwrap(), "target {t} precedes the join");
+            }
+            moved = moved.max((got - plain[t].unwrap()).abs());
+        }
+        assert!(moved > 0.01, "the join changed no log-likelihood ({moved})");
+        // The second chunk has no pair to join: scored as without joining.
+        for t in n_ctx + n_ctx / 2 + 1..2 * n_ctx {
+            assert_eq!(joined[t], plain[t], "target {t}");
         }
     });
 }

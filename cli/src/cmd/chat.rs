@@ -76,6 +76,7 @@ pub fn run(args: Args) -> Result<(), String> {
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
     let template = engine.chat_template()?;
+    engine.set_join_pieces(args.sampling.join_pieces);
     let mut sampler = engine.sampler(args.sampling.params())?;
     let max_tokens = usize::try_from(args.n_predict).ok();
     install_sigint_handler()?;

@@ -120,6 +120,7 @@ pub fn run(args: Args) -> Result<(), String> {
         if args.sampling.seed.is_none() {
             params.seed = 1000 + i as u64;
         }
+        engine.set_join_pieces(args.sampling.join_pieces);
         let mut sampler = engine.sampler(params)?;
         engine.reset();
         let g = engine.generate(

@@ -5,11 +5,15 @@
 //! On a model with a pruned head, a token the head dropped has probability 0: the model cannot
 //! write it, only spell the same text with ids it kept (" miller" as " mill" + "er"). So the
 //! text is scored the way the pruned model would have to write it: every dropped token is
-//! re-spelled with kept ids (the longest kept prefix of its vocabulary text, repeatedly, down to
-//! byte tokens), and the model is scored on that stream. Bits per byte then covers the same
-//! bytes as the full model's and is directly comparable (an upper bound of the pruned model's
-//! cost: a better spelling could only be cheaper). PPL is per token of the re-spelled stream, so
-//! it is not comparable with the full model's; the share of dropped tokens is printed beside it.
+//! re-spelled with kept ids, and the model is scored on that stream. The model itself chooses
+//! each spelling, as it would when generating: of the ways to write the token in kept pieces
+//! (up to one piece more than the greedy longest-prefix spelling, `--greedy-respell`), the one
+//! it finds most likely after the text before it. Bits per byte then covers the same text as
+//! the full model's and is directly comparable (an upper bound of the pruned model's cost: the
+//! other spellings of the same text only add probability). PPL is per token of the re-spelled
+//! stream, so it is not comparable with the full model's; the share of dropped tokens is
+//! printed beside it. `--join-pieces` scores what `run --join-pieces` generates: the model reads
+//! a dropped token instead of its pieces once they are complete.
 //! `--no-respell` scores the stock tokenization instead: PPL over the kept targets, and bits per
 //! byte charging each byte of a dropped target 8 bits (what a byte costs with no knowledge).
 
@@ -52,6 +56,14 @@ pub struct Args {
     /// byte) instead of re-spelling dropped tokens with kept ids.
     #[arg(long)]
     pub no_respell: bool,
+    /// Pruned head: re-spell each dropped token greedily (longest kept prefix first) instead of
+    /// letting the model choose among its spellings.
+    #[arg(long, conflicts_with = "no_respell")]
+    pub greedy_respell: bool,
+    /// Pruned head: the model reads a dropped token instead of the pieces that spelled it, once
+    /// they are complete, as `run --join-pieces` generates (see `head::merge_pieces`).
+    #[arg(long, conflicts_with = "no_respell")]
+    pub join_pieces: bool,
 }
 
 /// Replaces every token that is not in `kept` (sorted) by kept ids spelling the same text: the
@@ -100,6 +112,140 @@ pub fn respell_dropped(tokens: &[u32], tok: &Tokenizer, kept: &[u32]) -> (Vec<u3
     (out, n_respelled)
 }
 
+/// Tokens of left context the model reads to choose a dropped token's spelling.
+const SPELLING_CONTEXT: usize = 256;
+/// Spellings tried per dropped token, at most.
+const MAX_SPELLINGS: usize = 32;
+
+/// Ways to write `text` (a dropped token's vocabulary text) as kept ids, in at most
+/// `max_pieces` pieces; longest first pieces first, so the greedy spelling comes first.
+fn kept_spellings(
+    text: &[u8],
+    tok: &Tokenizer,
+    is_kept: &dyn Fn(u32) -> bool,
+    max_pieces: usize,
+) -> Vec<Vec<u32>> {
+    fn walk(
+        rest: &[u8],
+        tok: &Tokenizer,
+        is_kept: &dyn Fn(u32) -> bool,
+        max_pieces: usize,
+        pieces: &mut Vec<u32>,
+        out: &mut Vec<Vec<u32>>,
+    ) {
+        if rest.is_empty() {
+            out.push(pieces.clone());
+            return;
+        }
+        if pieces.len() == max_pieces || out.len() == MAX_SPELLINGS {
+            return;
+        }
+        for n in (1..=rest.len()).rev() {
+            if let Some(id) = tok.token_id(&rest[..n]).filter(|&id| is_kept(id)) {
+                pieces.push(id);
+                walk(&rest[n..], tok, is_kept, max_pieces, pieces, out);
+                pieces.pop();
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(text, tok, is_kept, max_pieces, &mut Vec::new(), &mut out);
+    out
+}
+
+/// Like [`respell_dropped`], but the model chooses each dropped token's spelling: every way to
+/// write it with kept ids in up to one piece more than the greedy spelling (at most
+/// [`MAX_SPELLINGS`]) is scored by the pruned model itself after the [`SPELLING_CONTEXT`]
+/// tokens before it, together with the token that follows, and the cheapest is kept. This is
+/// what the pruned model would write there (it samples pieces, not tokenizer output), and any
+/// single spelling's probability is a lower bound of the text's, so the bits per byte stay an
+/// upper bound of the pruned model's cost. The greedy spelling is always among those tried.
+pub fn respell_by_model(
+    engine: &mut Engine,
+    tokens: &[u32],
+    kept: &[u32],
+    join: bool,
+) -> Result<(Vec<u32>, usize), String> {
+    let path = engine.path.clone();
+    let (tok, model, state, store, par) = engine.parts();
+    let is_kept = |id: u32| kept.binary_search(&id).is_ok();
+    let bos = tok.bos().filter(|_| tok.adds_bos());
+    let mut out: Vec<u32> = Vec::with_capacity(tokens.len());
+    let mut n_respelled = 0;
+    let mut first_logits = Vec::new();
+    let mut context = Vec::with_capacity(SPELLING_CONTEXT + 1);
+    for (i, &t) in tokens.iter().enumerate() {
+        if is_kept(t) {
+            out.push(t);
+            continue;
+        }
+        n_respelled += 1;
+        let (greedy, _) = respell_dropped(&[t], tok, kept);
+        let text = tok.token_text(t).unwrap_or(&[]);
+        let mut spellings = kept_spellings(text, tok, &is_kept, greedy.len() + 1);
+        if !spellings.contains(&greedy) {
+            // It needed byte tokens, which the search does not try.
+            spellings.insert(0, greedy.clone());
+        }
+        if spellings.len() < 2 {
+            out.extend_from_slice(&greedy);
+            continue;
+        }
+        // Without joining, the token after the pieces reads them, so it counts too.
+        let after = match tokens.get(i + 1) {
+            Some(&n) if !join && is_kept(n) => Some(n),
+            _ => None,
+        };
+        context.clear();
+        let from = out.len().saturating_sub(SPELLING_CONTEXT);
+        if from > 0 || out.first() != bos.as_ref() {
+            context.extend(bos);
+        }
+        context.extend_from_slice(&out[from..]);
+        if context.is_empty() {
+            // Nothing to predict the first token from: no choice to make.
+            out.extend_from_slice(&greedy);
+            continue;
+        }
+        let err = |e: smolrun_core::model::ModelError| format!("{}: {e}", path.display());
+        state.reset();
+        let logits = model
+            .forward_batch(state, store, par, &context, 0)
+            .map_err(err)?;
+        first_logits.clear();
+        first_logits.extend_from_slice(logits);
+        let first_lse = smolrun_core::math::log_sum_exp(&first_logits);
+        let mut best: Option<(f64, usize)> = None;
+        for (s, spelling) in spellings.iter().enumerate() {
+            let mut nll = first_lse - first_logits[spelling[0] as usize] as f64;
+            // Piece p runs at position context.len() + p and predicts the next piece (the last
+            // one, without joining, the token after the pieces).
+            for (p, &piece) in spelling.iter().enumerate() {
+                if best.is_some_and(|(b, _)| nll >= b) {
+                    break;
+                }
+                let Some(target) = spelling
+                    .get(p + 1)
+                    .copied()
+                    .or(after.filter(|_| p + 1 == spelling.len()))
+                else {
+                    break;
+                };
+                let logits = model
+                    .forward(state, store, par, piece, context.len() + p)
+                    .map_err(err)?;
+                nll += smolrun_core::math::log_sum_exp(logits) - logits[target as usize] as f64;
+            }
+            if best.is_none_or(|(b, _)| nll < b) {
+                best = Some((nll, s));
+            }
+        }
+        let chosen = best.map_or(&greedy, |(_, s)| &spellings[s]);
+        out.extend_from_slice(chosen);
+    }
+    Ok((out, n_respelled))
+}
+
 fn utf8_len(first: u8) -> usize {
     match first {
         0xF0.. => 4,
@@ -140,7 +286,13 @@ pub fn run(args: Args) -> Result<(), String> {
     let text = text.strip_suffix('\n').unwrap_or(&text);
     let stock_tokens = engine.tokenize(text, true, false);
     let (tokens, n_respelled) = match &engine.model.head_ids {
-        Some(kept) if !args.no_respell => respell_dropped(&stock_tokens, &engine.tokenizer, kept),
+        Some(kept) if !args.no_respell && args.greedy_respell => {
+            respell_dropped(&stock_tokens, &engine.tokenizer, kept)
+        }
+        Some(kept) if !args.no_respell => {
+            let kept = kept.clone();
+            respell_by_model(&mut engine, &stock_tokens, &kept, args.join_pieces)?
+        }
         _ => (stock_tokens.clone(), 0),
     };
     let n_ctx = args.ctx;
@@ -202,6 +354,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let step = args.stride.unwrap_or(n_ctx);
     let window_end = |i: usize| i + 1 >= n_ctx && (i + 1 - n_ctx).is_multiple_of(step);
     let (tokenizer, model, state, store, par) = engine.parts();
+    let join = |context: &[u32], next: u32| {
+        let kept = model.head_ids.as_deref()?;
+        model::head::merge_pieces(tokenizer, kept, context, next)
+    };
+    let merge: Option<&model::perplexity::Merge> =
+        (!args.no_respell && args.join_pieces).then_some(&join);
     let on_token = |i: usize, nll: f64| {
         let bytes = tokenizer.token_bytes(tokens[i]).len();
         n_bytes += bytes;
@@ -230,6 +388,7 @@ pub fn run(args: Args) -> Result<(), String> {
             n_ctx,
             stride,
             bos,
+            merge,
             on_token,
         ),
         None => model::perplexity(
@@ -240,6 +399,7 @@ pub fn run(args: Args) -> Result<(), String> {
             scored_tokens,
             n_ctx,
             bos,
+            merge,
             on_token,
         ),
     }
@@ -300,6 +460,7 @@ pub fn run(args: Args) -> Result<(), String> {
 mod tests {
     use super::*;
     use smolrun_core::gguf::Gguf;
+    use smolrun_core::tokenizer::attr;
 
     #[test]
     fn respelled_tokens_are_kept_and_spell_the_same_bytes() {
@@ -322,5 +483,47 @@ mod tests {
                 .collect()
         };
         assert_eq!(bytes(&respelled), bytes(&stock));
+    }
+
+    /// The model's spelling choice: kept ids only, the same bytes, each dropped token spelled
+    /// by one of its spellings (the greedy one is the first tried, so it is among them).
+    #[test]
+    fn the_model_chooses_a_kept_spelling_of_each_dropped_token() {
+        let (path, file) = crate::engine::tests::gemma_file();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        let mut engine = Engine::load(&path, &gguf, Some(256), 2).unwrap();
+        let tok = &engine.tokenizer;
+        let kept: Vec<u32> = (0..tok.n_vocab() as u32)
+            .filter(|&i| i < 3000 || tok.token_text(i).is_some_and(|t| t.starts_with(b"<0x")))
+            .collect();
+        let text = "The miller oiled the rattled gears, and the lantern flickered.";
+        let mut stock = Vec::new();
+        tok.encode(text, true, false, &mut stock);
+        let is_kept = |id: u32| kept.binary_search(&id).is_ok();
+        let dropped: Vec<u32> = stock.iter().copied().filter(|&t| !is_kept(t)).collect();
+        for &t in &dropped {
+            let (greedy, _) = respell_dropped(&[t], tok, &kept);
+            let all = kept_spellings(tok.token_text(t).unwrap(), tok, &is_kept, greedy.len() + 1);
+            assert!(all.iter().all(|s| s.iter().all(|&id| is_kept(id))));
+            // The search tries vocabulary pieces, longest first: the greedy spelling comes
+            // first unless it needed byte tokens (" oiled" as " o" + "ile" + <0x64>).
+            let bytes_in_greedy = greedy
+                .iter()
+                .any(|&id| tok.token_attr(id) & attr::BYTE != 0);
+            if !bytes_in_greedy {
+                assert_eq!(all.first(), Some(&greedy), "token {t}");
+            }
+        }
+        let bytes = |tok: &Tokenizer, ids: &[u32]| -> Vec<u8> {
+            ids.iter()
+                .flat_map(|&i| tok.token_bytes(i).to_vec())
+                .collect()
+        };
+        let want = bytes(&engine.tokenizer, &stock);
+        let (chosen, n) = respell_by_model(&mut engine, &stock, &kept, false).unwrap();
+        assert_eq!(n, dropped.len());
+        assert!(n >= 3, "the rare words should be dropped ({n} re-spelled)");
+        assert!(chosen.iter().all(|&id| is_kept(id)));
+        assert_eq!(bytes(&engine.tokenizer, &chosen), want);
     }
 }

@@ -57,6 +57,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // From opening the file until the engine can run a prompt (llama.cpp's "load time"):
     // weights are mapped, not read, so this is the header, the tokenizer and the repack.
     let load_s = load_start.elapsed().as_secs_f64();
+    engine.set_join_pieces(args.sampling.join_pieces);
     let mut sampler = engine.sampler(args.sampling.params())?;
 
     let prompt = engine.tokenize(&args.prompt, true, true);

@@ -15,6 +15,11 @@
 use super::{Model, ModelError, State, WeightStore};
 use crate::math;
 use crate::platform::Parallel;
+use alloc::vec::Vec;
+
+/// Joins pieces in the context: [`head::merge_pieces`](super::head::merge_pieces) with its
+/// tokenizer and kept ids, `(context, next) -> Some((tokens replaced, id))`.
+pub type Merge<'a> = dyn Fn(&[u32], u32) -> Option<(usize, u32)> + 'a;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PerplexityResult {
@@ -43,13 +48,14 @@ pub fn perplexity(
     tokens: &[u32],
     n_ctx: usize,
     bos: Option<u32>,
+    merge: Option<&Merge>,
     on_token: impl FnMut(usize, f64),
 ) -> Result<PerplexityResult, ModelError> {
     check_context(state, n_ctx)?;
     let n_chunks = tokens.len() / n_ctx;
     let chunks = (0..n_chunks).map(|c| (c * n_ctx, n_ctx / 2));
     score_windows(
-        model, state, store, par, tokens, n_ctx, chunks, bos, on_token,
+        model, state, store, par, tokens, n_ctx, chunks, bos, merge, on_token,
     )
 }
 
@@ -70,6 +76,7 @@ pub fn perplexity_strided(
     n_ctx: usize,
     stride: usize,
     bos: Option<u32>,
+    merge: Option<&Merge>,
     on_token: impl FnMut(usize, f64),
 ) -> Result<PerplexityResult, ModelError> {
     check_context(state, n_ctx)?;
@@ -82,7 +89,7 @@ pub fn perplexity_strided(
     let n_windows = tokens.len().saturating_sub(n_ctx).div_ceil(stride);
     let windows = (0..n_windows).map(|w| (w * stride, n_ctx - stride - 1));
     score_windows(
-        model, state, store, par, tokens, n_ctx, windows, bos, on_token,
+        model, state, store, par, tokens, n_ctx, windows, bos, merge, on_token,
     )
 }
 
@@ -108,6 +115,7 @@ fn score_windows(
     n_ctx: usize,
     windows: impl Iterator<Item = (usize, usize)>,
     bos: Option<u32>,
+    merge: Option<&Merge>,
     mut on_token: impl FnMut(usize, f64),
 ) -> Result<PerplexityResult, ModelError> {
     let mut nll_sum = 0f64;
@@ -115,6 +123,10 @@ fn score_windows(
     let mut n_dropped = 0usize;
     let mut n_chunks = 0usize;
     let mut chunk = alloc::vec![0u32; n_ctx];
+    // What the model reads: the chunk's tokens, with pieces joined where `merge` says so.
+    let mut context: Vec<u32> = Vec::with_capacity(n_ctx);
+    // The window index of the target that each context token predicts.
+    let mut predicts: Vec<usize> = Vec::with_capacity(n_ctx);
     let mut failed = None;
     for (start, first) in windows {
         let Some(targets) = tokens.get(start..start + n_ctx) else {
@@ -125,25 +137,69 @@ fn score_windows(
             chunk[0] = b;
         }
         state.reset();
-        // The whole chunk is one batch, as llama-perplexity evaluates it; the last position
+        // The whole chunk is one batch, as llama-perplexity evaluates it (split only where
+        // pieces are joined: the context is rewound to the first piece); the last position
         // predicts nothing inside the chunk, so it is not run.
-        let inputs = &chunk[..n_ctx - 1];
-        model.forward_batch_all(state, store, par, inputs, 0, first, &mut |j, logits| {
-            let target = targets[j + 1] as usize;
-            match logits.get(target) {
-                Some(&l) if l == f32::NEG_INFINITY => {
-                    n_dropped += 1;
-                    on_token(start + j + 1, f64::INFINITY);
-                }
-                Some(&l) => {
-                    let nll = math::log_sum_exp(logits) - l as f64;
-                    nll_sum += nll;
-                    n_scored += 1;
-                    on_token(start + j + 1, nll);
-                }
-                None => failed = Some(targets[j + 1]),
+        context.clear();
+        predicts.clear();
+        let mut fed = 0; // context[..fed] is in the KV cache
+        let mut run = |context: &[u32],
+                       predicts: &[usize],
+                       from: usize,
+                       state: &mut State|
+         -> Result<(), ModelError> {
+            let batch = &context[from..];
+            let scored_from = predicts[from..]
+                .iter()
+                .position(|&t| t > first)
+                .unwrap_or(batch.len());
+            if batch.is_empty() {
+                return Ok(());
             }
-        })?;
+            model.forward_batch_all(
+                state,
+                store,
+                par,
+                batch,
+                from,
+                scored_from,
+                &mut |j, logits| {
+                    let t = predicts[from + j];
+                    let target = targets[t] as usize;
+                    match logits.get(target) {
+                        Some(&l) if l == f32::NEG_INFINITY => {
+                            n_dropped += 1;
+                            on_token(start + t, f64::INFINITY);
+                        }
+                        Some(&l) => {
+                            let nll = math::log_sum_exp(logits) - l as f64;
+                            nll_sum += nll;
+                            n_scored += 1;
+                            on_token(start + t, nll);
+                        }
+                        None => failed = Some(targets[t]),
+                    }
+                },
+            )
+        };
+        for (j, &input) in chunk[..n_ctx - 1].iter().enumerate() {
+            let joined = match merge {
+                Some(m) if j > 0 => m(&context, input),
+                _ => None,
+            };
+            if let Some((n, id)) = joined {
+                // The pieces' own predictions are scored before they are replaced.
+                run(&context, &predicts, fed, state)?;
+                context.truncate(context.len() - n);
+                predicts.truncate(context.len());
+                fed = context.len();
+                context.push(id);
+            } else {
+                context.push(input);
+            }
+            predicts.push(j + 1);
+        }
+        run(&context, &predicts, fed, state)?;
         if let Some(token) = failed {
             return Err(ModelError::TokenOutOfRange {
                 token,
