@@ -669,6 +669,53 @@ pub(crate) mod tests {
         (path, file)
     }
 
+    /// `--join-pieces` in the decoder: on a Gemma whose head dropped "Holmes", decoding "Hol"
+    /// then "mes" leaves the cache and the logits exactly as decoding "Holmes" after the same
+    /// prompt does (the join rewinds to "Hol" and runs "Holmes" there); without joining the
+    /// pieces stay and the logits differ.
+    #[test]
+    fn joined_pieces_decode_as_the_dropped_token() {
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let tok = Tokenizer::from_gguf(&gguf).unwrap();
+        let id = |text: &str| tok.token_id(text.as_bytes()).unwrap();
+        let (hol, mes, holmes) = (id("Hol"), id("mes"), id("Holmes"));
+        let dir = std::env::temp_dir().join(format!("smolrun-join-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ids_path, pruned_path) = (dir.join("ids.txt"), dir.join("pruned.gguf"));
+        let kept: Vec<String> = (0..tok.n_vocab() as u32)
+            .filter(|&i| i != holmes)
+            .map(|i| i.to_string())
+            .collect();
+        std::fs::write(&ids_path, kept.join("\n")).unwrap();
+        crate::cmd::head::prune_head(path.to_str().unwrap(), &ids_path, &pruned_path).unwrap();
+        let pruned = MappedFile::open(&pruned_path).unwrap();
+        let g = parse_gguf(&pruned_path, &pruned).unwrap();
+        let mut engine = Engine::load(&pruned_path, &g, Some(64), 1).unwrap();
+        let prompt = engine.tokenize("He turned to my friend and said, \"", true, false);
+        let n = prompt.len();
+
+        engine.set_join_pieces(true);
+        engine.prefill(&prompt).unwrap();
+        engine.decode(hol).unwrap();
+        engine.decode(mes).unwrap();
+        let joined = engine.logits().to_vec();
+        assert_eq!(&engine.cached[n..], &[holmes]);
+
+        engine.set_join_pieces(false);
+        engine.prefill(&prompt).unwrap();
+        engine.decode(holmes).unwrap();
+        assert!(engine.logits() == joined.as_slice(), "joined logits differ");
+
+        engine.prefill(&prompt).unwrap();
+        engine.decode(hol).unwrap();
+        engine.decode(mes).unwrap();
+        assert_eq!(&engine.cached[n..], &[hol, mes]);
+        assert!(engine.logits() != joined.as_slice());
+        drop(engine);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn reusing_the_cached_prefix_gives_the_same_logits_as_a_fresh_run() {
         let (path, file) = gemma_file();
