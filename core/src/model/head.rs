@@ -108,32 +108,26 @@ pub fn merge_pieces(
     next: u32,
 ) -> Option<(usize, u32)> {
     let normal = |id: u32| tok.token_attr(id) & attr::NORMAL != 0;
-    if !normal(next) {
-        return None;
-    }
+    // The text of `next` and the normal tokens before it, filled from the end of the buffer, so
+    // the text of the last k + 1 tokens is `text[starts[k]..]`: each piece is copied once.
     let mut text = [0u8; 96];
-    for n in (1..MAX_MERGED_PIECES.min(context.len() + 1)).rev() {
-        let pieces = &context[context.len() - n..];
-        if !pieces.iter().all(|&id| normal(id)) {
-            continue;
+    let mut starts = [0usize; MAX_MERGED_PIECES];
+    let mut n_tokens = 0;
+    let mut start = text.len();
+    for &id in core::iter::once(&next).chain(context.iter().rev()) {
+        let piece = tok.token_text(id).unwrap_or(&[]);
+        if n_tokens == MAX_MERGED_PIECES || !normal(id) || piece.len() > start {
+            break;
         }
-        let mut len = 0;
-        for &id in pieces.iter().chain(core::iter::once(&next)) {
-            let piece = tok.token_text(id).unwrap_or(&[]);
-            let Some(slot) = text.get_mut(len..len + piece.len()) else {
-                len = usize::MAX;
-                break;
-            };
-            slot.copy_from_slice(piece);
-            len += piece.len();
-        }
-        if len == usize::MAX {
-            continue;
-        }
-        if let Some(id) = tok.token_id(&text[..len]) {
-            if kept.binary_search(&id).is_err() && normal(id) {
-                return Some((n, id));
-            }
+        start -= piece.len();
+        text[start..start + piece.len()].copy_from_slice(piece);
+        starts[n_tokens] = start;
+        n_tokens += 1;
+    }
+    for n in (1..n_tokens).rev() {
+        match tok.token_id(&text[starts[n]..]) {
+            Some(id) if kept.binary_search(&id).is_err() && normal(id) => return Some((n, id)),
+            _ => {}
         }
     }
     None
