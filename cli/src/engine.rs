@@ -421,7 +421,7 @@ impl<'g> Engine<'g> {
     fn decode_unguarded(&mut self, token: u32) -> Result<(), String> {
         let joined = match (&self.model.head_ids, self.join_pieces) {
             (Some(kept), true) => {
-                smolrun_core::model::head::merge_pieces(&self.tokenizer, kept, &self.cached, token)
+                smolrun_core::model::head::join_pieces(&self.tokenizer, kept, &self.cached, token)
             }
             _ => None,
         };
@@ -442,7 +442,7 @@ impl<'g> Engine<'g> {
     }
 
     /// Pruned head: when the tokens generated last spell one dropped token exactly, the model
-    /// reads that token instead of the pieces from then on (`head::merge_pieces`): better for
+    /// reads that token instead of the pieces from then on (`head::join_pieces`): better for
     /// prose, worse for code that repeats a dropped identifier (the model copies the pieces
     /// of an earlier occurrence when they are in its context). The text is the same either way.
     pub fn set_join_pieces(&mut self, on: bool) {

@@ -329,12 +329,12 @@ fn invalid_utf8_input_is_tokenized_without_panicking() {
     }
 }
 
-/// A pruned head's pieces join into the dropped token they spell (`head::merge_pieces`), on
+/// A pruned head's pieces join into the dropped token they spell (`head::join_pieces`), on
 /// Gemma's vocabulary: "Hol" + "mes" is "Holmes" once the head dropped it, not while it keeps
 /// it; three pieces join too; a control token never joins.
 #[test]
 fn pieces_join_into_the_dropped_token_they_spell() {
-    use smolrun_core::model::head::merge_pieces;
+    use smolrun_core::model::head::join_pieces;
     let map = map_model(GEMMA.1);
     let tok = load(&map);
     let id = |text: &str| {
@@ -349,13 +349,13 @@ fn pieces_join_into_the_dropped_token_they_spell() {
     };
     let kept = all_but(&[holmes]);
     assert_eq!(
-        merge_pieces(&tok, &kept, &[the, hol], mes),
+        join_pieces(&tok, &kept, &[the, hol], mes),
         Some((1, holmes))
     );
     // Kept: the model can write it itself, nothing to join.
-    assert_eq!(merge_pieces(&tok, &all_but(&[]), &[the, hol], mes), None);
+    assert_eq!(join_pieces(&tok, &all_but(&[]), &[the, hol], mes), None);
     // Not the pieces of one token.
-    assert_eq!(merge_pieces(&tok, &kept, &[hol, the], mes), None);
+    assert_eq!(join_pieces(&tok, &kept, &[hol, the], mes), None);
     // Three pieces: " per" + "ple" + "x" is " perplex".
     let (perplex, per, ple, x) = (id(" perplex"), id(" per"), id("ple"), id("x"));
     assert!(tok
@@ -363,9 +363,9 @@ fn pieces_join_into_the_dropped_token_they_spell() {
         .is_none());
     let kept = all_but(&[perplex]);
     assert_eq!(
-        merge_pieces(&tok, &kept, &[the, per, ple], x),
+        join_pieces(&tok, &kept, &[the, per, ple], x),
         Some((2, perplex))
     );
     let eot = tok.eot().expect("Gemma has an end-of-turn token");
-    assert_eq!(merge_pieces(&tok, &kept, &[the, hol], eot), None);
+    assert_eq!(join_pieces(&tok, &kept, &[the, hol], eot), None);
 }

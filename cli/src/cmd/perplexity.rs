@@ -61,7 +61,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "no_respell")]
     pub greedy_respell: bool,
     /// Pruned head: the model reads a dropped token instead of the pieces that spelled it, once
-    /// they are complete, as `run --join-pieces` generates (see `head::merge_pieces`).
+    /// they are complete, as `run --join-pieces` generates (see `head::join_pieces`).
     #[arg(long, conflicts_with = "no_respell")]
     pub join_pieces: bool,
 }
@@ -354,12 +354,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let step = args.stride.unwrap_or(n_ctx);
     let window_end = |i: usize| i + 1 >= n_ctx && (i + 1 - n_ctx).is_multiple_of(step);
     let (tokenizer, model, state, store, par) = engine.parts();
-    let join = |context: &[u32], next: u32| {
+    let join_with_head = |context: &[u32], next: u32| {
         let kept = model.head_ids.as_deref()?;
-        model::head::merge_pieces(tokenizer, kept, context, next)
+        model::head::join_pieces(tokenizer, kept, context, next)
     };
-    let merge: Option<&model::perplexity::Merge> =
-        (!args.no_respell && args.join_pieces).then_some(&join);
+    let join: Option<&model::perplexity::JoinPieces> =
+        (!args.no_respell && args.join_pieces).then_some(&join_with_head);
     let on_token = |i: usize, nll: f64| {
         let bytes = tokenizer.token_bytes(tokens[i]).len();
         n_bytes += bytes;
@@ -388,7 +388,7 @@ pub fn run(args: Args) -> Result<(), String> {
             n_ctx,
             stride,
             bos,
-            merge,
+            join,
             on_token,
         ),
         None => model::perplexity(
@@ -399,7 +399,7 @@ pub fn run(args: Args) -> Result<(), String> {
             scored_tokens,
             n_ctx,
             bos,
-            merge,
+            join,
             on_token,
         ),
     }

@@ -89,8 +89,8 @@ pub fn scatter(kept_logits: &[f32], kept_ids: &[u32], logits: &mut [f32]) {
     }
 }
 
-/// Most context tokens (with the one just produced) that [`merge_pieces`] joins into one id.
-pub const MAX_MERGED_PIECES: usize = 4;
+/// Most context tokens (with the one just produced) that [`join_pieces`] joins into one id.
+pub const MAX_JOINED_PIECES: usize = 4;
 
 /// A pruned head writes a dropped token in kept pieces ("Holmes" as "Hol" + "mes"), but the
 /// model learned the text with the dropped token, not with the pieces, and reads its own pieces
@@ -101,7 +101,7 @@ pub const MAX_MERGED_PIECES: usize = 4;
 /// `next` is the token just produced, `kept` the head's sorted ids. Returns how many context
 /// tokens the id replaces (`next` is replaced too) and the id; `None` leaves `next` as it is.
 /// Longer joins are tried first. Allocation-free: decoding calls it for every token.
-pub fn merge_pieces(
+pub fn join_pieces(
     tok: &Tokenizer,
     kept: &[u32],
     context: &[u32],
@@ -111,12 +111,12 @@ pub fn merge_pieces(
     // The text of `next` and the normal tokens before it, filled from the end of the buffer, so
     // the text of the last k + 1 tokens is `text[starts[k]..]`: each piece is copied once.
     let mut text = [0u8; 96];
-    let mut starts = [0usize; MAX_MERGED_PIECES];
+    let mut starts = [0usize; MAX_JOINED_PIECES];
     let mut n_tokens = 0;
     let mut start = text.len();
     for &id in core::iter::once(&next).chain(context.iter().rev()) {
         let piece = tok.token_text(id).unwrap_or(&[]);
-        if n_tokens == MAX_MERGED_PIECES || !normal(id) || piece.len() > start {
+        if n_tokens == MAX_JOINED_PIECES || !normal(id) || piece.len() > start {
             break;
         }
         start -= piece.len();

@@ -17,9 +17,9 @@ use crate::math;
 use crate::platform::Parallel;
 use alloc::vec::Vec;
 
-/// Joins pieces in the context: [`head::merge_pieces`](super::head::merge_pieces) with its
+/// Joins pieces in the context: [`head::join_pieces`](super::head::join_pieces) with its
 /// tokenizer and kept ids, `(context, next) -> Some((tokens replaced, id))`.
-pub type Merge<'a> = dyn Fn(&[u32], u32) -> Option<(usize, u32)> + 'a;
+pub type JoinPieces<'a> = dyn Fn(&[u32], u32) -> Option<(usize, u32)> + 'a;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PerplexityResult {
@@ -48,14 +48,14 @@ pub fn perplexity(
     tokens: &[u32],
     n_ctx: usize,
     bos: Option<u32>,
-    merge: Option<&Merge>,
+    join: Option<&JoinPieces>,
     on_token: impl FnMut(usize, f64),
 ) -> Result<PerplexityResult, ModelError> {
     check_context(state, n_ctx)?;
     let n_chunks = tokens.len() / n_ctx;
     let chunks = (0..n_chunks).map(|c| (c * n_ctx, n_ctx / 2));
     score_windows(
-        model, state, store, par, tokens, n_ctx, chunks, bos, merge, on_token,
+        model, state, store, par, tokens, n_ctx, chunks, bos, join, on_token,
     )
 }
 
@@ -76,7 +76,7 @@ pub fn perplexity_strided(
     n_ctx: usize,
     stride: usize,
     bos: Option<u32>,
-    merge: Option<&Merge>,
+    join: Option<&JoinPieces>,
     on_token: impl FnMut(usize, f64),
 ) -> Result<PerplexityResult, ModelError> {
     check_context(state, n_ctx)?;
@@ -89,7 +89,7 @@ pub fn perplexity_strided(
     let n_windows = tokens.len().saturating_sub(n_ctx).div_ceil(stride);
     let windows = (0..n_windows).map(|w| (w * stride, n_ctx - stride - 1));
     score_windows(
-        model, state, store, par, tokens, n_ctx, windows, bos, merge, on_token,
+        model, state, store, par, tokens, n_ctx, windows, bos, join, on_token,
     )
 }
 
@@ -115,7 +115,7 @@ fn score_windows(
     n_ctx: usize,
     windows: impl Iterator<Item = (usize, usize)>,
     bos: Option<u32>,
-    merge: Option<&Merge>,
+    join: Option<&JoinPieces>,
     mut on_token: impl FnMut(usize, f64),
 ) -> Result<PerplexityResult, ModelError> {
     let mut nll_sum = 0f64;
@@ -123,7 +123,7 @@ fn score_windows(
     let mut n_dropped = 0usize;
     let mut n_chunks = 0usize;
     let mut chunk = alloc::vec![0u32; n_ctx];
-    // What the model reads: the chunk's tokens, with pieces joined where `merge` says so.
+    // What the model reads: the chunk's tokens, with pieces joined where `join` says so.
     let mut context: Vec<u32> = Vec::with_capacity(n_ctx);
     // The window index of the target that each context token predicts.
     let mut predicts: Vec<usize> = Vec::with_capacity(n_ctx);
@@ -183,7 +183,7 @@ fn score_windows(
             )
         };
         for (j, &input) in chunk[..n_ctx - 1].iter().enumerate() {
-            let joined = match merge {
+            let joined = match join {
                 Some(m) if j > 0 => m(&context, input),
                 _ => None,
             };
