@@ -108,6 +108,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // The prompts are well under 256 tokens.
     let mut engine = Engine::load(&path, &gguf, Some(args.n_predict + 256), threads)?;
     let template = engine.chat_template()?;
+    engine.set_join_pieces(args.sampling.join_pieces);
     let never = AtomicBool::new(false);
     let mut n_looping = 0;
     let mut n_tokens = 0;
@@ -120,7 +121,6 @@ pub fn run(args: Args) -> Result<(), String> {
         if args.sampling.seed.is_none() {
             params.seed = 1000 + i as u64;
         }
-        engine.set_join_pieces(args.sampling.join_pieces);
         let mut sampler = engine.sampler(params)?;
         engine.reset();
         let g = engine.generate(
