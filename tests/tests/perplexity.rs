@@ -173,9 +173,7 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
     with_model("synthetic-llama", |_g, m, store| {
         let (n_ctx, stride) = (32, 16);
         // A deterministic token stream of 7 chunks plus a tail that no window reaches whole.
-        let tokens: Vec<u32> = (0..7 * n_ctx + 5)
-            .map(|i| ((i * 7919 + 13) % m.n_vocab()) as u32)
-            .collect();
+        let tokens = token_stream(m, 7 * n_ctx + 5);
         let mut state = State::new(m, n_ctx).expect("state");
         let bos = Some(1);
         let mut chunked = vec![None; tokens.len()];
@@ -252,6 +250,13 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
     });
 }
 
+/// A deterministic stream of `n` ids that covers the vocabulary evenly.
+fn token_stream(m: &smolrun_core::model::Model, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| ((i * 7919 + 13) % m.n_vocab()) as u32)
+        .collect()
+}
+
 /// A pruned head's joined pieces (`perplexity --join-pieces`, `run --join-pieces`): the scorer
 /// reads the joined token from the join on, as decoding does. Token pair (a, b) at window
 /// positions 20-21 is joined into x: targets up to b are predicted from the pieces, the ones
@@ -265,9 +270,7 @@ fn joined_pieces_are_read_as_the_joined_token() {
     let par = ScopedThreads::from_env();
     with_model("synthetic-llama", |_g, m, store| {
         let n_ctx = 32;
-        let tokens: Vec<u32> = (0..2 * n_ctx)
-            .map(|i| ((i * 7919 + 13) % m.n_vocab()) as u32)
-            .collect();
+        let tokens = token_stream(m, 2 * n_ctx);
         let (a, b, x) = (tokens[20], tokens[21], 5u32);
         assert_eq!(
             tokens.windows(2).filter(|w| w == &[a, b]).count(),
