@@ -163,9 +163,10 @@ fn qwen25_coder_15b() {
     check_perplexity("qwen2.5-coder-1.5b");
 }
 
-/// `perplexity_strided` (llama-perplexity's --ppl-stride): every token from `n_ctx - stride` to
-/// the last window's end is scored exactly once, and a window that starts where a chunk starts
-/// gives the chunk method's log-likelihoods to the bit (the same batch from an empty context).
+/// `perplexity_strided` (llama-perplexity's --ppl-stride, and a last window for the tail): every
+/// token from `n_ctx - stride` to the end of the text is scored exactly once, and a window that
+/// starts where a chunk starts gives the chunk method's log-likelihoods to the bit (the same
+/// batch from an empty context).
 #[test]
 fn strided_windows_score_every_token_once_and_agree_with_chunks() {
     use smolrun_core::model::perplexity_strided;
@@ -203,14 +204,33 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
             |i, nll| strided[i].push(nll),
         )
         .expect("strided");
-        let n_windows = (tokens.len() - n_ctx).div_ceil(stride);
-        assert_eq!(r.n_chunks, n_windows);
-        let last = (n_windows - 1) * stride + n_ctx;
+        // 13 whole windows (the last ends at token 224), then one for the 5 tokens after them.
+        assert_eq!(r.n_chunks, 14);
         for (i, s) in strided.iter().enumerate() {
-            let want = usize::from((n_ctx - stride..last).contains(&i));
+            let want = usize::from(i >= n_ctx - stride);
             assert_eq!(s.len(), want, "token {i} scored {} times", s.len());
         }
-        assert_eq!(r.n_scored, last - (n_ctx - stride));
+        assert_eq!(r.n_scored, tokens.len() - (n_ctx - stride));
+        // The tail window is the text's last n_ctx tokens: its targets score as they do there.
+        let tail = &tokens[tokens.len() - n_ctx..];
+        let mut alone = vec![None; n_ctx];
+        perplexity_strided(
+            m,
+            &mut state,
+            store,
+            &par,
+            tail,
+            n_ctx,
+            stride,
+            bos,
+            None,
+            |i, nll| alone[i] = Some(nll),
+        )
+        .expect("tail alone");
+        for i in tokens.len() - 5..tokens.len() {
+            let a = alone[i - (tokens.len() - n_ctx)].expect("scored alone");
+            assert_eq!(strided[i][0].to_bits(), a.to_bits(), "tail token {i}");
+        }
         // Even windows start at chunk starts: their scored tokens that the chunk method also
         // scores (its second halves) have the same log-likelihood.
         let mut compared = 0;
@@ -230,6 +250,22 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
         assert!(
             compared >= 6 * (n_ctx / 2 - 1),
             "compared only {compared} tokens"
+        );
+        // Whatever the length, every token after the first window's head is scored once: with
+        // no tail (the windows end at the last token), a tail of one token, a text of one window.
+        for (len, stride) in [(n_ctx + 2 * 16, 16), (n_ctx + 2 * 16 + 1, 16), (n_ctx, 8)] {
+            let windows: Vec<_> =
+                smolrun_core::model::strided_windows(len, n_ctx, stride).collect();
+            let mut times = vec![0; len];
+            for (start, first) in windows {
+                (start + first + 1..start + n_ctx).for_each(|t| times[t] += 1);
+            }
+            let want: Vec<_> = (0..len).map(|i| usize::from(i >= n_ctx - stride)).collect();
+            assert_eq!(times, want, "{len} tokens, stride {stride}");
+        }
+        assert_eq!(
+            smolrun_core::model::strided_windows(n_ctx - 1, n_ctx, 8).count(),
+            0
         );
         // A stride of 0 or of the whole window is refused.
         for bad in [0, n_ctx] {

@@ -39,9 +39,10 @@ pub struct Args {
     #[arg(long)]
     pub chunks: Option<usize>,
     /// Score windows of -c tokens every N tokens, each on its last N targets, as
-    /// llama-perplexity's --ppl-stride (e.g. -c 512 --stride 256): every token after the first
-    /// window's head is scored once, so a pruned head's re-spelled text and the stock text are
-    /// scored on the same bytes (the chunk method scores every other half chunk).
+    /// llama-perplexity's --ppl-stride (e.g. -c 512 --stride 256), and the rest of the text in a
+    /// last window: every token after the first window's head is scored once, so a pruned head's
+    /// re-spelled text and the stock text are scored on the same bytes (the chunk method scores
+    /// every other half chunk).
     #[arg(long)]
     pub stride: Option<usize>,
     /// Threads for the forward pass [default: one per core].
@@ -313,23 +314,26 @@ pub fn run(args: Args) -> Result<(), String> {
             ));
         }
     }
-    let n_chunks = match (args.chunks, args.stride) {
+    let (n_chunks, scored_tokens) = match (args.chunks, args.stride) {
         (Some(0), _) => return Err("--chunks 0: score at least one chunk".into()),
         (n, Some(stride)) => {
-            let fit = (tokens.len() - n_ctx).div_ceil(stride);
-            n.map_or(fit, |n| n.min(fit))
+            let all = model::strided_windows(tokens.len(), n_ctx, stride).count();
+            match n {
+                // Fewer windows than there are: the first N, all whole, so the text is cut
+                // where the N-th ends.
+                Some(n) if n < all => (n, &tokens[..n_ctx + (n - 1) * stride]),
+                _ => (all, &tokens[..]),
+            }
         }
-        (Some(n), None) => n.min(tokens.len() / n_ctx),
-        (None, None) => tokens.len() / n_ctx,
-    };
-    let scored_tokens = match args.stride {
-        Some(stride) => &tokens[..(n_ctx + n_chunks * stride).min(tokens.len())],
-        None => &tokens[..n_chunks * n_ctx],
+        (n, None) => {
+            let n = n.map_or(tokens.len() / n_ctx, |n| n.min(tokens.len() / n_ctx));
+            (n, &tokens[..n * n_ctx])
+        }
     };
     match args.stride {
         Some(stride) => eprintln!(
             "perplexity: {} tokens, {n_chunks} windows of {n_ctx} every {stride}, scoring the last \
-             {stride} of each",
+             {stride} of each (the last window: the rest of the text)",
             tokens.len()
         ),
         None => eprintln!(
@@ -350,9 +354,14 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut dropped_bytes = 0usize;
     let mut nll_sum = 0f64;
     let mut n_scored = 0usize;
-    // The last target of each chunk or window, where the running perplexity is printed.
+    // The last target of each chunk or window (and of the text, where a strided run's last
+    // window ends), where the running perplexity is printed.
     let step = args.stride.unwrap_or(n_ctx);
-    let window_end = |i: usize| i + 1 >= n_ctx && (i + 1 - n_ctx).is_multiple_of(step);
+    let n_scored_tokens = scored_tokens.len();
+    let window_end = |i: usize| {
+        i + 1 == n_scored_tokens || (i + 1 >= n_ctx && (i + 1 - n_ctx).is_multiple_of(step))
+    };
+    let mut n_printed = 0;
     let (tokenizer, model, state, store, par) = engine.parts();
     let join_with_head = |context: &[u32], next: u32| {
         let kept = model.head_ids.as_deref()?;
@@ -370,11 +379,8 @@ pub fn run(args: Args) -> Result<(), String> {
             dropped_bytes += bytes;
         }
         if window_end(i) {
-            eprint!(
-                "[{}]{:.4},",
-                (i + 1 - n_ctx) / step + 1,
-                (nll_sum / n_scored as f64).exp()
-            );
+            n_printed += 1;
+            eprint!("[{n_printed}]{:.4},", (nll_sum / n_scored as f64).exp());
             let _ = std::io::stderr().flush();
         }
     };

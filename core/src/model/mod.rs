@@ -34,7 +34,9 @@ pub mod store;
 pub use error::ModelError;
 pub use hparams::{Family, HParams, RopeScaling};
 pub use memory_plan::MemoryPlan;
-pub use perplexity::{bits_per_byte, perplexity, perplexity_strided, PerplexityResult};
+pub use perplexity::{
+    bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
+};
 pub use store::{RepackedWeights, ResidentStore, TensorId, WeightStore};
 
 use crate::gguf::Gguf;

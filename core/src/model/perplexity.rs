@@ -60,12 +60,15 @@ pub fn perplexity(
 }
 
 /// Scores `tokens` the way llama-perplexity's `--ppl-stride S` does: windows of `n_ctx` tokens
-/// starting every `stride` tokens (as many as fit before the last token), each run from an empty
-/// context with BOS first, each scoring its last `stride` targets. So every token from
-/// `n_ctx - stride` on (up to the last window's end) is scored exactly once, with at least
-/// `n_ctx - stride` tokens of context; unlike the chunk method, which scores every other half
-/// chunk, the scored bytes of two tokenizations of a text (a stock and a pruned head's) then
-/// differ only at the two ends. Needs `1 <= stride < n_ctx`.
+/// starting every `stride` tokens, each run from an empty context with BOS first, each scoring
+/// its last `stride` targets; then, where the text goes on past the last whole window, one more
+/// window that ends at the last token and scores what is left. So every token from
+/// `n_ctx - stride` to the end is scored exactly once, with at least `n_ctx - stride` tokens of
+/// context: a stock and a pruned head's tokenization of a text (the re-spelled one is longer)
+/// are scored on the same bytes but for the first window's head, where they differ by the
+/// re-spellings that fall in it. (llama-perplexity leaves the tail after its last whole window
+/// unscored, up to `stride - 1` tokens, which is not the same stretch of text for two
+/// tokenizations.) Needs `1 <= stride < n_ctx`; see [`strided_windows`].
 #[allow(clippy::too_many_arguments)]
 pub fn perplexity_strided(
     model: &Model,
@@ -86,11 +89,32 @@ pub fn perplexity_strided(
             max: n_ctx - 1,
         });
     }
-    let n_windows = tokens.len().saturating_sub(n_ctx).div_ceil(stride);
-    let windows = (0..n_windows).map(|w| (w * stride, n_ctx - stride - 1));
+    let windows = strided_windows(tokens.len(), n_ctx, stride);
     score_windows(
         model, state, store, par, tokens, n_ctx, windows, bos, join, on_token,
     )
+}
+
+/// The windows of [`perplexity_strided`] over `len` tokens, as `(start, first)`: the window
+/// holds `tokens[start..start + n_ctx]` and scores the predictions at its positions
+/// `first..n_ctx - 1` (targets `start + first + 1 ..= start + n_ctx - 1`). None if `len < n_ctx`.
+/// Needs `1 <= stride < n_ctx`.
+pub fn strided_windows(
+    len: usize,
+    n_ctx: usize,
+    stride: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    let n_whole = if len >= n_ctx && stride > 0 {
+        (len - n_ctx) / stride + 1
+    } else {
+        0
+    };
+    let scored_end = n_whole.saturating_sub(1) * stride + n_ctx;
+    let whole = (0..n_whole).map(move |w| (w * stride, n_ctx - stride - 1));
+    // The tail window starts `len - n_ctx` and scores from `scored_end` on.
+    let tail =
+        (n_whole > 0 && scored_end < len).then(|| (len - n_ctx, scored_end - (len - n_ctx) - 1));
+    whole.chain(tail)
 }
 
 fn check_context(state: &State, n_ctx: usize) -> Result<(), ModelError> {
