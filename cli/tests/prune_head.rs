@@ -89,7 +89,7 @@ fn gemma3_pruned_head_matches_the_stock_model_on_kept_ids() {
         stock,
         "--keep",
         "32000",
-        // A short run of the model's predictions (7 files x 16 positions) keeps the test quick.
+        // A short run of the model's predictions (10 files x 16 positions) keeps the test quick.
         "--model-positions",
         "64",
         "-o",

@@ -4,10 +4,10 @@
 //! Selection ranks ids by how often they occur when a mixed corpus is tokenized (English prose,
 //! code, a few other languages; tools/head-corpus/ by default), plus how often the model itself
 //! expects them there: the model reads `--model-positions` positions of the corpus and each
-//! position adds its next-token probabilities to the ids' expected counts. A corpus of a few
-//! hundred KB sees only ~7K distinct ids; the model's predictions spread that evidence to the
-//! words it would have written in the same places (synonyms, inflections, the rest of a topic's
-//! vocabulary), which is what a 32K-64K head needs. A corpus that small still cannot say which
+//! position adds its next-token probabilities to the ids' expected counts. The shipped corpus
+//! (3.3 MB) sees ~42K distinct Gemma ids, fewer than a 64K head keeps; the model's predictions
+//! spread that evidence to the words it would have written in the same places (synonyms,
+//! inflections, the rest of a topic's vocabulary). A corpus that size still cannot say which
 //! of a 262K vocabulary's rarer English words a text will need, so word frequency lists weigh in
 //! too (`--word-freq`; by default tools/head-corpus/words/en-wordfreq.tsv, the 100,000 most
 //! frequent English words from wordfreq): each word is tokenized the ways running text writes
