@@ -313,6 +313,17 @@ pub fn select_ids(
     Ok((ids, stats))
 }
 
+/// How `expected_counts` reads about `n_positions` positions of `n_files` files: (windows per
+/// file, tokens per window). Windows of up to 256 tokens give the model context: as few per
+/// file as that allows, each as long as needed to make up `n_positions` (rounded up; fewer
+/// than 16 per file, a quick run or a test, still read 16).
+fn prediction_windows(n_positions: usize, n_files: usize) -> (usize, usize) {
+    let n_files = n_files.max(1);
+    let per_file = n_positions.div_ceil(n_files * 256).max(1);
+    let window_len = n_positions.div_ceil(n_files * per_file).clamp(16, 256);
+    (per_file, window_len)
+}
+
 /// The model's expected count of each id over about `n_positions` positions of the corpus: the
 /// sum of its next-token probabilities. The positions are windows of up to 256 tokens, shared
 /// equally among the corpus files (so that a short file of prose weighs as much as a long one
@@ -324,13 +335,10 @@ fn expected_counts(
     n_positions: usize,
     threads: usize,
 ) -> Result<Vec<f64>, String> {
-    // Windows of 256 tokens give the model context; fewer positions than 256 per file (a quick
-    // run, a test) make them shorter.
-    let window_len = (n_positions / files.len().max(1)).clamp(16, 256);
+    let (per_file, window_len) = prediction_windows(n_positions, files.len());
     let mut engine = crate::engine::Engine::load(path, g, Some(window_len), threads)?;
     let n_vocab = engine.n_vocab();
     let mut expected = vec![0f64; n_vocab];
-    let per_file = n_positions.div_ceil(window_len * files.len()).max(1);
     let bos = engine
         .tokenizer
         .bos()
@@ -616,6 +624,25 @@ pub fn prune_head(input: &str, ids_path: &Path, out: &Path) -> Result<(), String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_reads_about_the_positions_asked_for() {
+        // 2048 over 10 files: one window of 205 each (it was two of 204: 4080 positions).
+        assert_eq!(prediction_windows(2048, 10), (1, 205));
+        assert_eq!(prediction_windows(4080, 10), (2, 204));
+        assert_eq!(prediction_windows(2560, 10), (1, 256));
+        assert_eq!(prediction_windows(2561, 10), (2, 129));
+        assert_eq!(prediction_windows(64, 10), (1, 16));
+        assert_eq!(prediction_windows(100, 0), (1, 100));
+        for (n, files) in [(2048, 10), (32768, 7), (1000, 3), (5000, 1)] {
+            let (per_file, len) = prediction_windows(n, files);
+            let read = per_file * len * files;
+            assert!(
+                read >= n && read < n + per_file * files,
+                "{n} over {files}: {read}"
+            );
+        }
+    }
 
     #[test]
     fn spellings_cover_case_and_leading_space() {
