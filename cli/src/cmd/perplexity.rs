@@ -331,11 +331,21 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     };
     match args.stride {
-        Some(stride) => eprintln!(
-            "perplexity: {} tokens, {n_chunks} windows of {n_ctx} every {stride}, scoring the last \
-             {stride} of each (the last window: the rest of the text)",
-            tokens.len()
-        ),
+        Some(stride) => {
+            let tail = model::strided_windows(scored_tokens.len(), n_ctx, stride)
+                .last()
+                .is_some_and(|(_, first)| first != n_ctx - stride - 1);
+            eprintln!(
+                "perplexity: {} tokens, {n_chunks} windows of {n_ctx} every {stride}, scoring the \
+                 last {stride} of each{}",
+                tokens.len(),
+                if tail {
+                    " (the last window: the rest of the text)"
+                } else {
+                    ""
+                }
+            )
+        }
         None => eprintln!(
             "perplexity: {} tokens, {n_chunks} chunks of {n_ctx}, scoring the second half of each",
             tokens.len()
