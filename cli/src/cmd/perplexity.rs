@@ -332,9 +332,8 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     match args.stride {
         Some(stride) => {
-            let tail = model::strided_windows(scored_tokens.len(), n_ctx, stride)
-                .last()
-                .is_some_and(|(_, first)| first != n_ctx - stride - 1);
+            // Whole windows end every `stride` tokens after the first; past that, a tail window.
+            let tail = !(scored_tokens.len() - n_ctx).is_multiple_of(stride);
             eprintln!(
                 "perplexity: {} tokens, {n_chunks} windows of {n_ctx} every {stride}, scoring the \
                  last {stride} of each{}",
