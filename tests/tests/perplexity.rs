@@ -177,33 +177,11 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
         let tokens = token_stream(m, 7 * n_ctx + 5);
         let mut state = State::new(m, n_ctx).expect("state");
         let bos = Some(1);
-        let mut chunked = vec![None; tokens.len()];
-        perplexity(
-            m,
-            &mut state,
-            store,
-            &par,
-            &tokens,
-            n_ctx,
-            bos,
-            None,
-            |i, nll| chunked[i] = Some(nll),
-        )
-        .expect("chunks");
-        let mut strided = vec![Vec::new(); tokens.len()];
-        let r = perplexity_strided(
-            m,
-            &mut state,
-            store,
-            &par,
-            &tokens,
-            n_ctx,
-            stride,
-            bos,
-            None,
-            |i, nll| strided[i].push(nll),
-        )
-        .expect("strided");
+        let score = |tokens: &[u32], stride, state: &mut State| {
+            scores(m, state, store, &par, tokens, n_ctx, stride, bos, None)
+        };
+        let (_, chunked) = score(&tokens, None, &mut state);
+        let (r, strided) = score(&tokens, Some(stride), &mut state);
         // 13 whole windows (the last ends at token 224), then one for the 5 tokens after them.
         assert_eq!(r.n_chunks, 14);
         for (i, s) in strided.iter().enumerate() {
@@ -213,29 +191,18 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
         assert_eq!(r.n_scored, tokens.len() - (n_ctx - stride));
         // The tail window is the text's last n_ctx tokens: its targets score as they do there.
         let tail = &tokens[tokens.len() - n_ctx..];
-        let mut alone = vec![None; n_ctx];
-        perplexity_strided(
-            m,
-            &mut state,
-            store,
-            &par,
-            tail,
-            n_ctx,
-            stride,
-            bos,
-            None,
-            |i, nll| alone[i] = Some(nll),
-        )
-        .expect("tail alone");
+        let (_, alone) = score(tail, Some(stride), &mut state);
         for i in tokens.len() - 5..tokens.len() {
-            let a = alone[i - (tokens.len() - n_ctx)].expect("scored alone");
+            let a = *alone[i - (tokens.len() - n_ctx)]
+                .first()
+                .expect("scored alone");
             assert_eq!(strided[i][0].to_bits(), a.to_bits(), "tail token {i}");
         }
         // Even windows start at chunk starts: their scored tokens that the chunk method also
         // scores (its second halves) have the same log-likelihood.
         let mut compared = 0;
         for (i, c) in chunked.iter().enumerate() {
-            let (Some(c), [s]) = (c, &strided[i][..]) else {
+            let (Some(c), [s]) = (c.first(), &strided[i][..]) else {
                 continue;
             };
             if (i - 1) / n_ctx * n_ctx % (2 * stride) == 0 {
@@ -286,6 +253,32 @@ fn strided_windows_score_every_token_once_and_agree_with_chunks() {
     });
 }
 
+/// Scores `tokens` in chunks (`stride` None) or strided windows, and collects what the scorer
+/// reports of each token: one log-likelihood per time it is scored.
+#[allow(clippy::too_many_arguments)]
+fn scores(
+    m: &smolrun_core::model::Model,
+    state: &mut State,
+    store: &dyn smolrun_core::model::WeightStore,
+    par: &ScopedThreads,
+    tokens: &[u32],
+    n_ctx: usize,
+    stride: Option<usize>,
+    bos: Option<u32>,
+    join: Option<&smolrun_core::model::perplexity::JoinPieces>,
+) -> (smolrun_core::model::PerplexityResult, Vec<Vec<f64>>) {
+    let mut nll = vec![Vec::new(); tokens.len()];
+    let on_token = |i: usize, v: f64| nll[i].push(v);
+    let r = match stride {
+        Some(s) => smolrun_core::model::perplexity_strided(
+            m, state, store, par, tokens, n_ctx, s, bos, join, on_token,
+        ),
+        None => perplexity(m, state, store, par, tokens, n_ctx, bos, join, on_token),
+    }
+    .expect("scored");
+    (r, nll)
+}
+
 /// A deterministic stream of `n` ids that covers the vocabulary evenly.
 fn token_stream(m: &smolrun_core::model::Model, n: usize) -> Vec<u32> {
     (0..n)
@@ -318,32 +311,18 @@ fn joined_pieces_are_read_as_the_joined_token() {
         };
         let bos = Some(1);
         let mut state = State::new(m, n_ctx).expect("state");
-        let mut joined = vec![None; tokens.len()];
-        perplexity(
+        let (_, joined) = scores(
             m,
             &mut state,
             store,
             &par,
             &tokens,
             n_ctx,
+            None,
             bos,
             Some(&join),
-            |i, nll| joined[i] = Some(nll),
-        )
-        .expect("joined");
-        let mut plain = vec![None; tokens.len()];
-        perplexity(
-            m,
-            &mut state,
-            store,
-            &par,
-            &tokens,
-            n_ctx,
-            bos,
-            None,
-            |i, nll| plain[i] = Some(nll),
-        )
-        .expect("plain");
+        );
+        let (_, plain) = scores(m, &mut state, store, &par, &tokens, n_ctx, None, bos, None);
 
         // The contexts the scorer must have read in the first chunk.
         let mut pieces: Vec<u32> = tokens[..n_ctx - 1].to_vec();
@@ -372,15 +351,15 @@ fn joined_pieces_are_read_as_the_joined_token() {
                 (t - 2, &from_x[t - 2])
             };
             let want = lse - logits[tokens[t] as usize] as f64;
-            let got = joined[t].expect("scored");
+            let got = *joined[t].first().expect("scored");
             assert!(
                 (got - want).abs() < 1e-3,
                 "target {t} (context index {j}): scored {got}, the context reads {want}"
             );
             if t <= 21 {
-                assert_eq!(got, plain[t].unwrap(), "target {t} precedes the join");
+                assert_eq!(got, plain[t][0], "target {t} precedes the join");
             }
-            moved = moved.max((got - plain[t].unwrap()).abs());
+            moved = moved.max((got - plain[t][0]).abs());
         }
         assert!(moved > 0.01, "the join changed no log-likelihood ({moved})");
         // The second chunk has no pair to join: scored as without joining.
