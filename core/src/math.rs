@@ -302,7 +302,11 @@ pub fn gelu_tanh_exact(x: f32) -> f32 {
 fn gelu_tanh_arg(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const GELU_COEF_A: f32 = 0.044715;
-    SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)
+    // `1 + a*x*x` as one fused multiply-add: llama.cpp's C expression is compiled with
+    // contraction (GCC and clang contract by default where the target has FMA), and its table
+    // holds what that gives. Rounded twice instead, the entry at -1.999 lands on the other
+    // side of an f16 tie, and Gemma 3 hits it in our golden texts.
+    SQRT_2_OVER_PI * x * libm::fmaf(GELU_COEF_A * x, x, 1.0)
 }
 
 /// [`gelu_tanh_exact`] once its tanh `t` is known.
