@@ -1,6 +1,8 @@
 //! Teacher-forced logits against llama.cpp (tests/golden/<model>/logits.json): at every position
 //! of the reference texts, our top-1 must equal the reference's wherever the reference's top-2
-//! margin exceeds 0.1, and the mean KL divergence over {top-20 ids, rest} must stay below 0.005.
+//! margin exceeds 0.1 (except at no more positions than llama.cpp's own unrepacked run changes
+//! its top-1, see `reference_own_top1_changes`), and the mean KL divergence over {top-20 ids,
+//! rest} must stay below 0.005.
 //! Run in release mode: `cargo test --release -p smolrun-tests --test logits`.
 
 use smolrun_core::model::State;
@@ -9,21 +11,51 @@ use smolrun_tests::*;
 const MIN_MARGIN: f32 = 0.1;
 const MAX_MEAN_KL: f64 = 0.005;
 
-/// Positions where our top-1 may differ although the reference's margin exceeds MIN_MARGIN.
-/// Zero except where measured otherwise: llama.cpp's x86 kernels sum in an order (AVX-512
-/// lanes, tiled batch GEMMs) that smolrun's scalar kernels do not reproduce, and Gemma 3's and
-/// Qwen2.5's activation outliers turn those last-bit differences into whole Q8 rounding steps.
-/// Each allowance is the measured count; tighten it when the kernels get closer.
-fn allowed_top1_misses(model: &str) -> usize {
-    match model {
-        // (text 2, position 70): reference margin 0.25; we pick its second token, 44993, which
-        // is also llama.cpp's own top-1 there when it runs without repacked weights
-        // (use_extra_bufts = false: 4 of these 202 positions change their top-1 that way).
-        "gemma3-270m" => 1,
-        // (text 2, position 6): reference margin 0.14
-        "qwen2.5-coder-0.5b" => 1,
-        _ => 0,
+/// How many positions (with a reference margin over MIN_MARGIN) llama.cpp's own top-1 changes
+/// at when it runs the weights unrepacked (logits-norepack.json, real models): the most top-1
+/// differences we may have. Its x86 kernels sum in orders (AVX-512 lanes, tiled batch GEMMs,
+/// repacked layouts) that smolrun's kernels do not reproduce; in these quantized models a
+/// last-bit difference now and then becomes a whole Q8 rounding step (an activation at 62.5
+/// +- 1e-5 in one layer of one token, say), and the texts' later positions, which read that
+/// token, move by up to a few tenths of a logit. Where llama.cpp is not stable against its
+/// own other layout, no implementation that is not bit-identical to it can be. The synthetic
+/// models have no such file: zero.
+fn reference_own_top1_changes(model: &str, reference: &serde_json::Value) -> usize {
+    let path = golden_dir(model).join("logits-norepack.json");
+    if !path.exists() {
+        return 0;
     }
+    let other = golden(model, "logits-norepack.json");
+    let (texts, other_texts) = (
+        reference["texts"].as_array().expect("texts"),
+        other["texts"].as_array().expect("texts"),
+    );
+    assert_eq!(
+        texts.len(),
+        other_texts.len(),
+        "{model}: logits-norepack.json has other texts"
+    );
+    let mut changes = Vec::new();
+    for (ti, (t, o)) in texts.iter().zip(other_texts).enumerate() {
+        assert_eq!(
+            t["tokens"], o["tokens"],
+            "{model}: text {ti} tokenized differently"
+        );
+        for (i, (top, other_top)) in t["top"]
+            .as_array()
+            .expect("top")
+            .iter()
+            .zip(o["top"].as_array().expect("top"))
+            .enumerate()
+        {
+            let logit = |k: usize| top[k][1].as_f64().expect("logit");
+            if logit(0) - logit(1) > MIN_MARGIN as f64 && top[0][0] != other_top[0][0] {
+                changes.push((ti, i));
+            }
+        }
+    }
+    println!("  llama.cpp unrepacked changes its top-1 at (text, position): {changes:?}");
+    changes.len()
 }
 
 fn check_logits(model: &str) {
@@ -86,9 +118,11 @@ fn check_logits(model: &str) {
         if !disagreements.is_empty() {
             println!("  top-1 differs at (text, position, reference (id, logit), ours, our logit): {disagreements:?}");
         }
+        let allowed = reference_own_top1_changes(model, &golden_path);
         assert!(
-            disagreements.len() <= allowed_top1_misses(model),
-            "{model}: top-1 differs from llama.cpp at (text, position, reference (id, logit), ours, our logit): {disagreements:?}"
+            disagreements.len() <= allowed,
+            "{model}: top-1 differs from llama.cpp at (text, position, reference (id, logit), ours, our logit): \
+             {disagreements:?}, more often than llama.cpp's own unrepacked run ({allowed})"
         );
         assert!(
             mean_kl < MAX_MEAN_KL,

@@ -2,6 +2,10 @@
 //
 //   golden --model M.gguf --name NAME --texts texts.json [--corpus corpus.json] --out DIR
 //
+//   golden --model M.gguf --name NAME --texts texts.json --no-repack --out DIR
+//                                        (only logits-norepack.json: logits.json's texts with the
+//                                         weights not repacked, llama.cpp's other CPU layout)
+//
 //   golden --model M.gguf --name NAME --texts texts.json --self-check   (prints llama.cpp's own
 //                                                                      batch-vs-sequential noise)
 //
@@ -453,6 +457,7 @@ int main(int argc, char ** argv) {
     std::string model_path, name, texts_path, corpus_path, out_dir, ppl_text;
     int ppl_ctx = 128;
     bool only_self_check = false;
+    bool no_repack = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -465,9 +470,10 @@ int main(int argc, char ** argv) {
         else if (a == "--corpus") corpus_path = value();
         else if (a == "--out") out_dir = value();
         else if (a == "--self-check") only_self_check = true;
+        else if (a == "--no-repack") no_repack = true;
         else if (a == "--ppl-text") ppl_text = value();
         else if (a == "--ppl-ctx") ppl_ctx = std::atoi(value().c_str());
-        else die("unknown argument " + a + " (usage: golden --model M.gguf --name NAME {--texts texts.json [--corpus corpus.json] | --ppl-text TEXT [--ppl-ctx N]} --out DIR)");
+        else die("unknown argument " + a + " (usage: golden --model M.gguf --name NAME {--texts texts.json [--corpus corpus.json] [--no-repack] | --ppl-text TEXT [--ppl-ctx N]} --out DIR)");
     }
     if (only_self_check && out_dir.empty()) out_dir = "-";
     if (!ppl_text.empty() && (ppl_ctx < 4 || ppl_ctx % 2 != 0)) die("--ppl-ctx must be an even number >= 4");
@@ -480,6 +486,9 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     llama_model_params mparams = llama_model_default_params();
     mparams.n_gpu_layers = 0;
+    // --no-repack: the weights as the file has them, without the CPU backend's repacked layouts
+    // (another summation order in the batched matmuls); everything else as by default.
+    if (no_repack) mparams.use_extra_bufts = false;
     llama_model * model = llama_model_load_from_file(model_path.c_str(), mparams);
     if (!model) die("cannot load model " + model_path);
     const llama_vocab * vocab = llama_model_get_vocab(model);
@@ -503,6 +512,7 @@ int main(int argc, char ** argv) {
                            ",\"add_bos\":" + (llama_vocab_get_add_bos(vocab) ? "true" : "false") +
                            ",\"bos\":" + std::to_string(llama_vocab_bos(vocab)) +
                            ",\"eos\":" + std::to_string(llama_vocab_eos(vocab)) +
+                           (no_repack ? ",\"use_extra_bufts\":false" : "") +
                            ",\"texts_tokenized_with\":{\"add_special\":true,\"parse_special\":true}}";
 
     if (!ppl_text.empty()) {
@@ -514,6 +524,15 @@ int main(int argc, char ** argv) {
     }
     if (only_self_check) {
         self_check(ctx, vocab, texts);
+        return 0;
+    }
+    if (no_repack) {
+        // Only the teacher-forced logits: the reference's own disagreement with its default
+        // configuration, the yardstick tests/tests/logits.rs holds us to.
+        write_logits(ctx, vocab, name, texts, settings, out_dir + "/logits-norepack.json");
+        llama_free(ctx);
+        llama_model_free(model);
+        llama_backend_free();
         return 0;
     }
     if (!corpus_path.empty()) write_tokenize(vocab, name, read_json(corpus_path), settings, out_dir + "/tokenize.json");

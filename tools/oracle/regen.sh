@@ -5,6 +5,8 @@
 # (tools/fetch-models.sh all), write the synthetic models (tools/oracle/synth_model.py), compile
 # tools/oracle/golden.cpp against the build, then for each model write
 #   tests/golden/<model>/{tokenize,logits,greedy}.json   (tools/oracle/golden)
+#   tests/golden/<model>/logits-norepack.json            (tools/oracle/golden --no-repack: logits.json
+#                                                         without repacked weights, real models only)
 #   tests/golden/<model>/ppl-tokens.json                 (tools/oracle/golden --ppl-text: the tokens
 #                                                         llama-perplexity scores and each one's NLL)
 #   tests/golden/<model>/perplexity.json                 (llama-perplexity, real models only; its PPL
@@ -77,6 +79,9 @@ open(out, "a").write("\n")
 PY
       ;;
     *)
+      # the same logits without repacked weights: how often llama.cpp's top-1 changes with its
+      # own CPU layout, the yardstick tests/tests/logits.rs holds us to
+      (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json --no-repack --out "$out")
       (cd "$repo" && "$golden" --model "$file" --name "$m" --ppl-text tests/golden/ppl-text.txt --ppl-ctx 128 --out "$out")
       log=$cache/perplexity-$m.log
       (cd "$repo" && "$bin/llama-perplexity" -m "$file" -f tests/golden/ppl-text.txt -c 128 -t $threads) >"$log" 2>&1 \
