@@ -8,7 +8,7 @@ never tensor data.
     tools/quant-golden.py [gemma3-270m] [qwen2.5-coder-0.5b] [qwen2.5-coder-1.5b]
     tools/quant-golden.py --check-blocks
 
---check-blocks cross-checks tests/golden/quant-blocks.json (written by tools/oracle/quant_ref.sh
+--check-blocks cross-checks tests/golden/quant-blocks.json (written by tools/oracle/ggml_ref.sh quant_ref
 from libggml) with gguf-py: every block case of a type gguf-py can decode must dequantize to
 the same bits, so the two references agree with each other before smolrun is held to them.
 

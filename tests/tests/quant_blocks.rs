@@ -1,5 +1,5 @@
 //! core::quant against ggml itself, block by block: tests/golden/quant-blocks.json is written by
-//! tools/oracle/quant_ref.sh from the reference engine's libggml. It covers every weight type
+//! tools/oracle/ggml_ref.sh quant_ref from the reference engine's libggml. It covers every weight type
 //! smolrun dots, including those the gguf Python package cannot decode (Q1_0, Q2_0), with
 //! blocks quantized by ggml, random bytes, zero/negative scales and extreme values.
 //!
@@ -15,7 +15,7 @@ fn golden() -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden/quant-blocks.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "cannot read {}: {e}; regenerate it with tools/oracle/quant_ref.sh",
+            "cannot read {}: {e}; regenerate it with tools/oracle/ggml_ref.sh quant_ref",
             path.display()
         )
     });

@@ -2,7 +2,8 @@
 // every GELU/GEGLU activation of an f32 input in (-10, 10): entry i holds the f16 bits of
 // GELU(x) for the f16 input with bits i. 65536 little-endian u16, 128 KiB.
 //   gelu_table OUT.bin
-// Our program: it only calls ggml_cpu_init (which fills the table) and copies the table out.
+// Built and run by tools/oracle/ggml_ref.sh gelu_table. Our program: it only calls ggml_cpu_init
+// (which fills the table) and copies the table out.
 #include <stdint.h>
 #include <stdio.h>
 

@@ -10,7 +10,7 @@
 // large values). Floats are written as hex of their little-endian f32 bytes, so they compare
 // bit for bit; dot results as decimal (they are compared with a tolerance).
 //
-// Built and run by tools/oracle/quant_ref.sh. Our own code: it only calls ggml's public API
+// Built and run by tools/oracle/ggml_ref.sh quant_ref. Our own code: it only calls ggml's public API
 // and exported symbols.
 
 #include "ggml.h"
