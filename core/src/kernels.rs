@@ -331,6 +331,8 @@ pub struct KernelSet {
     /// Attention of one query head over the f16 KV cache: `math::attention_head` or a SIMD
     /// face of it with the same bits.
     attention: AttentionHeadFn,
+    /// SwiGLU of one FFN row: `math::swiglu` or a SIMD face of it with the same bits.
+    swiglu: fn(&mut [f32], &[f32]),
 }
 
 impl KernelSet {
@@ -342,6 +344,7 @@ impl KernelSet {
             weights: SCALAR_WEIGHTS,
             quantizers: SCALAR_QUANTIZERS,
             attention: math::attention_head,
+            swiglu: math::swiglu,
         }
     }
 
@@ -384,6 +387,11 @@ impl KernelSet {
     /// Attention of one query head (see `math::attention_head`), the face this CPU runs.
     pub fn attention(&self) -> AttentionHeadFn {
         self.attention
+    }
+
+    /// SwiGLU of one FFN row (see `math::swiglu`), the face this CPU runs.
+    pub fn swiglu(&self) -> fn(&mut [f32], &[f32]) {
+        self.swiglu
     }
 
     /// The kernels for weights of type `ty`; `Unsupported` for a type with no matvec.
@@ -657,19 +665,26 @@ mod x86_64 {
 // =============================================================================================
 // Attention over the f16 KV cache: the SIMD loops of `math::attention_head_with`, bit for bit
 // the scalar `math::attention_head` (x86-64: AVX2 + FMA + F16C; aarch64: ARMv8.0 NEON, one
-// face for every core). Tested against the scalar code at the bottom of this file.
+// face for every core); and SwiGLU (`math::swiglu`, its `libm::expf` lane by lane). Tested
+// against the scalar code at the bottom of this file.
 // =============================================================================================
 #[cfg(target_arch = "x86_64")]
 mod attention_simd {
     use super::KernelSet;
     use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
     use crate::platform::CpuFeatures;
-    use smolrun_kernels::x86_64::{attention as k, avx2_fma_f16c_usable};
+    use smolrun_kernels::x86_64::{attention as k, avx2_fma_f16c_usable, exp};
 
     pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
         if features.avx2 && features.fma && features.f16c && avx2_fma_f16c_usable() {
             set.attention = attention_head_avx2;
+            set.swiglu = swiglu_avx2;
         }
+    }
+
+    fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
+        // SAFETY: installed only after `avx2_fma_f16c_usable()` confirmed AVX2.
+        unsafe { exp::swiglu(gate, up) }
     }
 
     // SAFETY (the loops below): reachable only through `attention_head_avx2`, which `install`
@@ -709,11 +724,12 @@ mod attention_simd {
     use super::KernelSet;
     use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
     use crate::platform::CpuFeatures;
-    use smolrun_kernels::aarch64::attention as k;
+    use smolrun_kernels::aarch64::{attention as k, exp};
 
     pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
         if features.neon {
             set.attention = attention_head_neon;
+            set.swiglu = exp::swiglu;
         }
     }
 
@@ -2494,5 +2510,74 @@ mod attention_tests {
             }
         }
         println!("f16 accumulation: {compared} sums equal to f16(libm::fmaf)");
+    }
+
+    /// SwiGLU inputs: every 4099th f32 bit pattern (all signs, NaNs, infinities, subnormals),
+    /// a fine sweep over the range where e^-x goes from overflow through the normal range to
+    /// underflow, and the edges of each of the scalar `expf`'s branches.
+    fn swiglu_inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (0..=u32::MAX).step_by(4099).map(f32::from_bits).collect();
+        let mut x = -110.0f32;
+        while x < 110.0 {
+            xs.push(x);
+            x += 0.000_977;
+        }
+        let edges = [
+            103.972_08f32,
+            87.336_55,
+            88.722_83,
+            0.346_573_6,
+            1.039_720_7,
+            6.103_515_6e-5,
+            0.0,
+        ];
+        for edge in edges {
+            for e in [edge, -edge] {
+                for k in -3i32..=3 {
+                    xs.push(f32::from_bits(e.to_bits().wrapping_add_signed(k)));
+                }
+            }
+        }
+        xs
+    }
+
+    #[test]
+    fn swiglu_face_gives_the_scalar_bits() {
+        let set = KernelSet::select(&tests_features());
+        let xs = swiglu_inputs();
+        let mut rng = XorShift(0x5191_u64);
+        let up: Vec<f32> = (0..xs.len())
+            .map(|i| match i % 5 {
+                0 => 1.0,
+                1 => (rng.unit() * 2.0 - 1.0) * 8.0,
+                2 => -0.0,
+                3 => 1e-30,
+                _ => 3.0e30,
+            })
+            .collect();
+        // Every length 0..=17 for the tails, then everything at once.
+        for len in (0..=17).chain([xs.len()]) {
+            let mut want = xs[..len].to_vec();
+            let mut got = want.clone();
+            math::swiglu(&mut want, &up[..len]);
+            (set.swiglu())(&mut got, &up[..len]);
+            for (i, (&w, &g)) in want.iter().zip(&got).enumerate() {
+                // NaN inputs give NaN on both sides; which NaN is the hardware's choice.
+                assert!(
+                    w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
+                    "swiglu({}, up {}) = {g:e} ({:#x}), scalar {w:e} ({:#x}) [{}]",
+                    xs[i],
+                    up[i],
+                    g.to_bits(),
+                    w.to_bits(),
+                    set.name()
+                );
+            }
+        }
+        println!(
+            "swiglu ({}): {} inputs equal to the scalar bits",
+            set.name(),
+            xs.len()
+        );
     }
 }

@@ -320,6 +320,14 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + libm::expf(-x))
 }
 
+/// `gate[i] = silu(gate[i]) * up[i]`: the SwiGLU of one token's FFN row. The scalar face of
+/// `KernelSet::swiglu`.
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(*g) * u;
+    }
+}
+
 /// `x` rounded to the nearest integer, ties to even, exact for |x| < 2^22 and for infinities
 /// and NaN (returned as they are). Adding 1.5 * 2^23 moves the fraction bits out of the
 /// significand, and that f32 addition rounds half to even; subtracting it again is exact.

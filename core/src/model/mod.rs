@@ -169,6 +169,8 @@ pub struct Model {
     pub kernels_name: &'static str,
     /// Attention of one query head, the kernel set's face of `math::attention_head`.
     pub attention: math::AttentionHeadFn,
+    /// SwiGLU of one token's FFN row, the kernel set's face of `math::swiglu`.
+    pub swiglu: fn(&mut [f32], &[f32]),
     /// GELU by table lookup (Gemma), built once here rather than a `tanhf` per element.
     pub gelu: Option<Arc<math::GeluTable>>,
 }
@@ -384,6 +386,7 @@ impl Model {
             rope_freqs,
             kernels_name: kernels.name(),
             attention: kernels.attention(),
+            swiglu: kernels.swiglu(),
             gelu: (sw.activation == Activation::GeluTanh).then(|| Arc::new(math::GeluTable::new())),
         })
     }
@@ -905,12 +908,8 @@ impl Model {
             &mut s.tile,
             &mut s.hb2,
         )?;
-        let (activation, gelu) = (self.switches.activation, self.gelu.as_deref());
-        let act = |x: f32| match (activation, gelu) {
-            (Activation::Silu, _) => math::silu(x),
-            (Activation::GeluTanh, Some(table)) => table.gelu(x),
-            (Activation::GeluTanh, None) => math::gelu_tanh(x),
-        };
+        let (activation, gelu, swiglu) =
+            (self.switches.activation, self.gelu.as_deref(), self.swiglu);
         if let Some(f) = s.tap {
             for t in 0..n {
                 f("ffn_gate", l, row(&s.hb, n_ff, t));
@@ -922,9 +921,20 @@ impl Model {
         per_token(par, n, &|_, t| {
             // SAFETY: token t's row is written by this worker only.
             let gate = unsafe { gates.slice(t * n_ff, n_ff) };
-            gate.iter_mut()
-                .zip(row(ups, n_ff, t))
-                .for_each(|(g, u)| *g = act(*g) * u);
+            let up = row(ups, n_ff, t);
+            match (activation, gelu) {
+                (Activation::Silu, _) => swiglu(gate, up),
+                (Activation::GeluTanh, Some(table)) => {
+                    gate.iter_mut()
+                        .zip(up)
+                        .for_each(|(g, u)| *g = table.gelu(*g) * u);
+                }
+                (Activation::GeluTanh, None) => {
+                    gate.iter_mut()
+                        .zip(up)
+                        .for_each(|(g, u)| *g = math::gelu_tanh(*g) * u);
+                }
+            }
         });
         for t in 0..n {
             s.tap("ffn_act", l, row(&s.hb, n_ff, t));

@@ -41,6 +41,7 @@
 //! what `n`, the weight row and the activation row hold (like the scalar twins' `zip`).
 
 pub mod attention;
+pub mod exp;
 mod float;
 mod q4_0;
 mod q4_k;

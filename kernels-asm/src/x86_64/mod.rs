@@ -22,6 +22,7 @@ pub mod avx2_k;
 pub mod avx2_q0;
 pub mod avx512_k;
 pub mod avx512_q0;
+pub mod exp;
 
 use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
 
