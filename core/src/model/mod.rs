@@ -924,16 +924,9 @@ impl Model {
             let up = row(ups, n_ff, t);
             match (activation, gelu) {
                 (Activation::Silu, _) => swiglu(gate, up),
-                (Activation::GeluTanh, Some(table)) => {
-                    gate.iter_mut()
-                        .zip(up)
-                        .for_each(|(g, u)| *g = table.gelu(*g) * u);
-                }
-                (Activation::GeluTanh, None) => {
-                    gate.iter_mut()
-                        .zip(up)
-                        .for_each(|(g, u)| *g = math::gelu_tanh(*g) * u);
-                }
+                (Activation::GeluTanh, _) => gate.iter_mut().zip(up).for_each(|(g, u)| {
+                    *g = gelu.map_or_else(|| math::gelu_tanh(*g), |t| t.gelu(*g)) * u
+                }),
             }
         });
         for t in 0..n {
