@@ -6,15 +6,17 @@
 //! that are new since the last turn (the longest common prefix is kept).
 
 use crate::chat_template::ChatTemplate;
-pub use crate::memory_guard::MemoryArgs;
 use crate::memory_guard::MemoryGuard;
+pub use crate::memory_guard::{MemoryArgs, WeightsMode};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
-use smolrun_core::model::{Family, Model, ModelError, ResidentStore, State, WeightStore};
-use smolrun_core::platform::{Parallel, SingleThread};
+use smolrun_core::model::{
+    Family, Model, ModelError, PreadStore, ResidentStore, State, TensorTable, WeightStore,
+};
+use smolrun_core::platform::{Parallel, ReadAt, SingleThread};
 use smolrun_core::sampler::{Sampler, SamplerParams};
 use smolrun_core::tokenizer::{StreamDecoder, Tokenizer};
-use smolrun_linux::MappedFile;
+use smolrun_linux::{FileReader, MappedFile};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -24,8 +26,81 @@ pub const DEFAULT_CTX: usize = 4096;
 
 const SHORT_NAMES: &str = "gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b";
 
-/// Resolves `-m` and maps the file. A missing model says how to get one.
-pub fn open_model(name_or_path: &str) -> Result<(PathBuf, MappedFile), String> {
+/// A model file as the run reaches it: mapped whole, or not mapped at all (its header read
+/// into memory, its tensors read with pread by the store).
+pub enum ModelFile {
+    Mapped(MappedFile),
+    Unmapped {
+        reader: FileReader,
+        /// The first bytes of the file, enough to hold its whole header.
+        header: Vec<u8>,
+    },
+}
+
+impl ModelFile {
+    /// The bytes to parse the header from: the whole mapping, or the header prefix.
+    pub fn header_bytes(&self) -> &[u8] {
+        match self {
+            ModelFile::Mapped(m) => m.bytes(),
+            ModelFile::Unmapped { header, .. } => header,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        match self {
+            ModelFile::Mapped(m) => m.bytes().len() as u64,
+            ModelFile::Unmapped { reader, .. } => reader.len(),
+        }
+    }
+
+    pub fn mapped(&self) -> Option<&MappedFile> {
+        match self {
+            ModelFile::Mapped(m) => Some(m),
+            ModelFile::Unmapped { .. } => None,
+        }
+    }
+
+    /// What the memory guard counts for the weights instead of the plan's (None: mapped, the
+    /// plan's own numbers): a pread store's scratch buffer.
+    pub fn weights_held(&self, gguf: &Gguf) -> Option<u64> {
+        match self {
+            ModelFile::Mapped(_) => None,
+            ModelFile::Unmapped { .. } => Some(TensorTable::new(gguf).largest_weight()),
+        }
+    }
+}
+
+/// The header prefix read first when the file is not mapped; doubled until the header parses.
+const FIRST_HEADER_READ: usize = 1 << 20;
+
+/// Reads the first bytes of `reader` until they hold the whole GGUF header (a prefix that
+/// parses). A file that is not GGUF fails at the first read, not after reading it all.
+fn read_header(path: &Path, reader: &FileReader) -> Result<Vec<u8>, String> {
+    let file_len = reader.len();
+    let mut want = FIRST_HEADER_READ as u64;
+    loop {
+        let len = want.min(file_len) as usize;
+        let mut prefix = vec![0u8; len];
+        reader
+            .read_at(0, &mut prefix)
+            .map_err(|e| smolrun_linux::describe_io_error(&e))?;
+        match Gguf::parse_header(&prefix, file_len) {
+            Ok(_) => return Ok(prefix),
+            Err(e) if e.wants_more_bytes() && (len as u64) < file_len => want *= 2,
+            Err(e) => {
+                return Err(format!(
+                    "{} is not a readable GGUF model file: {e}",
+                    path.display()
+                ))
+            }
+        }
+    }
+}
+
+/// Resolves `-m` and opens the file as `--weights` says: mapped, or (`pread`, or `auto` with a
+/// file bigger than the address space this process may map) with only its header read. A
+/// missing model says how to get one.
+pub fn open_model(name_or_path: &str, mode: WeightsMode) -> Result<(PathBuf, ModelFile), String> {
     let path = crate::models::resolve(name_or_path)?;
     if !path.exists() {
         return Err(format!(
@@ -43,14 +118,41 @@ pub fn open_model(name_or_path: &str) -> Result<(PathBuf, MappedFile), String> {
     let file_len = std::fs::metadata(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?
         .len();
-    crate::platform::check_address_space(&path, file_len, crate::platform::address_space_budget())?;
-    let file = MappedFile::open(&path)?;
+    let budget = crate::platform::address_space_budget();
+    let fits = crate::platform::check_address_space(&path, file_len, budget);
+    let map = match (mode, fits, budget) {
+        (WeightsMode::Pread, ..) => false,
+        (WeightsMode::Resident, fits, _) => {
+            fits?;
+            true
+        }
+        (WeightsMode::Auto, Ok(()), _) | (WeightsMode::Auto, Err(_), None) => true,
+        (WeightsMode::Auto, Err(_), Some((budget, who))) => {
+            eprintln!(
+                "smolrun: {} is {} MB, more than the {} MB of address space {who} leaves for a \
+                 model file: its weights are read with pread instead of mapped (--weights \
+                 pread; slow: a smaller model or quantization runs much faster)",
+                path.display(),
+                file_len / 1_000_000,
+                budget.for_file() / 1_000_000
+            );
+            false
+        }
+    };
+    let file = if map {
+        ModelFile::Mapped(MappedFile::open(&path)?)
+    } else {
+        let reader = FileReader::open(&path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
+        let header = read_header(&path, &reader)?;
+        ModelFile::Unmapped { reader, header }
+    };
     Ok((path, file))
 }
 
-/// Parses the mapped file as GGUF; the error names the file.
-pub fn parse_gguf<'a>(path: &Path, file: &'a MappedFile) -> Result<Gguf<'a>, String> {
-    Gguf::parse(file.bytes())
+/// Parses the model's header (from the mapping, or from the prefix read); the error names the
+/// file.
+pub fn parse_gguf<'a>(path: &Path, file: &'a ModelFile) -> Result<Gguf<'a>, String> {
+    Gguf::parse_header(file.header_bytes(), file.len())
         .map_err(|e| format!("{} is not a readable GGUF model file: {e}", path.display()))
 }
 
@@ -117,7 +219,7 @@ pub struct Engine<'g> {
     pub gguf: &'g Gguf<'g>,
     pub model: Model,
     pub tokenizer: Tokenizer,
-    store: ResidentStore<'g, 'g>,
+    store: Box<dyn WeightStore + 'g>,
     par: Box<dyn Parallel>,
     state: State,
     /// The tokens whose keys and values are in the cache, in order.
@@ -138,6 +240,7 @@ pub struct Engine<'g> {
 pub fn check_memory(
     path: &Path,
     gguf: &Gguf,
+    file: &ModelFile,
     n_ctx: Option<usize>,
     args: &MemoryArgs,
 ) -> Result<Option<MemoryGuard>, String> {
@@ -145,15 +248,19 @@ pub fn check_memory(
         .map(|hp| hp.n_ctx_train)
         .unwrap_or(usize::MAX);
     let n_ctx = context_length(path, trained, n_ctx)?;
-    crate::memory_guard::check_memory(path, gguf, n_ctx, args)
+    crate::memory_guard::check_memory(path, gguf, n_ctx, args, file.weights_held(gguf))
 }
 
 /// Run after [`Engine::load`]: an embedding table that is not the LM head is advised
 /// MADV_RANDOM, so that reading a row does not read ahead the rows around it, and the pages of
 /// it that loading read ahead (around the header and the norms next to it) are dropped from
 /// the page cache. Its rows are then read one by one from flash.
-pub fn leave_embeddings_on_flash(file: &MappedFile, gguf: &Gguf) -> Result<(), String> {
-    crate::memory_guard::leave_embeddings_on_flash(file, gguf)
+pub fn leave_embeddings_on_flash(file: &ModelFile, gguf: &Gguf) -> Result<(), String> {
+    match file.mapped() {
+        Some(mapped) => crate::memory_guard::leave_embeddings_on_flash(mapped, gguf),
+        // Nothing mapped: a row read with pread leaves nothing behind but reclaimable cache.
+        None => Ok(()),
+    }
 }
 
 /// Model setup copies the small vectors (norms, biases) out of the file; they lie between the
@@ -212,6 +319,7 @@ impl<'g> Engine<'g> {
     pub fn load(
         path: &Path,
         gguf: &'g Gguf<'g>,
+        file: &'g ModelFile,
         n_ctx: Option<usize>,
         threads: usize,
     ) -> Result<Engine<'g>, String> {
@@ -236,7 +344,7 @@ impl<'g> Engine<'g> {
             let thread = std::thread::Builder::new()
                 .name("smolrun-tokenizer".into())
                 .spawn_scoped(scope, build);
-            let rest = Self::load_weights(path, gguf, n_ctx, threads);
+            let rest = Self::load_weights(path, gguf, file, n_ctx, threads);
             let tokenizer = match thread {
                 Ok(handle) => handle
                     .join()
@@ -264,12 +372,14 @@ impl<'g> Engine<'g> {
 
     /// Everything of [`load`](Self::load) but the tokenizer: the model, the state for
     /// `n_ctx`, the weight store (with the repacked weights) and the thread pool.
+    #[allow(clippy::type_complexity)]
     fn load_weights(
         path: &Path,
         gguf: &'g Gguf<'g>,
+        file: &'g ModelFile,
         n_ctx: Option<usize>,
         threads: usize,
-    ) -> Result<(Model, State, ResidentStore<'g, 'g>, Box<dyn Parallel>), String> {
+    ) -> Result<(Model, State, Box<dyn WeightStore + 'g>, Box<dyn Parallel>), String> {
         let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
         // This CPU's fastest kernel set, chosen once here (every matrix keeps its own);
         // SMOLRUN_KERNELS=scalar forces the scalar reference, which is what the golden
@@ -282,21 +392,42 @@ impl<'g> Engine<'g> {
             _ => KernelSet::select(&crate::platform::cpu_features()),
         };
         let t = Instant::now();
-        prefetch_vectors(path, gguf);
-        let model = Model::load_with_kernels(gguf, &kernels).map_err(|e| at(&e))?;
-        phase_time("model setup", t);
+        let (model, store): (Model, Box<dyn WeightStore + 'g>) = match file {
+            ModelFile::Mapped(mapped) => {
+                prefetch_vectors(path, gguf);
+                let store = ResidentStore::over(mapped.bytes(), gguf).map_err(|e| at(&e))?;
+                let model = Model::load_from(gguf, &store, &kernels).map_err(|e| at(&e))?;
+                phase_time("model setup", t);
+                let t = Instant::now();
+                // Weights repacked for this CPU's interleaved kernels: mapped from the repack
+                // cache, or repacked now and cached (nothing where no kernel wants another
+                // layout).
+                let store = match crate::repack_cache::load_or_build(path, gguf, &model)? {
+                    Some(repacked) => store.with_repacked(repacked),
+                    None => store,
+                };
+                phase_time("repacked weights", t);
+                (model, Box::new(store))
+            }
+            ModelFile::Unmapped { reader, .. } => {
+                // One scratch buffer for the largest weight. It holds no repacked copies, so
+                // every kernel runs on the file layout, as `SMOLRUN_REPACK=0` does.
+                let scratch = TensorTable::new(gguf).largest_weight();
+                let scratch = usize::try_from(scratch).map_err(|_| {
+                    at(&format!(
+                        "a weight of {scratch} bytes is more than this process can hold"
+                    ))
+                })?;
+                let store = PreadStore::new(reader, gguf, scratch).map_err(|e| at(&e))?;
+                let model = Model::load_from(gguf, &store, &kernels).map_err(|e| at(&e))?;
+                phase_time("model setup (pread store)", t);
+                (model, Box::new(store))
+            }
+        };
         let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
         let t = Instant::now();
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
         phase_time("state", t);
-        let t = Instant::now();
-        // Weights repacked for this CPU's interleaved kernels: mapped from the repack cache,
-        // or repacked now and cached (nothing at all where no kernel wants another layout).
-        let store = match crate::repack_cache::load_or_build(path, gguf, &model)? {
-            Some(repacked) => ResidentStore::with_repacked(gguf, repacked),
-            None => ResidentStore::new(gguf),
-        };
-        phase_time("repacked weights", t);
         let t = Instant::now();
         let par = parallel(threads)?;
         phase_time("thread pool", t);
@@ -405,7 +536,13 @@ impl<'g> Engine<'g> {
         self.cached.truncate(keep);
         let new = &tokens[keep..];
         self.model
-            .forward_batch(&mut self.state, &self.store, self.par.as_ref(), new, keep)
+            .forward_batch(
+                &mut self.state,
+                self.store.as_ref(),
+                self.par.as_ref(),
+                new,
+                keep,
+            )
             .map_err(|e| format!("{}: {e}", self.path.display()))?;
         self.cached.extend_from_slice(new);
         Ok(new.len())
@@ -430,10 +567,13 @@ impl<'g> Engine<'g> {
             Some((n, id)) => (id, self.cached.len() - n),
             None => (token, self.cached.len()),
         };
-        if let Err(e) =
-            self.model
-                .forward(&mut self.state, &self.store, self.par.as_ref(), token, pos)
-        {
+        if let Err(e) = self.model.forward(
+            &mut self.state,
+            self.store.as_ref(),
+            self.par.as_ref(),
+            token,
+            pos,
+        ) {
             return Err(self.forward_error(e));
         }
         self.cached.truncate(pos);
@@ -466,7 +606,7 @@ impl<'g> Engine<'g> {
             &self.tokenizer,
             &self.model,
             &mut self.state,
-            &self.store,
+            self.store.as_ref(),
             self.par.as_ref(),
         )
     }
@@ -652,7 +792,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// Gemma 3 270M from the model directory (SMOLRUN_MODELS or the default), mapped.
-    pub(crate) fn gemma_file() -> (PathBuf, MappedFile) {
+    pub(crate) fn gemma_file() -> (PathBuf, ModelFile) {
         let dir = std::env::var_os("SMOLRUN_MODELS")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -665,7 +805,7 @@ pub(crate) mod tests {
             "{} is missing: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",
             path.display()
         );
-        let file = MappedFile::open(&path).unwrap();
+        let file = ModelFile::Mapped(MappedFile::open(&path).unwrap());
         (path, file)
     }
 
@@ -689,9 +829,9 @@ pub(crate) mod tests {
             .collect();
         std::fs::write(&ids_path, kept.join("\n")).unwrap();
         crate::cmd::head::prune_head(path.to_str().unwrap(), &ids_path, &pruned_path).unwrap();
-        let pruned = MappedFile::open(&pruned_path).unwrap();
+        let pruned = ModelFile::Mapped(MappedFile::open(&pruned_path).unwrap());
         let g = parse_gguf(&pruned_path, &pruned).unwrap();
-        let mut engine = Engine::load(&pruned_path, &g, Some(64), 1).unwrap();
+        let mut engine = Engine::load(&pruned_path, &g, &pruned, Some(64), 1).unwrap();
         let prompt = engine.tokenize("He turned to my friend and said, \"", true, false);
         let n = prompt.len();
 
@@ -720,7 +860,7 @@ pub(crate) mod tests {
     fn reusing_the_cached_prefix_gives_the_same_logits_as_a_fresh_run() {
         let (path, file) = gemma_file();
         let gguf = parse_gguf(&path, &file).unwrap();
-        let mut engine = Engine::load(&path, &gguf, Some(64), 1).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(64), 1).unwrap();
         let first = engine.tokenize("The cat sat on the mat.", true, false);
         let second = engine.tokenize("The cat sat on the sofa and slept.", true, false);
         let shared = first
@@ -749,11 +889,13 @@ pub(crate) mod tests {
     fn a_prompt_longer_than_the_context_is_refused() {
         let (path, file) = gemma_file();
         let gguf = parse_gguf(&path, &file).unwrap();
-        let mut engine = Engine::load(&path, &gguf, Some(4), 1).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(4), 1).unwrap();
         let tokens = engine.tokenize("one two three four five six", true, false);
         let err = engine.prefill(&tokens).unwrap_err();
         assert!(err.contains("context holds 4"), "{err}");
-        let err = Engine::load(&path, &gguf, Some(1 << 30), 1).err().unwrap();
+        let err = Engine::load(&path, &gguf, &file, Some(1 << 30), 1)
+            .err()
+            .unwrap();
         assert!(err.contains("trained on"), "{err}");
     }
 }

@@ -38,6 +38,21 @@ pub struct MemoryArgs {
     /// While generating, stop when less than this is left.
     #[arg(long = "mem-floor", value_name = "SIZE", value_parser = parse_size, default_value = "32M")]
     pub floor: u64,
+    /// How the weights are reached: `resident` maps the file; `pread` maps nothing and reads
+    /// each weight into one scratch buffer just before its matvec (slow; for a file bigger
+    /// than the address space); `auto` maps unless the file is bigger than the address space
+    /// this process may map (iOS, 32-bit, `ulimit -v`).
+    #[arg(long = "weights", value_enum, default_value_t = WeightsMode::Auto)]
+    pub weights: WeightsMode,
+}
+
+/// Where the weights live while running (`--weights`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightsMode {
+    #[default]
+    Auto,
+    Resident,
+    Pread,
 }
 
 impl Default for MemoryArgs {
@@ -46,6 +61,7 @@ impl Default for MemoryArgs {
             budget: None,
             no_guard: false,
             floor: 32 << 20,
+            weights: WeightsMode::Auto,
         }
     }
 }
@@ -205,6 +221,7 @@ pub fn check_memory(
     gguf: &Gguf,
     n_ctx: usize,
     args: &MemoryArgs,
+    weights_held: Option<u64>,
 ) -> Result<Option<MemoryGuard>, String> {
     let disabled_by_env = std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
     if args.no_guard || disabled_by_env {
@@ -217,7 +234,11 @@ pub fn check_memory(
     if Family::from_arch(&hp.arch).is_none() {
         return Ok(None);
     }
-    let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    let mut plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    if let Some(held) = weights_held {
+        // A store that maps nothing holds its scratch buffer, not the weights.
+        plan = plan.with_weights_held(held);
+    }
     let watch = MemoryWatch::new();
     let reading = watch.read();
     let (allowed, from_where) = match args.budget {

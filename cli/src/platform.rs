@@ -73,21 +73,49 @@ pub fn default_threads() -> usize {
     smolrun_linux::default_threads()
 }
 
+/// Environment variable that sets the address space a model file may take (e.g. `1.7G`), as
+/// if the platform imposed it: for trying what a tablet or a `ulimit -v` box does.
+pub const ADDRESS_SPACE_ENV: &str = "SMOLRUN_ADDRESS_SPACE";
+
 /// The address space this process may map for a model file, where that is tighter than the
 /// file: iOS 12 lets a process map about 1.7 GB in all; a 32-bit ARM Linux process has 3 GB
-/// of user address space, libraries and heap included. `None` on 64-bit Linux and Android.
+/// of user address space, libraries and heap included; `ulimit -v` (RLIMIT_AS) caps any Unix
+/// process; [`ADDRESS_SPACE_ENV`] sets one by hand. `None` on 64-bit Linux and Android without
+/// a limit.
 pub fn address_space_budget() -> Option<(AddressSpaceBudget, &'static str)> {
+    let with_limit = |limit: u64| AddressSpaceBudget {
+        limit,
+        ..AddressSpaceBudget::ios12()
+    };
+    if let Some(limit) = std::env::var(ADDRESS_SPACE_ENV)
+        .ok()
+        .and_then(|v| crate::memory_guard::parse_size(&v).ok())
+    {
+        return Some((with_limit(limit), "SMOLRUN_ADDRESS_SPACE"));
+    }
+    let rlimit = address_space_rlimit();
     if cfg!(target_os = "ios") {
         return Some((AddressSpaceBudget::ios12(), "an iOS 12 process"));
     }
     if cfg!(target_pointer_width = "32") {
-        let budget = AddressSpaceBudget {
-            limit: 3 << 30,
-            ..AddressSpaceBudget::ios12()
-        };
-        return Some((budget, "a 32-bit process"));
+        let limit = rlimit.map_or(3 << 30, |r| r.min(3 << 30));
+        return Some((with_limit(limit), "a 32-bit process"));
     }
-    None
+    rlimit.map(|limit| (with_limit(limit), "this process's RLIMIT_AS (ulimit -v)"))
+}
+
+/// The soft RLIMIT_AS, when one is set.
+fn address_space_rlimit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+    // rlim_t is 32 bits wide on some 32-bit targets.
+    #[allow(clippy::unnecessary_cast)]
+    let current = limit.rlim_cur as u64;
+    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(current)
 }
 
 /// Checks, before mapping, that a dense model file fits the address space `budget` leaves
@@ -144,10 +172,12 @@ mod tests {
         let room = AddressSpaceBudget::ios12().for_file() / (16 << 10) * (16 << 10);
         assert!(check_address_space(path, room, ios).is_ok());
         assert!(check_address_space(path, room + 1, ios).is_err());
-        // 64-bit Linux has no such budget.
+        // 64-bit Linux has no such budget (unless set by hand or by ulimit -v).
         assert_eq!(check_address_space(path, u64::MAX / 2, None), Ok(()));
         #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-        assert!(address_space_budget().is_none());
+        if std::env::var_os(ADDRESS_SPACE_ENV).is_none() && address_space_rlimit().is_none() {
+            assert!(address_space_budget().is_none());
+        }
     }
 
     #[test]

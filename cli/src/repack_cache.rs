@@ -12,7 +12,7 @@ use smolrun_core::gguf::Gguf;
 use smolrun_core::model::repack::{
     fingerprint_ranges, model_fingerprint, CacheKey, EntrySums, RepackPlan, Verify,
 };
-use smolrun_core::model::{Model, RepackedWeights};
+use smolrun_core::model::{Model, RepackedWeights, ResidentStore};
 use smolrun_linux::{
     advise_random_mapped, drop_cached_range, file_len_and_mtime, prefetch_ranges,
     unmap_pages_mapped, CacheFileWriter, MappedFile,
@@ -227,11 +227,12 @@ fn open_valid(
 
 fn write_cache(path: &Path, plan: &RepackPlan, gguf: &Gguf, key: &CacheKey) -> Result<(), String> {
     let mut w = CacheFileWriter::create(path, plan.file_len)?;
+    let store = ResidentStore::new(gguf);
     // Each entry's pages are handed to writeback as soon as it is repacked, so that on a
     // small device the dirty pages of a cache bigger than RAM can be reclaimed as they go.
     let sums = repack_each(plan, "repacking weights", |i| {
         let sum = plan
-            .repack_entry(gguf, i, w.bytes_mut())
+            .repack_entry(&store, i, w.bytes_mut())
             .map_err(|err| err.to_string())?;
         let e = &plan.entries[i];
         w.start_writeback(e.offset, e.len)?;
@@ -249,8 +250,9 @@ fn repack_all(
     cache: &mut [u8],
     what: &'static str,
 ) -> Result<Vec<EntrySums>, String> {
+    let store = ResidentStore::new(gguf);
     repack_each(plan, what, |i| {
-        plan.repack_entry(gguf, i, cache)
+        plan.repack_entry(&store, i, cache)
             .map_err(|err| err.to_string())
     })
 }
@@ -395,12 +397,12 @@ mod tests {
         );
         let weights = weights.unwrap();
         assert!(weights.count() >= 1, "the tied Q8_0 head is repacked");
-        let store = ResidentStore::with_repacked(&gguf, weights);
+        let store = ResidentStore::new(&gguf).with_repacked(weights);
         assert_eq!(logits(&model, &store), plain);
 
         let (weights, outcome) = run();
         assert_eq!(outcome, Outcome::Mapped(cache.clone()));
-        let store = ResidentStore::with_repacked(&gguf, weights.unwrap());
+        let store = ResidentStore::new(&gguf).with_repacked(weights.unwrap());
         assert_eq!(logits(&model, &store), plain);
 
         // Truncated: rebuilt.
@@ -446,7 +448,7 @@ mod tests {
         let (weights, outcome) =
             load_or_build_in(&CacheDir::Off, &path, &gguf, &model, Verify::Sampled).unwrap();
         assert!(matches!(outcome, Outcome::InMemory(_)));
-        let store = ResidentStore::with_repacked(&gguf, weights.unwrap());
+        let store = ResidentStore::new(&gguf).with_repacked(weights.unwrap());
         assert_eq!(logits(&model, &store), plain);
         let blocked = CacheDir::In(cache.join("not-a-folder"));
         let (_, outcome) =

@@ -75,6 +75,22 @@ pub trait ReadAt {
     }
 }
 
+/// A shared reader reads as the reader does (a store borrows the file the engine opened).
+impl<T: ReadAt + ?Sized> ReadAt for &T {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        (**self).read_at(offset, buf)
+    }
+    fn read_direct(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        (**self).read_direct(offset, buf)
+    }
+    fn direct_alignment(&self) -> usize {
+        (**self).direct_alignment()
+    }
+}
+
 /// How much memory this process may still use, as the platform best knows it.
 pub trait MemoryProbe {
     /// Bytes the process can still allocate before the OS is likely to kill it or refuse.

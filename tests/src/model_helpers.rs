@@ -4,9 +4,9 @@
 use serde_json::Value;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
-use smolrun_core::model::{Model, ResidentStore, State};
+use smolrun_core::model::{Model, PreadStore, ResidentStore, State, TensorTable, WeightStore};
 use smolrun_core::platform::Parallel;
-use smolrun_linux::MappedFile;
+use smolrun_linux::{FileReader, MappedFile};
 use std::path::{Path, PathBuf};
 
 /// The directory holding the model files: `$SMOLRUN_MODELS`, else `~/.cache/smolrun/models`.
@@ -100,23 +100,47 @@ pub fn model_path(model: &str) -> Option<PathBuf> {
 }
 
 /// A mapped model file, parsed on demand by [`with_model`].
-pub fn with_model<R>(model: &str, f: impl FnOnce(&Gguf, &Model, &ResidentStore) -> R) -> Option<R> {
+pub fn with_model<R>(
+    model: &str,
+    f: impl FnOnce(&Gguf, &Model, &dyn WeightStore) -> R,
+) -> Option<R> {
     with_model_on(model, &test_kernels(), f)
+}
+
+/// Which store the model tests read their weights through: the resident one (the file mapped)
+/// by default, the pread one with `SMOLRUN_TEST_WEIGHTS=pread` (nothing mapped; the golden
+/// tests then check the seam as `--weights pread` runs it).
+pub fn test_weights_pread() -> bool {
+    std::env::var("SMOLRUN_TEST_WEIGHTS").as_deref() == Ok("pread")
 }
 
 /// [`with_model`] on the given kernel set.
 pub fn with_model_on<R>(
     model: &str,
     kernels: &KernelSet,
-    f: impl FnOnce(&Gguf, &Model, &ResidentStore) -> R,
+    f: impl FnOnce(&Gguf, &Model, &dyn WeightStore) -> R,
 ) -> Option<R> {
     let path = model_path(model)?;
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if test_weights_pread() {
+        let store = pread_store(&path, &g);
+        let m = Model::load_from(&g, &store, kernels)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return Some(f(&g, &m, &store));
+    }
     let m =
         Model::load_with_kernels(&g, kernels).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let store = ResidentStore::new(&g);
     Some(f(&g, &m, &store))
+}
+
+/// A store that maps nothing over the model file at `path` (header `g`), its scratch sized for
+/// the file's largest weight, as `--weights pread` builds it.
+pub fn pread_store(path: &Path, g: &Gguf) -> PreadStore<FileReader> {
+    let reader = FileReader::open(path).unwrap_or_else(|e| panic!("{e}"));
+    let scratch = TensorTable::new(g).largest_weight() as usize;
+    PreadStore::new(reader, g, scratch).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The kernels the model tests run: the scalar reference by default, this CPU's as the CLI
@@ -225,7 +249,7 @@ pub fn golden_prompt(model: &str, n: usize) -> Vec<u32> {
 /// (`forward_batch_all`).
 pub fn logits_in_batches(
     m: &Model,
-    store: &ResidentStore,
+    store: &dyn WeightStore,
     par: &dyn Parallel,
     tokens: &[u32],
     n_batch: usize,

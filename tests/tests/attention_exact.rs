@@ -8,7 +8,7 @@
 
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::math;
-use smolrun_core::model::{Model, ResidentStore, State};
+use smolrun_core::model::{Model, ResidentStore, State, TokenMixer};
 use smolrun_core::platform::Parallel;
 use smolrun_linux::MappedFile;
 use smolrun_tests::*;
@@ -53,7 +53,10 @@ fn check(model: &str) {
     let g = smolrun_core::gguf::Gguf::parse(file.bytes()).expect("parse");
     let simd = Model::load_with_kernels(&g, &kernels).expect("load");
     let mut scalar = simd.clone();
-    scalar.attention = math::attention_head;
+    for layer in &mut scalar.layers {
+        let TokenMixer::Attention(attention) = &mut layer.mixer;
+        attention.attend = math::attention_head;
+    }
     let store = ResidentStore::new(&g);
     let par = ScopedThreads::from_env();
 

@@ -69,11 +69,11 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let (path, file) = engine::open_model(&args.model)?;
+    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
     let gguf = engine::parse_gguf(&path, &file)?;
     let n_ctx = args.n_prompt.max(args.n_gen).max(1);
-    let guard = engine::check_memory(&path, &gguf, Some(n_ctx), &args.mem)?;
-    let mut engine = Engine::load(&path, &gguf, Some(n_ctx), threads)?;
+    let guard = engine::check_memory(&path, &gguf, &file, Some(n_ctx), &args.mem)?;
+    let mut engine = Engine::load(&path, &gguf, &file, Some(n_ctx), threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
     let n_vocab = engine.tokenizer.n_vocab().min(engine.n_vocab());

@@ -69,10 +69,10 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let (path, file) = engine::open_model(&args.model)?;
+    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, args.ctx, &args.mem)?;
-    let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
+    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &args.mem)?;
+    let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
     let template = engine.chat_template()?;

@@ -20,6 +20,7 @@
 //! writes. Gemma's `<unusedN>` control placeholders (6,242 of them, never trained) are the one
 //! exception: they are not forced, and rank like any other id.
 
+use crate::engine::ModelFile;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::head::{self, TensorSource};
 use smolrun_core::tokenizer::Tokenizer;
@@ -331,12 +332,13 @@ fn prediction_windows(n_positions: usize, n_files: usize) -> (usize, usize) {
 fn expected_counts(
     path: &Path,
     g: &Gguf,
+    file: &ModelFile,
     files: &[Vec<u32>],
     n_positions: usize,
     threads: usize,
 ) -> Result<Vec<f64>, String> {
     let (per_file, window_len) = prediction_windows(n_positions, files.len());
-    let mut engine = crate::engine::Engine::load(path, g, Some(window_len), threads)?;
+    let mut engine = crate::engine::Engine::load(path, g, file, Some(window_len), threads)?;
     let n_vocab = engine.n_vocab();
     let mut expected = vec![0f64; n_vocab];
     let bos = engine
@@ -393,8 +395,8 @@ pub fn head_ids(
     out: &Path,
 ) -> Result<(), String> {
     let path = crate::models::resolve(model)?;
-    let file = MappedFile::open(&path)?;
-    let g = Gguf::parse(file.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = ModelFile::Mapped(MappedFile::open(&path)?);
+    let g = Gguf::parse(file.header_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
     let tok = Tokenizer::from_gguf(&g).map_err(|e| format!("{}: {e}", path.display()))?;
     let n_vocab = g
         .tensor("token_embd.weight")
@@ -455,7 +457,7 @@ pub fn head_ids(
         .and_then(|a| a.f32s().map(|it| it.collect()));
     let mut weight: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
     if model_positions > 0 {
-        let expected = expected_counts(&path, &g, &files, model_positions, threads)?;
+        let expected = expected_counts(&path, &g, &file, &files, model_positions, threads)?;
         // Scaled to the corpus's size, so that both kinds of evidence weigh the same in total.
         let scale = n_tokens as f64 / expected.iter().sum::<f64>().max(1e-9);
         for (w, e) in weight.iter_mut().zip(&expected) {

@@ -103,10 +103,10 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let (path, file) = engine::open_model(&args.model)?;
+    let (path, file) = engine::open_model(&args.model, engine::WeightsMode::Auto)?;
     let gguf = engine::parse_gguf(&path, &file)?;
     // The prompts are well under 256 tokens.
-    let mut engine = Engine::load(&path, &gguf, Some(args.n_predict + 256), threads)?;
+    let mut engine = Engine::load(&path, &gguf, &file, Some(args.n_predict + 256), threads)?;
     let template = engine.chat_template()?;
     engine.set_join_pieces(args.sampling.join_pieces);
     let never = AtomicBool::new(false);

@@ -276,10 +276,10 @@ pub fn run(args: Args) -> Result<(), String> {
             e.utf8_error().valid_up_to()
         )
     })?;
-    let (path, file) = engine::open_model(&args.model)?;
+    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, Some(args.ctx), &args.mem)?;
-    let mut engine = Engine::load(&path, &gguf, Some(args.ctx), threads)?;
+    let guard = engine::check_memory(&path, &gguf, &file, Some(args.ctx), &args.mem)?;
+    let mut engine = Engine::load(&path, &gguf, &file, Some(args.ctx), threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
 
@@ -480,7 +480,7 @@ mod tests {
     #[test]
     fn respelled_tokens_are_kept_and_spell_the_same_bytes() {
         let (_, file) = crate::engine::tests::gemma_file();
-        let tok = Tokenizer::from_gguf(&Gguf::parse(file.bytes()).unwrap()).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::parse(file.header_bytes()).unwrap()).unwrap();
         // A small head: the first 3000 ids and the byte tokens.
         let kept: Vec<u32> = (0..tok.n_vocab() as u32)
             .filter(|&i| i < 3000 || tok.token_text(i).is_some_and(|t| t.starts_with(b"<0x")))
@@ -505,8 +505,8 @@ mod tests {
     #[test]
     fn the_model_chooses_a_kept_spelling_of_each_dropped_token() {
         let (path, file) = crate::engine::tests::gemma_file();
-        let gguf = Gguf::parse(file.bytes()).unwrap();
-        let mut engine = Engine::load(&path, &gguf, Some(256), 2).unwrap();
+        let gguf = Gguf::parse(file.header_bytes()).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 2).unwrap();
         let tok = &engine.tokenizer;
         let kept: Vec<u32> = (0..tok.n_vocab() as u32)
             .filter(|&i| i < 3000 || tok.token_text(i).is_some_and(|t| t.starts_with(b"<0x")))

@@ -41,15 +41,15 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let load_start = std::time::Instant::now();
     let t = std::time::Instant::now();
-    let (path, file) = engine::open_model(&args.model)?;
+    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
     engine::phase_time("open", t);
     let t = std::time::Instant::now();
     let gguf = engine::parse_gguf(&path, &file)?;
     engine::phase_time("parse header", t);
     let t = std::time::Instant::now();
-    let guard = engine::check_memory(&path, &gguf, args.ctx, &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &args.mem)?;
     engine::phase_time("memory check", t);
-    let mut engine = Engine::load(&path, &gguf, args.ctx, threads)?;
+    let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
     engine.watch_memory(guard);
     let t = std::time::Instant::now();
     engine::leave_embeddings_on_flash(&file, &gguf)?;

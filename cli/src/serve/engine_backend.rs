@@ -6,10 +6,9 @@ use super::backend::{
     Alternative, Backend, ChatMessage, Control, Finish, SamplingParams, TokenEvent,
 };
 use crate::chat_template::{self, ChatTemplate};
-use crate::engine::{self, Engine};
+use crate::engine::{self, Engine, ModelFile};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::sampler::SamplerParams;
-use smolrun_linux::MappedFile;
 
 /// Penalties look this far back, over the generated tokens only (a chat prompt is full of turn
 /// markers that must stay likely).
@@ -32,11 +31,11 @@ impl EngineBackend {
         threads: usize,
         mem: &engine::MemoryArgs,
     ) -> Result<Self, String> {
-        let (path, file) = engine::open_model(model)?;
-        let file: &'static MappedFile = Box::leak(Box::new(file));
+        let (path, file) = engine::open_model(model, mem.weights)?;
+        let file: &'static ModelFile = Box::leak(Box::new(file));
         let gguf: &'static Gguf<'static> = Box::leak(Box::new(engine::parse_gguf(&path, file)?));
-        let guard = engine::check_memory(&path, gguf, n_ctx, mem)?;
-        let mut engine = Engine::load(&path, gguf, n_ctx, threads)?;
+        let guard = engine::check_memory(&path, gguf, file, n_ctx, mem)?;
+        let mut engine = Engine::load(&path, gguf, file, n_ctx, threads)?;
         engine.watch_memory(guard);
         engine::leave_embeddings_on_flash(file, gguf)?;
         let template = engine.chat_template()?;

@@ -96,6 +96,17 @@ pub enum GgufError {
     },
 }
 
+impl GgufError {
+    /// Whether parsing a prefix of the file failed only because the header goes on past it
+    /// (`Gguf::parse_header`): parsing a longer prefix may succeed.
+    pub fn wants_more_bytes(&self) -> bool {
+        matches!(
+            self,
+            GgufError::Truncated { .. } | GgufError::CountExceedsFile { .. }
+        )
+    }
+}
+
 impl fmt::Display for GgufError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use GgufError::*;

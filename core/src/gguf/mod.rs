@@ -1,4 +1,6 @@
-//! GGUF reader over a byte slice (normally the whole file, mapped read-only).
+//! GGUF reader over a byte slice: the whole file (mapped read-only), or only a prefix of it
+//! that holds the header ([`Gguf::parse_header`]), when the tensors are read through a weight
+//! store instead of a mapping (a file bigger than the address space).
 //!
 //! The file is untrusted. Every count, length and offset is checked against the bytes that
 //! exist before it is used, and nothing is allocated in proportion to a number read from the
@@ -82,7 +84,10 @@ impl TensorInfo<'_> {
 /// A parsed GGUF file: header, metadata and tensor table, all borrowing from the bytes.
 #[derive(Debug)]
 pub struct Gguf<'a> {
+    /// What was parsed: the whole file, or a prefix that holds the header.
     bytes: &'a [u8],
+    /// Length of the whole file, against which every tensor's extent was checked.
+    file_len: u64,
     pub version: u32,
     pub alignment: u64,
     /// Absolute offset of the tensor data section.
@@ -146,8 +151,20 @@ impl<'a> Cursor<'a> {
 }
 
 impl<'a> Gguf<'a> {
-    /// Parses the header, metadata and tensor table of `bytes` and checks every tensor's extent.
+    /// Parses the header, metadata and tensor table of `bytes`, the whole file, and checks
+    /// every tensor's extent.
     pub fn parse(bytes: &'a [u8]) -> Result<Gguf<'a>, GgufError> {
+        Gguf::parse_header(bytes, bytes.len() as u64)
+    }
+
+    /// Parses the header from `prefix`, the first bytes of a file of `file_len` bytes, and
+    /// checks every tensor's extent against `file_len`. A prefix too short for the header
+    /// fails with an error for which [`GgufError::wants_more_bytes`] is true: read more and
+    /// parse again. Tensor bytes are then read through a weight store (`tensor_data` has none).
+    pub fn parse_header(prefix: &'a [u8], file_len: u64) -> Result<Gguf<'a>, GgufError> {
+        let bytes = &prefix[..prefix
+            .len()
+            .min(usize::try_from(file_len).unwrap_or(usize::MAX))];
         let mut c = Cursor { bytes, pos: 0 };
         let magic = c.take(4, &|| "magic".to_string())?;
         if magic != MAGIC {
@@ -278,7 +295,6 @@ impl<'a> Gguf<'a> {
 
         let header_end = c.pos as u64;
         let data_offset = header_end.div_ceil(alignment) * alignment;
-        let file_len = bytes.len() as u64;
         if data_offset > file_len && !raw.is_empty() {
             return Err(GgufError::Truncated {
                 what: "padding before tensor data".to_string(),
@@ -312,6 +328,7 @@ impl<'a> Gguf<'a> {
         }
         Ok(Gguf {
             bytes,
+            file_len,
             version,
             alignment,
             data_offset,
@@ -321,9 +338,19 @@ impl<'a> Gguf<'a> {
         })
     }
 
-    /// The file bytes this was parsed from.
+    /// The bytes this was parsed from: the whole file, or the prefix that holds its header.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
+    }
+
+    /// Length of the whole file.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Whether the parsed bytes hold the tensor data too (`parse` of a whole file).
+    pub fn has_tensor_data(&self) -> bool {
+        self.bytes.len() as u64 == self.file_len
     }
 
     pub fn get(&self, key: &str) -> Option<Value<'a>> {
@@ -334,10 +361,15 @@ impl<'a> Gguf<'a> {
         self.by_name.get(name).map(|&i| &self.tensors[i])
     }
 
-    /// The bytes of a tensor (its extent was checked at parse time). `t` must come from this
-    /// `Gguf`; a `TensorInfo` of another file or built by hand may panic here.
+    /// The bytes of a tensor of a whole-file parse (its extent was checked at parse time), for
+    /// tools that rewrite a mapped file. Empty when the bytes were not parsed (`parse_header`),
+    /// or for a `TensorInfo` of another file: the forward pass reads through a weight store.
     pub fn tensor_data(&self, t: &TensorInfo<'a>) -> &'a [u8] {
-        &self.bytes[t.offset as usize..(t.offset + t.n_bytes) as usize]
+        let end = t.offset.saturating_add(t.n_bytes);
+        match (usize::try_from(t.offset), usize::try_from(end)) {
+            (Ok(start), Ok(end)) => self.bytes.get(start..end).unwrap_or(&[]),
+            _ => &[],
+        }
     }
 
     /// A required string value, with an error that names the key.

@@ -1,3 +1,4 @@
+use super::store::StoreError;
 use crate::gguf::GgufError;
 use crate::quant::{GgmlType, QuantError};
 use alloc::string::String;
@@ -34,11 +35,13 @@ pub enum ModelError {
         tensor: String,
         err: QuantError,
     },
-    /// The weight store could not hand over a tensor (I/O error while streaming).
+    /// The weights of a tensor do not fit what the model or its kernel expects.
     Store {
         tensor: String,
         reason: String,
     },
+    /// The weight store could not hand over a weight: the tensor, the offset, the OS error.
+    WeightRead(StoreError),
     TokenOutOfRange {
         token: u32,
         n_vocab: usize,
@@ -52,6 +55,12 @@ pub enum ModelError {
         requested: usize,
         max: usize,
     },
+}
+
+impl From<StoreError> for ModelError {
+    fn from(e: StoreError) -> Self {
+        ModelError::WeightRead(e)
+    }
 }
 
 impl From<GgufError> for ModelError {
@@ -86,7 +95,8 @@ impl fmt::Display for ModelError {
                 "tensor '{name}': expected type {expected}, found {found}"
             ),
             Quant { tensor, err } => write!(f, "tensor '{tensor}': {err}"),
-            Store { tensor, reason } => write!(f, "could not read weights of '{tensor}': {reason}"),
+            Store { tensor, reason } => write!(f, "could not use weights of '{tensor}': {reason}"),
+            WeightRead(e) => write!(f, "could not read {e}"),
             TokenOutOfRange { token, n_vocab } => write!(
                 f,
                 "token id {token} is out of range: the vocabulary has {n_vocab} tokens"

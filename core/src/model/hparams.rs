@@ -1,7 +1,9 @@
 //! Hyperparameters from GGUF metadata (`<arch>.block_count`, `<arch>.attention.head_count`, ...),
 //! each checked for sense before anything is sized from it.
 
+use super::attention::AttentionShape;
 use super::error::ModelError;
+use super::layer::{FfnShape, LayerShape, MixerShape};
 use crate::gguf::{Gguf, GgufError, Value};
 use alloc::format;
 use alloc::string::String;
@@ -57,6 +59,7 @@ pub struct HParams {
     pub arch: String,
     pub n_layer: usize,
     pub n_embd: usize,
+    /// The FFN's hidden width (`feed_forward_length`).
     pub n_ff: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -83,6 +86,9 @@ pub struct HParams {
     pub is_swa: Vec<bool>,
     pub final_logit_softcap: Option<f32>,
     pub attn_logit_softcap: Option<f32>,
+    /// What each layer is made of (its token mixer and FFN kinds and shapes): what the state
+    /// and the memory plan are sized from, and what `Model` loads.
+    pub layers: Vec<LayerShape>,
 }
 
 /// Reads `<arch>.<name>` as an integer, with a default when absent.
@@ -299,6 +305,19 @@ impl HParams {
             MAX_VOCAB,
         )?;
 
+        let layers = (0..n_layer)
+            .map(|l| LayerShape {
+                mixer: MixerShape::Attention(AttentionShape {
+                    n_head,
+                    n_head_kv,
+                    head_dim,
+                    head_dim_v,
+                    window: if is_swa[l] { sliding_window } else { None },
+                }),
+                ffn: FfnShape::Dense { n_ff },
+            })
+            .collect();
+
         Ok(HParams {
             family,
             arch: arch.into(),
@@ -323,6 +342,7 @@ impl HParams {
             is_swa,
             final_logit_softcap,
             attn_logit_softcap,
+            layers,
         })
     }
 

@@ -124,6 +124,16 @@ impl MemoryPlan {
         }
     }
 
+    /// The plan for a store that maps nothing and holds `held` bytes of weights (its scratch
+    /// buffers): the weights and embedding rows are read into those, not kept.
+    pub fn with_weights_held(self, held: u64) -> MemoryPlan {
+        MemoryPlan {
+            weights: held,
+            embedding_rows: 0,
+            ..self
+        }
+    }
+
     /// Everything added up: what the process will hold once it is decoding at a full context.
     pub fn total(&self) -> u64 {
         self.parts().iter().map(|p| p.1).sum()
@@ -159,6 +169,7 @@ fn is_vector(t: &TensorInfo) -> bool {
 mod tests {
     use super::*;
     use crate::model::hparams::{Family, RopeScaling};
+    use crate::model::{AttentionShape, FfnShape, LayerShape, MixerShape};
     use crate::quant::GgmlType;
     use alloc::string::String;
     use alloc::vec;
@@ -189,6 +200,19 @@ mod tests {
             is_swa: vec![false; 2],
             final_logit_softcap: None,
             attn_logit_softcap: None,
+            layers: vec![
+                LayerShape {
+                    mixer: MixerShape::Attention(AttentionShape {
+                        n_head: 4,
+                        n_head_kv: 2,
+                        head_dim: 16,
+                        head_dim_v: 16,
+                        window: None,
+                    }),
+                    ffn: FfnShape::Dense { n_ff: 128 },
+                };
+                2
+            ],
         }
     }
 

@@ -45,9 +45,8 @@
 //! forward pass reads those pages anyway. [`Verify::Full`] (`SMOLRUN_VERIFY_CACHE=1`) checks
 //! every byte, for a cache on a medium one does not trust.
 
-use super::store::{RepackedWeights, TensorId};
+use super::store::{RepackedWeights, TensorId, WeightKey, WeightStore};
 use super::{Matrix, Model, ModelError};
-use crate::gguf::Gguf;
 use crate::kernels::RepackedKernel;
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -141,7 +140,7 @@ impl RepackPlan {
     pub fn new(model: &Model) -> Result<RepackPlan, ModelError> {
         let mut matrices: Vec<&Matrix> = Vec::new();
         for l in &model.layers {
-            matrices.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+            matrices.extend(l.matrices());
         }
         matrices.push(&model.output);
         let mut entries: Vec<RepackEntry> = Vec::new();
@@ -200,11 +199,12 @@ impl RepackPlan {
         self.entries.iter().map(|e| e.len).sum()
     }
 
-    /// Repacks entry `i` from the model file into `cache` (the whole cache buffer, `file_len`
-    /// long) and returns the copy's checksums, for [`RepackPlan::write_header`].
+    /// Repacks entry `i` from the model file (read through `store`) into `cache` (the whole
+    /// cache buffer, `file_len` long) and returns the copy's checksums, for
+    /// [`RepackPlan::write_header`].
     pub fn repack_entry(
         &self,
-        gguf: &Gguf,
+        store: &dyn WeightStore,
         i: usize,
         cache: &mut [u8],
     ) -> Result<EntrySums, ModelError> {
@@ -213,11 +213,7 @@ impl RepackPlan {
             tensor: e.name.clone(),
             reason,
         };
-        let t = gguf
-            .tensors
-            .get(e.id)
-            .ok_or_else(|| fail(alloc::format!("tensor #{} is not in the file", e.id)))?;
-        let src = gguf.tensor_data(t);
+        let src = store.get(WeightKey::tensor(e.id))?;
         if src.len() != e.source_len || cache.len() != self.file_len {
             return Err(fail(alloc::format!(
                 "cannot repack: {} source bytes (expected {}) into a {}-byte cache (expected {})",
@@ -228,7 +224,7 @@ impl RepackPlan {
             )));
         }
         let dst = &mut cache[e.offset..e.offset + e.len];
-        (e.kernel.repack)(src, e.n_rows, e.n_cols, dst).ok_or_else(|| {
+        (e.kernel.repack)(&src, e.n_rows, e.n_cols, dst).ok_or_else(|| {
             fail(alloc::format!(
                 "{} rows of {} elements did not repack as {}",
                 e.n_rows,
@@ -642,7 +638,8 @@ fn get_u64(b: &[u8], at: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::GgufWriter;
+    use crate::gguf::{Gguf, GgufWriter};
+    use crate::model::ResidentStore;
     use crate::quant::GgmlType;
     use alloc::vec;
 
@@ -706,7 +703,10 @@ mod tests {
     fn build(plan: &RepackPlan, g: &Gguf, key: &CacheKey) -> Vec<u8> {
         let mut cache = vec![0xAAu8; plan.file_len];
         let sums: Vec<EntrySums> = (0..plan.entries.len())
-            .map(|i| plan.repack_entry(g, i, &mut cache).unwrap())
+            .map(|i| {
+                plan.repack_entry(&ResidentStore::new(g), i, &mut cache)
+                    .unwrap()
+            })
             .collect();
         plan.write_header(key, &sums, &mut cache).unwrap();
         cache

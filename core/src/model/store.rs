@@ -1,30 +1,358 @@
-//! Where the model gets its weights. The forward pass asks the store for a tensor's bytes just
-//! before its matvec and releases it right after, so that a store may stream weights from flash
-//! into a bounded buffer instead of keeping them all mapped (see DESIGN.md, "Where weights
-//! live"). The bytes a store hands out are the tensor as stored in the GGUF file, or, where the
-//! store holds one, a copy repacked for the matrix's kernel ([`WeightStore::get_repacked`]).
+//! Where the model gets its weights: the one seam between the forward pass and the place a
+//! weight lives (see DESIGN.md, "Where weights live").
+//!
+//! The forward pass names a weight by a [`WeightKey`] (a tensor, or one expert of a 3-D expert
+//! tensor), asks the store for it just before its matvec ([`WeightStore::get`]) and gets a
+//! [`Weight`]: a guard that derefs to the bytes and releases them when dropped, so a store that
+//! streams from flash knows the moment a zone or a slot may be reused. Before that it may say
+//! what it will need next ([`WeightStore::prefetch`]); embedding rows are read by row
+//! ([`WeightStore::read_rows`]), never by fetching the whole table.
+//!
+//! Stores here:
+//! - [`ResidentStore`]: everything in place in the mapped file (plus repacked copies);
+//! - [`PreadStore`]: nothing mapped; every weight is read with pread into one bounded scratch
+//!   buffer just before its matvec (slow; it proves the seam, and opens a file bigger than the
+//!   address space);
+//! - [`RecordingStore`]: wraps another and records every call, for tests that check that every
+//!   get is released and that each decoded token asks in the same order.
 
 use super::error::ModelError;
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, TensorInfo};
+use crate::platform::{IoError, ReadAt};
 use alloc::boxed::Box;
+use alloc::string::String;
 use alloc::vec::Vec;
-use core::ops::Range;
+use core::cell::UnsafeCell;
+use core::fmt;
+use core::ops::{Deref, Range};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 /// A tensor's index in the GGUF tensor table.
 pub type TensorId = usize;
 
-pub trait WeightStore {
-    /// The stored bytes of tensor `id`, valid until `release(id)`.
-    fn get(&self, id: TensorId) -> Result<&[u8], ModelError>;
-    /// The copy of tensor `id` repacked into `layout` (a `RepackedKernel::layout`), valid until
-    /// `release(id)`; `None` if this store has none, and the model then runs the kernel on the
-    /// file layout from `get`.
-    fn get_repacked(&self, id: TensorId, layout: &str) -> Option<&[u8]> {
-        let _ = (id, layout);
+/// What the forward pass asks a store for: a whole tensor, or one expert's slice of a 3-D
+/// expert tensor (ggml dims `[n_cols, n_rows, n_expert]`; expert `e` is the `e`-th of
+/// `n_expert` equal slices, as ggml's `mul_mat_id` reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WeightKey {
+    pub tensor: TensorId,
+    pub expert: Option<u16>,
+}
+
+impl WeightKey {
+    /// The whole tensor `id`.
+    pub const fn tensor(id: TensorId) -> WeightKey {
+        WeightKey {
+            tensor: id,
+            expert: None,
+        }
+    }
+
+    /// Expert `e` of the expert tensor `id`.
+    pub const fn expert(id: TensorId, e: u16) -> WeightKey {
+        WeightKey {
+            tensor: id,
+            expert: Some(e),
+        }
+    }
+}
+
+/// Why a store could not hand over a weight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The read failed or came back short (a file truncated after load, EIO): the OS error.
+    Io(IoError),
+    /// The key names no tensor of the file.
+    NoSuchTensor { n_tensors: usize },
+    /// The key names an expert of a tensor that has none, or past its last one.
+    NoSuchExpert { n_expert: u64 },
+    /// Rows asked for past the tensor's last row.
+    RowsOutOfRange {
+        first_row: usize,
+        n_rows: usize,
+        rows: u64,
+    },
+    /// The caller's buffer does not have the size the rows need.
+    BadBuffer { expected: usize, found: usize },
+    /// The weight is larger than the store's scratch buffer.
+    TooLarge { scratch: usize },
+    /// The store holds one weight at a time and another one is still held.
+    Busy { held: WeightKey },
+}
+
+/// A failed `get` or `read_rows`: which tensor (and expert), where in the file, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    pub tensor: String,
+    pub expert: Option<u16>,
+    /// Absolute file offset and length of what was asked for (0 when unknown).
+    pub offset: u64,
+    pub len: u64,
+    pub kind: StoreErrorKind,
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "weights of '{}'", self.tensor)?;
+        if let Some(e) = self.expert {
+            write!(f, " (expert {e})")?;
+        }
+        write!(f, " at offset {} ({} bytes): ", self.offset, self.len)?;
+        match &self.kind {
+            StoreErrorKind::Io(e) => write!(
+                f,
+                "{e}; the model file changed or the storage failed while running: check it \
+                 (sha256) and start again"
+            ),
+            StoreErrorKind::NoSuchTensor { n_tensors } => {
+                write!(f, "no such tensor (the file has {n_tensors})")
+            }
+            StoreErrorKind::NoSuchExpert { n_expert } => write!(
+                f,
+                "no such expert: the tensor has {n_expert} (1 means it is not an expert tensor)"
+            ),
+            StoreErrorKind::RowsOutOfRange {
+                first_row,
+                n_rows,
+                rows,
+            } => write!(
+                f,
+                "rows {first_row}..{} asked for, the tensor has {rows}",
+                first_row + n_rows
+            ),
+            StoreErrorKind::BadBuffer { expected, found } => {
+                write!(
+                    f,
+                    "the buffer holds {found} bytes, the rows need {expected}"
+                )
+            }
+            StoreErrorKind::TooLarge { scratch } => write!(
+                f,
+                "larger than the {scratch}-byte scratch buffer the store was sized for"
+            ),
+            StoreErrorKind::Busy { held } => write!(
+                f,
+                "the store holds one weight at a time and tensor #{} is still held (a guard \
+                 was not dropped)",
+                held.tensor
+            ),
+        }
+    }
+}
+
+/// A weight handed out by a store: derefs to its bytes, released when dropped.
+pub struct Weight<'s> {
+    bytes: &'s [u8],
+    key: WeightKey,
+    store: &'s dyn WeightStore,
+}
+
+impl<'s> Weight<'s> {
+    /// For store implementations: `bytes` of `key`, released through `store` on drop.
+    pub fn new(store: &'s dyn WeightStore, key: WeightKey, bytes: &'s [u8]) -> Weight<'s> {
+        Weight { bytes, key, store }
+    }
+
+    pub fn key(&self) -> WeightKey {
+        self.key
+    }
+}
+
+impl Deref for Weight<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+impl Drop for Weight<'_> {
+    fn drop(&mut self) {
+        self.store.release(self.key);
+    }
+}
+
+/// Where the forward pass gets its weights. Shared by the compute threads (`Sync`); every
+/// method takes `&self`.
+pub trait WeightStore: Sync {
+    /// The bytes of `key` as stored in the file, held until the guard drops.
+    fn get(&self, key: WeightKey) -> Result<Weight<'_>, StoreError>;
+
+    /// The copy of `key` repacked into `layout` (a `RepackedKernel::layout`), if this store
+    /// holds one; `None`, and the model runs the kernel on the file layout from `get`.
+    fn get_repacked(&self, key: WeightKey, layout: &str) -> Option<Weight<'_>> {
+        let _ = (key, layout);
         None
     }
-    /// The model is done with tensor `id` for this token.
-    fn release(&self, id: TensorId);
+
+    /// Copies rows `first_row..first_row + n_rows` of `key` into `out` (exactly their bytes):
+    /// an embedding row, or a small vector (a norm) at load. Nothing stays held.
+    fn read_rows(
+        &self,
+        key: WeightKey,
+        first_row: usize,
+        n_rows: usize,
+        out: &mut [u8],
+    ) -> Result<(), StoreError>;
+
+    /// A hint: the model will ask for `keys` next, in this order. A store that reads ahead
+    /// starts on them; the others ignore it. Never needed for correctness.
+    fn prefetch(&self, keys: &[WeightKey]) {
+        let _ = keys;
+    }
+
+    /// The guard of `key` was dropped: the model is done with it for this token. Called by
+    /// [`Weight`]'s drop only.
+    fn release(&self, key: WeightKey);
+
+    /// Bytes this store keeps in RAM for weights while running (its scratch buffers and
+    /// anything it copied), not counting pages of a mapped file: what the memory guard adds.
+    fn held_bytes(&self) -> u64 {
+        0
+    }
+}
+
+/// The extent of every tensor of a file, from its header: what a store needs to find a key's
+/// bytes and to name it in an error.
+#[derive(Debug, Clone)]
+pub struct TensorTable {
+    tensors: Vec<TensorExtent>,
+    file_len: u64,
+}
+
+#[derive(Debug, Clone)]
+struct TensorExtent {
+    name: String,
+    offset: u64,
+    n_bytes: u64,
+    /// Experts in the tensor (`dims[2]` of a 3-D tensor), 1 otherwise.
+    n_expert: u64,
+    /// Rows of one expert (or of the tensor) and their bytes.
+    rows: u64,
+    row_bytes: u64,
+}
+
+impl TensorTable {
+    pub fn new(gguf: &Gguf) -> TensorTable {
+        TensorTable {
+            tensors: gguf.tensors.iter().map(TensorExtent::of).collect(),
+            file_len: gguf.file_len(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Length of the file the table describes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Bytes of the largest weight a `get` can ask for: a whole tensor, or one expert of an
+    /// expert tensor (what a store with one scratch buffer must hold).
+    pub fn largest_weight(&self) -> u64 {
+        let one = |t: &TensorExtent| t.n_bytes / t.n_expert.max(1);
+        self.tensors.iter().map(one).max().unwrap_or(0)
+    }
+
+    /// The tensor's name, for messages.
+    pub fn name(&self, id: TensorId) -> &str {
+        self.tensors.get(id).map_or("?", |t| t.name.as_str())
+    }
+
+    fn error(&self, key: WeightKey, extent: Range<u64>, kind: StoreErrorKind) -> StoreError {
+        StoreError {
+            tensor: match self.tensors.get(key.tensor) {
+                Some(t) => t.name.clone(),
+                None => alloc::format!("#{}", key.tensor),
+            },
+            expert: key.expert,
+            offset: extent.start,
+            len: extent.end - extent.start,
+            kind,
+        }
+    }
+
+    /// The absolute file range of `key`.
+    pub fn extent(&self, key: WeightKey) -> Result<Range<u64>, StoreError> {
+        let t = self.tensors.get(key.tensor).ok_or_else(|| {
+            self.error(
+                key,
+                0..0,
+                StoreErrorKind::NoSuchTensor {
+                    n_tensors: self.tensors.len(),
+                },
+            )
+        })?;
+        let whole = t.offset..t.offset + t.n_bytes;
+        match key.expert {
+            None => Ok(whole),
+            Some(e) if t.n_expert > 1 && (e as u64) < t.n_expert => {
+                let each = t.n_bytes / t.n_expert;
+                let start = t.offset + e as u64 * each;
+                Ok(start..start + each)
+            }
+            Some(_) => Err(self.error(
+                key,
+                whole,
+                StoreErrorKind::NoSuchExpert {
+                    n_expert: t.n_expert,
+                },
+            )),
+        }
+    }
+
+    /// The absolute file range of rows `first_row..first_row + n_rows` of `key`, checked
+    /// against the tensor and against `out_len`, the caller's buffer.
+    pub fn rows_extent(
+        &self,
+        key: WeightKey,
+        first_row: usize,
+        n_rows: usize,
+        out_len: usize,
+    ) -> Result<Range<u64>, StoreError> {
+        let whole = self.extent(key)?;
+        let t = &self.tensors[key.tensor];
+        let end_row = first_row as u64 + n_rows as u64;
+        if end_row > t.rows {
+            let kind = StoreErrorKind::RowsOutOfRange {
+                first_row,
+                n_rows,
+                rows: t.rows,
+            };
+            return Err(self.error(key, whole, kind));
+        }
+        let start = whole.start + first_row as u64 * t.row_bytes;
+        let len = n_rows as u64 * t.row_bytes;
+        if len != out_len as u64 {
+            let kind = StoreErrorKind::BadBuffer {
+                expected: len as usize,
+                found: out_len,
+            };
+            return Err(self.error(key, start..start + len, kind));
+        }
+        Ok(start..start + len)
+    }
+}
+
+impl TensorExtent {
+    fn of(t: &TensorInfo) -> TensorExtent {
+        let n_expert = if t.n_dims == 3 { t.dims[2].max(1) } else { 1 };
+        let row_bytes = t.row_bytes() as u64;
+        let rows = (t.n_bytes / n_expert).checked_div(row_bytes).unwrap_or(0);
+        TensorExtent {
+            name: t.name.into(),
+            offset: t.offset,
+            n_bytes: t.n_bytes,
+            n_expert,
+            rows,
+            row_bytes,
+        }
+    }
 }
 
 /// Repacked copies of some tensors, all inside one buffer: the mapped repack cache, or memory
@@ -98,49 +426,294 @@ impl RepackedWeights {
     }
 }
 
-/// Every tensor resident: read in place from the parsed (normally memory-mapped) file, and,
-/// for the matrices in `repacked`, from their repacked copies.
-pub struct ResidentStore<'g, 'a> {
-    gguf: &'g Gguf<'a>,
+/// Every tensor resident: read in place from the (normally memory-mapped) file, and, for the
+/// matrices in `repacked`, from their repacked copies.
+pub struct ResidentStore<'a> {
+    file: &'a [u8],
+    table: TensorTable,
     repacked: Option<RepackedWeights>,
 }
 
-impl<'g, 'a> ResidentStore<'g, 'a> {
-    pub fn new(gguf: &'g Gguf<'a>) -> Self {
+impl<'a> ResidentStore<'a> {
+    /// The tensors of `gguf`, parsed from the whole file (`Gguf::parse`).
+    pub fn new(gguf: &Gguf<'a>) -> Self {
         ResidentStore {
-            gguf,
+            file: gguf.bytes(),
+            table: TensorTable::new(gguf),
             repacked: None,
         }
     }
 
-    /// The file's tensors, plus repacked copies that the model's matvecs use instead of the
-    /// file layout (the original pages of those tensors are then never touched).
-    pub fn with_repacked(gguf: &'g Gguf<'a>, repacked: RepackedWeights) -> Self {
-        ResidentStore {
-            gguf,
-            repacked: Some(repacked),
+    /// The tensors of `gguf` (parsed from the header alone, or from the whole file) in `file`,
+    /// the whole file's bytes. A `file` shorter than the header says is refused.
+    pub fn over(file: &'a [u8], gguf: &Gguf) -> Result<Self, ModelError> {
+        if (file.len() as u64) < gguf.file_len() {
+            return Err(ModelError::Store {
+                tensor: "(all)".into(),
+                reason: alloc::format!(
+                    "the mapped file has {} bytes, its header describes {}",
+                    file.len(),
+                    gguf.file_len()
+                ),
+            });
         }
+        Ok(ResidentStore {
+            file,
+            table: TensorTable::new(gguf),
+            repacked: None,
+        })
+    }
+
+    /// Adds repacked copies that the model's matvecs use instead of the file layout (the
+    /// original pages of those tensors are then never touched).
+    pub fn with_repacked(mut self, repacked: RepackedWeights) -> Self {
+        self.repacked = Some(repacked);
+        self
     }
 
     pub fn repacked(&self) -> Option<&RepackedWeights> {
         self.repacked.as_ref()
     }
+
+    pub fn table(&self) -> &TensorTable {
+        &self.table
+    }
+
+    fn bytes(&self, key: WeightKey) -> Result<&'a [u8], StoreError> {
+        let r = self.table.extent(key)?;
+        // Parsing checked every extent against the file length, and `over` the mapping's.
+        Ok(&self.file[r.start as usize..r.end as usize])
+    }
 }
 
-impl WeightStore for ResidentStore<'_, '_> {
-    fn get(&self, id: TensorId) -> Result<&[u8], ModelError> {
-        match self.gguf.tensors.get(id) {
-            Some(t) => Ok(self.gguf.tensor_data(t)),
-            None => Err(ModelError::Store {
-                tensor: alloc::format!("#{id}"),
-                reason: alloc::format!("no such tensor (the file has {})", self.gguf.tensors.len()),
-            }),
+impl WeightStore for ResidentStore<'_> {
+    fn get(&self, key: WeightKey) -> Result<Weight<'_>, StoreError> {
+        Ok(Weight::new(self, key, self.bytes(key)?))
+    }
+
+    fn get_repacked(&self, key: WeightKey, layout: &str) -> Option<Weight<'_>> {
+        if key.expert.is_some() {
+            return None;
+        }
+        let bytes = self.repacked.as_ref()?.get(key.tensor, layout)?;
+        Some(Weight::new(self, key, bytes))
+    }
+
+    fn read_rows(
+        &self,
+        key: WeightKey,
+        first_row: usize,
+        n_rows: usize,
+        out: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let r = self.table.rows_extent(key, first_row, n_rows, out.len())?;
+        out.copy_from_slice(&self.file[r.start as usize..r.end as usize]);
+        Ok(())
+    }
+
+    fn release(&self, _key: WeightKey) {}
+}
+
+/// Nothing mapped: every weight is read with pread into one scratch buffer, sized once for the
+/// largest weight, just before its matvec, and given up on release. One weight is held at a
+/// time (the forward pass never needs two); a second `get` before the release is an error,
+/// not a wait.
+pub struct PreadStore<R: ReadAt> {
+    reader: R,
+    table: TensorTable,
+    /// 64-byte aligned bytes, written only by the `get` that set `held`.
+    scratch: UnsafeCell<Vec<u8>>,
+    scratch_start: usize,
+    scratch_len: usize,
+    held: AtomicBool,
+    held_key: spin::Mutex<Option<WeightKey>>,
+}
+
+// SAFETY: `scratch` is written only inside `get`, after `held` was swapped from false to true
+// by that call, and read only through the `Weight` that call returns, which releases `held` on
+// drop: no write overlaps a read, and no two writes overlap.
+unsafe impl<R: ReadAt + Sync> Sync for PreadStore<R> {}
+
+/// Alignment of the scratch buffer: a cache line, more than any kernel's loads need.
+const SCRATCH_ALIGN: usize = 64;
+
+impl<R: ReadAt> PreadStore<R> {
+    /// A store over `reader` (the model file) for the tensors of `gguf`, with a scratch buffer
+    /// of `scratch_bytes` (at least [`TensorTable::largest_weight`] to run every weight).
+    pub fn new(reader: R, gguf: &Gguf, scratch_bytes: usize) -> Result<Self, ModelError> {
+        if reader.len() != gguf.file_len() {
+            return Err(ModelError::Store {
+                tensor: "(all)".into(),
+                reason: alloc::format!(
+                    "the file has {} bytes, its header was parsed from a file of {}",
+                    reader.len(),
+                    gguf.file_len()
+                ),
+            });
+        }
+        let mut scratch = alloc::vec![0u8; scratch_bytes + SCRATCH_ALIGN];
+        let scratch_start = scratch.as_mut_ptr().align_offset(SCRATCH_ALIGN);
+        Ok(PreadStore {
+            reader,
+            table: TensorTable::new(gguf),
+            scratch: UnsafeCell::new(scratch),
+            scratch_start,
+            scratch_len: scratch_bytes,
+            held: AtomicBool::new(false),
+            held_key: spin::Mutex::new(None),
+        })
+    }
+
+    pub fn table(&self) -> &TensorTable {
+        &self.table
+    }
+
+    fn io_error(&self, key: WeightKey, r: Range<u64>, e: IoError) -> StoreError {
+        self.table.error(key, r, StoreErrorKind::Io(e))
+    }
+}
+
+impl<R: ReadAt + Sync> WeightStore for PreadStore<R> {
+    fn get(&self, key: WeightKey) -> Result<Weight<'_>, StoreError> {
+        let r = self.table.extent(key)?;
+        let len = (r.end - r.start) as usize;
+        if len > self.scratch_len {
+            let kind = StoreErrorKind::TooLarge {
+                scratch: self.scratch_len,
+            };
+            return Err(self.table.error(key, r, kind));
+        }
+        if self.held.swap(true, Ordering::Acquire) {
+            let held = self.held_key.lock().unwrap_or(key);
+            return Err(self.table.error(key, r, StoreErrorKind::Busy { held }));
+        }
+        *self.held_key.lock() = Some(key);
+        // SAFETY: `held` was false and is now ours: no Weight over the scratch is alive, and no
+        // other `get` writes it until this one's Weight is dropped (see the Sync impl).
+        let scratch = unsafe { &mut *self.scratch.get() };
+        let buf = &mut scratch[self.scratch_start..self.scratch_start + len];
+        if let Err(e) = self.reader.read_at(r.start, buf) {
+            self.release(key);
+            return Err(self.io_error(key, r, e));
+        }
+        let bytes = &buf[..];
+        Ok(Weight::new(self, key, bytes))
+    }
+
+    fn read_rows(
+        &self,
+        key: WeightKey,
+        first_row: usize,
+        n_rows: usize,
+        out: &mut [u8],
+    ) -> Result<(), StoreError> {
+        let r = self.table.rows_extent(key, first_row, n_rows, out.len())?;
+        self.reader
+            .read_at(r.start, out)
+            .map_err(|e| self.io_error(key, r, e))
+    }
+
+    fn release(&self, _key: WeightKey) {
+        *self.held_key.lock() = None;
+        self.held.store(false, Ordering::Release);
+    }
+
+    fn held_bytes(&self) -> u64 {
+        (self.scratch_len + SCRATCH_ALIGN) as u64
+    }
+}
+
+/// One call a [`RecordingStore`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreCall {
+    Get(WeightKey),
+    GetRepacked(WeightKey),
+    ReadRows(WeightKey),
+    Prefetch(usize),
+    Release(WeightKey),
+}
+
+/// Wraps a store and records every call (into a buffer reserved up front: recording a token
+/// allocates nothing until `capacity` calls were recorded). For tests: that every get is
+/// released, that each decoded token asks for its weights in the same order (the order a
+/// streaming store learns), that hints come before their gets.
+pub struct RecordingStore<S> {
+    inner: S,
+    calls: spin::Mutex<Vec<StoreCall>>,
+}
+
+impl<S: WeightStore> RecordingStore<S> {
+    pub fn new(inner: S, capacity: usize) -> Self {
+        RecordingStore {
+            inner,
+            calls: spin::Mutex::new(Vec::with_capacity(capacity)),
         }
     }
 
-    fn get_repacked(&self, id: TensorId, layout: &str) -> Option<&[u8]> {
-        self.repacked.as_ref()?.get(id, layout)
+    /// The calls so far, and forgets them.
+    pub fn take(&self) -> Vec<StoreCall> {
+        let mut calls = self.calls.lock();
+        let taken = calls.clone();
+        calls.clear();
+        taken
     }
 
-    fn release(&self, _id: TensorId) {}
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn record(&self, call: StoreCall) {
+        let mut calls = self.calls.lock();
+        if calls.len() < calls.capacity() {
+            calls.push(call);
+        }
+    }
+}
+
+impl<S: WeightStore> WeightStore for RecordingStore<S> {
+    fn get(&self, key: WeightKey) -> Result<Weight<'_>, StoreError> {
+        self.record(StoreCall::Get(key));
+        let w = self.inner.get(key)?;
+        // The inner guard must not release into the inner store itself: this store's guard
+        // does, so the release is recorded too.
+        let bytes: *const [u8] = &*w;
+        core::mem::forget(w);
+        // SAFETY: the inner store keeps the bytes until `release(key)`, which only this
+        // guard's drop calls (through `self.release`).
+        Ok(Weight::new(self, key, unsafe { &*bytes }))
+    }
+
+    fn get_repacked(&self, key: WeightKey, layout: &str) -> Option<Weight<'_>> {
+        let w = self.inner.get_repacked(key, layout)?;
+        self.record(StoreCall::GetRepacked(key));
+        let bytes: *const [u8] = &*w;
+        core::mem::forget(w);
+        // SAFETY: as in `get`.
+        Some(Weight::new(self, key, unsafe { &*bytes }))
+    }
+
+    fn read_rows(
+        &self,
+        key: WeightKey,
+        first_row: usize,
+        n_rows: usize,
+        out: &mut [u8],
+    ) -> Result<(), StoreError> {
+        self.record(StoreCall::ReadRows(key));
+        self.inner.read_rows(key, first_row, n_rows, out)
+    }
+
+    fn prefetch(&self, keys: &[WeightKey]) {
+        self.record(StoreCall::Prefetch(keys.len()));
+        self.inner.prefetch(keys)
+    }
+
+    fn release(&self, key: WeightKey) {
+        self.record(StoreCall::Release(key));
+        self.inner.release(key)
+    }
+
+    fn held_bytes(&self) -> u64 {
+        self.inner.held_bytes()
+    }
 }

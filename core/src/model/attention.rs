@@ -1,0 +1,345 @@
+//! The attention token mixer: grouped-query attention over an f16 KV cache, with the per-family
+//! switches (Q/K/V biases, QK-norm, post-norm, RoPE style, sliding window).
+//!
+//! ```text
+//! xb = rms_norm(x)                     attn_norm
+//! q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)
+//! q, k = rms_norm per head             Qwen3, Gemma 3 (QK-norm)
+//! q, k = rope(q, k, pos)               normal (Llama) or neox (Qwen, Gemma)
+//! cache[pos] = k, v                    f16, like llama.cpp's default cache
+//! a = attention(q, cache[..=pos])      grouped-query, optional sliding window
+//! o = Wo a;  o = rms_norm(o)           post_attention_norm: Gemma 3
+//! x = x + o
+//! ```
+
+use super::error::ModelError;
+use super::matrix::{Loader, Matrix};
+use super::pass::{row, row_mut, split, Pass, SharedMut};
+use super::state::Activations;
+use super::store::WeightKey;
+use crate::math::{self, AttentionHeadFn, AttentionKernel, AttentionSpan, Rope};
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// The shape of an attention layer, from the header: what its cache holds per position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    /// Sliding window of this layer, `None` for global attention.
+    pub window: Option<usize>,
+}
+
+impl AttentionShape {
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+    pub fn v_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim_v
+    }
+    pub fn o_dim(&self) -> usize {
+        self.n_head * self.head_dim_v
+    }
+    /// f16 entries of the key and of the value cache for `n_ctx` positions.
+    pub fn cache_entries(&self, n_ctx: usize) -> (usize, usize) {
+        (n_ctx * self.kv_dim(), n_ctx * self.v_dim())
+    }
+}
+
+/// What differs between families inside attention, as the family's switches set it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionOptions {
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    pub post_norm: bool,
+    /// Q is multiplied by 1/sqrt(head_dim) before attention instead of scaling the scores
+    /// (Gemma's order of operations; the same value, rounded as the reference rounds it).
+    pub scale_q_before_attention: bool,
+    pub softcap: Option<f32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Attention {
+    pub shape: AttentionShape,
+    pub opts: AttentionOptions,
+    pub attn_norm: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub wo: Matrix,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub rope: Rope,
+    /// Attention of one query head, the kernel set's face of `math::attention_head`.
+    pub attend: AttentionHeadFn,
+}
+
+/// One attention layer's K and V cache: f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`.
+pub struct KvCache {
+    pub keys: Vec<u16>,
+    pub values: Vec<u16>,
+}
+
+impl KvCache {
+    pub fn new(shape: &AttentionShape, n_ctx: usize) -> KvCache {
+        let (k, v) = shape.cache_entries(n_ctx);
+        KvCache {
+            keys: vec![0; k],
+            values: vec![0; v],
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        2 * (self.keys.len() + self.values.len())
+    }
+}
+
+impl Attention {
+    /// Loads layer `l`'s attention tensors (`blk.{l}.attn_*`).
+    pub fn load(
+        ld: &Loader,
+        l: usize,
+        n_embd: usize,
+        shape: AttentionShape,
+        opts: AttentionOptions,
+        rope: Rope,
+        attend: AttentionHeadFn,
+    ) -> Result<Attention, ModelError> {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let (q_dim, kv_dim, v_dim, o_dim) =
+            (shape.q_dim(), shape.kv_dim(), shape.v_dim(), shape.o_dim());
+        let bias = |s: &str, len| match opts.qkv_bias {
+            true => ld.vector(&n(s), len).map(Some),
+            false => ld.opt_vector(&n(s), len),
+        };
+        Ok(Attention {
+            shape,
+            opts,
+            attn_norm: ld.vector(&n("attn_norm.weight"), n_embd)?,
+            wq: ld.matrix(&n("attn_q.weight"), n_embd, q_dim)?,
+            wk: ld.matrix(&n("attn_k.weight"), n_embd, kv_dim)?,
+            wv: ld.matrix(&n("attn_v.weight"), n_embd, v_dim)?,
+            wo: ld.matrix(&n("attn_output.weight"), o_dim, n_embd)?,
+            bq: bias("attn_q.bias", q_dim)?,
+            bk: bias("attn_k.bias", kv_dim)?,
+            bv: bias("attn_v.bias", v_dim)?,
+            q_norm: ld.vector_if(opts.qk_norm, &n("attn_q_norm.weight"), shape.head_dim)?,
+            k_norm: ld.vector_if(opts.qk_norm, &n("attn_k_norm.weight"), shape.head_dim)?,
+            post_attn_norm: ld.vector_if(
+                opts.post_norm,
+                &n("post_attention_norm.weight"),
+                n_embd,
+            )?,
+            rope,
+            attend,
+        })
+    }
+
+    /// The weights in the order `forward` asks for them.
+    pub fn matrices(&self) -> [&Matrix; 4] {
+        [&self.wq, &self.wk, &self.wv, &self.wo]
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = WeightKey> + '_ {
+        self.matrices().into_iter().map(|m| m.key)
+    }
+
+    /// For each of the pass's tokens: x += (post-norm of) Wo · attention(rope(Wq xb), cache),
+    /// with xb = rms_norm(x). The matrices run once for all tokens; RoPE, the cache writes and
+    /// the attention run per token (token t sees the cache up to its own position `pos + t`).
+    pub fn forward(
+        &self,
+        p: &mut Pass,
+        l: usize,
+        a: &mut Activations,
+        cache: &mut KvCache,
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        let sh = &self.shape;
+        let (n, n_embd, hd) = (p.n, a.n_embd, sh.head_dim);
+        let (q_dim, kv_dim, v_dim, o_dim) = (sh.q_dim(), sh.kv_dim(), sh.v_dim(), sh.o_dim());
+        p.rms_norm_rows(&mut a.xb, &a.x, &self.attn_norm, n_embd);
+        p.tap("attn_norm", l, &a.xb, n_embd);
+
+        // Q, K and V share one input, quantized once per activation format.
+        p.matvecs(
+            &a.xb,
+            &mut [
+                (&self.wq, &mut a.q[..]),
+                (&self.wk, &mut a.k[..]),
+                (&self.wv, &mut a.v[..]),
+            ],
+        )?;
+
+        let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
+        let score_scale = if self.opts.scale_q_before_attention {
+            1.0
+        } else {
+            inv_sqrt_hd
+        };
+        for t in 0..n {
+            let q = row_mut(&mut a.q, q_dim, t);
+            let k = row_mut(&mut a.k, kv_dim, t);
+            let v = row_mut(&mut a.v, v_dim, t);
+            for (out, bias) in [
+                (&mut *q, &self.bq),
+                (&mut *k, &self.bk),
+                (&mut *v, &self.bv),
+            ] {
+                if let Some(b) = bias {
+                    out.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+                q.chunks_exact_mut(hd)
+                    .for_each(|h| math::rms_norm_in_place(h, qn, p.rms_eps));
+                k.chunks_exact_mut(hd)
+                    .for_each(|h| math::rms_norm_in_place(h, kn, p.rms_eps));
+            }
+            if let Some(f) = p.tapping() {
+                f("Qcur_normed", l, q);
+                f("Kcur_normed", l, k);
+                f("Vcur", l, v);
+            }
+            self.rope.apply(q, hd, pos + t, p.rope_freqs);
+            self.rope.apply(k, hd, pos + t, p.rope_freqs);
+            if let Some(f) = p.tapping() {
+                f("Qcur", l, q);
+                f("Kcur", l, k);
+            }
+            if self.opts.scale_q_before_attention {
+                q.iter_mut().for_each(|v| *v *= inv_sqrt_hd);
+            }
+            if p.attention_kernel == AttentionKernel::F16Accumulator {
+                // llama.cpp's decode kernel converts the query to f16 before the dot products.
+                q.iter_mut()
+                    .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+            }
+            // Append this position's K and V to the layer's cache.
+            let at = pos + t;
+            math::to_f16_bits(&mut cache.keys[at * kv_dim..][..kv_dim], k);
+            math::to_f16_bits(&mut cache.values[at * v_dim..][..v_dim], v);
+        }
+        if n == 1 {
+            self.attend_heads(p, a, cache, pos, score_scale);
+        } else {
+            self.attend_tokens(p, a, cache, pos, score_scale);
+        }
+        p.tap("kqv_out", l, &a.att_out, o_dim);
+
+        p.matvec(&self.wo, &a.att_out, &mut a.xb2)?;
+        p.add_rows(&mut a.x, &mut a.xb2, self.post_attn_norm.as_deref(), n_embd);
+        p.tap("sa_out", l, &a.x, n_embd);
+        Ok(())
+    }
+
+    /// att_out = attention of one token's query (at position `pos`) over the cache, heads
+    /// split over the workers (decoding).
+    fn attend_heads(
+        &self,
+        p: &Pass,
+        a: &mut Activations,
+        cache: &KvCache,
+        pos: usize,
+        score_scale: f32,
+    ) {
+        let sh = &self.shape;
+        let group = sh.n_head / sh.n_head_kv;
+        let n_workers = p.par.n_threads().clamp(1, sh.n_head_kv);
+        let n_ctx = a.n_ctx;
+        let att_out = SharedMut::new(&mut a.att_out);
+        let scores = SharedMut::new(&mut a.scores);
+        let q = &a.q;
+        let kernel = p.attention_kernel;
+        p.par.run(&|w| {
+            if w >= n_workers {
+                return;
+            }
+            // Worker w takes whole KV groups, so each reads its part of the cache once.
+            let (g0, g1) = split(sh.n_head_kv, n_workers, w);
+            for h in g0 * group..g1 * group {
+                // SAFETY: head h's output and score rows are touched by this worker only.
+                let out = unsafe { att_out.slice(h * sh.head_dim_v, sh.head_dim_v) };
+                let sc = unsafe { scores.slice(h * n_ctx, n_ctx) };
+                self.attend_head(cache, q, h, pos, out, sc, score_scale, kernel);
+            }
+        });
+    }
+
+    /// att_out[t] = attention of token t's query (at position `pos + t`) for the tokens of a
+    /// batch, tokens split over the workers (worker w uses the score row of head w).
+    fn attend_tokens(
+        &self,
+        p: &Pass,
+        a: &mut Activations,
+        cache: &KvCache,
+        pos: usize,
+        score_scale: f32,
+    ) {
+        let sh = &self.shape;
+        let (n, q_dim, o_dim) = (p.n, sh.q_dim(), sh.o_dim());
+        let n_workers = p.par.n_threads().clamp(1, sh.n_head.min(n));
+        let n_ctx = a.n_ctx;
+        let att_out = SharedMut::new(&mut a.att_out[..n * o_dim]);
+        let scores = SharedMut::new(&mut a.scores);
+        let q = &a.q;
+        let kernel = p.attention_kernel;
+        p.par.run(&|w| {
+            if w >= n_workers {
+                return;
+            }
+            // SAFETY: score row w belongs to worker w; token t's output to the worker of t.
+            let sc = unsafe { scores.slice(w * n_ctx, n_ctx) };
+            let (t0, t1) = split(n, n_workers, w);
+            for t in t0..t1 {
+                let out = unsafe { att_out.slice(t * o_dim, o_dim) };
+                let q = row(q, q_dim, t);
+                for (h, out) in out.chunks_exact_mut(sh.head_dim_v).enumerate() {
+                    self.attend_head(cache, q, h, pos + t, out, sc, score_scale, kernel);
+                }
+            }
+        });
+    }
+
+    /// One query head `h` of `q` at position `pos` over the cache up to `pos`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_head(
+        &self,
+        cache: &KvCache,
+        q: &[f32],
+        h: usize,
+        pos: usize,
+        out: &mut [f32],
+        scores: &mut [f32],
+        score_scale: f32,
+        kernel: AttentionKernel,
+    ) {
+        let sh = &self.shape;
+        let (hd, group) = (sh.head_dim, sh.n_head / sh.n_head_kv);
+        let kv = math::KvHead {
+            key_cache: &cache.keys[..(pos + 1) * sh.kv_dim()],
+            value_cache: &cache.values[..(pos + 1) * sh.v_dim()],
+            head: h / group,
+            n_head_kv: sh.n_head_kv,
+            head_dim: hd,
+            head_dim_v: sh.head_dim_v,
+        };
+        let span = AttentionSpan {
+            pos,
+            window: sh.window,
+        };
+        let q = &q[h * hd..(h + 1) * hd];
+        let softcap = self.opts.softcap;
+        (self.attend)(out, q, &kv, scores, span, score_scale, softcap, kernel);
+    }
+}

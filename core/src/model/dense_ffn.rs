@@ -1,0 +1,107 @@
+//! The dense feed-forward network: a gated MLP.
+//!
+//! ```text
+//! xb = rms_norm(x)                     ffn_norm
+//! h = act(Wgate xb) * (Wup xb)         SiLU (Llama, Qwen) or GELU-tanh (Gemma)
+//! f = Wdown h;  f = rms_norm(f)        post_ffw_norm: Gemma 3
+//! x = x + f
+//! ```
+
+use super::error::ModelError;
+use super::matrix::{Loader, Matrix};
+use super::pass::{per_token, row, Pass, SharedMut};
+use super::state::Activations;
+use super::store::WeightKey;
+use crate::math::GeluTable;
+use alloc::format;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+/// The gate's activation: SiLU through the kernel set's SwiGLU face, or GELU-tanh through
+/// llama.cpp's f16 table (built once per model, shared by its layers).
+#[derive(Debug, Clone)]
+pub enum Gate {
+    Silu { swiglu: fn(&mut [f32], &[f32]) },
+    GeluTanh { table: Arc<GeluTable> },
+}
+
+#[derive(Debug, Clone)]
+pub struct DenseFfn {
+    pub n_ff: usize,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Matrix,
+    pub w_up: Matrix,
+    pub w_down: Matrix,
+    pub post_ffn_norm: Option<Vec<f32>>,
+    pub gate: Gate,
+}
+
+impl DenseFfn {
+    /// Loads layer `l`'s FFN tensors (`blk.{l}.ffn_*`).
+    pub fn load(
+        ld: &Loader,
+        l: usize,
+        n_embd: usize,
+        n_ff: usize,
+        post_norm: bool,
+        gate: Gate,
+    ) -> Result<DenseFfn, ModelError> {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        Ok(DenseFfn {
+            n_ff,
+            ffn_norm: ld.vector(&n("ffn_norm.weight"), n_embd)?,
+            w_gate: ld.matrix(&n("ffn_gate.weight"), n_embd, n_ff)?,
+            w_up: ld.matrix(&n("ffn_up.weight"), n_embd, n_ff)?,
+            w_down: ld.matrix(&n("ffn_down.weight"), n_ff, n_embd)?,
+            post_ffn_norm: ld.vector_if(post_norm, &n("post_ffw_norm.weight"), n_embd)?,
+            gate,
+        })
+    }
+
+    /// The weights in the order `forward` asks for them.
+    pub fn matrices(&self) -> [&Matrix; 3] {
+        [&self.w_gate, &self.w_up, &self.w_down]
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = WeightKey> + '_ {
+        self.matrices().into_iter().map(|m| m.key)
+    }
+
+    /// For each of the pass's tokens: x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with
+    /// xb = rms_norm(x).
+    pub fn forward(&self, p: &mut Pass, l: usize, a: &mut Activations) -> Result<(), ModelError> {
+        let (n, n_embd, n_ff) = (p.n, a.n_embd, self.n_ff);
+        p.rms_norm_rows(&mut a.xb, &a.x, &self.ffn_norm, n_embd);
+        p.tap("ffn_norm", l, &a.xb, n_embd);
+        p.matvecs(
+            &a.xb,
+            &mut [(&self.w_gate, &mut a.hb[..]), (&self.w_up, &mut a.hb2[..])],
+        )?;
+        if let Some(f) = p.tapping() {
+            for t in 0..n {
+                f("ffn_gate", l, row(&a.hb, n_ff, t));
+                f("ffn_up", l, row(&a.hb2, n_ff, t));
+            }
+        }
+        let gates = SharedMut::new(&mut a.hb[..n * n_ff]);
+        let ups = &a.hb2;
+        per_token(p.par, n, &|_, t| {
+            // SAFETY: token t's row is written by this worker only.
+            let gate = unsafe { gates.slice(t * n_ff, n_ff) };
+            let up = row(ups, n_ff, t);
+            match &self.gate {
+                Gate::Silu { swiglu } => swiglu(gate, up),
+                Gate::GeluTanh { table } => gate
+                    .iter_mut()
+                    .zip(up)
+                    .for_each(|(g, u)| *g = table.gelu(*g) * u),
+            }
+        });
+        p.tap("ffn_act", l, &a.hb, n_ff);
+        p.matvec(&self.w_down, &a.hb, &mut a.xb2)?;
+        p.tap("ffn_out", l, &a.xb2, n_embd);
+        p.add_rows(&mut a.x, &mut a.xb2, self.post_ffn_norm.as_deref(), n_embd);
+        p.tap("l_out", l, &a.x, n_embd);
+        Ok(())
+    }
+}

@@ -1,0 +1,178 @@
+//! A layer is a token mixer and an FFN, each one of a few kinds, each kind in its own file:
+//!
+//! | part | kinds now | next |
+//! |---|---|---|
+//! | [`TokenMixer`] | [`Attention`] (attention.rs) | a recurrent Gated DeltaNet layer |
+//! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs) | a mixture of experts |
+//!
+//! Adding a kind is a new file plus a match arm in each `match` below: its tensors
+//! ([`Layer::matrices`], which the repack plan and the prefetch hints read), its state
+//! ([`LayerShape::state_bytes`], [`LayerState`]) and its forward. The header says which kind
+//! each layer is ([`LayerShape`], in `HParams`), so the memory plan sizes the state before a
+//! tensor is read.
+
+use super::attention::{Attention, AttentionShape, KvCache};
+use super::dense_ffn::DenseFfn;
+use super::error::ModelError;
+use super::matrix::Matrix;
+use super::pass::Pass;
+use super::state::Activations;
+use super::store::WeightKey;
+use alloc::vec::Vec;
+
+/// What the header says layer `l` is made of, before any tensor is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerShape {
+    pub mixer: MixerShape,
+    pub ffn: FfnShape,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MixerShape {
+    Attention(AttentionShape),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnShape {
+    Dense { n_ff: usize },
+}
+
+impl LayerShape {
+    /// Bytes of this layer's state for a context of `n_ctx` tokens (an attention layer's KV
+    /// cache grows with the context; a recurrent layer's state will not).
+    pub fn state_bytes(&self, n_ctx: usize) -> usize {
+        match self.mixer {
+            MixerShape::Attention(a) => {
+                let (k, v) = a.cache_entries(n_ctx);
+                2 * (k + v)
+            }
+        }
+    }
+
+    /// Widths of the activation rows this layer writes, for sizing the shared buffers:
+    /// (q, k, v, attention output, FFN hidden).
+    pub fn widths(&self) -> LayerWidths {
+        let mut w = LayerWidths::default();
+        match self.mixer {
+            MixerShape::Attention(a) => {
+                w.q = a.q_dim();
+                w.k = a.kv_dim();
+                w.v = a.v_dim();
+                w.o = a.o_dim();
+                w.n_head = a.n_head;
+            }
+        }
+        match self.ffn {
+            FfnShape::Dense { n_ff } => w.ff = n_ff,
+        }
+        w
+    }
+}
+
+/// The widths of one layer's activation rows (0 where the kind has none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerWidths {
+    pub q: usize,
+    pub k: usize,
+    pub v: usize,
+    pub o: usize,
+    pub ff: usize,
+    pub n_head: usize,
+}
+
+impl LayerWidths {
+    /// The widest of each over `layers`.
+    pub fn max_over(layers: &[LayerShape]) -> LayerWidths {
+        layers
+            .iter()
+            .map(LayerShape::widths)
+            .fold(LayerWidths::default(), |a, b| LayerWidths {
+                q: a.q.max(b.q),
+                k: a.k.max(b.k),
+                v: a.v.max(b.v),
+                o: a.o.max(b.o),
+                ff: a.ff.max(b.ff),
+                n_head: a.n_head.max(b.n_head),
+            })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum TokenMixer {
+    Attention(Attention),
+}
+
+#[derive(Debug, Clone)]
+pub enum Ffn {
+    Dense(DenseFfn),
+}
+
+#[derive(Debug, Clone)]
+pub struct Layer {
+    pub mixer: TokenMixer,
+    pub ffn: Ffn,
+    /// Every weight key of the layer in the order `forward` asks for them (the prefetch hint).
+    pub keys: Vec<WeightKey>,
+}
+
+/// What a layer keeps from token to token.
+pub enum LayerState {
+    Kv(KvCache),
+}
+
+impl LayerState {
+    pub fn new(shape: &LayerShape, n_ctx: usize) -> LayerState {
+        match shape.mixer {
+            MixerShape::Attention(a) => LayerState::Kv(KvCache::new(&a, n_ctx)),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        match self {
+            LayerState::Kv(kv) => kv.bytes(),
+        }
+    }
+}
+
+impl Layer {
+    pub fn new(mixer: TokenMixer, ffn: Ffn) -> Layer {
+        let mut layer = Layer {
+            mixer,
+            ffn,
+            keys: Vec::new(),
+        };
+        layer.keys = layer.matrices().iter().map(|m| m.key).collect();
+        layer
+    }
+
+    /// The layer's weight matrices, in the order `forward` uses them.
+    pub fn matrices(&self) -> Vec<&Matrix> {
+        let mut all = Vec::new();
+        match &self.mixer {
+            TokenMixer::Attention(a) => all.extend(a.matrices()),
+        }
+        match &self.ffn {
+            Ffn::Dense(f) => all.extend(f.matrices()),
+        }
+        all
+    }
+
+    /// x += mixer(x); x += ffn(x), for the pass's tokens at positions `pos..`.
+    pub fn forward(
+        &self,
+        p: &mut Pass,
+        l: usize,
+        a: &mut Activations,
+        state: &mut LayerState,
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        match (&self.mixer, state) {
+            (TokenMixer::Attention(att), LayerState::Kv(cache)) => {
+                att.forward(p, l, a, cache, pos)?
+            }
+        }
+        match &self.ffn {
+            Ffn::Dense(ffn) => ffn.forward(p, l, a),
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! What one forward pass carries to every layer: the worker pool, the weight store, the
+//! matvec scratch, and whether it is a prompt's pass. With it a matvec is one short call,
+//! `p.matvec(&self.wo, &act.att_out, &mut act.xb2)?`, and a layer's forward reads like the math.
+//!
+//! Also here: the token-wise helpers of a batch (norms, residual adds) and the shared-slice
+//! plumbing the parallel loops use.
+
+use super::error::ModelError;
+use super::matrix::Matrix;
+use super::store::WeightStore;
+use crate::math::{self, AttentionKernel};
+use crate::platform::{Parallel, RowDispenser};
+use alloc::format;
+use alloc::string::String;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// Called with (name, layer, one token's values) at the named points of the forward pass
+/// (llama.cpp's tensor names), for comparing with the reference layer by layer.
+pub type TapFn = fn(&str, usize, &[f32]);
+
+pub struct Pass<'p> {
+    pub par: &'p dyn Parallel,
+    pub store: &'p dyn WeightStore,
+    /// Tokens in this pass (rows in use of every activation buffer).
+    pub n: usize,
+    /// A prompt's pass runs the batched kernels even for one token, so that a prompt gives the
+    /// same bits however it is split (see `WeightKernel::cols_twin`).
+    pub prompt: bool,
+    /// The attention kernel llama.cpp would pick for this pass's length.
+    pub attention_kernel: AttentionKernel,
+    /// Per-pair RoPE frequency divisors of the model (Llama 3's `rope_freqs.weight`).
+    pub rope_freqs: Option<&'p [f32]>,
+    pub rms_eps: f32,
+    tap: Option<TapFn>,
+    /// The `n` quantized input rows of the matvec in progress.
+    act_q: &'p mut [u8],
+    /// The matmul workers' output before it is copied into the tokens' rows.
+    tile: &'p mut [f32],
+}
+
+impl<'p> Pass<'p> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        par: &'p dyn Parallel,
+        store: &'p dyn WeightStore,
+        n: usize,
+        prompt: bool,
+        attention_kernel: AttentionKernel,
+        rope_freqs: Option<&'p [f32]>,
+        rms_eps: f32,
+        tap: Option<TapFn>,
+        act_q: &'p mut [u8],
+        tile: &'p mut [f32],
+    ) -> Pass<'p> {
+        Pass {
+            par,
+            store,
+            n,
+            prompt,
+            attention_kernel,
+            rope_freqs,
+            rms_eps,
+            tap,
+            act_q,
+            tile,
+        }
+    }
+
+    /// Hands each of the pass's `n` rows of `x` (rows of `width`) to the tap, if one is set.
+    pub fn tap(&self, name: &str, layer: usize, x: &[f32], width: usize) {
+        if let Some(f) = self.tap {
+            (0..self.n).for_each(|t| f(name, layer, row(x, width, t)));
+        }
+    }
+
+    pub fn tapping(&self) -> Option<TapFn> {
+        self.tap
+    }
+
+    /// `out[t] = m · x[t]` for the pass's tokens (`x` and `out` token-major, rows of
+    /// `m.n_cols` and `m.n_rows`).
+    pub fn matvec(&mut self, m: &Matrix, x: &[f32], out: &mut [f32]) -> Result<(), ModelError> {
+        self.quantize(m, x)?;
+        self.matmul(m, out)
+    }
+
+    /// Several matrices over one input (Q, K and V; gate and up): the input is quantized once
+    /// per activation format, the matrices run in order.
+    pub fn matvecs(
+        &mut self,
+        x: &[f32],
+        jobs: &mut [(&Matrix, &mut [f32])],
+    ) -> Result<(), ModelError> {
+        let mut quantized_as = None;
+        for (m, out) in jobs.iter_mut() {
+            if quantized_as != Some(m.act_ty) {
+                self.quantize(m, x)?;
+                quantized_as = Some(m.act_ty);
+            }
+            self.matmul(m, out)?;
+        }
+        Ok(())
+    }
+
+    /// Quantizes the `n` input rows of `m` into its activation format, back to back.
+    fn quantize(&mut self, m: &Matrix, x: &[f32]) -> Result<(), ModelError> {
+        let (n, width) = (self.n, m.n_cols);
+        let quantize = |t: usize, out: &mut [u8]| {
+            super::act_quant::quantize_activation(m.act_ty, row(x, width, t), out)
+        };
+        let failed = AtomicBool::new(false);
+        let shared = SharedMut::new(&mut self.act_q[..n * m.act_bytes]);
+        per_token(self.par, n, &|_, t| {
+            // SAFETY: token t's row is written by this worker only.
+            let out = unsafe { shared.slice(t * m.act_bytes, m.act_bytes) };
+            if quantize(t, out).is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+        });
+        if failed.load(Ordering::Relaxed) {
+            // Run the first row again for the error to report.
+            quantize(0, &mut self.act_q[..m.act_bytes]).map_err(|err| ModelError::Quant {
+                tensor: m.name.clone(),
+                err,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `out[t] = M · x[t]` for the input rows already quantized into `act_q`. The weight rows
+    /// are split over the workers; a worker computes its rows for all `n` tokens at once (each
+    /// weight read once), into its part of `tile`, then copies them into the tokens' rows. One
+    /// token goes straight through the matvec. The weight is asked of the store just before
+    /// and released right after (the guard drops at the end). Where the matrix's kernel has a
+    /// repacked layout and the store holds that copy, the repacked kernel runs on it, token by
+    /// token (the file's pages of the tensor are then not touched).
+    fn matmul(&mut self, m: &Matrix, out: &mut [f32]) -> Result<(), ModelError> {
+        let (n, n_rows, store) = (self.n, m.n_rows, self.store);
+        let repacked = m
+            .kernel
+            .repacked
+            .and_then(|rk| Some((rk, store.get_repacked(m.key, rk.layout)?)));
+        let (repacked_kernel, w) = match repacked {
+            Some((rk, packed)) => (Some(rk), packed),
+            None => (None, store.get(m.key)?),
+        };
+        let expected = match repacked_kernel {
+            Some(rk) => (rk.bytes)(n_rows, m.n_cols).unwrap_or(usize::MAX),
+            None => n_rows * m.row_bytes,
+        };
+        if w.len() < expected {
+            return Err(ModelError::Store {
+                tensor: m.name.clone(),
+                reason: format!(
+                    "got {} bytes, expected {expected} ({n_rows} rows of {} elements{})",
+                    w.len(),
+                    m.n_cols,
+                    match repacked_kernel {
+                        Some(rk) => format!(", repacked as {}", rk.layout),
+                        None => String::new(),
+                    }
+                ),
+            });
+        }
+        let w: &[u8] = &w;
+        let failed = AtomicBool::new(false);
+        let n_workers = self.par.n_threads().max(1);
+        let acts = &self.act_q[..n * m.act_bytes];
+        let out = SharedMut::new(&mut out[..n * n_rows]);
+        let tile = SharedMut::new(if n > 1 {
+            &mut self.tile[..n * n_rows]
+        } else {
+            &mut self.tile[..0]
+        });
+        let prompt = self.prompt;
+        // Guided scheduling: each grab takes remaining / (2 x threads) rows, so a preempted
+        // worker leaves a short tail. Chunks are multiples of 16 rows so that workers do not
+        // share cache lines of `out` (and row-group kernels, groups of 4, get aligned starts).
+        let rows_left = RowDispenser::new(n_rows, n_workers, MATVEC_CHUNK_ROWS);
+        self.par.run(&|_| {
+            while let Some(chunk) = rows_left.grab() {
+                let (r0, r1, len) = (chunk.start, chunk.end, chunk.len());
+                let result = match repacked_kernel {
+                    // The repacked kernels are matvecs: one pass over the chunk per token.
+                    Some(rk) => rk
+                        .row_range(n_rows, m.n_cols, r0, r1)
+                        .and_then(|range| w.get(range))
+                        .map_or(Err(()), |rows| {
+                            (0..n).try_for_each(|t| {
+                                // SAFETY: the dispenser hands each row to exactly one worker.
+                                let o = unsafe { out.slice(t * n_rows + r0, len) };
+                                let act = &acts[t * m.act_bytes..(t + 1) * m.act_bytes];
+                                rk.matvec(m.ty, rows, len, m.n_cols, act, o).map_err(|_| ())
+                            })
+                        }),
+                    None => {
+                        let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
+                        if n == 1 && prompt && m.kernel.cols_twin.is_some() {
+                            // A one-token prompt (or prompt tail) takes the batched kernel,
+                            // whose bits differ from the decode kernel's (cols_twin): a prompt
+                            // then gives the same logits however it is split.
+                            // SAFETY: the dispenser hands each row to exactly one worker.
+                            let o = unsafe { out.slice(r0, len) };
+                            m.kernel
+                                .matmul(rows, len, m.n_cols, acts, 1, o)
+                                .map_err(|_| ())
+                        } else if n == 1 {
+                            // SAFETY: the dispenser hands each row to exactly one worker.
+                            let o = unsafe { out.slice(r0, len) };
+                            m.kernel
+                                .matvec(rows, len, m.n_cols, acts, o)
+                                .map_err(|_| ())
+                        } else {
+                            // SAFETY: as above; this chunk's tile is rows r0..r1 of every token.
+                            let tl = unsafe { tile.slice(n * r0, n * len) };
+                            let r = m.kernel.matmul(rows, len, m.n_cols, acts, n, tl);
+                            for (t, src) in tl.chunks_exact(len).enumerate() {
+                                // SAFETY: rows r0..r1 of token t belong to this chunk only.
+                                unsafe { out.slice(t * n_rows + r0, len) }.copy_from_slice(src);
+                            }
+                            r.map_err(|_| ())
+                        }
+                    }
+                };
+                if result.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+            }
+        });
+        if failed.load(Ordering::Relaxed) {
+            // Shapes were checked at load and the weight's length above: a kernel refused them.
+            return Err(ModelError::Store {
+                tensor: m.name.clone(),
+                reason: format!(
+                    "the {} kernel refused {} rows of {} columns for {n} tokens",
+                    m.kernel.face, n_rows, m.n_cols
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// `out[t] = rms_norm(x[t]) * w` for the pass's rows of `width` values.
+    pub fn rms_norm_rows(&self, out: &mut [f32], x: &[f32], w: &[f32], width: usize) {
+        let eps = self.rms_eps;
+        let shared = SharedMut::new(&mut out[..self.n * width]);
+        per_token(self.par, self.n, &|_, t| {
+            // SAFETY: token t's row is written by this worker only.
+            let o = unsafe { shared.slice(t * width, width) };
+            math::rms_norm(o, row(x, width, t), w, eps);
+        });
+    }
+
+    /// `x[t] += rms_norm(o[t]) * post_norm` (or `o[t]` without one) for the pass's rows.
+    pub fn add_rows(&self, x: &mut [f32], o: &mut [f32], post_norm: Option<&[f32]>, width: usize) {
+        let eps = self.rms_eps;
+        let n = self.n;
+        let (xs, os) = (
+            SharedMut::new(&mut x[..n * width]),
+            SharedMut::new(&mut o[..n * width]),
+        );
+        per_token(self.par, n, &|_, t| {
+            // SAFETY: token t's rows are touched by this worker only.
+            let (x, o) = unsafe { (xs.slice(t * width, width), os.slice(t * width, width)) };
+            if let Some(w) = post_norm {
+                math::rms_norm_in_place(o, w, eps);
+            }
+            x.iter_mut().zip(&*o).for_each(|(x, o)| *x += o);
+        });
+    }
+}
+
+/// Rows per chunk of a parallel matvec: a multiple of every repacked kernel's group (4).
+const MATVEC_CHUNK_ROWS: usize = 16;
+
+/// llama.cpp runs flash attention through a tiled f32 kernel when a batch has at least this
+/// many queries, and through a kernel with an f16 accumulator otherwise (decode).
+pub const TILED_ATTENTION_MIN_BATCH: usize = 64;
+
+/// The attention kernel llama.cpp picks for a prompt of `n_tokens` (decided for the whole
+/// prompt, not for each of its chunks).
+pub fn batch_attention_kernel(n_tokens: usize) -> AttentionKernel {
+    if n_tokens >= TILED_ATTENTION_MIN_BATCH {
+        AttentionKernel::F32
+    } else {
+        AttentionKernel::F16Accumulator
+    }
+}
+
+/// Row `t` of a token-major buffer of rows of `width` values.
+pub fn row(buf: &[f32], width: usize, t: usize) -> &[f32] {
+    &buf[t * width..(t + 1) * width]
+}
+
+pub fn row_mut(buf: &mut [f32], width: usize, t: usize) -> &mut [f32] {
+    &mut buf[t * width..(t + 1) * width]
+}
+
+/// Runs `f(worker, t)` for the tokens `0..n`, each worker taking a run of them (the token-wise
+/// steps of a batch: norms, quantizing, the FFN activation, attention). One token runs inline.
+pub fn per_token(par: &dyn Parallel, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+    let n_workers = par.n_threads().clamp(1, n.max(1));
+    if n_workers == 1 {
+        (0..n).for_each(|t| f(0, t));
+        return;
+    }
+    par.run(&|w| {
+        if w < n_workers {
+            let (t0, t1) = split(n, n_workers, w);
+            (t0..t1).for_each(|t| f(w, t));
+        }
+    });
+}
+
+/// Rows `[lo, hi)` of `n` split into `parts` near-equal ranges.
+pub fn split(n: usize, parts: usize, i: usize) -> (usize, usize) {
+    let per = n.div_ceil(parts);
+    ((i * per).min(n), ((i + 1) * per).min(n))
+}
+
+/// A mutable slice handed to parallel workers that write disjoint ranges of it.
+pub struct SharedMut<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+// SAFETY: workers only take disjoint sub-slices (see `slice`).
+unsafe impl<T: Send> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    pub fn new(s: &mut [T]) -> Self {
+        SharedMut {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        }
+    }
+    /// # Safety
+    /// No two live slices may overlap, and the source slice must outlive them.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(start + len <= self.len);
+        core::slice::from_raw_parts_mut(self.ptr.add(start), len)
+    }
+}

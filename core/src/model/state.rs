@@ -1,0 +1,211 @@
+//! Everything that changes while running: the activations, the matvec scratch and each
+//! layer's state (an attention layer's KV cache), all sized once for a context length and a
+//! batch size so that a token allocates nothing.
+
+use super::error::ModelError;
+use super::hparams::HParams;
+use super::layer::{LayerState, LayerWidths};
+use super::pass::TapFn;
+use super::Model;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// Tokens of a prompt that run together by default: each weight is read once per batch, and
+/// the batch buffers (a few MB for a 1.5B model) stay small next to the KV cache.
+pub const DEFAULT_BATCH: usize = 32;
+
+/// The element counts of every buffer a [`State`] holds for a model shape, a context and a
+/// batch: what `State::with_batch` allocates, and what `MemoryPlan` plans for before a model is
+/// loaded (one computation, so the plan cannot drift from the allocation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateShape {
+    pub n_ctx: usize,
+    /// Tokens per prompt batch (1..=n_ctx).
+    pub n_batch: usize,
+    pub n_embd: usize,
+    /// The widest row of each kind over the layers.
+    pub widths: LayerWidths,
+    /// f32 scores, `[n_head][n_ctx]`.
+    pub scores: usize,
+    /// Bytes of one quantized input row (worst case: f32).
+    pub act_row_bytes: usize,
+    /// f32s of the matmul tile (none when the batch is one token).
+    pub tile: usize,
+    /// Bytes of every layer's state together (KV caches).
+    pub layer_state_bytes: usize,
+    pub n_vocab: usize,
+    /// Rows of a pruned head (0 for a full head).
+    pub head_rows: usize,
+}
+
+impl StateShape {
+    pub fn new(hp: &HParams, n_ctx: usize, n_batch: usize, head_rows: usize) -> StateShape {
+        let b = n_batch.clamp(1, n_ctx.max(1));
+        let w = LayerWidths::max_over(&hp.layers);
+        let widest = hp.n_embd.max(w.ff).max(w.o);
+        let most_rows = widest.max(w.q).max(w.k).max(w.v);
+        StateShape {
+            n_ctx,
+            n_batch: b,
+            n_embd: hp.n_embd,
+            widths: w,
+            scores: w.n_head * n_ctx,
+            act_row_bytes: widest * 4,
+            tile: if b > 1 { b * most_rows } else { 0 },
+            layer_state_bytes: hp.layers.iter().map(|l| l.state_bytes(n_ctx)).sum(),
+            n_vocab: hp.n_vocab,
+            head_rows,
+        }
+    }
+
+    /// Bytes of the layers' state (the KV cache, f16 keys and values).
+    pub fn kv_cache_bytes(&self) -> usize {
+        self.layer_state_bytes
+    }
+
+    /// Bytes of the activation buffers, the scores, the quantized-input scratch and the tile.
+    pub fn activation_bytes(&self) -> usize {
+        let (b, w) = (self.n_batch, &self.widths);
+        4 * (b * (3 * self.n_embd + w.q + w.k + w.v + w.o) + b * 2 * w.ff + self.scores + self.tile)
+            + b * self.act_row_bytes
+    }
+
+    /// Bytes of the logits and a pruned head's rows.
+    pub fn logits_bytes(&self) -> usize {
+        4 * (self.n_vocab + self.head_rows)
+    }
+}
+
+/// The activation buffers one pass works in, one row per token of a batch (`[n_batch][dim]`).
+/// Every layer kind reads and writes these; a kind with other needs adds its own here.
+pub struct Activations {
+    pub n_embd: usize,
+    pub n_ctx: usize,
+    /// The residual stream.
+    pub x: Vec<f32>,
+    pub xb: Vec<f32>,
+    pub xb2: Vec<f32>,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub att_out: Vec<f32>,
+    /// `[n_head][n_ctx]`: one token's attention at a time.
+    pub scores: Vec<f32>,
+    pub hb: Vec<f32>,
+    pub hb2: Vec<f32>,
+}
+
+pub struct State {
+    pub n_ctx: usize,
+    /// Next position to fill (tokens in the cache).
+    pub pos: usize,
+    /// Tokens run together by `forward_batch` (rows of the activation buffers).
+    pub(super) n_batch: usize,
+    pub(super) act: Activations,
+    /// `n_batch` quantized input rows, back to back.
+    pub(super) act_q: Vec<u8>,
+    /// The matmul workers' output before it is copied into the tokens' rows: `n_batch` x the
+    /// most rows of a layer matrix.
+    pub(super) tile: Vec<f32>,
+    /// One per layer: its KV cache (or, for a recurrent layer, its state).
+    pub(super) layers: Vec<LayerState>,
+    pub(super) logits: Vec<f32>,
+    /// The rows of a pruned head before they are scattered into `logits` (empty for a full head).
+    pub(super) head_logits: Vec<f32>,
+    /// Called with (name, layer, values) at the named points of the forward pass (llama.cpp's
+    /// tensor names: attn_norm, Qcur, Kcur, Vcur, kqv_out, sa_out, ffn_out, l_out,
+    /// result_norm), once per token, for debugging a disagreement layer by layer. `None` in
+    /// normal use.
+    pub tap: Option<TapFn>,
+}
+
+impl State {
+    /// Sizes every buffer for `n_ctx` positions (at most the model's trained context) and
+    /// prompts in batches of [`DEFAULT_BATCH`] tokens.
+    pub fn new(model: &Model, n_ctx: usize) -> Result<State, ModelError> {
+        State::with_batch(model, n_ctx, DEFAULT_BATCH)
+    }
+
+    /// Like [`State::new`] with prompts run `n_batch` tokens at a time (1: token by token;
+    /// more than `n_ctx` is capped to `n_ctx`).
+    pub fn with_batch(model: &Model, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
+        let hp = &model.hp;
+        if n_ctx == 0 || n_ctx > hp.n_ctx_train {
+            return Err(ModelError::BadContext {
+                requested: n_ctx,
+                max: hp.n_ctx_train,
+            });
+        }
+        let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
+        let sh = StateShape::new(hp, n_ctx, n_batch, head_rows);
+        let (b, w) = (sh.n_batch, sh.widths);
+        Ok(State {
+            n_ctx,
+            pos: 0,
+            n_batch: b,
+            act: Activations {
+                n_embd: sh.n_embd,
+                n_ctx,
+                x: vec![0.0; b * sh.n_embd],
+                xb: vec![0.0; b * sh.n_embd],
+                xb2: vec![0.0; b * sh.n_embd],
+                q: vec![0.0; b * w.q],
+                k: vec![0.0; b * w.k],
+                v: vec![0.0; b * w.v],
+                att_out: vec![0.0; b * w.o],
+                scores: vec![0.0; sh.scores],
+                hb: vec![0.0; b * w.ff],
+                hb2: vec![0.0; b * w.ff],
+            },
+            act_q: vec![0; b * sh.act_row_bytes],
+            tile: vec![0.0; sh.tile],
+            layers: hp
+                .layers
+                .iter()
+                .map(|l| LayerState::new(l, n_ctx))
+                .collect(),
+            // A pruned head never writes its dropped ids: they stay -inf.
+            logits: vec![
+                if model.head_ids.is_some() {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                };
+                hp.n_vocab
+            ],
+            head_logits: vec![0.0; head_rows],
+            tap: None,
+        })
+    }
+
+    /// Tokens a prompt runs in at a time.
+    pub fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
+    /// Forgets the context (the cache is overwritten as positions are refilled).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Bytes this state holds (activations, scratch, logits and the layers' state).
+    pub fn memory_bytes(&self) -> usize {
+        let a = &self.act;
+        4 * (a.x.len() * 3
+            + self.tile.len()
+            + a.q.len()
+            + a.k.len()
+            + a.v.len()
+            + a.att_out.len()
+            + a.scores.len()
+            + a.hb.len() * 2
+            + self.logits.len()
+            + self.head_logits.len())
+            + self.act_q.len()
+            + self.layers.iter().map(LayerState::bytes).sum::<usize>()
+    }
+}
