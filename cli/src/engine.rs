@@ -12,9 +12,10 @@ use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{Family, Model, ModelError, ResidentStore, State, WeightStore};
 use smolrun_core::platform::{Parallel, SingleThread};
-use smolrun_core::sampler::{Sampler, SamplerParams};
+use smolrun_core::sampler::{Sampled, Sampler, SamplerParams};
 use smolrun_core::tokenizer::{StreamDecoder, Tokenizer};
 use smolrun_linux::MappedFile;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -65,6 +66,9 @@ pub enum StopReason {
     ContextFull,
     /// The user pressed Ctrl-C (or the caller's stop flag was set).
     Interrupted,
+    /// The caller's `on_token` asked to stop (the server: a stop string, its token budget, a
+    /// client that went away).
+    Stopped,
     /// The memory guard saw less memory left than its floor
     /// ([`Engine::low_memory_message`] says how much).
     LowMemory,
@@ -77,15 +81,16 @@ impl StopReason {
             StopReason::Length => "length",
             StopReason::ContextFull => "context",
             StopReason::Interrupted => "interrupted",
+            StopReason::Stopped => "stopped",
             StopReason::LowMemory => "low-memory",
         }
     }
 }
 
-/// What one generation produced, and how fast.
+/// What one generation produced, and how fast. Its text is what the caller made of the tokens
+/// ([`Engine::generate`] returns it beside this).
 #[derive(Debug, Clone)]
 pub struct Generation {
-    pub text: String,
     /// Generated ids; an end-of-generation token that stopped it is included.
     pub tokens: Vec<u32>,
     /// Prompt tokens that had to be run (fewer than the prompt when the cache had a prefix).
@@ -101,6 +106,35 @@ impl Generation {
     }
     pub fn gen_tok_s(&self) -> f64 {
         per_second(self.tokens.len(), self.gen_time)
+    }
+}
+
+/// Where a generation stops, besides an end-of-generation token, a full context, low memory
+/// and its caller's `on_token`; and whether the prompt counts for the penalties.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GenerateOptions<'a> {
+    /// At most this many tokens (None: no limit).
+    pub max_tokens: Option<usize>,
+    /// Checked before each token: set from another thread (Ctrl-C) to stop.
+    pub interrupt: Option<&'a AtomicBool>,
+    /// The prompt goes into the sampler's penalty history (off for a chat prompt: it is full of
+    /// turn markers that must stay likely).
+    pub penalize_prompt: bool,
+}
+
+/// One generated token, as the generation loop hands it to its caller: sampled, not yet run.
+/// An end-of-generation token is not handed over (it ends the loop).
+#[derive(Clone, Copy)]
+pub struct TokenStep<'a> {
+    /// The token, its probability and the `n_probs` most likely tokens (the sampler's params).
+    pub sampled: Sampled<'a>,
+    /// Turns ids into text ([`StreamDecoder`] for whole characters).
+    pub tokenizer: &'a Tokenizer,
+}
+
+impl TokenStep<'_> {
+    pub fn token(&self) -> u32 {
+        self.sampled.token
     }
 }
 
@@ -483,54 +517,90 @@ impl<'g> Engine<'g> {
         self.cached.len()
     }
 
-    /// Generates after `prompt` until an end-of-generation token, `max_tokens` (None: no limit),
-    /// a full context or `stop` being set. `on_text` gets each piece of text as soon as it is
-    /// complete UTF-8. The prompt goes into the sampler's penalty history only when
-    /// `penalize_prompt` is set (a chat prompt is full of turn markers that must stay likely).
+    /// Generates text after `prompt` (see [`generate_with`](Self::generate_with)): `on_text`
+    /// gets each piece as soon as it is complete UTF-8. Returns the generation and its text.
     pub fn generate(
         &mut self,
         prompt: &[u32],
         sampler: &mut Sampler,
-        max_tokens: Option<usize>,
-        penalize_prompt: bool,
-        stop: &AtomicBool,
+        options: GenerateOptions<'_>,
         mut on_text: impl FnMut(&str),
+    ) -> Result<(Generation, String), String> {
+        let mut decoder = StreamDecoder::new();
+        let mut text = String::new();
+        let mut piece = String::new();
+        let mut emit = |piece: &str| {
+            if !piece.is_empty() {
+                on_text(piece);
+                text.push_str(piece);
+            }
+        };
+        let gen = self.generate_with(prompt, sampler, options, &mut |step| {
+            piece.clear();
+            decoder.push(step.tokenizer, step.token(), &mut piece);
+            emit(&piece);
+            ControlFlow::Continue(())
+        })?;
+        // An unfinished character at the end (U+FFFD).
+        piece.clear();
+        decoder.finish(&mut piece);
+        emit(&piece);
+        Ok((gen, text))
+    }
+
+    /// The generation loop that `run`, `chat`, `loopcheck` and the server share. Runs the tokens
+    /// of `prompt` that are not cached yet, then samples a token, hands it to `on_token` and
+    /// runs it, until an end-of-generation token, `options`' limits, a full context, low memory
+    /// ([`low_memory_message`](Self::low_memory_message) says why) or `on_token` breaking.
+    pub fn generate_with(
+        &mut self,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        options: GenerateOptions<'_>,
+        on_token: &mut dyn FnMut(TokenStep<'_>) -> ControlFlow<()>,
     ) -> Result<Generation, String> {
         let t0 = Instant::now();
         let prompt_evaluated = self.prefill(prompt)?;
         let prompt_time = t0.elapsed();
-        if penalize_prompt {
+        if options.penalize_prompt {
             for &t in prompt {
                 sampler.accept(t);
             }
         }
         let t1 = Instant::now();
         self.low_memory = None;
-        let mut decoder = StreamDecoder::new();
-        let mut text = String::new();
-        let mut piece = String::new();
-        let mut tokens = Vec::new();
+        let max_tokens = options.max_tokens;
+        // The context's room, plus the last token, which is not run (more only when joined
+        // pieces shorten the cache).
+        let room = self.n_ctx() - self.cached.len() + 1;
+        let mut tokens = Vec::with_capacity(max_tokens.map_or(room, |n| n.min(room)));
         let stop_reason = loop {
-            if stop.load(Ordering::Relaxed) {
+            if options.interrupt.is_some_and(|i| i.load(Ordering::Relaxed)) {
                 break StopReason::Interrupted;
             }
             if max_tokens.is_some_and(|n| tokens.len() >= n) {
                 break StopReason::Length;
             }
-            let token = sampler
+            let sampled = sampler
                 .sample(self.state.logits())
-                .map_err(|e| format!("{}: {e}", self.path.display()))?
-                .token;
+                .map_err(|e| format!("{}: sampling failed: {e}", self.path.display()))?;
+            let token = sampled.token;
+            let end = self.tokenizer.is_eog(token);
+            let flow = if end {
+                ControlFlow::Continue(())
+            } else {
+                on_token(TokenStep {
+                    sampled,
+                    tokenizer: &self.tokenizer,
+                })
+            };
             sampler.accept(token);
             tokens.push(token);
-            if self.tokenizer.is_eog(token) {
+            if end {
                 break StopReason::EndOfText;
             }
-            piece.clear();
-            decoder.push(&self.tokenizer, token, &mut piece);
-            if !piece.is_empty() {
-                on_text(&piece);
-                text.push_str(&piece);
+            if flow.is_break() {
+                break StopReason::Stopped;
             }
             if max_tokens.is_some_and(|n| tokens.len() >= n) {
                 break StopReason::Length;
@@ -544,14 +614,7 @@ impl<'g> Engine<'g> {
             }
             self.decode_unguarded(token)?;
         };
-        piece.clear();
-        decoder.finish(&mut piece);
-        if !piece.is_empty() {
-            on_text(&piece);
-            text.push_str(&piece);
-        }
         Ok(Generation {
-            text,
             tokens,
             prompt_evaluated,
             prompt_time,
@@ -699,19 +762,22 @@ pub(crate) mod tests {
         engine.prefill(&prompt).unwrap();
         engine.decode(hol).unwrap();
         engine.decode(mes).unwrap();
-        let joined = engine.logits().to_vec();
+        let joined = engine.state.logits().to_vec();
         assert_eq!(&engine.cached[n..], &[holmes]);
 
         engine.set_join_pieces(false);
         engine.prefill(&prompt).unwrap();
         engine.decode(holmes).unwrap();
-        assert!(engine.logits() == joined.as_slice(), "joined logits differ");
+        assert!(
+            engine.state.logits() == joined.as_slice(),
+            "joined logits differ"
+        );
 
         engine.prefill(&prompt).unwrap();
         engine.decode(hol).unwrap();
         engine.decode(mes).unwrap();
         assert_eq!(&engine.cached[n..], &[hol, mes]);
-        assert!(engine.logits() != joined.as_slice());
+        assert!(engine.state.logits() != joined.as_slice());
         drop(engine);
         std::fs::remove_dir_all(&dir).unwrap();
     }
