@@ -128,13 +128,23 @@ pub struct GenerateOptions<'a> {
 pub struct TokenStep<'a> {
     /// The token, its probability and the `n_probs` most likely tokens (the sampler's params).
     pub sampled: Sampled<'a>,
-    /// Turns ids into text ([`StreamDecoder`] for whole characters).
+    /// Turns ids into text ([`StreamDecoder`] for whole characters, [`TokenStep::bytes`]).
     pub tokenizer: &'a Tokenizer,
 }
 
-impl TokenStep<'_> {
+impl<'a> TokenStep<'a> {
     pub fn token(&self) -> u32 {
         self.sampled.token
+    }
+
+    /// What token `id` shows as text, possibly part of a UTF-8 character: nothing for a control
+    /// token (BOS, turn markers).
+    pub fn bytes(&self, id: u32) -> &'a [u8] {
+        if self.tokenizer.is_control(id) {
+            &[]
+        } else {
+            self.tokenizer.token_bytes(id)
+        }
     }
 }
 
@@ -503,13 +513,6 @@ impl<'g> Engine<'g> {
             &self.store,
             self.par.as_ref(),
         )
-    }
-
-    /// The logits after the last token run ([`prefill`](Self::prefill) or
-    /// [`decode`](Self::decode)): what the next token is chosen from. The server samples from
-    /// them itself to report each token's probability and alternatives.
-    pub fn logits(&self) -> &[f32] {
-        self.state.logits()
     }
 
     /// How many tokens the cache holds.
