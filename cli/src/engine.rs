@@ -555,6 +555,7 @@ impl<'g> Engine<'g> {
     /// of `prompt` that are not cached yet, then samples a token, hands it to `on_token` and
     /// runs it, until an end-of-generation token, `options`' limits, a full context, low memory
     /// ([`low_memory_message`](Self::low_memory_message) says why) or `on_token` breaking.
+    /// After warm-up, a token allocates nothing here (its lists are reserved up front).
     pub fn generate_with(
         &mut self,
         prompt: &[u32],
@@ -573,10 +574,12 @@ impl<'g> Engine<'g> {
         let t1 = Instant::now();
         self.low_memory = None;
         let max_tokens = options.max_tokens;
-        // The context's room, plus the last token, which is not run (more only when joined
-        // pieces shorten the cache).
-        let room = self.n_ctx() - self.cached.len() + 1;
-        let mut tokens = Vec::with_capacity(max_tokens.map_or(room, |n| n.min(room)));
+        // Room for every token the context can hold, so that no push below reallocates: the
+        // cache's list (once per engine), and the generated ids (the last one is not run; more
+        // only when joined pieces shorten the cache).
+        let room = self.n_ctx() - self.cached.len();
+        self.cached.reserve(room);
+        let mut tokens = Vec::with_capacity(max_tokens.map_or(room + 1, |n| n.min(room + 1)));
         let stop_reason = loop {
             if options.interrupt.is_some_and(|i| i.load(Ordering::Relaxed)) {
                 break StopReason::Interrupted;
@@ -812,6 +815,96 @@ pub(crate) mod tests {
         // The same prompt again runs its last token only (its logits are needed).
         assert_eq!(engine.prefill(&second).unwrap(), 1);
         assert_eq!(engine.state.logits(), &reused[..]);
+    }
+
+    /// Counts each thread's own heap allocations, for the test below: other tests run on other
+    /// threads meanwhile.
+    mod counting {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        thread_local! {
+            static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+        }
+
+        pub struct ThreadCounting;
+
+        fn count() {
+            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        }
+
+        /// This thread's allocations so far.
+        pub fn allocations() -> usize {
+            ALLOCATIONS.with(Cell::get)
+        }
+
+        // SAFETY: forwards to the system allocator, only counting.
+        unsafe impl GlobalAlloc for ThreadCounting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                count();
+                unsafe { System.alloc(layout) }
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                unsafe { System.dealloc(ptr, layout) }
+            }
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+                count();
+                unsafe { System.realloc(ptr, layout, new_size) }
+            }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: counting::ThreadCounting = counting::ThreadCounting;
+
+    /// The generation loop allocates nothing per token after warm-up: sampling with penalties
+    /// and three alternatives, the step handed to the caller, the memory guard's look every 16
+    /// tokens, and the forward pass (on one thread, this one, where the counter counts).
+    #[test]
+    fn the_generation_loop_allocates_nothing_per_token() {
+        const N: usize = 80;
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, Some(256), 1).unwrap();
+        let budget = MemoryArgs {
+            budget: Some(1 << 40),
+            ..MemoryArgs::default()
+        };
+        engine.watch_memory(check_memory(&path, &gguf, Some(256), &budget).unwrap());
+        let mut sampler = engine
+            .sampler(SamplerParams {
+                n_probs: 3,
+                ..SamplerParams::default()
+            })
+            .unwrap();
+        // No end of text: the loop runs all N tokens.
+        for id in 0..engine.tokenizer.n_vocab() as u32 {
+            if engine.tokenizer.is_eog(id) {
+                sampler.ban(id);
+            }
+        }
+        let prompt = engine.tokenize("The history of the old city begins", true, false);
+        let options = GenerateOptions {
+            max_tokens: Some(N),
+            penalize_prompt: true,
+            ..GenerateOptions::default()
+        };
+        let mut seen = [0usize; N];
+        let mut n = 0;
+        let gen = engine
+            .generate_with(&prompt, &mut sampler, options, &mut |step| {
+                assert_eq!(step.sampled.top.len(), 3);
+                seen[n] = counting::allocations();
+                n += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!((gen.stop, gen.tokens.len(), n), (StopReason::Length, N, N));
+        let after_warm_up = seen[N - 1] - seen[16];
+        assert_eq!(
+            after_warm_up, 0,
+            "tokens 16..{N} made {after_warm_up} heap allocations"
+        );
     }
 
     #[test]
