@@ -14,9 +14,10 @@ use smolrun_core::model::{
     Family, Model, ModelError, PreadStore, ResidentStore, State, TensorTable, WeightStore,
 };
 use smolrun_core::platform::{Parallel, ReadAt, SingleThread};
-use smolrun_core::sampler::{Sampler, SamplerParams};
+use smolrun_core::sampler::{Sampled, Sampler, SamplerParams};
 use smolrun_core::tokenizer::{StreamDecoder, Tokenizer};
 use smolrun_linux::{FileReader, MappedFile};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -167,6 +168,9 @@ pub enum StopReason {
     ContextFull,
     /// The user pressed Ctrl-C (or the caller's stop flag was set).
     Interrupted,
+    /// The caller's `on_token` asked to stop (the server: a stop string, its token budget, a
+    /// client that went away).
+    Stopped,
     /// The memory guard saw less memory left than its floor
     /// ([`Engine::low_memory_message`] says how much).
     LowMemory,
@@ -179,15 +183,16 @@ impl StopReason {
             StopReason::Length => "length",
             StopReason::ContextFull => "context",
             StopReason::Interrupted => "interrupted",
+            StopReason::Stopped => "stopped",
             StopReason::LowMemory => "low-memory",
         }
     }
 }
 
-/// What one generation produced, and how fast.
+/// What one generation produced, and how fast. Its text is what the caller made of the tokens
+/// ([`Engine::generate`] returns it beside this).
 #[derive(Debug, Clone)]
 pub struct Generation {
-    pub text: String,
     /// Generated ids; an end-of-generation token that stopped it is included.
     pub tokens: Vec<u32>,
     /// Prompt tokens that had to be run (fewer than the prompt when the cache had a prefix).
@@ -203,6 +208,45 @@ impl Generation {
     }
     pub fn gen_tok_s(&self) -> f64 {
         per_second(self.tokens.len(), self.gen_time)
+    }
+}
+
+/// Where a generation stops, besides an end-of-generation token, a full context, low memory
+/// and its caller's `on_token`; and whether the prompt counts for the penalties.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GenerateOptions<'a> {
+    /// At most this many tokens (None: no limit).
+    pub max_tokens: Option<usize>,
+    /// Checked before each token: set from another thread (Ctrl-C) to stop.
+    pub interrupt: Option<&'a AtomicBool>,
+    /// The prompt goes into the sampler's penalty history (off for a chat prompt: it is full of
+    /// turn markers that must stay likely).
+    pub penalize_prompt: bool,
+}
+
+/// One generated token, as the generation loop hands it to its caller: sampled, not yet run.
+/// An end-of-generation token is not handed over (it ends the loop).
+#[derive(Clone, Copy)]
+pub struct TokenStep<'a> {
+    /// The token, its probability and the `n_probs` most likely tokens (the sampler's params).
+    pub sampled: Sampled<'a>,
+    /// Turns ids into text ([`StreamDecoder`] for whole characters, [`TokenStep::bytes`]).
+    pub tokenizer: &'a Tokenizer,
+}
+
+impl<'a> TokenStep<'a> {
+    pub fn token(&self) -> u32 {
+        self.sampled.token
+    }
+
+    /// What token `id` shows as text, possibly part of a UTF-8 character: nothing for a control
+    /// token (BOS, turn markers).
+    pub fn bytes(&self, id: u32) -> &'a [u8] {
+        if self.tokenizer.is_control(id) {
+            &[]
+        } else {
+            self.tokenizer.token_bytes(id)
+        }
     }
 }
 
@@ -611,66 +655,98 @@ impl<'g> Engine<'g> {
         )
     }
 
-    /// The logits after the last token run ([`prefill`](Self::prefill) or
-    /// [`decode`](Self::decode)): what the next token is chosen from. The server samples from
-    /// them itself to report each token's probability and alternatives.
-    pub fn logits(&self) -> &[f32] {
-        self.state.logits()
-    }
-
     /// How many tokens the cache holds.
     pub fn n_cached(&self) -> usize {
         self.cached.len()
     }
 
-    /// Generates after `prompt` until an end-of-generation token, `max_tokens` (None: no limit),
-    /// a full context or `stop` being set. `on_text` gets each piece of text as soon as it is
-    /// complete UTF-8. The prompt goes into the sampler's penalty history only when
-    /// `penalize_prompt` is set (a chat prompt is full of turn markers that must stay likely).
+    /// Generates text after `prompt` (see [`generate_with`](Self::generate_with)): `on_text`
+    /// gets each piece as soon as it is complete UTF-8. Returns the generation and its text.
     pub fn generate(
         &mut self,
         prompt: &[u32],
         sampler: &mut Sampler,
-        max_tokens: Option<usize>,
-        penalize_prompt: bool,
-        stop: &AtomicBool,
+        options: GenerateOptions<'_>,
         mut on_text: impl FnMut(&str),
+    ) -> Result<(Generation, String), String> {
+        let mut decoder = StreamDecoder::new();
+        let mut text = String::new();
+        let mut piece = String::new();
+        let mut emit = |piece: &str| {
+            if !piece.is_empty() {
+                on_text(piece);
+                text.push_str(piece);
+            }
+        };
+        let gen = self.generate_with(prompt, sampler, options, &mut |step| {
+            piece.clear();
+            decoder.push(step.tokenizer, step.token(), &mut piece);
+            emit(&piece);
+            ControlFlow::Continue(())
+        })?;
+        // An unfinished character at the end (U+FFFD).
+        piece.clear();
+        decoder.finish(&mut piece);
+        emit(&piece);
+        Ok((gen, text))
+    }
+
+    /// The generation loop that `run`, `chat`, `loopcheck` and the server share. Runs the tokens
+    /// of `prompt` that are not cached yet, then samples a token, hands it to `on_token` and
+    /// runs it, until an end-of-generation token, `options`' limits, a full context, low memory
+    /// ([`low_memory_message`](Self::low_memory_message) says why) or `on_token` breaking.
+    /// After warm-up, a token allocates nothing here (its lists are reserved up front).
+    pub fn generate_with(
+        &mut self,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        options: GenerateOptions<'_>,
+        on_token: &mut dyn FnMut(TokenStep<'_>) -> ControlFlow<()>,
     ) -> Result<Generation, String> {
         let t0 = Instant::now();
         let prompt_evaluated = self.prefill(prompt)?;
         let prompt_time = t0.elapsed();
-        if penalize_prompt {
+        if options.penalize_prompt {
             for &t in prompt {
                 sampler.accept(t);
             }
         }
         let t1 = Instant::now();
         self.low_memory = None;
-        let mut decoder = StreamDecoder::new();
-        let mut text = String::new();
-        let mut piece = String::new();
-        let mut tokens = Vec::new();
+        let max_tokens = options.max_tokens;
+        // Room for every token the context can hold, so that no push below reallocates: the
+        // cache's list (once per engine), and the generated ids (the last one is not run; more
+        // only when joined pieces shorten the cache).
+        let room = self.n_ctx() - self.cached.len();
+        self.cached.reserve(room);
+        let mut tokens = Vec::with_capacity(max_tokens.map_or(room + 1, |n| n.min(room + 1)));
         let stop_reason = loop {
-            if stop.load(Ordering::Relaxed) {
+            if options.interrupt.is_some_and(|i| i.load(Ordering::Relaxed)) {
                 break StopReason::Interrupted;
             }
             if max_tokens.is_some_and(|n| tokens.len() >= n) {
                 break StopReason::Length;
             }
-            let token = sampler
+            let sampled = sampler
                 .sample(self.state.logits())
-                .map_err(|e| format!("{}: {e}", self.path.display()))?
-                .token;
+                .map_err(|e| format!("{}: sampling failed: {e}", self.path.display()))?;
+            let token = sampled.token;
+            let end = self.tokenizer.is_eog(token);
+            let flow = if end {
+                ControlFlow::Continue(())
+            } else {
+                on_token(TokenStep {
+                    sampled,
+                    tokenizer: &self.tokenizer,
+                })
+            };
             sampler.accept(token);
             tokens.push(token);
-            if self.tokenizer.is_eog(token) {
+            if end {
                 break StopReason::EndOfText;
             }
-            piece.clear();
-            decoder.push(&self.tokenizer, token, &mut piece);
-            if !piece.is_empty() {
-                on_text(&piece);
-                text.push_str(&piece);
+            if flow.is_break() {
+                break StopReason::Stopped;
             }
             if max_tokens.is_some_and(|n| tokens.len() >= n) {
                 break StopReason::Length;
@@ -684,14 +760,7 @@ impl<'g> Engine<'g> {
             }
             self.decode_unguarded(token)?;
         };
-        piece.clear();
-        decoder.finish(&mut piece);
-        if !piece.is_empty() {
-            on_text(&piece);
-            text.push_str(&piece);
-        }
         Ok(Generation {
-            text,
             tokens,
             prompt_evaluated,
             prompt_time,
@@ -839,19 +908,22 @@ pub(crate) mod tests {
         engine.prefill(&prompt).unwrap();
         engine.decode(hol).unwrap();
         engine.decode(mes).unwrap();
-        let joined = engine.logits().to_vec();
+        let joined = engine.state.logits().to_vec();
         assert_eq!(&engine.cached[n..], &[holmes]);
 
         engine.set_join_pieces(false);
         engine.prefill(&prompt).unwrap();
         engine.decode(holmes).unwrap();
-        assert!(engine.logits() == joined.as_slice(), "joined logits differ");
+        assert!(
+            engine.state.logits() == joined.as_slice(),
+            "joined logits differ"
+        );
 
         engine.prefill(&prompt).unwrap();
         engine.decode(hol).unwrap();
         engine.decode(mes).unwrap();
         assert_eq!(&engine.cached[n..], &[hol, mes]);
-        assert!(engine.logits() != joined.as_slice());
+        assert!(engine.state.logits() != joined.as_slice());
         drop(engine);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -883,6 +955,96 @@ pub(crate) mod tests {
         // The same prompt again runs its last token only (its logits are needed).
         assert_eq!(engine.prefill(&second).unwrap(), 1);
         assert_eq!(engine.state.logits(), &reused[..]);
+    }
+
+    /// Counts each thread's own heap allocations, for the test below: other tests run on other
+    /// threads meanwhile.
+    mod counting {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        thread_local! {
+            static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+        }
+
+        pub struct ThreadCounting;
+
+        fn count() {
+            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        }
+
+        /// This thread's allocations so far.
+        pub fn allocations() -> usize {
+            ALLOCATIONS.with(Cell::get)
+        }
+
+        // SAFETY: forwards to the system allocator, only counting.
+        unsafe impl GlobalAlloc for ThreadCounting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                count();
+                unsafe { System.alloc(layout) }
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                unsafe { System.dealloc(ptr, layout) }
+            }
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+                count();
+                unsafe { System.realloc(ptr, layout, new_size) }
+            }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: counting::ThreadCounting = counting::ThreadCounting;
+
+    /// The generation loop allocates nothing per token after warm-up: sampling with penalties
+    /// and three alternatives, the step handed to the caller, the memory guard's look every 16
+    /// tokens, and the forward pass (on one thread, this one, where the counter counts).
+    #[test]
+    fn the_generation_loop_allocates_nothing_per_token() {
+        const N: usize = 80;
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+        let budget = MemoryArgs {
+            budget: Some(1 << 40),
+            ..MemoryArgs::default()
+        };
+        engine.watch_memory(check_memory(&path, &gguf, &file, Some(256), &budget).unwrap());
+        let mut sampler = engine
+            .sampler(SamplerParams {
+                n_probs: 3,
+                ..SamplerParams::default()
+            })
+            .unwrap();
+        // No end of text: the loop runs all N tokens.
+        for id in 0..engine.tokenizer.n_vocab() as u32 {
+            if engine.tokenizer.is_eog(id) {
+                sampler.ban(id);
+            }
+        }
+        let prompt = engine.tokenize("The history of the old city begins", true, false);
+        let options = GenerateOptions {
+            max_tokens: Some(N),
+            penalize_prompt: true,
+            ..GenerateOptions::default()
+        };
+        let mut seen = [0usize; N];
+        let mut n = 0;
+        let gen = engine
+            .generate_with(&prompt, &mut sampler, options, &mut |step| {
+                assert_eq!(step.sampled.top.len(), 3);
+                seen[n] = counting::allocations();
+                n += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!((gen.stop, gen.tokens.len(), n), (StopReason::Length, N, N));
+        let after_warm_up = seen[N - 1] - seen[16];
+        assert_eq!(
+            after_warm_up, 0,
+            "tokens 16..{N} made {after_warm_up} heap allocations"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! `/reset` starts over; end of input (Ctrl-D) quits.
 
 use crate::chat_template::ChatMessage;
-use crate::engine::{self, Engine, SamplingArgs, StopReason};
+use crate::engine::{self, Engine, GenerateOptions, SamplingArgs, StopReason};
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -153,20 +153,18 @@ pub fn run(args: Args) -> Result<(), String> {
         INTERRUPTED.store(false, Ordering::Relaxed);
         // Penalties look at this answer only: the prompt is full of turn markers.
         sampler.reset();
-        let gen = engine.generate(
-            &prompt,
-            &mut sampler,
+        let options = GenerateOptions {
             max_tokens,
-            false,
-            &INTERRUPTED,
-            |p| {
-                print!("{p}");
-                let _ = std::io::stdout().flush();
-            },
-        )?;
+            interrupt: Some(&INTERRUPTED),
+            penalize_prompt: false,
+        };
+        let (gen, text) = engine.generate(&prompt, &mut sampler, options, |p| {
+            print!("{p}");
+            let _ = std::io::stdout().flush();
+        })?;
         println!();
         match gen.stop {
-            StopReason::Interrupted => println!("(stopped)"),
+            StopReason::Interrupted | StopReason::Stopped => println!("(stopped)"),
             StopReason::ContextFull => {
                 println!("(the context is full: /reset to start over)")
             }
@@ -185,6 +183,6 @@ pub fn run(args: Args) -> Result<(), String> {
             engine.n_cached(),
             engine.n_ctx()
         );
-        history.push(ChatMessage::new("assistant", &gen.text));
+        history.push(ChatMessage::new("assistant", &text));
     }
 }

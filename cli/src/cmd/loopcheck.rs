@@ -7,8 +7,7 @@
 //! small heads loop more; this is the number that says whether a pruned head made it worse.
 
 use crate::chat_template::ChatMessage;
-use crate::engine::{self, Engine, SamplingArgs};
-use std::sync::atomic::AtomicBool;
+use crate::engine::{self, Engine, GenerateOptions, SamplingArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -109,7 +108,6 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut engine = Engine::load(&path, &gguf, &file, Some(args.n_predict + 256), threads)?;
     let template = engine.chat_template()?;
     engine.set_join_pieces(args.sampling.join_pieces);
-    let never = AtomicBool::new(false);
     let mut n_looping = 0;
     let mut n_tokens = 0;
     let t0 = std::time::Instant::now();
@@ -123,14 +121,11 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         let mut sampler = engine.sampler(params)?;
         engine.reset();
-        let g = engine.generate(
-            &tokens,
-            &mut sampler,
-            Some(args.n_predict),
-            false,
-            &never,
-            |_| {},
-        )?;
+        let options = GenerateOptions {
+            max_tokens: Some(args.n_predict),
+            ..GenerateOptions::default()
+        };
+        let (g, text) = engine.generate(&tokens, &mut sampler, options, |_| {})?;
         n_tokens += g.tokens.len();
         let found = find_loop(&g.tokens);
         if found.is_some() {
@@ -151,7 +146,7 @@ pub fn run(args: Args) -> Result<(), String> {
             prompt
         );
         if args.verbose {
-            println!("{}\n", g.text.trim());
+            println!("{}\n", text.trim());
         }
     }
     println!(

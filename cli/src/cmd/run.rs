@@ -1,9 +1,8 @@
 //! `smolrun run`: continue a prompt. stdout gets the generated text and nothing else, as it is
 //! produced; speeds go to stderr. With `--json`, stdout gets one JSON object at the end instead.
 
-use crate::engine::{self, Engine, SamplingArgs};
+use crate::engine::{self, Engine, GenerateOptions, SamplingArgs};
 use std::io::Write;
-use std::sync::atomic::AtomicBool;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -71,13 +70,16 @@ pub fn run(args: Args) -> Result<(), String> {
             engine.model.hp.n_ctx_train
         ));
     }
-    let max_tokens = usize::try_from(args.n_predict).ok();
+    let options = GenerateOptions {
+        max_tokens: usize::try_from(args.n_predict).ok(),
+        penalize_prompt: true,
+        ..GenerateOptions::default()
+    };
 
-    let stop = AtomicBool::new(false);
     let mut stdout = std::io::stdout().lock();
     let streaming = !args.json;
     let mut write_error = None;
-    let gen = engine.generate(&prompt, &mut sampler, max_tokens, true, &stop, |piece| {
+    let (gen, text) = engine.generate(&prompt, &mut sampler, options, |piece| {
         if streaming && write_error.is_none() {
             if let Err(e) = stdout
                 .write_all(piece.as_bytes())
@@ -97,7 +99,7 @@ pub fn run(args: Args) -> Result<(), String> {
 
     if args.json {
         let out = serde_json::json!({
-            "text": gen.text,
+            "text": text,
             "tokens": gen.tokens,
             "prompt_tokens": prompt,
             "prompt_tok_s": gen.prompt_tok_s(),

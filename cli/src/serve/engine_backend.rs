@@ -1,14 +1,17 @@
-//! The real engine behind the server's `Backend` seam: `engine::Engine` for the forward pass
-//! and the KV cache (which keeps the longest common prefix between requests, so a chat's next
-//! turn only runs its new tokens), core's sampler for the choice and the probabilities.
+//! The real engine behind the server's `Backend` seam: `Engine::generate_with`, the generation
+//! loop that `run` and `chat` use too (its KV cache keeps the longest common prefix between
+//! requests, so a chat's next turn only runs its new tokens), with core's sampler for the
+//! choice and the probabilities. What is the server's own is said here: the sampler's
+//! parameters, and each token as a `TokenEvent`.
 
 use super::backend::{
     Alternative, Backend, ChatMessage, Control, Finish, SamplingParams, TokenEvent,
 };
 use crate::chat_template::{self, ChatTemplate};
-use crate::engine::{self, Engine, ModelFile};
+use crate::engine::{self, Engine, GenerateOptions, ModelFile, StopReason, TokenStep};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::sampler::SamplerParams;
+use std::ops::ControlFlow;
 
 /// Penalties look this far back, over the generated tokens only (a chat prompt is full of turn
 /// markers that must stay likely).
@@ -50,15 +53,24 @@ impl EngineBackend {
             threads,
         })
     }
+}
 
-    /// What a token shows as text: nothing for control tokens (BOS, turn markers).
-    fn token_bytes(&self, id: u32) -> Vec<u8> {
-        let tokenizer = &self.engine.tokenizer;
-        if tokenizer.is_control(id) {
-            Vec::new()
-        } else {
-            tokenizer.token_bytes(id).to_vec()
-        }
+/// A generated token as the server reports it, with its bytes and its alternatives'.
+fn token_event(step: TokenStep<'_>) -> TokenEvent {
+    let sampled = step.sampled;
+    TokenEvent {
+        id: sampled.token,
+        bytes: step.bytes(sampled.token).to_vec(),
+        logprob: sampled.logprob,
+        alternatives: sampled
+            .top
+            .iter()
+            .map(|t| Alternative {
+                id: t.id,
+                bytes: step.bytes(t.id).to_vec(),
+                logprob: t.logprob,
+            })
+            .collect(),
     }
 }
 
@@ -115,39 +127,28 @@ impl Backend for EngineBackend {
             seed: params.seed.unwrap_or_else(clock_seed),
             n_probs: params.n_alternatives,
         })?;
-        self.engine.prefill(prompt)?;
-        loop {
-            let sampled = sampler
-                .sample(self.engine.logits())
-                .map_err(|e| format!("sampling failed: {e}"))?;
-            let token = sampled.token;
-            let logprob = sampled.logprob;
-            let alternatives: Vec<Alternative> = sampled
-                .top
-                .iter()
-                .map(|t| Alternative {
-                    id: t.id,
-                    bytes: self.token_bytes(t.id),
-                    logprob: t.logprob,
-                })
-                .collect();
-            sampler.accept(token);
-            if self.engine.tokenizer.is_eog(token) {
-                return Ok(Finish::EndOfGeneration);
+        // No limits of the engine's own: the worker's callback stops at the token budget.
+        let gen = self.engine.generate_with(
+            prompt,
+            &mut sampler,
+            GenerateOptions::default(),
+            &mut |step| match on_token(token_event(step)) {
+                Control::Continue => ControlFlow::Continue(()),
+                Control::Stop => ControlFlow::Break(()),
+            },
+        )?;
+        match gen.stop {
+            StopReason::EndOfText => Ok(Finish::EndOfGeneration),
+            StopReason::ContextFull => Ok(Finish::ContextFull),
+            StopReason::LowMemory => Err(self
+                .engine
+                .low_memory_message()
+                .unwrap_or("stopped generating: memory is low")
+                .to_string()),
+            // Length and Interrupted need limits that were not given.
+            StopReason::Stopped | StopReason::Length | StopReason::Interrupted => {
+                Ok(Finish::Stopped)
             }
-            let event = TokenEvent {
-                id: token,
-                bytes: self.token_bytes(token),
-                logprob,
-                alternatives,
-            };
-            if on_token(event) == Control::Stop {
-                return Ok(Finish::Stopped);
-            }
-            if self.engine.n_cached() >= self.engine.n_ctx() {
-                return Ok(Finish::ContextFull);
-            }
-            self.engine.decode(token)?;
         }
     }
 }
