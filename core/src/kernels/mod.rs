@@ -26,6 +26,9 @@
 //! let weights = vec![0u8; n_rows * 144];
 //! let mut act = vec![0u8; quant::row_bytes(q4k.act_type, n_cols).unwrap()];
 //! kernels.quantize_activation(q4k.act_type, &[0.5; 256], &mut act).unwrap();
+//! let mut same = vec![0u8; act.len()];
+//! q4k.quantize_activation(&[0.5; 256], &mut same).unwrap(); // the set's quantizer, kept
+//! assert_eq!(act, same);
 //! let mut out = [1.0f32; 3];
 //! q4k.matvec(&weights, n_rows, n_cols, &act, &mut out).unwrap();
 //! assert_eq!(out, [0.0; 3]);
@@ -68,7 +71,9 @@ pub type RowsFn = fn(n_cols: usize, weights: &[u8], act: &[u8], out: &mut [f32])
 /// which checks the shapes.
 pub type ColsFn = fn(n_cols: usize, weights: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]);
 
-/// Quantizes an f32 row into an activation format; `out` is exactly the row's size.
+/// Quantizes an f32 row into an activation format; `out` is exactly the row's size. Called
+/// only through [`KernelSet::quantize_activation`] or [`WeightKernel::quantize_activation`],
+/// which check it.
 pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
 
 /// A matvec that runs on weight rows repacked at load time into another layout (rows
@@ -163,6 +168,10 @@ pub struct WeightKernel {
     /// The format the activation row must be quantized into before the dot products
     /// ([`quant::vec_dot_type`] of the weight type).
     pub act_type: GgmlType,
+    /// The set's quantizer for `act_type` (see [`KernelSet::quantize_activation`]), kept here
+    /// so that model code holding only this kernel quantizes as the set does; called through
+    /// [`WeightKernel::quantize_activation`].
+    pub quantize: QuantizeFn,
     /// One row: `vec_dot(n_cols, w_row, act_row)`.
     pub vec_dot: VecDotFn,
     /// Several rows at once, where a kernel gains from sharing the activation between rows;
@@ -186,6 +195,12 @@ pub struct WeightKernel {
 }
 
 impl WeightKernel {
+    /// Quantizes an f32 row into `self.act_type` with the set's quantizer, the input of
+    /// [`WeightKernel::matvec`]; `out` must be exactly the row's size in `act_type`.
+    pub fn quantize_activation(&self, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+        quantize_checked(self.act_type, self.quantize, x, out)
+    }
+
     /// `out[r] = weights[r] . act` for `n_rows` rows of `n_cols` elements. `act` is one row
     /// already quantized into `self.act_type`. Checks every shape (errors name the type, the
     /// expected and the found length), then runs the kernel; allocates nothing.
@@ -281,6 +296,25 @@ impl WeightKernel {
     }
 }
 
+/// Checks `out`'s length for a row of `x.len()` values in `ty`, then runs `quantize`.
+fn quantize_checked(
+    ty: GgmlType,
+    quantize: QuantizeFn,
+    x: &[f32],
+    out: &mut [u8],
+) -> Result<(), QuantError> {
+    let expected = quant::row_bytes(ty, x.len())?;
+    if out.len() != expected {
+        return Err(QuantError::BadLength {
+            ggml_type: ty,
+            expected,
+            found: out.len(),
+        });
+    }
+    quantize(x, out);
+    Ok(())
+}
+
 const fn scalar_kernel(
     weight_type: GgmlType,
     act_type: GgmlType,
@@ -289,6 +323,7 @@ const fn scalar_kernel(
     WeightKernel {
         weight_type,
         act_type,
+        quantize: scalar_quantizer(act_type),
         vec_dot,
         rows: None,
         cols: None,
@@ -323,18 +358,34 @@ const SCALAR_WEIGHTS: [WeightKernel; 17] = {
     ]
 };
 
-/// Every activation format with its scalar reference quantizer.
+/// Every activation format with its scalar quantizer: ggml's reference quantizers, but for Q8_0
+/// and Q8_1 the rounding of llama.cpp's x86 build, which the logits depend on
+/// (`quant::q8_0::quantize_activation` says why).
 const SCALAR_QUANTIZERS: [(GgmlType, QuantizeFn); 6] = {
     use quant::*;
     [
         (GgmlType::F32, f32::quantize_row),
         (GgmlType::F16, f16::quantize_row),
         (GgmlType::BF16, bf16::quantize_row),
-        (GgmlType::Q8_0, q8_0::quantize_row),
-        (GgmlType::Q8_1, q8_1::quantize_row),
+        (GgmlType::Q8_0, q8_0::quantize_activation),
+        (GgmlType::Q8_1, q8_1::quantize_activation),
         (GgmlType::Q8_K, q8_k::quantize_row),
     ]
 };
+
+/// The quantizer of `act_type` in [`SCALAR_QUANTIZERS`]. Evaluated at compile time for
+/// [`SCALAR_WEIGHTS`]: a weight type whose activation format has no quantizer does not build.
+const fn scalar_quantizer(act_type: GgmlType) -> QuantizeFn {
+    let mut i = 0;
+    while i < SCALAR_QUANTIZERS.len() {
+        // `==` is not const for GgmlType; its variants carry no data, so compare discriminants.
+        if SCALAR_QUANTIZERS[i].0 as u32 == act_type as u32 {
+            return SCALAR_QUANTIZERS[i].1;
+        }
+        i += 1;
+    }
+    panic!("an activation format without a quantizer")
+}
 
 /// The kernels for every weight type and activation format on this CPU. Chosen once at start
 /// (`KernelSet::select`), then shared read-only by every thread.
@@ -419,7 +470,8 @@ impl KernelSet {
     }
 
     /// Quantizes an f32 row into the activation format `ty` (a `WeightKernel::act_type`);
-    /// `out` must be exactly the row's size in `ty`.
+    /// `out` must be exactly the row's size in `ty`. The one activation quantizer of the
+    /// engine: every `WeightKernel` of this set carries the same function for its `act_type`.
     pub fn quantize_activation(
         &self,
         ty: GgmlType,
@@ -435,16 +487,7 @@ impl KernelSet {
                 op: "activation quantization",
             })?
             .1;
-        let expected = quant::row_bytes(ty, x.len())?;
-        if out.len() != expected {
-            return Err(QuantError::BadLength {
-                ggml_type: ty,
-                expected,
-                found: out.len(),
-            });
-        }
-        quantize(x, out);
-        Ok(())
+        quantize_checked(ty, quantize, x, out)
     }
 
     /// [`quant::matvec`] through this set: `self.weight(w)?.matvec(...)`. Model code that runs
@@ -537,31 +580,113 @@ mod tests {
         }
     }
 
-    #[test]
-    fn quantize_activation_is_the_reference_quantizer() {
-        let set = KernelSet::select(&detected_features());
-        let x: Vec<f32> = (0..512)
+    /// llama.cpp's x86 (AVX2) rounding of Q8_0 and Q8_1 written out on its own, apart from
+    /// `quant`'s: per block of 32, `d = amax / 127` and `q = rint(x * (127 / amax))` (half to
+    /// even), `d` and Q8_1's `s = d * sum(q)` stored as f16. For finite inputs.
+    fn x86_q8_rounding(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+        let q8_1 = ty == GgmlType::Q8_1;
+        let mut out = Vec::new();
+        for xs in x.chunks_exact(32) {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+            let q: Vec<i32> = xs.iter().map(|&v| libm::rintf(v * id) as i32).collect();
+            let d = amax / 127.0;
+            out.extend(half::f16::from_f32(d).to_bits().to_le_bytes());
+            if q8_1 {
+                let s = d * q.iter().sum::<i32>() as f32;
+                out.extend(half::f16::from_f32(s).to_bits().to_le_bytes());
+            }
+            out.extend(q.iter().map(|&q| q as i8 as u8));
+        }
+        out
+    }
+
+    /// Rows for the activation quantizers: smooth values, exact ties of the Q8 rounding (a
+    /// block whose amax is 127 has `127 / amax = 1`, so `k + 0.5` is a tie), outliers in the
+    /// thousands beside small values (Gemma 3's residual stream), and an all-zero block.
+    fn activation_rows() -> Vec<(&'static str, Vec<f32>)> {
+        let smooth: Vec<f32> = (0..512)
             .map(|i| libm::sinf(i as f32 * 0.37) * 3.0)
             .collect();
-        for ty in [
-            GgmlType::F32,
-            GgmlType::F16,
-            GgmlType::BF16,
-            GgmlType::Q8_0,
-            GgmlType::Q8_1,
-            GgmlType::Q8_K,
-        ] {
-            let mut out = vec![0u8; quant::row_bytes(ty, x.len()).unwrap()];
-            set.quantize_activation(ty, &x, &mut out).unwrap();
-            assert_eq!(out, quantize(ty, &x), "{ty}");
-            assert!(matches!(
-                set.quantize_activation(ty, &x, &mut out[1..]),
-                Err(QuantError::BadLength { .. })
-            ));
+        let ties: Vec<f32> = (0..512)
+            .map(|i| match i % 32 {
+                0 => 127.0,
+                j => (j as f32 - 16.0) + 0.5,
+            })
+            .collect();
+        let outliers: Vec<f32> = (0..512)
+            .map(|i| match i % 97 {
+                0 => -3172.25,
+                1 => 1055.0,
+                _ => libm::sinf(i as f32) * 0.07,
+            })
+            .collect();
+        let mut zero_block = smooth.clone();
+        zero_block[32..64].fill(0.0);
+        vec![
+            ("smooth", smooth),
+            ("ties", ties),
+            ("outliers", outliers),
+            ("zero block", zero_block),
+        ]
+    }
+
+    /// The set's activation quantizers: ggml's reference ones (`quant::quantize_row`, which
+    /// tests/tests/quant_blocks.rs checks against ggml byte for byte), but for Q8_0 and Q8_1
+    /// llama.cpp's x86 rounding, the one the model has always run (the logits depend on it).
+    #[test]
+    fn quantize_activation_rounds_as_the_reference_engine() {
+        let set = KernelSet::select(&detected_features());
+        for (case, x) in activation_rows() {
+            for ty in [
+                GgmlType::F32,
+                GgmlType::F16,
+                GgmlType::BF16,
+                GgmlType::Q8_0,
+                GgmlType::Q8_1,
+                GgmlType::Q8_K,
+            ] {
+                let mut out = vec![0u8; quant::row_bytes(ty, x.len()).unwrap()];
+                set.quantize_activation(ty, &x, &mut out).unwrap();
+                let want = match ty {
+                    GgmlType::Q8_0 | GgmlType::Q8_1 => x86_q8_rounding(ty, &x),
+                    _ => quantize(ty, &x),
+                };
+                assert_eq!(out, want, "{ty} {case}");
+                if case == "ties" && matches!(ty, GgmlType::Q8_0 | GgmlType::Q8_1) {
+                    // ggml's reference rounds the ties away from zero: the test tells them apart.
+                    assert_ne!(out, quantize(ty, &x), "{ty} {case}");
+                }
+                assert!(matches!(
+                    set.quantize_activation(ty, &x, &mut out[1..]),
+                    Err(QuantError::BadLength { .. })
+                ));
+            }
         }
+        let x = &activation_rows()[0].1;
         assert!(matches!(
-            set.quantize_activation(GgmlType::Q4_K, &x, &mut [0u8; 288]),
+            set.quantize_activation(GgmlType::Q4_K, x, &mut [0u8; 288]),
             Err(QuantError::Unsupported { .. })
         ));
+    }
+
+    /// A `WeightKernel` quantizes its input as its set does (the model holds only the kernel).
+    #[test]
+    fn weight_kernels_quantize_as_their_set() {
+        for set in [KernelSet::scalar(), KernelSet::select(&detected_features())] {
+            for k in &set.weights {
+                for (case, x) in activation_rows() {
+                    let mut want = vec![0u8; quant::row_bytes(k.act_type, x.len()).unwrap()];
+                    set.quantize_activation(k.act_type, &x, &mut want).unwrap();
+                    let mut got = vec![0xAAu8; want.len()];
+                    k.quantize_activation(&x, &mut got).unwrap();
+                    assert_eq!(got, want, "{} ({}) {case}", k.weight_type, set.name());
+                    assert!(matches!(
+                        k.quantize_activation(&x, &mut got[1..]),
+                        Err(QuantError::BadLength { .. })
+                    ));
+                }
+            }
+        }
     }
 }

@@ -22,7 +22,6 @@
 //! Every matrix is reached through a [`WeightStore`], asked for just before its matvec and
 //! released right after.
 
-mod act_quant;
 mod error;
 pub mod head;
 pub mod hparams;
@@ -987,7 +986,8 @@ fn quantize_rows(
     act_q: &mut [u8],
 ) -> Result<(), ModelError> {
     let quantize = |t: usize, out: &mut [u8]| {
-        act_quant::quantize_activation(m.act_ty, &row(x, width, t)[..m.n_cols], out)
+        m.kernel
+            .quantize_activation(&row(x, width, t)[..m.n_cols], out)
     };
     let failed = AtomicBool::new(false);
     let shared = SharedMut::new(&mut act_q[..n * m.act_bytes]);
