@@ -88,7 +88,7 @@ echo "ok: forced sdot on cortex-a53 died with SIGILL"
 
 echo
 for cpu in cortex-a76 cortex-a53; do
-    echo "== unit tests of smolrun-kernels and smolrun-core (kernels.rs dispatch and exactness) on $cpu"
+    echo "== unit tests of smolrun-kernels and smolrun-core (kernels/: dispatch and exactness) on $cpu"
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu $cpu -L $sysroot"
     run_logged '^test result|^notice' cargo test --target "$target" "${unit[@]}" "$@" -- --nocapture
 done

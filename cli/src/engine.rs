@@ -428,7 +428,7 @@ impl<'g> Engine<'g> {
         // This CPU's fastest kernel set, chosen once here (every matrix keeps its own);
         // SMOLRUN_KERNELS=scalar forces the scalar reference, which is what the golden
         // comparisons against llama.cpp run on. The SIMD faces agree with the scalar ones within
-        // their summation-order bound (core/src/kernels.rs), but on gemma3-270m, whose
+        // their summation-order bound (core/src/kernels/exactness.rs), but on gemma3-270m, whose
         // activation outliers amplify last-bit differences, three golden checks do not yet hold
         // with them (see tests/tests/perplexity.rs): an open item of the speed work.
         let kernels = match std::env::var("SMOLRUN_KERNELS").as_deref() {

@@ -4,10 +4,13 @@
 //! blocks quantized by ggml, random bytes, zero/negative scales and extreme values.
 //!
 //! - dequantization must be bit-identical to ggml's `to_float`;
-//! - activation quantization must be byte-identical to ggml's reference quantizers;
+//! - activation quantization must be byte-identical to ggml's reference quantizers, and the
+//!   engine's (the kernel set's) to what ggml's CPU quantizer gives on the x86 machine that
+//!   wrote the golden, where the golden records that;
 //! - dot products must agree with ggml's within a bound on f32 summation-order error (below).
 
 use serde_json::Value;
+use smolrun_core::kernels::KernelSet;
 use smolrun_core::quant::{dequantize_row, quantize_row, vec_dot_fn, vec_dot_type, GgmlType};
 use std::path::PathBuf;
 
@@ -80,6 +83,45 @@ fn activation_quantizers_match_ggml_reference_byte_for_byte() {
     // Informational: where llama.cpp's SIMD quantizer on the generating machine departs from
     // its own reference (ties rounded to even instead of away from zero).
     eprintln!("cases where ggml's CPU from_float differs from its reference: {cpu_differs:?}");
+}
+
+/// The quantizers the engine runs (the kernel set's) against the same golden. For F32, F16,
+/// BF16 and Q8_K they are ggml's reference quantizers: its bytes everywhere. Q8_0 and Q8_1
+/// round as llama.cpp's x86 build does (`quant::q8_0::quantize_activation` says why), so they
+/// give the reference's bytes exactly where ggml's CPU quantizer (its x86 SIMD code, in the
+/// -march=native build of tools/oracle/quant_ref.c) did, and other bytes where it did not
+/// (ties rounded to even).
+#[test]
+fn kernel_set_quantizers_give_ggml_cpu_quantizer_bytes_where_recorded() {
+    let g = golden();
+    let set = KernelSet::select(&smolrun_linux::detect_features());
+    let mut apart = Vec::new();
+    for c in g["activations"].as_array().unwrap() {
+        let ty = ggml_type(c["type"].as_str().unwrap());
+        let case = c["case"].as_str().unwrap();
+        let x = f32s(&hex(&c["x"]));
+        let reference = hex(&c["q"]);
+        let mut got = vec![0u8; reference.len()];
+        set.quantize_activation(ty, &x, &mut got).unwrap();
+        let cpu_is_reference = c["cpu_from_float_equal"] == Value::Bool(true);
+        let engine_is_reference = got == reference;
+        match ty {
+            GgmlType::Q8_0 | GgmlType::Q8_1 => {
+                assert_eq!(
+                    engine_is_reference, cpu_is_reference,
+                    "{ty} activation case {case}: ggml's CPU quantizer gives the reference's \
+                     bytes: {cpu_is_reference}, ours: {engine_is_reference}"
+                );
+                if !engine_is_reference {
+                    apart.push(format!("{ty}/{case}"));
+                }
+            }
+            _ => assert!(engine_is_reference, "{ty} activation case {case}"),
+        }
+    }
+    // The golden has cases where the two roundings part, or this test would prove nothing.
+    assert!(!apart.is_empty(), "no case tells the roundings apart");
+    eprintln!("cases where the engine's Q8 rounding departs from ggml's reference: {apart:?}");
 }
 
 #[test]

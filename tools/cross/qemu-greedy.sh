@@ -12,7 +12,8 @@
 # Also printed, not asserted: the native kernels on PROMPT_SCALAR. Gemma 3 270M's activation
 # outliers make its greedy choice sensitive to the last bits of a dot product, so SIMD faces
 # that sum in another order than the scalar one may pick another token after a few words
-# (core/src/kernels.rs states the bound they are tested to); the line says where they part.
+# (core/src/kernels/exactness.rs states the bound they are tested to); the line says where
+# they part.
 # Needs: tools/cross/build.sh aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf, and
 # the x86 build (cargo build --release -p smolrun).
 set -euo pipefail

@@ -13,7 +13,6 @@
 //! released right after; a per-pass context ([`pass::Pass`]) carries the pool, the store and
 //! the scratch, so a layer's forward reads like the math.
 
-mod act_quant;
 pub mod attention;
 pub mod dense_ffn;
 mod error;

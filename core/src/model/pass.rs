@@ -105,9 +105,8 @@ impl<'p> Pass<'p> {
     /// Quantizes the `n` input rows of `m` into its activation format, back to back.
     fn quantize(&mut self, m: &Matrix, x: &[f32]) -> Result<(), ModelError> {
         let (n, width) = (self.n, m.n_cols);
-        let quantize = |t: usize, out: &mut [u8]| {
-            super::act_quant::quantize_activation(m.act_ty, row(x, width, t), out)
-        };
+        let quantize =
+            |t: usize, out: &mut [u8]| m.kernel.quantize_activation(row(x, width, t), out);
         let failed = AtomicBool::new(false);
         let shared = SharedMut::new(&mut self.act_q[..n * m.act_bytes]);
         per_token(self.par, n, &|_, t| {

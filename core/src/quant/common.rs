@@ -84,6 +84,34 @@ pub(crate) fn roundf(v: f32) -> f32 {
     libm::roundf(v)
 }
 
+/// One block of 32 activations rounded as llama.cpp's x86 build quantizes Q8_0 and Q8_1 (the
+/// engine's rounding; `q8_0::quantize_activation` says why): `d = amax / 127` and each quant
+/// `x * (127 / amax)` rounded half to even. Writes the 32 quants to `qs` and returns `d` (before
+/// its f16 store) and the sum of the quants.
+#[inline(always)]
+pub(crate) fn quantize_block_half_even(xs: &[f32], qs: &mut [u8]) -> (f32, i32) {
+    let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, &v) in qs.iter_mut().zip(xs) {
+        // Half to even, like _mm256_round_ps(_MM_ROUND_NEAREST) (and libm::rintf): the
+        // value is within 127 in magnitude (or infinite/NaN when amax is 0 or tiny),
+        // where round_half_even_small is exact, and unlike rintf it is no call.
+        let qi = crate::math::round_half_even_small(v * id) as i32;
+        sum += qi;
+        *q = qi as i8 as u8;
+    }
+    (d, sum)
+}
+
+/// Stores `v` as f16 with `half`'s conversion, the one the engine's activation quantizers
+/// always used: unlike [`put_f16`] it keeps a NaN's payload (ggml's reference canonicalizes it).
+#[inline(always)]
+pub(crate) fn put_f16_keep_nan(bytes: &mut [u8], off: usize, v: f32) {
+    bytes[off..off + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+}
+
 /// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K super-block, packed in 12
 /// bytes: sub-blocks 0..3 keep them in the low 6 bits of bytes j and j+4; sub-blocks 4..7 split
 /// them into a low nibble in byte j+4 and two high bits in the top of bytes j-4 and j.

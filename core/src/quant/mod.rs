@@ -319,6 +319,9 @@ pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
 
 /// Quantizes an f32 row into an activation format (F32, F16, BF16, Q8_0, Q8_1, Q8_K), with the
 /// numerics of ggml's reference quantizers. `out` must be exactly the row's size in `ty`.
+/// The engine does not run this on its matvec inputs: it runs the kernel set's quantizers
+/// (`kernels::KernelSet::quantize_activation`), which round Q8_0 and Q8_1 as llama.cpp's x86
+/// build does ([`q8_0::quantize_activation`]).
 pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
     let quantize: fn(&[f32], &mut [u8]) = match ty {
         GgmlType::F32 => f32::quantize_row,

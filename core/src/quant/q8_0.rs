@@ -1,10 +1,12 @@
 //! Q8_0: blocks of 32 elements, one f16 scale and 32 signed bytes; x = d * q.
 //! It is both a weight format and the activation format that Q4_0, Q5_0, Q8_0, Q1_0 and Q2_0
-//! weights are dotted against.
+//! weights are dotted against. Two quantizers: [`quantize_row`], ggml's reference (byte for
+//! byte, tests/tests/quant_blocks.rs), and [`quantize_activation`], the rounding of
+//! llama.cpp's x86 build, which the engine runs on every matvec input.
 //!
 //! Layout (34 bytes): `d: f16` at 0, `qs: [i8; 32]` at 2.
 
-use super::common::{c_max, f16_at, put_f16, roundf};
+use super::common::{c_max, f16_at, put_f16, put_f16_keep_nan, quantize_block_half_even, roundf};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 34;
@@ -40,6 +42,25 @@ pub fn quantize_row(x: &[f32], out: &mut [u8]) {
         for (q, &v) in b[OFF_QS..].iter_mut().zip(x) {
             *q = roundf(v * id) as i8 as u8;
         }
+    }
+}
+
+/// The Q8_0 quantizer of the matvec input, the one every `kernels::KernelSet` installs:
+/// rounded as the reference engine's x86 build rounds it, not as [`quantize_row`] does.
+///
+/// Activations with large outliers (Gemma 3's residual stream reaches the thousands) make the
+/// Q8_0/Q8_1 rounding visible in the logits: llama.cpp's x86 build quantizes with `127 / amax`
+/// and round-half-to-even (its AVX2 `quantize_row_q8_0` / `quantize_row_q8_1`), while ggml's
+/// scalar reference uses `1 / (amax / 127)` and round-half-away-from-zero. A different integer
+/// in one block moves Gemma 3's logits by ~0.05, so we round as the reference's x86 build does.
+pub fn quantize_activation(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (xs, b) in x
+        .chunks_exact(BLOCK_ELEMS)
+        .zip(out.chunks_exact_mut(BLOCK_BYTES))
+    {
+        let (d, _) = quantize_block_half_even(xs, &mut b[OFF_QS..]);
+        put_f16_keep_nan(b, OFF_D, d);
     }
 }
 

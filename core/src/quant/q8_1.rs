@@ -3,8 +3,11 @@
 //! Q8_1 . Q8_1 dot product, and neither does smolrun.
 //!
 //! Layout (36 bytes): `d: f16` at 0, `s: f16` at 2, `qs: [i8; 32]` at 4.
+//!
+//! As for Q8_0, two quantizers: [`quantize_row`], ggml's reference, and
+//! [`quantize_activation`], llama.cpp's x86 rounding, which the engine runs.
 
-use super::common::{c_max, f16_at, put_f16, roundf};
+use super::common::{c_max, f16_at, put_f16, put_f16_keep_nan, quantize_block_half_even, roundf};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 36;
@@ -44,6 +47,21 @@ pub fn quantize_row(x: &[f32], out: &mut [u8]) {
         }
         put_f16(b, OFF_D, d);
         put_f16(b, OFF_S, sum as f32 * d);
+    }
+}
+
+/// The Q8_1 quantizer of the matvec input, the one every `kernels::KernelSet` installs:
+/// Q8_0's rounding of llama.cpp's x86 build (`q8_0::quantize_activation` says why), and
+/// `s = d * sum(q)` in f32, stored as f16.
+pub fn quantize_activation(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (xs, b) in x
+        .chunks_exact(BLOCK_ELEMS)
+        .zip(out.chunks_exact_mut(BLOCK_BYTES))
+    {
+        let (d, sum) = quantize_block_half_even(xs, &mut b[OFF_QS..]);
+        put_f16_keep_nan(b, OFF_D, d);
+        put_f16_keep_nan(b, OFF_S, d * sum as f32);
     }
 }
 

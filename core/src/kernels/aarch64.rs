@@ -1,0 +1,218 @@
+//! aarch64: the one place this architecture puts its kernels in a [`KernelSet`] (`install`, like
+//! tract's per-architecture `plug`): the NEON kernels of `smolrun_kernels::aarch64`, with and
+//! without dotprod, and the NEON faces of attention and SwiGLU. `install` checks
+//! `features.neon` / `features.dotprod` (an ARMv8.0 core must never reach an sdot) and names
+//! the set "aarch64-dotprod" or "aarch64-neon".
+//!
+//! `exactness.rs` and `math_exactness.rs` test whatever this installs against the scalar
+//! code; core/tests/neon_exact.rs tests both faces of every kernel directly
+//! (tools/test-aarch64.sh, qemu a76 and a53); the tests below check which face each set of
+//! features gets.
+
+use super::{KernelSet, RepackedKernel};
+use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
+use crate::platform::CpuFeatures;
+use crate::quant::GgmlType;
+use smolrun_kernels::aarch64::{self as neon, attention as k, exp};
+
+/// Installs the ARMv8.0 NEON kernels and the NEON faces of attention and SwiGLU (one face for
+/// every core) when `features.neon` (every aarch64 CPU has it; a cleared flag keeps the set
+/// scalar), and on top of them the sdot kernels when `features.dotprod`.
+///
+/// Unlike cpuid on x86-64, aarch64 has no unprivileged, portable way to confirm a feature
+/// from no_std code (reading ID_AA64ISAR0_EL1 traps on iOS), so the dotprod flag is taken
+/// as the platform detected it (getauxval(AT_HWCAP) & HWCAP_ASIMDDP on Linux/Android,
+/// sysctl hw.optional.arm.FEAT_DotProd on iOS). A flag set by hand on a CPU without dotprod
+/// makes the first sdot raise SIGILL, a clean crash, never a wrong result.
+pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
+    if !features.neon {
+        return;
+    }
+    set.name = "aarch64-neon";
+    // Attention over the f16 KV cache and SwiGLU: the NEON faces of math's scalar code.
+    set.attention = attention_head_neon;
+    set.swiglu = exp::swiglu;
+    set.install(GgmlType::Q4_K, neon::vec_dot_q4_k_q8_k_neon, None, "neon");
+    set.install(GgmlType::Q6_K, neon::vec_dot_q6_k_q8_k_neon, None, "neon");
+    set.install(GgmlType::Q8_0, neon::vec_dot_q8_0_q8_0_neon, None, "neon");
+    set.install(GgmlType::Q4_0, neon::vec_dot_q4_0_q8_0_neon, None, "neon");
+    set.install(GgmlType::Q5_0, neon::vec_dot_q5_0_q8_0_neon, None, "neon");
+    set.install(GgmlType::F16, neon::vec_dot_f16_neon, None, "neon");
+    set.install(GgmlType::F32, neon::vec_dot_f32_neon, None, "neon");
+    if !features.dotprod {
+        return;
+    }
+    set.name = "aarch64-dotprod";
+    set.install(GgmlType::Q4_K, q4_k_dotprod, None, "dotprod");
+    set.install(GgmlType::Q6_K, q6_k_dotprod, None, "dotprod");
+    set.install(GgmlType::Q8_0, q8_0_dotprod, None, "dotprod");
+    set.install(GgmlType::Q4_0, q4_0_dotprod, None, "dotprod");
+    set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
+    // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
+    // of a matrix run through the one-row dotprod kernel inside the same call.
+    set.add_repacked(
+        GgmlType::Q4_K,
+        RepackedKernel {
+            layout: "q4_k_x4",
+            group_rows: 4,
+            bytes: neon::q4_k_x4_bytes,
+            repack: neon::repack_q4_k_x4,
+            rows: q4_k_x4_dotprod,
+            face: "dotprod-x4",
+        },
+    );
+    set.add_repacked(
+        GgmlType::Q8_0,
+        RepackedKernel {
+            layout: "q8_0_x4",
+            group_rows: 4,
+            bytes: neon::q8_0_x4_bytes,
+            repack: neon::repack_q8_0_x4,
+            rows: q8_0_x4_dotprod,
+            face: "dotprod-x4",
+        },
+    );
+    set.add_repacked(
+        GgmlType::Q5_0,
+        RepackedKernel {
+            layout: "q5_0_x4",
+            group_rows: 4,
+            bytes: neon::q5_0_x4_bytes,
+            repack: neon::repack_q5_0_x4,
+            rows: q5_0_x4_dotprod,
+            face: "dotprod-x4",
+        },
+    );
+}
+
+// =============================================================================================
+// Weight kernels that need dotprod: the safe wrappers `install` puts in the set.
+// =============================================================================================
+
+// SAFETY (the three below): installed only when the platform reported dotprod; the x4
+// matvecs read only whole blocks inside both slices and give 0 for rows they lack.
+fn q4_k_x4_dotprod(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { neon::matvec_q4_k_x4_dotprod(n, w, a, out) }
+}
+fn q8_0_x4_dotprod(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { neon::matvec_q8_0_x4_dotprod(n, w, a, out) }
+}
+fn q5_0_x4_dotprod(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { neon::matvec_q5_0_x4_dotprod(n, w, a, out) }
+}
+
+// SAFETY (every function below): installed only by `install` when the platform reported
+// dotprod. The kernels read only whole blocks inside both slices.
+fn q4_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q4_k_q8_k_dotprod(n, w, a) }
+}
+fn q6_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q6_k_q8_k_dotprod(n, w, a) }
+}
+fn q8_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q8_0_q8_0_dotprod(n, w, a) }
+}
+fn q4_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q4_0_q8_0_dotprod(n, w, a) }
+}
+fn q5_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q5_0_q8_0_dotprod(n, w, a) }
+}
+
+// =============================================================================================
+// Attention over the f16 KV cache (the NEON loops of `math::attention_head_with`, bit for bit
+// the scalar `math::attention_head`) and SwiGLU (`math::swiglu`, its `libm::expf` lane by lane).
+// =============================================================================================
+
+pub(super) const ATTENTION_LOOPS: AttentionLoops = AttentionLoops {
+    key_dots_lanes64: k::key_dots_lanes64,
+    key_dots_sequential: k::key_dots_sequential,
+    weighted_values: k::weighted_values,
+    rescale_f16: k::rescale_f16,
+    accumulate_f16: k::accumulate_f16,
+};
+
+#[allow(clippy::too_many_arguments)]
+fn attention_head_neon(
+    out: &mut [f32],
+    q: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    math::attention_head_with(
+        &ATTENTION_LOOPS,
+        out,
+        q,
+        kv,
+        scores,
+        span,
+        scale,
+        softcap_at,
+        kernel,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::exactness::detected_features;
+    use super::super::KernelSet;
+    use crate::platform::CpuFeatures;
+    use crate::quant::GgmlType;
+    use std::println;
+
+    /// The dotprod flag alone decides between the two aarch64 faces: without it no entry may
+    /// be an sdot kernel (on the A53 under qemu one would SIGILL in the tests below).
+    #[test]
+    fn aarch64_selects_the_face_the_features_allow() {
+        let covered = [
+            (GgmlType::Q4_K, true),
+            (GgmlType::Q6_K, true),
+            (GgmlType::Q8_0, true),
+            (GgmlType::Q4_0, true),
+            (GgmlType::Q5_0, true),
+            (GgmlType::F16, false),
+            (GgmlType::F32, false),
+        ];
+        let neon_only = CpuFeatures {
+            neon: true,
+            ..CpuFeatures::default()
+        };
+        let set = KernelSet::select(&neon_only);
+        assert_eq!(set.name(), "aarch64-neon");
+        for (ty, _) in covered {
+            assert_eq!(set.weight(ty).unwrap().face, "neon", "{ty}");
+        }
+        assert!(set.weights.iter().all(|k| k.face != "dotprod"));
+        let features = detected_features();
+        if features.dotprod {
+            let set = KernelSet::select(&features);
+            assert_eq!(set.name(), "aarch64-dotprod");
+            for (ty, has_sdot) in covered {
+                let face = if has_sdot { "dotprod" } else { "neon" };
+                assert_eq!(set.weight(ty).unwrap().face, face, "{ty}");
+            }
+        } else {
+            assert_eq!(KernelSet::select(&features).name(), "aarch64-neon");
+            println!("notice: this CPU has no dotprod; the sdot kernels are not selected");
+        }
+    }
+
+    /// With dotprod, the Q4_K, Q8_0 and Q5_0 entries carry their x4 (row-interleaved) kernels;
+    /// `exactness::repacked_kernels_match_scalar_on_every_row` tests them against the scalar twins.
+    #[test]
+    fn dotprod_sets_have_the_x4_kernels() {
+        let set = KernelSet::select(&detected_features());
+        if detected_features().dotprod {
+            for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_0] {
+                assert!(
+                    set.weight(ty).unwrap().repacked.is_some(),
+                    "{ty} has no x4 kernel"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,1021 @@
+//! Exactness of every installed SIMD kernel against its scalar twin.
+//!
+//! The integer parts must agree exactly, the float results within a bound that comes from the
+//! summation order alone:
+//!
+//! * Both faces compute the same exact real sum: per block, an exact integer (the SIMD kernels
+//!   lay the products out in other lanes, but integer addition is associative) times the same
+//!   f32 scale product (both compute `f16(d) * d_act` with one rounding, or an exact f16 x f16
+//!   product). Only the f32 operations that follow differ in order.
+//! * Recursive f32 summation of terms t_i along a chain of at most k operations (conversions,
+//!   products, additions, FMAs count one rounding each) is within about k * u * sum |t_i| of
+//!   the exact sum, u = 2^-24 (Higham, "Accuracy and Stability of Numerical Algorithms", 4.2).
+//!   sum |t_i| <= M = sum over elements |w_e| * |a_e|, where for Q4_K/Q5_K |w_e| counts the
+//!   scale and the min terms separately (|d| sc q + |dmin| m), as both faces keep them apart.
+//! * Chains: block formats with nb blocks: scalar nb + 11 (8 lanes summed at the end, int->f32,
+//!   product), SIMD nb + 6 (FMA per block, 2 accumulators, 3 levels of lane sums, the min term):
+//!   k = 2 (nb + 12) covers both errors. F32/F16 over n elements: SIMD n / 32 + 17 (4 x 8 lanes,
+//!   the 8-wide remainder, 5 levels of sums, up to 7 scalar tail terms), scalar 3 (its f32
+//!   product and final rounding; its f64 sum adds a negligible 2^-53 n): k = n / 32 + 20.
+//! * M is computed in f64 from the dequantized rows, whose own rounding (a few u relative) is
+//!   covered by the factor 1.001.
+//!
+//! Separate "exact" cases choose scales of 1 and ranges where every intermediate is an integer
+//! below 2^24: there both faces are exact and must agree to the bit, which proves the integer
+//! parts (every quant and activation bit pattern, -128 included, appears in one of them).
+
+use super::*;
+use crate::quant::testutil::{random_blocks, XorShift};
+use alloc::vec;
+use alloc::vec::Vec;
+use std::println;
+
+/// The unit roundoff of f32.
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+pub(super) fn detected_features() -> CpuFeatures {
+    #[allow(unused_mut)]
+    let mut f = CpuFeatures::default();
+    #[cfg(target_arch = "x86_64")]
+    {
+        f.avx2 = std::arch::is_x86_feature_detected!("avx2");
+        f.fma = std::arch::is_x86_feature_detected!("fma");
+        f.f16c = std::arch::is_x86_feature_detected!("f16c");
+        f.avx512f = std::arch::is_x86_feature_detected!("avx512f");
+        f.avx512bw = std::arch::is_x86_feature_detected!("avx512bw");
+        f.avx512vnni = std::arch::is_x86_feature_detected!("avx512vnni");
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        f.neon = std::arch::is_aarch64_feature_detected!("neon");
+        f.dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+        f.fp16 = std::arch::is_aarch64_feature_detected!("fp16");
+        f.i8mm = std::arch::is_aarch64_feature_detected!("i8mm");
+    }
+    f
+}
+
+/// (weight type, this CPU's SIMD kernel, its scalar twin) for every non-scalar entry.
+pub(super) fn simd_kernels() -> Vec<(GgmlType, WeightKernel, WeightKernel)> {
+    let scalar = KernelSet::scalar();
+    let mut pairs: Vec<(GgmlType, WeightKernel, WeightKernel)> = Vec::new();
+    for fast in fast_sets() {
+        for (f, s) in fast.weights.iter().zip(scalar.weights.iter()) {
+            let seen = pairs
+                .iter()
+                .any(|(ty, k, _)| *ty == f.weight_type && k.face == f.face);
+            if f.face != "scalar" && !seen {
+                pairs.push((f.weight_type, *f, *s));
+            }
+        }
+    }
+    if pairs.is_empty() {
+        println!("notice: no SIMD kernels for this CPU; nothing to compare");
+    }
+    pairs
+}
+
+/// Every kernel set this CPU runs: the selected one and, on x86-64, also the AVX2 set
+/// (AVX-512 flags cleared), so that both faces are tested where both can run.
+pub(super) fn fast_sets() -> Vec<KernelSet> {
+    let features = detected_features();
+    #[allow(unused_mut)]
+    let mut sets = vec![KernelSet::select(&features)];
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2_only = CpuFeatures {
+            avx512f: false,
+            avx512bw: false,
+            avx512vnni: false,
+            ..features
+        };
+        let set = KernelSet::select(&avx2_only);
+        if set.name() != sets[0].name() {
+            sets.push(set);
+        }
+    }
+    sets
+}
+
+/// Byte offsets of the f16 scale fields of a block of the SIMD-covered formats.
+pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
+    b[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+}
+
+/// One Q8_K block with scale `d` and quants `qs`, with consistent group sums.
+fn q8_k_block(d: f32, qs: &[i8]) -> Vec<u8> {
+    let mut b = vec![0u8; quant::q8_k::BLOCK_BYTES];
+    b[..4].copy_from_slice(&d.to_le_bytes());
+    for (dst, &q) in b[quant::q8_k::OFF_QS..].iter_mut().zip(qs) {
+        *dst = q as u8;
+    }
+    for j in 0..16 {
+        let s: i32 = qs[16 * j..16 * j + 16].iter().map(|&q| q as i32).sum();
+        let off = quant::q8_k::OFF_BSUMS + 2 * j;
+        b[off..off + 2].copy_from_slice(&(s as i16).to_le_bytes());
+    }
+    b
+}
+
+/// An activation row of `n` elements in `act_ty` whose quants come from `q` (Q8_0/Q8_K,
+/// scale `d` per block) or whose values are `q` as floats (F16/F32).
+pub(super) fn act_from_quants(act_ty: GgmlType, d: f32, q: &[i8]) -> Vec<u8> {
+    match act_ty {
+        GgmlType::Q8_K => q.chunks_exact(256).flat_map(|c| q8_k_block(d, c)).collect(),
+        GgmlType::Q8_0 => q
+            .chunks_exact(32)
+            .flat_map(|c| {
+                let mut b = vec![0u8; 34];
+                put_f16(&mut b, 0, d);
+                for (dst, &v) in b[2..].iter_mut().zip(c) {
+                    *dst = v as u8;
+                }
+                b
+            })
+            .collect(),
+        _ => quantize(act_ty, &q.iter().map(|&v| v as f32 * d).collect::<Vec<_>>()),
+    }
+}
+
+pub(super) fn quantize(act_ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let mut act = vec![0u8; quant::row_bytes(act_ty, x.len()).unwrap()];
+    quant::quantize_row(act_ty, x, &mut act).unwrap();
+    act
+}
+
+/// M = sum |w_e| |a_e| in f64, with Q4_K/Q5_K's scale and min terms counted apart.
+fn magnitude(ty: GgmlType, act_ty: GgmlType, w: &[u8], act: &[u8], n: usize) -> f64 {
+    let mut w = w.to_vec();
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+        // |d| and -|dmin|: each element dequantizes to |d| sc q + |dmin| m.
+        for b in w.chunks_exact_mut(ty.type_size()) {
+            b[1] &= 0x7f;
+            b[3] |= 0x80;
+        }
+    }
+    let (mut wf, mut af) = (vec![0f32; n], vec![0f32; n]);
+    quant::dequantize_row(ty, &w, &mut wf).unwrap();
+    quant::dequantize_row(act_ty, act, &mut af).unwrap();
+    wf.iter()
+        .zip(&af)
+        .map(|(&a, &b)| (a as f64 * b as f64).abs())
+        .sum()
+}
+
+fn check_close(
+    fast: &WeightKernel,
+    scalar: &WeightKernel,
+    n: usize,
+    w: &[u8],
+    act: &[u8],
+    case: &str,
+) {
+    let ty = fast.weight_type;
+    let want = (scalar.vec_dot)(n, w, act);
+    let got = (fast.vec_dot)(n, w, act);
+    let bs = ty.block_size();
+    let k = if bs == 1 {
+        n / 32 + 20
+    } else {
+        2 * (n / bs + 12)
+    };
+    check_rows_give_vec_dot_bits(fast, n, w, act, case);
+    let m = magnitude(ty, fast.act_type, w, act, n);
+    let tol = k as f64 * U * m * 1.001;
+    assert!(
+        want.is_finite(),
+        "{ty} {case}: the reference is {want}; pick finite cases"
+    );
+    assert!(
+        (got as f64 - want as f64).abs() <= tol,
+        "{ty} {case} (n {n}): {} gives {got}, scalar {want}, difference {} > bound {tol} \
+         (M {m}, k {k})",
+        fast.face,
+        (got - want).abs()
+    );
+}
+
+/// Where `fast` has a several-rows matvec that promises the vec_dot's bits (the x86-64
+/// 32-element formats), runs it on 5 copies of the row `w` (a group of 4 rows and a tail
+/// row) and checks every output against `vec_dot` to the bit.
+fn check_rows_give_vec_dot_bits(fast: &WeightKernel, n: usize, w: &[u8], act: &[u8], case: &str) {
+    let promises_bits = matches!(
+        fast.weight_type,
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0
+    ) || fast.face == "avx512";
+    let Some(rows) = fast.rows.filter(|_| promises_bits) else {
+        return;
+    };
+    let want = (fast.vec_dot)(n, w, act);
+    let matrix = w.repeat(5);
+    let mut out = [f32::NAN; 5];
+    rows(n, &matrix, act, &mut out);
+    for (r, got) in out.iter().enumerate() {
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{} {case} (n {n}): row {r} of the {} rows kernel gives {got}, vec_dot {want}",
+            fast.weight_type,
+            fast.face
+        );
+    }
+}
+
+fn check_exact(
+    fast: &WeightKernel,
+    scalar: &WeightKernel,
+    n: usize,
+    w: &[u8],
+    act: &[u8],
+    case: &str,
+) {
+    check_rows_give_vec_dot_bits(fast, n, w, act, case);
+    let want = (scalar.vec_dot)(n, w, act);
+    let got = (fast.vec_dot)(n, w, act);
+    assert_eq!(
+        got, want,
+        "{} {case} (n {n}): every intermediate is an integer below 2^24, so the {} result \
+         must equal the scalar one exactly",
+        fast.weight_type, fast.face
+    );
+}
+
+fn random_i8(rng: &mut XorShift, n: usize, lo: i32, hi: i32) -> Vec<i8> {
+    (0..n)
+        .map(|_| (lo + (rng.next_u64() % (hi - lo + 1) as u64) as i32) as i8)
+        .collect()
+}
+
+#[test]
+fn simd_dots_match_scalar_on_random_rows() {
+    for (ty, fast, scalar) in simd_kernels() {
+        let lengths: &[usize] = if ty.block_size() == 1 {
+            // Not multiples of the SIMD width: every remainder path runs.
+            &[1, 3, 7, 8, 9, 31, 32, 33, 100, 257, 4099]
+        } else {
+            &[1, 2, 3, 16]
+        };
+        for (i, &len) in lengths.iter().enumerate() {
+            let n = len * ty.block_size();
+            let w = if ty.block_size() == 1 {
+                let mut rng = XorShift(77 + i as u64);
+                let x: Vec<f32> = (0..n).map(|_| rng.unit() * 4.0 - 2.0).collect();
+                quantize(ty, &x)
+            } else {
+                random_blocks(ty, len, 1000 + i as u64)
+            };
+            let mut rng = XorShift(99 + i as u64);
+            let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+            let act = quantize(fast.act_type, &x);
+            check_close(&fast, &scalar, n, &w, &act, "random");
+        }
+    }
+}
+
+#[test]
+fn simd_dots_match_scalar_on_edge_blocks() {
+    for (ty, fast, scalar) in simd_kernels() {
+        let n = if ty.block_size() == 1 {
+            75
+        } else {
+            4 * ty.block_size()
+        };
+        let mut rng = XorShift(4242);
+        // Activations: random, constant (every quant at the extreme), alternating large,
+        // one outlier (the rest quantize to 0), and raw quants of -128 / 127.
+        let mut acts: Vec<(&str, Vec<u8>)> = vec![
+            ("random act", {
+                let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                quantize(fast.act_type, &x)
+            }),
+            ("constant act", quantize(fast.act_type, &vec![1.0; n])),
+            (
+                "alternating act",
+                quantize(
+                    fast.act_type,
+                    &(0..n)
+                        .map(|i| if i % 2 == 0 { 1000.0 } else { -999.0 })
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            ("outlier act", {
+                let mut x = vec![0.001f32; n];
+                x[n / 3] = -3.0e4;
+                quantize(fast.act_type, &x)
+            }),
+            (
+                "all -128 act",
+                act_from_quants(fast.act_type, 0.01, &vec![-128; n]),
+            ),
+            (
+                "-128/127 act",
+                act_from_quants(
+                    fast.act_type,
+                    0.01,
+                    &(0..n)
+                        .map(|i| if i % 3 == 0 { 127 } else { -128 })
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+        ];
+        if ty.block_size() == 1 {
+            // Float rows: the largest f16, subnormal f16, zeros.
+            acts.push(("f16 extremes act", {
+                let x: Vec<f32> = (0..n)
+                    .map(|i| match i % 4 {
+                        0 => 65504.0,
+                        1 => -6.0e-8,
+                        2 => 0.0,
+                        _ => -1.5,
+                    })
+                    .collect();
+                quantize(fast.act_type, &x)
+            }));
+        }
+        // Weights: random, all-zero and all-one bytes (min and max quants, all scales and
+        // mins at their maximum), each with zero, tiny (subnormal), unit, negative and the
+        // largest f16 scales.
+        let mut weights: Vec<(&str, Vec<u8>)> = Vec::new();
+        if ty.block_size() == 1 {
+            weights.push(("random w", {
+                let x: Vec<f32> = (0..n).map(|_| rng.unit() * 4.0 - 2.0).collect();
+                quantize(ty, &x)
+            }));
+            weights.push(("extreme w", {
+                let x: Vec<f32> = (0..n)
+                    .map(|i| [65504.0, -65504.0, 6.0e-8, 0.0, 1.0][i % 5])
+                    .collect();
+                quantize(ty, &x)
+            }));
+            weights.push(("zero w", vec![0u8; n * ty.type_size()]));
+        } else {
+            let nb = n / ty.block_size();
+            for (fill_name, fill) in [("random", None), ("0x00", Some(0u8)), ("0xFF", Some(0xFF))] {
+                for scale in [0.0f32, 6.0e-8, 1.0, -2.5, 65504.0] {
+                    let mut w = match fill {
+                        None => random_blocks(ty, nb, 7 + scale.to_bits() as u64),
+                        Some(b) => vec![b; nb * ty.type_size()],
+                    };
+                    for b in w.chunks_exact_mut(ty.type_size()) {
+                        for (i, &off) in f16_fields(ty).iter().enumerate() {
+                            put_f16(b, off, if i == 0 { scale } else { 0.5 * scale });
+                        }
+                    }
+                    let _ = fill_name;
+                    weights.push((fill_name, w));
+                }
+            }
+        }
+        for (w_case, w) in &weights {
+            for (a_case, act) in &acts {
+                check_close(
+                    &fast,
+                    &scalar,
+                    n,
+                    w,
+                    act,
+                    &std::format!("{w_case} w, {a_case}"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_integer_parts_are_exact() {
+    for (ty, fast, scalar) in simd_kernels() {
+        let mut rng = XorShift(0xC0FFEE ^ ty.id() as u64);
+        let bs = ty.block_size();
+        if bs == 1 {
+            // Small integers: every product and partial sum is exact in f32.
+            let n = 1003;
+            let w = act_from_quants(ty, 1.0, &random_i8(&mut rng, n, -60, 60));
+            let act = act_from_quants(ty, 1.0, &random_i8(&mut rng, n, -60, 60));
+            check_exact(&fast, &scalar, n, &w, &act, "small integers");
+            continue;
+        }
+        // (case, blocks, weight scale-byte mask, activation quant range)
+        let cases: &[(&str, usize, bool, i32, i32)] = match ty {
+            // Full quants and activations (-128 included), scales and mins at most 3.
+            // |sum| <= 2 * 256 * 3 * 31 * 128 + mins < 2^24.
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => &[
+                ("full quants, small scales", 2, true, -128, 127),
+                // Full scales (and mins), activations in -2..2.
+                ("full scales, small activations", 2, false, -2, 2),
+            ],
+            // 8 * 32 * 128 * 128 < 2^24.
+            _ => &[("full range", 8, false, -128, 127)],
+        };
+        for &(case, nb, small_scales, lo, hi) in cases {
+            let n = nb * bs;
+            let mut w = random_blocks(ty, nb, rng.next_u64());
+            for b in w.chunks_exact_mut(ty.type_size()) {
+                for &off in f16_fields(ty) {
+                    put_f16(b, off, 1.0);
+                }
+                match ty {
+                    GgmlType::Q4_K | GgmlType::Q5_K if small_scales => {
+                        // Bytes 0..8 of the packed scales: low 6 bits and the high bits
+                        // of sub-blocks 4..7; bytes 8..12: low nibbles of those.
+                        for s in &mut b[4..12] {
+                            *s &= 0x03;
+                        }
+                        for s in &mut b[12..16] {
+                            *s &= 0x33;
+                        }
+                    }
+                    GgmlType::Q6_K if small_scales => {
+                        for s in &mut b[192..208] {
+                            *s = ((rng.next_u64() % 5) as i8 - 2) as u8;
+                        }
+                    }
+                    GgmlType::Q6_K => b[192] = (-128i8) as u8,
+                    _ => {}
+                }
+            }
+            let mut q = random_i8(&mut rng, n, lo, hi);
+            q[1] = lo as i8;
+            q[n - 1] = hi as i8;
+            let act = act_from_quants(fast.act_type, 1.0, &q);
+            check_exact(&fast, &scalar, n, &w, &act, case);
+        }
+    }
+}
+
+#[test]
+fn matvec_keeps_odd_row_counts_on_the_fast_path() {
+    for (ty, fast, scalar) in simd_kernels() {
+        // 13 rows: not a multiple of any row-batching factor.
+        let (n_rows, n_cols) = (
+            13,
+            if ty.block_size() == 1 {
+                300
+            } else {
+                2 * ty.block_size()
+            },
+        );
+        let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+        let w = if ty.block_size() == 1 {
+            let mut rng = XorShift(5);
+            let x: Vec<f32> = (0..n_rows * n_cols).map(|_| rng.unit() - 0.5).collect();
+            quantize(ty, &x)
+        } else {
+            random_blocks(ty, n_rows * n_cols / ty.block_size(), 11)
+        };
+        let mut rng = XorShift(6);
+        let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() - 0.5).collect();
+        let act = quantize(fast.act_type, &x);
+        let mut out = vec![f32::NAN; n_rows];
+        fast.matvec(&w, n_rows, n_cols, &act, &mut out).unwrap();
+        for (r, &y) in out.iter().enumerate() {
+            let row = &w[r * row_bytes..(r + 1) * row_bytes];
+            let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
+                || fast.face == "avx512";
+            if fast.rows.is_none() || rows_keep_bits {
+                // Row by row through the SIMD dot: the same bits (the x86-64 rows kernels
+                // of the 32-element formats keep the vec_dot's float order).
+                assert_eq!(
+                    y.to_bits(),
+                    (fast.vec_dot)(n_cols, row, &act).to_bits(),
+                    "{ty} row {r}"
+                );
+            }
+            let m = magnitude(ty, fast.act_type, row, &act, n_cols);
+            let want = (scalar.vec_dot)(n_cols, row, &act);
+            assert!(
+                ((y - want) as f64).abs() <= 2.0 * (n_cols + 12) as f64 * U * m,
+                "{ty} row {r}: {y} vs scalar {want}"
+            );
+        }
+        // Shape errors come back through the set as they do through quant::matvec.
+        assert!(matches!(
+            fast.matvec(&w[1..], n_rows, n_cols, &act, &mut out),
+            Err(QuantError::BadLength { .. })
+        ));
+    }
+    assert!(matches!(
+        KernelSet::select(&detected_features()).weight(GgmlType::IQ2_XXS),
+        Err(QuantError::Unsupported { .. })
+    ));
+}
+
+/// Every repacked (row-interleaved) kernel this CPU has, run the way the model runs it:
+/// rows repacked once, then cut into chunks that start on group boundaries (the last one
+/// holding the tail rows that fill no group) and handed to `RepackedKernel::matvec`. Each
+/// row must match its scalar twin: bit for bit where the kernel keeps the scalar float
+/// order (Q8_0, Q5_0), else within the summation-order bound.
+#[test]
+fn repacked_kernels_match_scalar_on_every_row() {
+    let set = KernelSet::select(&detected_features());
+    let scalar = KernelSet::scalar();
+    let mut tested_kernels = 0;
+    for fast in set.weights.iter() {
+        let Some(rk) = fast.repacked else { continue };
+        let mut tested = 0;
+        tested_kernels += 1;
+        let ty = fast.weight_type;
+        let scalar_k = scalar.weight(ty).unwrap();
+        let bit_exact = matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0);
+        for (case, &(n_rows, n_blocks)) in [
+            (1, 1),
+            (3, 2),
+            (4, 1),
+            (5, 3),
+            (13, 2),
+            (37, 1),
+            (64, 2),
+            (67, 1),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let n_cols = n_blocks * ty.block_size();
+            let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+            let w = random_blocks(ty, n_rows * n_blocks, 300 + case as u64);
+            let mut rng = XorShift(400 + case as u64);
+            let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() * 2.0 - 1.0).collect();
+            let act = quantize(fast.act_type, &x);
+            let mut packed = vec![0u8; (rk.bytes)(n_rows, n_cols).unwrap()];
+            (rk.repack)(&w, n_rows, n_cols, &mut packed).unwrap();
+            // Chunks of 8 rows, then whatever is left: starts on multiples of the group.
+            let mut out = vec![f32::NAN; n_rows];
+            let mut r0 = 0;
+            while r0 < n_rows {
+                let r1 = (r0 + 8).min(n_rows);
+                let range = rk.row_range(n_rows, n_cols, r0, r1).unwrap();
+                rk.matvec(ty, &packed[range], r1 - r0, n_cols, &act, &mut out[r0..r1])
+                    .unwrap();
+                r0 = r1;
+            }
+            for (r, &y) in out.iter().enumerate() {
+                let row = &w[r * row_bytes..(r + 1) * row_bytes];
+                let want = (scalar_k.vec_dot)(n_cols, row, &act);
+                if bit_exact {
+                    assert_eq!(
+                        y.to_bits(),
+                        want.to_bits(),
+                        "{} {n_rows} rows, row {r}",
+                        rk.layout
+                    );
+                } else {
+                    let m = magnitude(ty, fast.act_type, row, &act, n_cols);
+                    let tol = 2.0 * (n_blocks + 12) as f64 * U * m * 1.001;
+                    assert!(
+                        ((y - want) as f64).abs() <= tol,
+                        "{} {n_rows} rows, row {r}: {y} vs scalar {want} (bound {tol})",
+                        rk.layout
+                    );
+                }
+            }
+            tested += n_rows;
+        }
+        // A chunk may not split a group, and the shapes are checked.
+        assert!(rk.row_range(13, ty.block_size(), 2, 8).is_none());
+        assert!(rk.row_range(13, ty.block_size(), 4, 6).is_none());
+        assert!(rk.row_range(13, ty.block_size(), 12, 13).is_some());
+        assert!(rk.row_range(13, ty.block_size(), 0, 14).is_none());
+        let n = ty.block_size();
+        let act = vec![0u8; quant::row_bytes(fast.act_type, n).unwrap()];
+        let packed = vec![0u8; (rk.bytes)(5, n).unwrap()];
+        let mut out = [0f32; 5];
+        assert!(rk.matvec(ty, &packed[1..], 5, n, &act, &mut out).is_err());
+        assert!(rk.matvec(ty, &packed, 5, n, &act[1..], &mut out).is_err());
+        assert!(rk.matvec(ty, &packed, 5, n, &act, &mut out[1..]).is_err());
+        assert!(rk.matvec(ty, &packed, 5, n + 1, &act, &mut out).is_err());
+        println!(
+            "notice: {} ({}) matches scalar on {tested} rows",
+            rk.layout, rk.face
+        );
+    }
+    if tested_kernels == 0 {
+        println!(
+            "notice: {} has no repacked kernels on this CPU; nothing to compare",
+            set.name()
+        );
+    }
+    // Repacked kernels only where the set says dotprod (the x4 kernels use sdot).
+    for k in set.weights.iter().filter(|k| k.repacked.is_some()) {
+        assert_eq!(set.name(), "aarch64-dotprod", "{}", k.weight_type);
+    }
+}
+
+/// `matmul` against the matvec of each activation row, to the bit: the generic twin for
+/// every type in both sets, the batched SIMD kernels (`cols`) for the types that have them.
+/// Row counts (1, 13, 37) and activation counts (1..=9, 13) are not multiples of the column
+/// group; activations and weights include the edge cases of the vec_dot tests above.
+fn check_matmul_is_matvec_per_row(set: &KernelSet, seed: u64) {
+    for k in &set.weights {
+        let ty = k.weight_type;
+        let bs = ty.block_size();
+        let n_cols = if bs == 1 { 75 } else { 3 * bs };
+        let act_row = quant::row_bytes(k.act_type, n_cols).unwrap();
+        let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+        let mut rng = XorShift(seed ^ ty.id() as u64);
+        // Activation rows: random, constant, one outlier, and raw -128/127 quants.
+        let mut acts: Vec<Vec<u8>> = Vec::new();
+        for i in 0..13 {
+            acts.push(match i % 4 {
+                0 | 1 => {
+                    let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                    quantize(k.act_type, &x)
+                }
+                2 => {
+                    let mut x = vec![0.001f32; n_cols];
+                    x[(i * 7) % n_cols] = -3.0e4;
+                    quantize(k.act_type, &x)
+                }
+                _ if matches!(k.act_type, GgmlType::Q8_0 | GgmlType::Q8_K) => act_from_quants(
+                    k.act_type,
+                    0.01,
+                    &(0..n_cols)
+                        .map(|e| if (e + i) % 3 == 0 { 127 } else { -128 })
+                        .collect::<Vec<_>>(),
+                ),
+                _ => quantize(k.act_type, &vec![1.0; n_cols]),
+            });
+        }
+        // Weights: 37 rows (two 16-row tiles and a tail), random, with edge rows (all 0x00, all 0xFF with large scales).
+        let n_rows = 37;
+        let mut w = if bs == 1 {
+            let x: Vec<f32> = (0..n_rows * n_cols)
+                .map(|_| rng.unit() * 4.0 - 2.0)
+                .collect();
+            quantize(ty, &x)
+        } else {
+            random_blocks(ty, n_rows * n_cols / bs, rng.next_u64())
+        };
+        if bs > 1 {
+            w[row_bytes..2 * row_bytes].fill(0);
+            let edge = &mut w[5 * row_bytes..6 * row_bytes];
+            edge.fill(0xFF);
+            for b in edge.chunks_exact_mut(ty.type_size()) {
+                for &off in f16_fields(ty) {
+                    put_f16(b, off, -2.5);
+                }
+            }
+        }
+        for n_acts in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
+            let a: Vec<u8> = acts[..n_acts].concat();
+            for rows in [1, 13, n_rows] {
+                let w = &w[..rows * row_bytes];
+                let mut out = vec![f32::NAN; rows * n_acts];
+                k.matmul(w, rows, n_cols, &a, n_acts, &mut out).unwrap();
+                for t in 0..n_acts {
+                    let mut want = vec![0f32; rows];
+                    k.matvec(w, rows, n_cols, &a[t * act_row..][..act_row], &mut want)
+                        .unwrap();
+                    for r in 0..rows {
+                        assert_eq!(
+                            out[t * rows + r].to_bits(),
+                            want[r].to_bits(),
+                            "{ty} ({} face, cols {}): row {r} of {rows}, activation {t} of \
+                             {n_acts}: matmul {} vs matvec {}",
+                            k.face,
+                            k.cols.is_some(),
+                            out[t * rows + r],
+                            want[r]
+                        );
+                    }
+                }
+            }
+        }
+        // Shapes: every slice is checked, as in matvec.
+        let a: Vec<u8> = acts[..3].concat();
+        let mut out = vec![0f32; n_rows * 3];
+        for (w_len, a_len, o_len) in [
+            (w.len() - 1, a.len(), out.len()),
+            (w.len(), a.len() - 1, out.len()),
+            (w.len(), a.len(), out.len() - 1),
+        ] {
+            assert!(
+                matches!(
+                    k.matmul(
+                        &w[..w_len],
+                        n_rows,
+                        n_cols,
+                        &a[..a_len],
+                        3,
+                        &mut out[..o_len]
+                    ),
+                    Err(QuantError::BadLength { .. })
+                ),
+                "{ty}: a wrong length must be refused"
+            );
+        }
+        let mut none: [f32; 0] = [];
+        k.matmul(&w, n_rows, n_cols, &[], 0, &mut none).unwrap();
+    }
+}
+
+#[test]
+fn matmul_gives_the_matvec_bits_for_every_type() {
+    check_matmul_is_matvec_per_row(&KernelSet::scalar(), 31);
+    for fast in fast_sets() {
+        check_matmul_is_matvec_per_row(&fast.with_batch_twins(), 32);
+    }
+}
+
+/// The 32-element formats' batched kernels on the shapes their tiles split: block counts
+/// odd and even (a last block without a pair), row counts around the 2-row tile and the
+/// 16-row sweep, activation counts around the 8-column group, rows long enough that the
+/// activations are packed in several panels (of whole groups, of fewer columns than a
+/// group, and not at all), and blocks with zero, subnormal and the largest f16 scales.
+/// Each output must have the bits of the matvec (which is the vec_dot, by the tests above).
+#[test]
+fn q0_matmul_tiles_give_the_matvec_bits() {
+    let small_rows = [1, 2, 3, 5, 16, 17, 35];
+    let many_acts = [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 32];
+    // (blocks per row, weight rows, activation rows)
+    let mut shapes: Vec<(usize, &[usize], &[usize])> = Vec::new();
+    for nb in [1, 2, 3, 4, 5, 8, 9, 20, 33] {
+        shapes.push((nb, &small_rows, &many_acts));
+    }
+    shapes.push((158, &[3, 18], &[13, 17])); // panels of 8 columns
+    shapes.push((259, &[3], &[9])); // panels of 7 columns
+    shapes.push((2051, &[3], &[2])); // no panel: a matvec per activation row
+    let mut worst = Vec::new();
+    for fast in fast_sets() {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0] {
+            let k = fast.weight(ty).unwrap();
+            if k.cols.is_none() {
+                continue;
+            }
+            let mut rng = XorShift(0x7113 ^ ty.id() as u64);
+            for &(nb, row_counts, act_counts) in &shapes {
+                let n_cols = nb * 32;
+                let (row_bytes, act_row) = (nb * ty.type_size(), nb * 34);
+                let max_rows = *row_counts.iter().max().unwrap();
+                let max_acts = *act_counts.iter().max().unwrap();
+                let mut w = random_blocks(ty, max_rows * nb, rng.next_u64());
+                // Edge scales on some blocks: 0, -0, a subnormal, the largest f16.
+                for (i, b) in w.chunks_exact_mut(ty.type_size()).enumerate() {
+                    match i % 11 {
+                        3 => put_f16(b, 0, 0.0),
+                        5 => put_f16(b, 0, -65504.0),
+                        7 => put_f16(b, 0, 6.0e-8),
+                        _ => {}
+                    }
+                }
+                let mut acts = Vec::new();
+                for t in 0..max_acts {
+                    let q = random_i8(&mut rng, n_cols, -128, 127);
+                    let mut a = act_from_quants(GgmlType::Q8_0, 0.02, &q);
+                    for (i, b) in a.chunks_exact_mut(34).enumerate() {
+                        match (i + t) % 13 {
+                            2 => put_f16(b, 0, 65504.0),
+                            6 => put_f16(b, 0, -0.0),
+                            9 => put_f16(b, 0, -3.0e-7),
+                            _ => {}
+                        }
+                    }
+                    acts.extend_from_slice(&a);
+                }
+                for &rows in row_counts {
+                    let w = &w[..rows * row_bytes];
+                    let mut want = vec![0f32; rows * max_acts];
+                    for t in 0..max_acts {
+                        let act = &acts[t * act_row..][..act_row];
+                        k.matvec(w, rows, n_cols, act, &mut want[t * rows..][..rows])
+                            .unwrap();
+                    }
+                    for &n_acts in act_counts {
+                        let mut out = vec![f32::NAN; rows * n_acts];
+                        let a = &acts[..n_acts * act_row];
+                        k.matmul(w, rows, n_cols, a, n_acts, &mut out).unwrap();
+                        for (i, (o, e)) in out.iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                o.to_bits(),
+                                e.to_bits(),
+                                "{ty} ({}): {nb} blocks, {rows} rows, {n_acts} activations: \
+                                 row {} of activation {}: matmul {o} vs matvec {e}",
+                                fast.name(),
+                                i % rows,
+                                i / rows
+                            );
+                        }
+                        worst.push(out.iter().filter(|v| !v.is_finite()).count());
+                    }
+                }
+            }
+        }
+    }
+    // The edge scales must not have turned everything into infinities.
+    assert!(worst.iter().all(|&bad| bad == 0), "non-finite outputs");
+}
+
+/// The batched SIMD kernels on many blocks and the full-range integer cases of
+/// `simd_integer_parts_are_exact`, against the scalar vec_dot: there every intermediate
+/// is an exact integer, so the batched kernel must equal the scalar twin itself.
+#[test]
+fn simd_matmul_integer_parts_equal_the_scalar_twin() {
+    for (ty, fast, scalar) in simd_kernels() {
+        if fast.cols.is_none() || ty.block_size() == 1 {
+            continue;
+        }
+        let mut rng = XorShift(0xBA7C4 ^ ty.id() as u64);
+        let nb = 2;
+        let n = nb * ty.block_size();
+        let n_rows = 7;
+        let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
+        for b in w.chunks_exact_mut(ty.type_size()) {
+            for &off in f16_fields(ty) {
+                put_f16(b, off, 1.0);
+            }
+            match ty {
+                GgmlType::Q4_K | GgmlType::Q5_K => {
+                    for s in &mut b[4..12] {
+                        *s &= 0x03;
+                    }
+                    for s in &mut b[12..16] {
+                        *s &= 0x33;
+                    }
+                }
+                GgmlType::Q6_K => {
+                    for s in &mut b[192..208] {
+                        *s = ((rng.next_u64() % 5) as i8 - 2) as u8;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let n_acts = 6;
+        let acts: Vec<u8> = (0..n_acts)
+            .flat_map(|_| {
+                let mut q = random_i8(&mut rng, n, -128, 127);
+                q[0] = -128;
+                act_from_quants(fast.act_type, 1.0, &q)
+            })
+            .collect();
+        let act_row = acts.len() / n_acts;
+        let row_bytes = w.len() / n_rows;
+        let mut out = vec![f32::NAN; n_rows * n_acts];
+        fast.matmul(&w, n_rows, n, &acts, n_acts, &mut out).unwrap();
+        for t in 0..n_acts {
+            for r in 0..n_rows {
+                let want = (scalar.vec_dot)(
+                    n,
+                    &w[r * row_bytes..][..row_bytes],
+                    &acts[t * act_row..][..act_row],
+                );
+                assert_eq!(out[t * n_rows + r], want, "{ty} row {r} activation {t}");
+            }
+        }
+    }
+}
+
+/// The batched K-quant kernels (Q4_K, Q6_K) of every set this CPU runs, on the shapes their
+/// tiling cuts: rows of 1..=17 blocks (the AVX-512 kernel packs 8 blocks at a time), 1..=70
+/// weight rows (tiles of 64 rows, register tiles of 4), 1..=40 activation rows (vectors of
+/// 16 and 32 tokens, tails of every size, the one-row path below 4). Every output must be
+/// the set's vec_dot to the bit, and the vec_dot within the scalar twin's bound. Weights
+/// include all-zero blocks and all-0xFF blocks with zero, subnormal, negative and the
+/// largest f16 scales; activations include -128/127 quants and an outlier.
+#[test]
+fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
+    let scalar = KernelSet::scalar();
+    for fast in fast_sets() {
+        // A prompt kernel against the one-row kernel whose bits it keeps.
+        let fast = fast.with_batch_twins();
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let k = fast.weight(ty).unwrap();
+            let scalar_k = scalar.weight(ty).unwrap();
+            if k.cols.is_none() {
+                continue;
+            }
+            let mut rng = XorShift(0x5EED ^ ty.id() as u64);
+            let shapes: &[(usize, usize, &[usize])] = &[
+                (1, 70, &[1, 2, 3, 4, 5, 15, 16, 17, 31, 32, 33, 40]),
+                (3, 9, &[4, 7, 20, 32]),
+                (8, 5, &[6, 18]),
+                (9, 67, &[3, 5, 32, 37]),
+                (17, 6, &[16, 19]),
+            ];
+            for &(nb, n_rows, act_counts) in shapes {
+                let n = nb * 256;
+                let row_bytes = nb * ty.type_size();
+                let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
+                // Edge blocks: block b of row r (for the rows that exist).
+                let edges: [(usize, Option<u8>, f32); 6] = [
+                    (0, Some(0x00), 1.0),
+                    (1, Some(0xFF), 65504.0),
+                    (2, Some(0xFF), -2.5),
+                    (3, Some(0xFF), 6.0e-8),
+                    (4, None, 0.0),
+                    (n_rows - 1, Some(0xFF), -65504.0),
+                ];
+                for (r, fill, scale) in edges {
+                    if r >= n_rows {
+                        continue;
+                    }
+                    let b0 = (r * nb + (r % nb)) * ty.type_size();
+                    let b = &mut w[b0..b0 + ty.type_size()];
+                    if let Some(f) = fill {
+                        b.fill(f);
+                    }
+                    for (i, &off) in f16_fields(ty).iter().enumerate() {
+                        put_f16(b, off, if i == 0 { scale } else { 0.5 * scale });
+                    }
+                }
+                let max_acts = *act_counts.iter().max().unwrap();
+                let acts: Vec<u8> = (0..max_acts)
+                    .flat_map(|t| match t % 5 {
+                        3 => act_from_quants(
+                            GgmlType::Q8_K,
+                            0.01,
+                            &(0..n)
+                                .map(|e| if (e + t) % 3 == 0 { 127 } else { -128 })
+                                .collect::<Vec<_>>(),
+                        ),
+                        4 => {
+                            let mut x = vec![0.001f32; n];
+                            x[(t * 37) % n] = -3.0e4;
+                            quantize(GgmlType::Q8_K, &x)
+                        }
+                        _ => {
+                            let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                            quantize(GgmlType::Q8_K, &x)
+                        }
+                    })
+                    .collect();
+                let act_row = acts.len() / max_acts;
+                let act = |t: usize| &acts[t * act_row..(t + 1) * act_row];
+                let row = |r: usize| &w[r * row_bytes..(r + 1) * row_bytes];
+                // The vec_dot of every pair, and its distance from the scalar twin.
+                let mut want = vec![0f32; max_acts * n_rows];
+                for t in 0..max_acts {
+                    for r in 0..n_rows {
+                        let v = (k.vec_dot)(n, row(r), act(t));
+                        want[t * n_rows + r] = v;
+                        if k.face != "avx512" {
+                            // The AVX2 Q6_K dot keeps the -32 offset (through the bsums)
+                            // in other lanes than the quants until the float sum, so its
+                            // rounding scales with |q| |y| + 32 |y|, not |q - 32| |y|: an
+                            // outlier activation can take it past this bound (seen: 0.196
+                            // against 0.171). The AVX-512 dots round only the exact
+                            // integer of each block.
+                            continue;
+                        }
+                        let s = (scalar_k.vec_dot)(n, row(r), act(t));
+                        let m = magnitude(ty, k.act_type, row(r), act(t), n);
+                        let tol = 2.0 * (nb + 12) as f64 * U * m * 1.001;
+                        assert!(
+                            ((v - s) as f64).abs() <= tol,
+                            "{ty} {}: {nb} blocks, row {r}, act {t}: {v} vs scalar {s} \
+                             (bound {tol}, f64 {})",
+                            k.face,
+                            {
+                                let (mut wf, mut af) = (vec![0f32; n], vec![0f32; n]);
+                                quant::dequantize_row(ty, row(r), &mut wf).unwrap();
+                                quant::dequantize_row(k.act_type, act(t), &mut af).unwrap();
+                                wf.iter()
+                                    .zip(&af)
+                                    .map(|(&a, &b)| a as f64 * b as f64)
+                                    .sum::<f64>()
+                            }
+                        );
+                    }
+                }
+                // The matvec (several rows at once where the set has it) of a few rows.
+                for t in 0..max_acts.min(3) {
+                    let mut out = vec![f32::NAN; n_rows];
+                    k.matvec(&w, n_rows, n, act(t), &mut out).unwrap();
+                    for r in 0..n_rows {
+                        assert_eq!(
+                            out[r].to_bits(),
+                            want[t * n_rows + r].to_bits(),
+                            "{ty} {} matvec: {nb} blocks, {n_rows} rows: row {r} act {t}",
+                            k.face
+                        );
+                    }
+                }
+                for &n_acts in act_counts {
+                    let mut out = vec![f32::NAN; n_acts * n_rows];
+                    k.matmul(&w, n_rows, n, &acts[..n_acts * act_row], n_acts, &mut out)
+                        .unwrap();
+                    for t in 0..n_acts {
+                        for r in 0..n_rows {
+                            assert_eq!(
+                                out[t * n_rows + r].to_bits(),
+                                want[t * n_rows + r].to_bits(),
+                                "{ty} {} batched: {nb} blocks, {n_rows} rows, {n_acts} \
+                                 activations: row {r} act {t}: {} vs vec_dot {}",
+                                k.face,
+                                out[t * n_rows + r],
+                                want[t * n_rows + r]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

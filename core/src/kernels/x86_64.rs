@@ -1,0 +1,397 @@
+//! x86-64: the one place this architecture puts its kernels in a [`KernelSet`] (`install`, like
+//! tract's per-architecture `plug`). With AVX2, FMA and F16C (allowed by the caller's
+//! `CpuFeatures` and confirmed by cpuid), the AVX2 kernels of `smolrun_kernels::x86_64` replace
+//! the scalar matvecs and the AVX2 faces of attention and SwiGLU replace `math`'s; with
+//! AVX-512 VNNI as well, the 32-element formats and the K-quants' prompts run AVX-512 kernels.
+//!
+//! `exactness.rs` and `math_exactness.rs` test whatever this installs against the scalar
+//! code; the tests below check what is installed on which CPU, and the kernels that
+//! replaced others against the ones they replaced.
+
+use super::KernelSet;
+use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
+use crate::platform::CpuFeatures;
+use crate::quant::GgmlType;
+use smolrun_kernels::x86_64::{
+    attention as k, avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k, avx512_q0,
+    avx512_vnni_usable, exp,
+};
+
+/// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
+/// AVX2, FMA and F16C and cpuid confirms them; on top of them the AVX-512 VNNI kernels of the
+/// 32-element formats when the caller also allows AVX512F, AVX512BW and AVX512-VNNI and cpuid
+/// confirms those and AVX512VL.
+pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
+    let allowed = features.avx2 && features.fma && features.f16c;
+    if !allowed || !avx2_fma_f16c_usable() {
+        return;
+    }
+    set.name = "x86_64-avx2";
+    // Attention over the f16 KV cache and SwiGLU: the AVX2 faces of math's scalar code.
+    set.attention = attention_head_avx2;
+    set.swiglu = swiglu_avx2;
+    // Q4_K and Q6_K (most of a decode step) from avx2_k: scales decoded and spread in
+    // registers; the same lanes and float order as avx2.rs, so the same bits.
+    set.install(GgmlType::Q4_K, q4_k, None, "avx2");
+    set.install(GgmlType::Q5_K, q5_k, None, "avx2");
+    set.install(GgmlType::Q6_K, q6_k, None, "avx2");
+    set.install(GgmlType::Q8_0, q8_0, Some(q8_0_rows), "avx2");
+    set.install(GgmlType::Q4_0, q4_0, Some(q4_0_rows), "avx2");
+    set.install(GgmlType::Q5_0, q5_0, Some(q5_0_rows), "avx2");
+    set.install(GgmlType::F16, f16, None, "avx2");
+    set.install(GgmlType::F32, f32, None, "avx2");
+    // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
+    set.install_cols(GgmlType::Q4_K, q4_k_cols);
+    set.install_cols(GgmlType::Q5_K, q5_k_cols);
+    set.install_cols(GgmlType::Q6_K, q6_k_cols);
+    set.install_cols(GgmlType::Q8_0, q8_0_cols);
+    set.install_cols(GgmlType::Q4_0, q4_0_cols);
+    set.install_cols(GgmlType::Q5_0, q5_0_cols);
+    let allowed = features.avx512f && features.avx512bw && features.avx512vnni;
+    if !allowed || !avx512_vnni_usable() {
+        return;
+    }
+    set.name = "x86_64-avx512";
+    set.install(GgmlType::Q8_0, q8_0_512, Some(q8_0_rows_512), "avx512");
+    set.install(GgmlType::Q4_0, q4_0_512, Some(q4_0_rows_512), "avx512");
+    set.install(GgmlType::Q5_0, q5_0_512, Some(q5_0_rows_512), "avx512");
+    set.install_cols(GgmlType::Q8_0, q8_0_cols_512);
+    set.install_cols(GgmlType::Q4_0, q4_0_cols_512);
+    set.install_cols(GgmlType::Q5_0, q5_0_cols_512);
+    // Q4_K and Q6_K: prompts by avx512_k (the tokens in the lanes, 2x the AVX2 batch
+    // speed on Qwen2.5-1.5B), decode by avx2_k, which is 8-11% faster than avx512_k's
+    // one-row kernel (the bits of the prompt kernel, its `cols_twin`).
+    set.install_cols_with_twin(GgmlType::Q4_K, q4_k_cols_512, q4_k_512, "avx512");
+    set.install_cols_with_twin(GgmlType::Q6_K, q6_k_cols_512, q6_k_512, "avx512");
+}
+
+// =============================================================================================
+// Weight kernels (smolrun_kernels::x86_64: avx2, avx2_k, avx2_q0, avx2_cols, avx512_q0,
+// avx512_k).
+// =============================================================================================
+
+// SAFETY (every function below): installed only by `install`, after
+// `avx2_fma_f16c_usable()` confirmed AVX2, FMA and F16C on this CPU. The kernels read only
+// whole blocks inside both slices.
+fn q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_k::vec_dot_q4_k_q8_k(n, w, a) }
+}
+fn q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2::vec_dot_q5_k_q8_k(n, w, a) }
+}
+fn q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_k::vec_dot_q6_k_q8_k(n, w, a) }
+}
+fn q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2::vec_dot_q8_0_q8_0(n, w, a) }
+}
+fn q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2::vec_dot_q4_0_q8_0(n, w, a) }
+}
+fn q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2::vec_dot_q5_0_q8_0(n, w, a) }
+}
+fn f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2::vec_dot_f16(n, w, a) }
+}
+fn f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2::vec_dot_f32(n, w, a) }
+}
+fn q4_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_k::matmul_q4_k_q8_k(n, w, a, t, out) }
+}
+fn q5_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_cols::matmul_q5_k_q8_k(n, w, a, t, out) }
+}
+fn q6_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_k::matmul_q6_k_q8_k(n, w, a, t, out) }
+}
+// The 32-element formats (avx2_q0): several rows per pass (matvec) and batches (matmul),
+// both giving the bits of the vec_dot above for every row.
+fn q8_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_q0::matvec_q8_0_q8_0(n, w, a, out) }
+}
+fn q4_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_q0::matvec_q4_0_q8_0(n, w, a, out) }
+}
+fn q5_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_q0::matvec_q5_0_q8_0(n, w, a, out) }
+}
+fn q8_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q0::matmul_q8_0_q8_0(n, w, a, t, out) }
+}
+fn q4_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q0::matmul_q4_0_q8_0(n, w, a, t, out) }
+}
+fn q5_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q0::matmul_q5_0_q8_0(n, w, a, t, out) }
+}
+
+// `avx512_vnni_usable()` confirmed AVX2, FMA, F16C, AVX512F/BW/VL and AVX512-VNNI. The
+// three entry points of a format give the same bits (avx512_q0's docs).
+fn q8_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx512_q0::vec_dot_q8_0_q8_0(n, w, a) }
+}
+fn q4_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx512_q0::vec_dot_q4_0_q8_0(n, w, a) }
+}
+fn q5_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx512_q0::vec_dot_q5_0_q8_0(n, w, a) }
+}
+fn q8_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx512_q0::matvec_q8_0_q8_0(n, w, a, out) }
+}
+fn q4_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx512_q0::matvec_q4_0_q8_0(n, w, a, out) }
+}
+fn q5_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx512_q0::matvec_q5_0_q8_0(n, w, a, out) }
+}
+fn q8_0_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx512_q0::matmul_q8_0_q8_0(n, w, a, t, out) }
+}
+fn q4_0_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx512_q0::matmul_q4_0_q8_0(n, w, a, t, out) }
+}
+fn q5_0_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx512_q0::matmul_q5_0_q8_0(n, w, a, t, out) }
+}
+fn q4_k_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx512_k::vec_dot_q4_k_q8_k(n, w, a) }
+}
+fn q6_k_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx512_k::vec_dot_q6_k_q8_k(n, w, a) }
+}
+fn q4_k_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx512_k::matmul_q4_k_q8_k(n, w, a, t, out) }
+}
+fn q6_k_cols_512(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx512_k::matmul_q6_k_q8_k(n, w, a, t, out) }
+}
+
+// =============================================================================================
+// Attention over the f16 KV cache (the AVX2 loops of `math::attention_head_with`, bit for bit
+// the scalar `math::attention_head`) and SwiGLU (`math::swiglu`, its `libm::expf` lane by lane).
+// =============================================================================================
+
+fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: installed only after `avx2_fma_f16c_usable()` confirmed AVX2.
+    unsafe { exp::swiglu(gate, up) }
+}
+
+// SAFETY (the loops below): reachable only through `attention_head_avx2`, which `install`
+// puts in the set after `avx2_fma_f16c_usable()` confirmed AVX2, FMA and F16C. The kernels
+// clamp their row counts to the slices.
+pub(super) const ATTENTION_LOOPS: AttentionLoops = AttentionLoops {
+    key_dots_lanes64: |q, keys, stride, scores| unsafe {
+        k::key_dots_lanes64(q, keys, stride, scores)
+    },
+    key_dots_sequential: |q, keys, stride, scores| unsafe {
+        k::key_dots_sequential(q, keys, stride, scores)
+    },
+    weighted_values: |out, w, values, stride| unsafe { k::weighted_values(out, w, values, stride) },
+    rescale_f16: |out, ms| unsafe { k::rescale_f16(out, ms) },
+    accumulate_f16: |out, value, vs| unsafe { k::accumulate_f16(out, value, vs) },
+};
+
+#[allow(clippy::too_many_arguments)]
+fn attention_head_avx2(
+    out: &mut [f32],
+    q: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    math::attention_head_with(
+        &ATTENTION_LOOPS,
+        out,
+        q,
+        kv,
+        scores,
+        span,
+        scale,
+        softcap_at,
+        kernel,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::exactness::{
+        act_from_quants, detected_features, f16_fields, fast_sets, put_f16, quantize,
+    };
+    use super::super::KernelSet;
+    use crate::platform::CpuFeatures;
+    use crate::quant::testutil::{random_blocks, XorShift};
+    use crate::quant::GgmlType;
+    use alloc::vec;
+    use alloc::vec::Vec;
+    use std::println;
+
+    #[test]
+    fn x86_64_selects_avx2_when_the_cpu_has_it() {
+        let features = detected_features();
+        let set = KernelSet::select(&features);
+        if features.avx2 && features.fma && features.f16c {
+            // With AVX-512 VNNI the 32-element formats take the avx512 face, the rest stay
+            // AVX2; with the AVX-512 flags cleared, everything is AVX2.
+            let avx512 = features.avx512f
+                && features.avx512bw
+                && features.avx512vnni
+                && smolrun_kernels::x86_64::avx512_vnni_usable();
+            let q0 = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0];
+            if avx512 {
+                assert_eq!(set.name(), "x86_64-avx512");
+                for ty in q0 {
+                    assert_eq!(set.weight(ty).unwrap().face, "avx512", "{ty}");
+                }
+                // K-quants: AVX-512 prompts, AVX2 decode (the prompt kernel's bits: its twin).
+                for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+                    let k = set.weight(ty).unwrap();
+                    assert_eq!(k.face, "avx2", "{ty}");
+                    assert!(k.cols.is_some() && k.cols_twin.is_some(), "{ty}");
+                    let twins = set.with_batch_twins();
+                    assert_eq!(twins.weight(ty).unwrap().face, "avx512", "{ty}");
+                }
+            }
+            let set = if avx512 {
+                KernelSet::select(&CpuFeatures {
+                    avx512f: false,
+                    ..features
+                })
+            } else {
+                set.clone()
+            };
+            assert_eq!(set.name(), "x86_64-avx2");
+            for ty in [
+                GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+                GgmlType::F16,
+                GgmlType::F32,
+            ] {
+                assert_eq!(set.weight(ty).unwrap().face, "avx2", "{ty}");
+            }
+        } else {
+            println!("notice: this CPU lacks AVX2/FMA/F16C; the AVX2 kernels are not tested");
+        }
+    }
+
+    /// The decode kernels of `avx2_k` (Q4_K, Q6_K) claim the lanes and float order of the
+    /// `avx2.rs` kernels they replaced: to the bit, on random rows of 1..=6 blocks, with edge
+    /// blocks (all 0x00, all 0xFF with large and negative scales) and extreme activations;
+    /// and their batched kernels give the one-row bits for every activation row.
+    #[test]
+    fn avx2_k_kernels_give_the_bits_of_the_avx2_kernels() {
+        use smolrun_kernels::x86_64::{avx2, avx2_fma_f16c_usable, avx2_k};
+        if !avx2_fma_f16c_usable() {
+            println!("notice: this CPU lacks AVX2/FMA/F16C; avx2_k is not tested");
+            return;
+        }
+        type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
+        type Cols = unsafe fn(usize, &[u8], &[u8], usize, &mut [f32]);
+        let pairs: [(GgmlType, Dot, Dot, Cols); 2] = [
+            (
+                GgmlType::Q4_K,
+                avx2::vec_dot_q4_k_q8_k,
+                avx2_k::vec_dot_q4_k_q8_k,
+                avx2_k::matmul_q4_k_q8_k,
+            ),
+            (
+                GgmlType::Q6_K,
+                avx2::vec_dot_q6_k_q8_k,
+                avx2_k::vec_dot_q6_k_q8_k,
+                avx2_k::matmul_q6_k_q8_k,
+            ),
+        ];
+        for (ty, old, new, cols) in pairs {
+            let mut rng = XorShift(0xA5_2C ^ ty.id() as u64);
+            for nb in 1..=6 {
+                let n = nb * 256;
+                let n_rows = 9;
+                let row_bytes = nb * ty.type_size();
+                let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
+                w[row_bytes..2 * row_bytes].fill(0);
+                for (r, v) in [(2, -2.5f32), (3, 6.0e4)] {
+                    let edge = &mut w[r * row_bytes..(r + 1) * row_bytes];
+                    edge.fill(0xFF);
+                    for b in edge.chunks_exact_mut(ty.type_size()) {
+                        for &off in f16_fields(ty) {
+                            put_f16(b, off, v);
+                        }
+                    }
+                }
+                let mut acts: Vec<u8> = Vec::new();
+                for t in 0..6 {
+                    acts.extend(match t {
+                        0 | 1 => {
+                            let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                            quantize(GgmlType::Q8_K, &x)
+                        }
+                        2 => act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
+                        3 => act_from_quants(
+                            GgmlType::Q8_K,
+                            3.0,
+                            &(0..n)
+                                .map(|i| if i % 3 == 0 { 127 } else { -128 })
+                                .collect::<Vec<_>>(),
+                        ),
+                        _ => {
+                            let mut x = vec![0.001f32; n];
+                            x[(t * 77) % n] = -3.0e4;
+                            quantize(GgmlType::Q8_K, &x)
+                        }
+                    });
+                }
+                let act_row = acts.len() / 6;
+                let mut batched = vec![f32::NAN; 6 * n_rows];
+                // SAFETY: AVX2, FMA and F16C confirmed above.
+                unsafe { cols(n, &w, &acts, 6, &mut batched) };
+                for t in 0..6 {
+                    let act = &acts[t * act_row..(t + 1) * act_row];
+                    for r in 0..n_rows {
+                        let row = &w[r * row_bytes..(r + 1) * row_bytes];
+                        // SAFETY: as above.
+                        let (a, b) = unsafe { (old(n, row, act), new(n, row, act)) };
+                        assert_eq!(a.to_bits(), b.to_bits(), "{ty} {nb} blocks row {r} act {t}");
+                        assert_eq!(
+                            batched[t * n_rows + r].to_bits(),
+                            b.to_bits(),
+                            "{ty} batched, {nb} blocks row {r} act {t}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every x86-64 set this CPU runs has a batched kernel (matmul) for each format it covers.
+    #[test]
+    fn x86_64_sets_have_matmuls() {
+        for fast in fast_sets() {
+            if !fast.name().starts_with("x86_64-") {
+                continue;
+            }
+            for ty in [
+                GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q5_0,
+            ] {
+                assert!(
+                    fast.weight(ty).unwrap().cols.is_some(),
+                    "{ty} has no matmul in {}",
+                    fast.name()
+                );
+            }
+        }
+    }
+}
