@@ -2,14 +2,15 @@
 //! platform's thread pool), sampling with the default chain (penalties, top-k heap, top-p,
 //! min-p, temperature, the draw, top-N alternatives), accepting the token, and the memory
 //! guard's look at the available memory every 16 tokens. A counting global allocator checks 64
-//! decoded tokens. This file holds a single test so that nothing else in
-//! the process allocates meanwhile.
+//! decoded tokens, on the resident store and on the pread store (nothing mapped: every weight
+//! read into its scratch buffer). This file holds a single test so that nothing else in the
+//! process allocates meanwhile.
 
 use smolrun_core::gguf::Gguf;
-use smolrun_core::model::{Model, ResidentStore, State};
+use smolrun_core::model::{Model, ResidentStore, State, WeightStore};
 use smolrun_core::sampler::{Sampler, SamplerParams};
 use smolrun_linux::{MappedFile, MemoryWatch, ThreadPool};
-use smolrun_tests::model_path;
+use smolrun_tests::{model_path, pread_store};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -44,9 +45,13 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     let file = MappedFile::open(&path).unwrap();
     let gguf = Gguf::parse(file.bytes()).unwrap();
     let model = Model::load(&gguf).unwrap();
-    let store = ResidentStore::new(&gguf);
+    decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "resident store");
+    decode_64_without_allocating(&model, &pread_store(&path, &gguf), "pread store");
+}
+
+fn decode_64_without_allocating(model: &Model, store: &dyn WeightStore, what: &str) {
     let pool = ThreadPool::new(2).unwrap();
-    let mut state = State::new(&model, 256).unwrap();
+    let mut state = State::new(model, 256).unwrap();
     let params = SamplerParams {
         n_probs: 3,
         ..SamplerParams::default()
@@ -61,7 +66,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         let mut logits_len = 0;
         for &t in &prompt {
             logits_len = model
-                .forward(&mut state, &store, &pool, t, pos)
+                .forward(&mut state, store, &pool, t, pos)
                 .unwrap()
                 .len();
             pos += 1;
@@ -76,9 +81,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         sampler.accept(t);
     }
     for _ in 0..4 {
-        let logits = model
-            .forward(&mut state, &store, &pool, token, pos)
-            .unwrap();
+        let logits = model.forward(&mut state, store, &pool, token, pos).unwrap();
         token = sampler.sample(logits).unwrap().token;
         sampler.accept(token);
         pos += 1;
@@ -92,9 +95,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         if i % 16 == 0 {
             lowest_available = lowest_available.min(watch.read().available);
         }
-        let logits = model
-            .forward(&mut state, &store, &pool, token, pos)
-            .unwrap();
+        let logits = model.forward(&mut state, store, &pool, token, pos).unwrap();
         let sampled = sampler.sample(logits).unwrap();
         assert_eq!(sampled.top.len(), 3);
         token = sampled.token;
@@ -105,7 +106,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     let bytes = ALLOCATED_BYTES.load(Ordering::SeqCst) - bytes_before;
     assert_eq!(
         count, 0,
-        "64 decoded tokens made {count} heap allocations ({bytes} bytes)"
+        "{what}: 64 decoded tokens made {count} heap allocations ({bytes} bytes)"
     );
     assert_eq!(pos, prompt.len() + 4 + 64);
     assert!(

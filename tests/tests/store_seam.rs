@@ -1,0 +1,244 @@
+//! The weight store is the one seam between the forward pass and where a weight lives:
+//! - the pread store (nothing mapped, every weight read into one scratch buffer just before its
+//!   matvec) gives the resident store's logits to the bit, on every real and synthetic model,
+//!   over the golden logits texts (the positions the golden tests compare with llama.cpp) and
+//!   over greedy decoding;
+//! - every get is released before the next one, and each decoded token asks for the same
+//!   weights in the same order (the order a streaming store learns), hinted ahead of use;
+//! - a read that fails (the file truncated after load) stops the pass with an error that
+//!   names the tensor and the offset, never a panic or garbage logits.
+//!
+//! Run in release mode: `cargo test --release -p smolrun-tests --test store_seam`.
+
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::{
+    Model, ModelError, RecordingStore, ResidentStore, State, StoreCall, StoreErrorKind, WeightStore,
+};
+use smolrun_core::platform::IoError;
+use smolrun_linux::MappedFile;
+use smolrun_tests::*;
+
+/// Logits at every position of each golden text (one batch per text, from an empty context,
+/// as the logits test runs them), then `n_decode` greedy tokens after the first text.
+fn logits_through(m: &Model, store: &dyn WeightStore, model: &str, n_decode: usize) -> Vec<f32> {
+    let par = ScopedThreads::from_env();
+    let golden = golden(model, "logits.json");
+    let texts: Vec<Vec<u32>> = golden["texts"]
+        .as_array()
+        .expect("texts")
+        .iter()
+        .map(|t| ids(&t["tokens"]))
+        .collect();
+    let n_ctx = texts.iter().map(Vec::len).max().unwrap_or(1) + n_decode;
+    let mut state = State::new(m, n_ctx).expect("state");
+    let mut all = Vec::new();
+    for tokens in &texts {
+        state.reset();
+        m.forward_batch_all(&mut state, store, &par, tokens, 0, 0, &mut |_, l| {
+            all.extend_from_slice(l)
+        })
+        .expect("forward_batch_all");
+    }
+    state.reset();
+    let prompt = &texts[0];
+    let mut next = argmax(m.forward_batch(&mut state, store, &par, prompt, 0).unwrap());
+    for i in 0..n_decode {
+        let logits = m
+            .forward(&mut state, store, &par, next, prompt.len() + i)
+            .expect("forward");
+        all.extend_from_slice(logits);
+        next = argmax(logits);
+    }
+    all
+}
+
+fn pread_matches_resident(model: &str) {
+    let Some(path) = model_path(model) else {
+        return;
+    };
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = Gguf::parse(file.bytes()).expect("parse");
+    let kernels = test_kernels();
+    let resident = ResidentStore::new(&g);
+    let m = Model::load_from(&g, &resident, &kernels).expect("load");
+    let want = logits_through(&m, &resident, model, 8);
+
+    // The pread store reads from a header-only parse, as `--weights pread` does: the prefix
+    // that holds the header, and nothing else of the file in memory.
+    let header = &file.bytes()[..g.data_offset as usize];
+    let g_header = Gguf::parse_header(header, file.bytes().len() as u64).expect("header");
+    assert!(!g_header.has_tensor_data());
+    let pread = pread_store(&path, &g_header);
+    let m_pread = Model::load_from(&g_header, &pread, &kernels).expect("load through pread");
+    let got = logits_through(&m_pread, &pread, model, 8);
+
+    assert_eq!(want.len(), got.len());
+    let differ = want
+        .iter()
+        .zip(&got)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(
+        differ,
+        0,
+        "{model}: {differ} of {} logits differ between the resident and the pread store",
+        want.len()
+    );
+    println!(
+        "{model}: {} logits identical through both stores ({} MB scratch)",
+        want.len(),
+        pread.held_bytes() / 1_000_000
+    );
+}
+
+#[test]
+fn pread_store_gives_the_resident_logits_gemma3_270m() {
+    pread_matches_resident("gemma3-270m");
+}
+
+#[test]
+fn pread_store_gives_the_resident_logits_qwen25_coder_05b() {
+    pread_matches_resident("qwen2.5-coder-0.5b");
+}
+
+#[test]
+fn pread_store_gives_the_resident_logits_qwen25_coder_15b() {
+    pread_matches_resident("qwen2.5-coder-1.5b");
+}
+
+#[test]
+fn pread_store_gives_the_resident_logits_synthetic() {
+    pread_matches_resident("synthetic-qwen3");
+    pread_matches_resident("synthetic-llama");
+}
+
+/// The gets of one decoded token, checking on the way that each is released before the next
+/// get (one weight held at a time) and that every hint comes before its layer's gets.
+fn gets_of_one_token(calls: &[StoreCall], what: &str) -> Vec<smolrun_core::model::WeightKey> {
+    let mut held = None;
+    let mut gets = Vec::new();
+    let mut n_prefetch = 0;
+    for call in calls {
+        match *call {
+            StoreCall::Get(k) | StoreCall::GetRepacked(k) => {
+                assert_eq!(held, None, "{what}: {k:?} asked for while {held:?} is held");
+                held = Some(k);
+                gets.push(k);
+            }
+            StoreCall::Release(k) => {
+                assert_eq!(held, Some(k), "{what}: {k:?} released, {held:?} was held");
+                held = None;
+            }
+            StoreCall::Prefetch(n) => {
+                assert!(n > 0, "{what}: an empty hint");
+                n_prefetch += 1;
+            }
+            StoreCall::ReadRows(_) => {}
+        }
+    }
+    assert_eq!(held, None, "{what}: {held:?} never released");
+    assert!(n_prefetch > 0, "{what}: no prefetch hint");
+    gets
+}
+
+#[test]
+fn every_get_is_released_and_each_token_asks_in_the_same_order() {
+    for model in ["synthetic-qwen3", "gemma3-270m"] {
+        let path = model_path(model).expect("model");
+        let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let g = Gguf::parse(file.bytes()).expect("parse");
+        let m = Model::load_with_kernels(&g, &test_kernels()).expect("load");
+        let store = RecordingStore::new(ResidentStore::new(&g), 1 << 16);
+        let par = ScopedThreads::from_env();
+        let mut state = State::new(&m, 64).expect("state");
+        let prompt = golden_prompt(model, 12);
+        let mut next = argmax(
+            m.forward_batch(&mut state, &store, &par, &prompt, 0)
+                .unwrap(),
+        );
+        let prompt_calls = store.take();
+        let prompt_gets = gets_of_one_token(&prompt_calls, &format!("{model} prompt"));
+        // The embedding rows of the prompt are read by row, never fetched whole.
+        let embd = m.token_embd.key;
+        let rows = prompt_calls
+            .iter()
+            .filter(|c| **c == StoreCall::ReadRows(embd))
+            .count();
+        assert_eq!(rows, prompt.len(), "{model}: one row read per prompt token");
+
+        let mut first_order = None;
+        for i in 0..5 {
+            let logits = m
+                .forward(&mut state, &store, &par, next, prompt.len() + i)
+                .unwrap();
+            next = argmax(logits);
+            let calls = store.take();
+            let gets = gets_of_one_token(&calls, &format!("{model} token {i}"));
+            // Every layer matrix and the head, each once.
+            let expected = m.layers.iter().map(|l| l.matrices().len()).sum::<usize>() + 1;
+            assert_eq!(gets.len(), expected, "{model} token {i}");
+            assert_eq!(calls.first(), Some(&StoreCall::ReadRows(embd)));
+            match &first_order {
+                None => first_order = Some(gets),
+                Some(order) => {
+                    assert_eq!(&gets, order, "{model}: token {i} asked in another order")
+                }
+            }
+        }
+        // A one-chunk prompt asks in the decode order too.
+        assert_eq!(
+            Some(&prompt_gets),
+            first_order.as_ref(),
+            "{model}: prompt order"
+        );
+    }
+}
+
+#[test]
+fn a_file_truncated_after_load_gives_an_error_naming_the_tensor() {
+    let src = model_path("synthetic-qwen3").expect("synthetic model");
+    let dir = std::env::temp_dir().join(format!("smolrun-store-seam-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("truncated.gguf");
+    std::fs::copy(&src, &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let g = Gguf::parse(&bytes).expect("parse");
+    let store = pread_store(&path, &g);
+    let m = Model::load_from(&g, &store, &test_kernels()).expect("load");
+    let mut state = State::new(&m, 16).expect("state");
+    let par = ScopedThreads::from_env();
+    m.forward(&mut state, &store, &par, 1, 0)
+        .expect("the whole file reads");
+
+    // Cut the file in the middle of the matrix that lies last in it.
+    let matrices = m.layers.iter().flat_map(|l| l.matrices());
+    let last = matrices
+        .chain([&m.output])
+        .map(|mat| &g.tensors[mat.id])
+        .max_by_key(|t| t.offset)
+        .unwrap();
+    let cut = last.offset + last.n_bytes / 2;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
+    let err = m.forward(&mut state, &store, &par, 2, 1).unwrap_err();
+    let ModelError::WeightRead(e) = &err else {
+        panic!("expected a read error, got {err}");
+    };
+    let StoreErrorKind::Io(io) = &e.kind else {
+        panic!("expected an I/O error, got {err}");
+    };
+    assert_eq!(io.code, IoError::UNEXPECTED_EOF);
+    let text = err.to_string();
+    assert!(text.contains(last.name), "{text}");
+    assert!(text.contains(&format!("offset {}", last.offset)), "{text}");
+    assert!(text.contains("truncated"), "{text}");
+    // The store is free again: after the failed read nothing is held.
+    std::fs::copy(&src, &path).unwrap();
+    m.forward(&mut state, &store, &par, 2, 1)
+        .expect("reads again once the file is whole");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
