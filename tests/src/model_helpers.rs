@@ -64,6 +64,7 @@ pub fn model_file_name(model: &str) -> &'static str {
         "qwen2.5-coder-1.5b" => "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "synthetic-qwen3" => "synthetic-qwen3.gguf",
         "synthetic-llama" => "synthetic-llama.gguf",
+        "synthetic-qwen3moe" => "synthetic-qwen3moe.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }

@@ -128,3 +128,8 @@ fn synthetic_qwen3() {
 fn synthetic_llama() {
     check_greedy("synthetic-llama");
 }
+
+#[test]
+fn synthetic_qwen3moe() {
+    check_greedy("synthetic-qwen3moe");
+}

@@ -11,6 +11,13 @@ use smolrun_tests::*;
 const MIN_MARGIN: f32 = 0.1;
 const MAX_MEAN_KL: f64 = 0.005;
 
+/// The synthetic mixture of experts' own bound. Its logits are dominated by the successor
+/// structure of the synthetic head (tools/oracle/synth_model.py), so the FFN moves them little:
+/// with the chosen experts' weights left unnormalised (a real bug) top-1 still agrees at every
+/// position and the mean KL is 6.1e-4, inside the general bound, while the correct FFN gives
+/// 2e-6. Below 1e-4 catches such a bug and leaves 50x the measured noise.
+const MAX_MEAN_KL_SYNTHETIC_MOE: f64 = 1e-4;
+
 /// How many positions (with a reference margin over MIN_MARGIN) llama.cpp's own top-1 changes
 /// at when it runs the weights unrepacked (logits-norepack.json, real models): the most top-1
 /// differences we may have. Its x86 kernels sum in orders (AVX-512 lanes, tiled batch GEMMs,
@@ -124,9 +131,14 @@ fn check_logits(model: &str) {
             "{model}: top-1 differs from llama.cpp at (text, position, reference (id, logit), ours, our logit): \
              {disagreements:?}, more often than llama.cpp's own unrepacked run ({allowed})"
         );
+        let max_mean_kl = if model == "synthetic-qwen3moe" {
+            MAX_MEAN_KL_SYNTHETIC_MOE
+        } else {
+            MAX_MEAN_KL
+        };
         assert!(
-            mean_kl < MAX_MEAN_KL,
-            "{model}: mean KL divergence {mean_kl} >= {MAX_MEAN_KL}"
+            mean_kl < max_mean_kl,
+            "{model}: mean KL divergence {mean_kl} >= {max_mean_kl}"
         );
     });
 }
@@ -154,4 +166,9 @@ fn synthetic_qwen3() {
 #[test]
 fn synthetic_llama() {
     check_logits("synthetic-llama");
+}
+
+#[test]
+fn synthetic_qwen3moe() {
+    check_logits("synthetic-qwen3moe");
 }

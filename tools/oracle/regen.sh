@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every golden file in tests/golden/ from the reference engine (llama.cpp b11434).
-#   tools/oracle/regen.sh [model ...]      (default: all five)
+#   tools/oracle/regen.sh [model ...]      (default: all six)
 # Steps: build llama.cpp if needed (tools/oracle/build.sh), fetch the real models
 # (tools/fetch-models.sh all), write the synthetic models (tools/oracle/synth_model.py), compile
 # tools/oracle/golden.cpp against the build, then for each model write
@@ -23,7 +23,7 @@ bin=$cache/build/bin
 golden_dir=$repo/tests/golden
 threads=2
 
-all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama)
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -34,6 +34,7 @@ model_file() {
     qwen2.5-coder-1.5b) echo "$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" ;;
     synthetic-qwen3) echo "$models/synthetic-qwen3.gguf" ;;
     synthetic-llama) echo "$models/synthetic-llama.gguf" ;;
+    synthetic-qwen3moe) echo "$models/synthetic-qwen3moe.gguf" ;;
     *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
   esac
 }
@@ -61,7 +62,7 @@ for m in "${want[@]}"; do
   corpus=(--corpus "$repo/tools/oracle/corpus.json")
   # synthetic-qwen3 has the very tokenizer of qwen2.5-coder (same vocab, merges and pre-type), so
   # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
-  [[ $m == synthetic-qwen3 ]] && corpus=()
+  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe ]] && corpus=()
   (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
 
   case $m in

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -13,6 +13,10 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
   both:   n_embd 256, 4 layers, 2 KV heads, head_dim 64, n_ff 512, context 2048, vocab 151936
   qwen3:  8 query heads, so n_head * head_dim = 512 != n_embd (as in the real Qwen3 models);
           QK-norm; NEOX RoPE, base 1e6
+  qwen3moe: qwen3's attention; every FFN a mixture of 8 experts of width 128, 2 used per token
+          (softmax router, weights normalised over the chosen, as llama.cpp runs qwen3moe); the
+          router's weights are larger (std 0.25 on an RMS-normed input of norm ~16: logit std ~4)
+          so that routing is decisive, not a near tie that a last-bit difference would flip
   llama:  4 query heads (n_head * head_dim = n_embd); normal (GPT-J style pairs) RoPE, base 1e4;
           tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
           vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
@@ -58,6 +62,13 @@ ARCHS = {
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.F16, attn_v=T.Q8_0, attn_output=T.Q4_0,
                    ffn_gate=T.Q4_1, ffn_up=T.Q4_1, ffn_down=T.F16),
     ),
+    "qwen3moe": dict(
+        seed=0x5157_3303, n_embd=256, n_layer=4, n_head=8, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=1_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
+        n_expert=8, n_expert_used=2, n_ff_exp=128,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q4_0,
+                   ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0, ffn_down_exps=T.Q5_0),
+    ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
         n_ctx=2048, rope_base=10_000.0, rms_eps=1e-5, pre="llama-bpe", add_bos=True,
@@ -66,6 +77,9 @@ ARCHS = {
     ),
 }
 
+
+# Router weights of the synthetic mixture of experts (see the module docs).
+ROUTER_STD = 0.25
 
 # See the module docs: input embeddings dominate the residual stream, and the head row of each
 # token's successor carries the direction of its embedding.
@@ -191,7 +205,12 @@ def build(arch, tok, out_path):
     w.add_rope_freq_base(cfg["rope_base"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
     w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if arch == "qwen3" else gguf.LlamaFileType.MOSTLY_Q4_0)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0 if arch == "llama" else gguf.LlamaFileType.MOSTLY_Q8_0)
+    moe = "n_expert" in cfg
+    if moe:
+        w.add_expert_count(cfg["n_expert"])
+        w.add_expert_used_count(cfg["n_expert_used"])
+        w.add_expert_feed_forward_length(cfg["n_ff_exp"])
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(cfg["pre"])
@@ -220,14 +239,22 @@ def build(arch, tok, out_path):
         tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):
             tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
             tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
         tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
         tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
-        tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
-        tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
-        tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+        if moe:
+            n_e, n_fe = cfg["n_expert"], cfg["n_ff_exp"]
+            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), ROUTER_STD))
+            # numpy [expert, rows, cols] = ggml [cols, rows, expert]
+            tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down_exps.weight", "ffn_down_exps", rng.weight((n_e, n_embd, n_fe), 1.0 / np.sqrt(n_fe)))
+        else:
+            tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
     tensor("output_norm.weight", "norm", norm_weight(n_embd))
     # LM head: a small random row for every token, plus, for successor(t), the direction of t's
     # input embedding (see the module docs); argsort of raw 64-bit draws is a permutation

@@ -19,6 +19,8 @@ pub enum Family {
     Qwen2,
     /// Qwen3: RMS norm on each Q and K head.
     Qwen3,
+    /// Qwen3-MoE: Qwen3's attention, a mixture-of-experts FFN in every layer.
+    Qwen3Moe,
     /// Gemma 3: QK-norm, post-norms, scaled embedding, GELU, sliding-window layers.
     Gemma3,
 }
@@ -29,6 +31,7 @@ impl Family {
             "llama" => Some(Family::Llama),
             "qwen2" => Some(Family::Qwen2),
             "qwen3" => Some(Family::Qwen3),
+            "qwen3moe" => Some(Family::Qwen3Moe),
             "gemma3" => Some(Family::Gemma3),
             _ => None,
         }
@@ -52,6 +55,8 @@ pub const MAX_HEAD_DIM: u64 = 1024;
 pub const MAX_FEED_FORWARD: u64 = 1 << 20;
 pub const MAX_CONTEXT: u64 = 1 << 24;
 pub const MAX_VOCAB: u64 = 1 << 22;
+/// Experts per MoE layer (the largest real models have 256; the index is a u16).
+pub const MAX_EXPERTS: u64 = 1 << 12;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HParams {
@@ -154,8 +159,14 @@ impl HParams {
         let n_layer = in_range(&key, req("block_count")?, 1, MAX_LAYERS)?;
         let key = k("embedding_length");
         let n_embd = in_range(&key, req("embedding_length")?, 1, MAX_EMBEDDING)?;
+        let experts = Self::experts(g, &k, family)?;
         let key = k("feed_forward_length");
-        let n_ff = in_range(&key, req("feed_forward_length")?, 1, MAX_FEED_FORWARD)?;
+        // A mixture of experts may leave out the dense width (it has no dense FFN).
+        let n_ff = match (opt_u64(g, &key)?, experts) {
+            (Some(v), _) => in_range(&key, v, 1, MAX_FEED_FORWARD)?,
+            (None, Some((n_ff, ..))) => n_ff,
+            (None, None) => in_range(&key, req("feed_forward_length")?, 1, MAX_FEED_FORWARD)?,
+        };
         let key = k("attention.head_count");
         let n_head = in_range(&key, req("attention.head_count")?, 1, MAX_HEADS)?;
         let key = k("attention.head_count_kv");
@@ -314,7 +325,14 @@ impl HParams {
                     head_dim_v,
                     window: if is_swa[l] { sliding_window } else { None },
                 }),
-                ffn: FfnShape::Dense { n_ff },
+                ffn: match experts {
+                    Some((n_ff, n_expert, n_expert_used)) => FfnShape::Moe {
+                        n_ff,
+                        n_expert,
+                        n_expert_used,
+                    },
+                    None => FfnShape::Dense { n_ff },
+                },
             })
             .collect();
 
@@ -344,6 +362,32 @@ impl HParams {
             attn_logit_softcap,
             layers,
         })
+    }
+
+    /// A mixture-of-experts family's (expert width, experts, experts per token), checked;
+    /// `None` for a dense family.
+    fn experts(
+        g: &Gguf,
+        k: &dyn Fn(&str) -> String,
+        family: Family,
+    ) -> Result<Option<(usize, usize, usize)>, ModelError> {
+        if family != Family::Qwen3Moe {
+            return Ok(None);
+        }
+        let req = |name: &str| -> Result<u64, ModelError> { Ok(g.get_u64(&k(name))?) };
+        let key = k("expert_count");
+        let n_expert = in_range(&key, req("expert_count")?, 1, MAX_EXPERTS)?;
+        let key = k("expert_used_count");
+        let max_used = (n_expert as u64).min(super::moe_ffn::MAX_EXPERTS_USED as u64);
+        let n_expert_used = in_range(&key, req("expert_used_count")?, 1, max_used)?;
+        let key = k("expert_feed_forward_length");
+        let n_ff = in_range(
+            &key,
+            req("expert_feed_forward_length")?,
+            1,
+            MAX_FEED_FORWARD,
+        )?;
+        Ok(Some((n_ff, n_expert, n_expert_used)))
     }
 
     /// Which layers use the sliding window. The file may give a per-layer bool array, or a

@@ -3,7 +3,7 @@
 //! | part | kinds now | next |
 //! |---|---|---|
 //! | [`TokenMixer`] | [`Attention`] (attention.rs) | a recurrent Gated DeltaNet layer |
-//! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs) | a mixture of experts |
+//! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs), [`MoeFfn`] (moe_ffn.rs) | bailingmoe2's shared experts and groups |
 //!
 //! Adding a kind is a new file plus a match arm in each `match` below: its tensors
 //! ([`Layer::matrices`], which the repack plan and the prefetch hints read), its state
@@ -15,6 +15,7 @@ use super::attention::{Attention, AttentionShape, KvCache};
 use super::dense_ffn::DenseFfn;
 use super::error::ModelError;
 use super::matrix::Matrix;
+use super::moe_ffn::MoeFfn;
 use super::pass::Pass;
 use super::state::Activations;
 use super::store::WeightKey;
@@ -34,7 +35,15 @@ pub enum MixerShape {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FfnShape {
-    Dense { n_ff: usize },
+    Dense {
+        n_ff: usize,
+    },
+    /// `n_expert` gated MLPs of hidden width `n_ff`, `n_expert_used` of them per token.
+    Moe {
+        n_ff: usize,
+        n_expert: usize,
+        n_expert_used: usize,
+    },
 }
 
 impl LayerShape {
@@ -64,6 +73,10 @@ impl LayerShape {
         }
         match self.ffn {
             FfnShape::Dense { n_ff } => w.ff = n_ff,
+            FfnShape::Moe { n_ff, n_expert, .. } => {
+                w.ff = n_ff;
+                w.router = n_expert;
+            }
         }
         w
     }
@@ -78,6 +91,8 @@ pub struct LayerWidths {
     pub o: usize,
     pub ff: usize,
     pub n_head: usize,
+    /// Router logits of a mixture-of-experts FFN (its expert count).
+    pub router: usize,
 }
 
 impl LayerWidths {
@@ -93,6 +108,7 @@ impl LayerWidths {
                 o: a.o.max(b.o),
                 ff: a.ff.max(b.ff),
                 n_head: a.n_head.max(b.n_head),
+                router: a.router.max(b.router),
             })
     }
 }
@@ -102,9 +118,12 @@ pub enum TokenMixer {
     Attention(Attention),
 }
 
+// One per layer, built once: the size of the largest kind costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Ffn {
     Dense(DenseFfn),
+    Moe(MoeFfn),
 }
 
 #[derive(Debug, Clone)]
@@ -145,7 +164,8 @@ impl Layer {
         layer
     }
 
-    /// The layer's weight matrices, in the order `forward` uses them.
+    /// The layer's weight matrices asked for whole, in the order `forward` uses them (what
+    /// the repack plan repacks and the prefetch hint names).
     pub fn matrices(&self) -> Vec<&Matrix> {
         let mut all = Vec::new();
         match &self.mixer {
@@ -153,8 +173,17 @@ impl Layer {
         }
         match &self.ffn {
             Ffn::Dense(f) => all.extend(f.matrices()),
+            Ffn::Moe(f) => all.extend(f.matrices()),
         }
         all
+    }
+
+    /// The expert tensors, asked for one expert at a time (none in a dense layer).
+    pub fn expert_matrices(&self) -> Vec<&Matrix> {
+        match &self.ffn {
+            Ffn::Dense(_) => Vec::new(),
+            Ffn::Moe(f) => f.expert_matrices().to_vec(),
+        }
     }
 
     /// x += mixer(x); x += ffn(x), for the pass's tokens at positions `pos..`.
@@ -173,6 +202,7 @@ impl Layer {
         }
         match &self.ffn {
             Ffn::Dense(ffn) => ffn.forward(p, l, a),
+            Ffn::Moe(ffn) => ffn.forward(p, l, a),
         }
     }
 }

@@ -42,6 +42,16 @@ impl Loader<'_> {
     /// The matrix `name` of `n_rows` x `n_cols` (ggml dims `[n_cols, n_rows]`) whose type has a
     /// matvec kernel in the kernel set.
     pub fn matrix(&self, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, ModelError> {
+        self.shaped(name, n_cols, n_rows, 1)
+    }
+
+    fn shaped(
+        &self,
+        name: &str,
+        n_cols: usize,
+        n_rows: usize,
+        n_expert: usize,
+    ) -> Result<Matrix, ModelError> {
         let g = self.gguf;
         let id = g
             .tensors
@@ -49,7 +59,7 @@ impl Loader<'_> {
             .position(|t| t.name == name)
             .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
         let t = &g.tensors[id];
-        let expected = [n_cols as u64, n_rows as u64, 1, 1];
+        let expected = [n_cols as u64, n_rows as u64, n_expert as u64, 1];
         if t.dims != expected {
             return Err(ModelError::BadTensorShape {
                 name: name.into(),
@@ -87,6 +97,19 @@ impl Loader<'_> {
             act_bytes,
             kernel,
         })
+    }
+
+    /// The expert tensor `name`: `n_expert` matrices of `n_rows` x `n_cols` (ggml dims
+    /// `[n_cols, n_rows, n_expert]`). The matrix returned has one expert's shape; the forward
+    /// pass asks for expert `e` with `WeightKey::expert(m.id, e)`.
+    pub fn experts(
+        &self,
+        name: &str,
+        n_cols: usize,
+        n_rows: usize,
+        n_expert: usize,
+    ) -> Result<Matrix, ModelError> {
+        self.shaped(name, n_cols, n_rows, n_expert)
     }
 
     /// The F32 vector `name` of `len` values, read through the store once, here: a few KB per

@@ -1,10 +1,10 @@
-//! The decoder-only transformer: Llama, Qwen2, Qwen3 and Gemma 3 in one forward pass.
+//! The decoder-only transformer: Llama, Qwen2, Qwen3, Qwen3-MoE and Gemma 3 in one forward pass.
 //!
 //! ```text
 //! token -> embedding row (x sqrt(n_embd) for Gemma)
 //!   for each layer:                      layer.rs: a token mixer, then an FFN
 //!     x = x + mixer(x)                   attention.rs (KV cache)
-//!     x = x + ffn(x)                     dense_ffn.rs
+//!     x = x + ffn(x)                     dense_ffn.rs, or moe_ffn.rs (a mixture of experts)
 //! logits = Wout rms_norm(x)              Wout may be token_embd (tied), or a pruned head:
 //!                                        only the kept ids' rows, the rest -inf
 //! ```
@@ -21,6 +21,7 @@ pub mod hparams;
 pub mod layer;
 pub mod matrix;
 pub mod memory_plan;
+pub mod moe_ffn;
 pub mod pass;
 pub mod perplexity;
 pub mod repack;
@@ -34,6 +35,7 @@ pub use hparams::{Family, HParams, RopeScaling};
 pub use layer::{Ffn, FfnShape, Layer, LayerShape, LayerState, MixerShape, TokenMixer};
 pub use matrix::{Loader, Matrix};
 pub use memory_plan::MemoryPlan;
+pub use moe_ffn::{MoeFfn, MAX_EXPERTS_USED};
 pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
     bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
@@ -97,7 +99,7 @@ impl Family {
                 qkv_bias: true,
                 ..base
             },
-            Family::Qwen3 => Switches {
+            Family::Qwen3 | Family::Qwen3Moe => Switches {
                 qk_norm: true,
                 ..base
             },
@@ -220,6 +222,21 @@ impl Model {
                     n_ff,
                     sw.post_norms,
                     gate.clone(),
+                )?),
+                FfnShape::Moe {
+                    n_ff,
+                    n_expert,
+                    n_expert_used,
+                } => Ffn::Moe(MoeFfn::load(
+                    &ld,
+                    l,
+                    n_embd,
+                    n_ff,
+                    n_expert,
+                    n_expert_used,
+                    // Qwen3-MoE normalises the chosen experts' weights (llama.cpp's norm_w).
+                    true,
+                    kernels.swiglu(),
                 )?),
             };
             layers.push(Layer::new(mixer, ffn));

@@ -7,7 +7,7 @@
 
 use super::error::ModelError;
 use super::matrix::Matrix;
-use super::store::WeightStore;
+use super::store::{WeightKey, WeightStore};
 use crate::math::{self, AttentionKernel};
 use crate::platform::{Parallel, RowDispenser};
 use alloc::format;
@@ -81,7 +81,7 @@ impl<'p> Pass<'p> {
     /// `m.n_cols` and `m.n_rows`).
     pub fn matvec(&mut self, m: &Matrix, x: &[f32], out: &mut [f32]) -> Result<(), ModelError> {
         self.quantize(m, x)?;
-        self.matmul(m, out)
+        self.matmul(m, m.key, out)
     }
 
     /// Several matrices over one input (Q, K and V; gate and up): the input is quantized once
@@ -91,13 +91,37 @@ impl<'p> Pass<'p> {
         x: &[f32],
         jobs: &mut [(&Matrix, &mut [f32])],
     ) -> Result<(), ModelError> {
+        self.keyed_matvecs(x, None, jobs)
+    }
+
+    /// [`Pass::matvecs`] with expert `e` of each expert tensor in `jobs` (each matrix has one
+    /// expert's shape).
+    pub fn expert_matvecs(
+        &mut self,
+        x: &[f32],
+        e: u16,
+        jobs: &mut [(&Matrix, &mut [f32])],
+    ) -> Result<(), ModelError> {
+        self.keyed_matvecs(x, Some(e), jobs)
+    }
+
+    fn keyed_matvecs(
+        &mut self,
+        x: &[f32],
+        expert: Option<u16>,
+        jobs: &mut [(&Matrix, &mut [f32])],
+    ) -> Result<(), ModelError> {
         let mut quantized_as = None;
         for (m, out) in jobs.iter_mut() {
             if quantized_as != Some(m.act_ty) {
                 self.quantize(m, x)?;
                 quantized_as = Some(m.act_ty);
             }
-            self.matmul(m, out)?;
+            let key = match expert {
+                Some(e) => WeightKey::expert(m.id, e),
+                None => m.key,
+            };
+            self.matmul(m, key, out)?;
         }
         Ok(())
     }
@@ -133,15 +157,15 @@ impl<'p> Pass<'p> {
     /// and released right after (the guard drops at the end). Where the matrix's kernel has a
     /// repacked layout and the store holds that copy, the repacked kernel runs on it, token by
     /// token (the file's pages of the tensor are then not touched).
-    fn matmul(&mut self, m: &Matrix, out: &mut [f32]) -> Result<(), ModelError> {
+    fn matmul(&mut self, m: &Matrix, key: WeightKey, out: &mut [f32]) -> Result<(), ModelError> {
         let (n, n_rows, store) = (self.n, m.n_rows, self.store);
         let repacked = m
             .kernel
             .repacked
-            .and_then(|rk| Some((rk, store.get_repacked(m.key, rk.layout)?)));
+            .and_then(|rk| Some((rk, store.get_repacked(key, rk.layout)?)));
         let (repacked_kernel, w) = match repacked {
             Some((rk, packed)) => (Some(rk), packed),
-            None => (None, store.get(m.key)?),
+            None => (None, store.get(key)?),
         };
         let expected = match repacked_kernel {
             Some(rk) => (rk.bytes)(n_rows, m.n_cols).unwrap_or(usize::MAX),

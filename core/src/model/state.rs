@@ -43,7 +43,7 @@ impl StateShape {
         let b = n_batch.clamp(1, n_ctx.max(1));
         let w = LayerWidths::max_over(&hp.layers);
         let widest = hp.n_embd.max(w.ff).max(w.o);
-        let most_rows = widest.max(w.q).max(w.k).max(w.v);
+        let most_rows = widest.max(w.q).max(w.k).max(w.v).max(w.router);
         StateShape {
             n_ctx,
             n_batch: b,
@@ -66,8 +66,21 @@ impl StateShape {
     /// Bytes of the activation buffers, the scores, the quantized-input scratch and the tile.
     pub fn activation_bytes(&self) -> usize {
         let (b, w) = (self.n_batch, &self.widths);
-        4 * (b * (3 * self.n_embd + w.q + w.k + w.v + w.o) + b * 2 * w.ff + self.scores + self.tile)
+        4 * (b * (3 * self.n_embd + w.q + w.k + w.v + w.o + w.router)
+            + b * 2 * w.ff
+            + self.scores
+            + self.tile
+            + self.moe_acc())
             + b * self.act_row_bytes
+    }
+
+    /// f32s of the mixture-of-experts accumulator (one token's output; none without MoE).
+    fn moe_acc(&self) -> usize {
+        if self.widths.router > 0 {
+            self.n_embd
+        } else {
+            0
+        }
     }
 
     /// Bytes of the logits and a pruned head's rows.
@@ -93,6 +106,10 @@ pub struct Activations {
     pub scores: Vec<f32>,
     pub hb: Vec<f32>,
     pub hb2: Vec<f32>,
+    /// Router logits, then probabilities, of a mixture-of-experts FFN, `[n_batch][n_expert]`.
+    pub router: Vec<f32>,
+    /// One token's weighted sum of expert outputs, `[n_embd]` (empty without MoE).
+    pub moe_acc: Vec<f32>,
 }
 
 pub struct State {
@@ -156,6 +173,8 @@ impl State {
                 scores: vec![0.0; sh.scores],
                 hb: vec![0.0; b * w.ff],
                 hb2: vec![0.0; b * w.ff],
+                router: vec![0.0; b * w.router],
+                moe_acc: vec![0.0; sh.moe_acc()],
             },
             act_q: vec![0; b * sh.act_row_bytes],
             tile: vec![0.0; sh.tile],
@@ -203,6 +222,8 @@ impl State {
             + a.att_out.len()
             + a.scores.len()
             + a.hb.len() * 2
+            + a.router.len()
+            + a.moe_acc.len()
             + self.logits.len()
             + self.head_logits.len())
             + self.act_q.len()
