@@ -3,7 +3,7 @@
 //! min-p, temperature, the draw, top-N alternatives), accepting the token, and the memory
 //! guard's look at the available memory every 16 tokens. A counting global allocator checks 64
 //! decoded tokens, on the resident store and on the pread store (nothing mapped: every weight
-//! read into its scratch buffer). This file holds a single test so that nothing else in the
+//! read into its scratch buffer), on Gemma 3 and on the synthetic mixture of experts. This file holds a single test so that nothing else in the
 //! process allocates meanwhile.
 
 use smolrun_core::gguf::Gguf;
@@ -47,6 +47,14 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     let model = Model::load(&gguf).unwrap();
     decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "resident store");
     decode_64_without_allocating(&model, &pread_store(&path, &gguf), "pread store");
+
+    // A mixture of experts: routing, the chosen experts' hint and their matvecs.
+    let path = model_path("synthetic-qwen3moe").expect("synthetic-qwen3moe");
+    let file = MappedFile::open(&path).unwrap();
+    let gguf = Gguf::parse(file.bytes()).unwrap();
+    let model = Model::load(&gguf).unwrap();
+    decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "qwen3moe, resident");
+    decode_64_without_allocating(&model, &pread_store(&path, &gguf), "qwen3moe, pread");
 }
 
 fn decode_64_without_allocating(model: &Model, store: &dyn WeightStore, what: &str) {
