@@ -13,8 +13,8 @@ use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
 use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::{
-    attention as k, avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k, avx512_q0,
-    avx512_vnni_usable, exp,
+    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k,
+    avx512_q0, avx512_vnni_usable, exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -39,6 +39,9 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q4_0, q4_0, Some(q4_0_rows), "avx2");
     set.install(GgmlType::Q5_0, q5_0, Some(q5_0_rows), "avx2");
     set.install(GgmlType::F16, f16, None, "avx2");
+    // 2-bit weights: the scalar twins' integer sums in lanes, their float steps as they are.
+    set.install(GgmlType::Q2_K, q2_k, None, "avx2");
+    set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
     set.install(GgmlType::F32, f32, None, "avx2");
     // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
     set.install_cols(GgmlType::Q4_K, q4_k_cols);
@@ -90,6 +93,12 @@ fn q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_q5_0_q8_0(n, w, a) }
+}
+fn q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_2bit::vec_dot_q2_k_q8_k(n, w, a) }
+}
+fn tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
 }
 fn f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_f16(n, w, a) }
@@ -273,6 +282,8 @@ mod tests {
                 GgmlType::Q8_0,
                 GgmlType::Q4_0,
                 GgmlType::Q5_0,
+                GgmlType::Q2_K,
+                GgmlType::TQ2_0,
                 GgmlType::F16,
                 GgmlType::F32,
             ] {
