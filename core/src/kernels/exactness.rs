@@ -516,7 +516,8 @@ fn two_bit_edge_blocks_give_the_scalar_bits() {
             ),
         ];
         // Quant bytes: all codes 0, all codes 3, TQ2_0's ternary codes 0/1/2 only, random.
-        let code_fills: [(&str, fn(&mut XorShift) -> u8); 5] = [
+        type Fill = fn(&mut XorShift) -> u8;
+        let code_fills: [(&str, Fill); 5] = [
             ("codes 0", |_| 0x00),
             ("codes 3", |_| 0xFF),
             ("codes 2", |_| 0xAA),
