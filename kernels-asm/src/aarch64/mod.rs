@@ -12,8 +12,8 @@
 //!   `.arch_extension dotprod`, so the crate still builds for plain `aarch64` targets.
 //!
 //! Float order (what "exact" means in the tests, core/tests/neon_exact.rs):
-//! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers in asm and its
-//!   few f32 steps in Rust, in its order: bit for bit the twin on every input.
+//! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers and then its
+//!   few f32 steps one instruction each, in its order: bit for bit the twin on every input.
 //! - Q8_0, Q4_0, Q5_0 (both faces) and Q4_K, Q6_K (`_neon` face) reproduce the scalar twin's
 //!   float operations one for one (same products, same additions in the same order, no fused
 //!   multiply-add), so they return the scalar result bit for bit. For the K-quants this works

@@ -7,234 +7,310 @@
 //!
 //! Float order: the twin adds, per super-block, `dall * isum - dmin * summs` to its sum, with
 //! isum and summs exact integers. Both faces here compute those two integers in one asm block
-//! per super-block (any lane layout gives the same integers) and the f32 steps in Rust in the
-//! twin's order, so both return the twin's result bit for bit, on every input.
+//! per super-block (any lane layout gives the same integers) and then the twin's f32 steps,
+//! one instruction each, in its order, so both return the twin's result bit for bit, on
+//! every input.
+//!
+//! Scheduling: the Cortex-A53 and A55 issue in order, so an instruction that needs a result
+//! of the last 3-4 cycles stalls the core. The asm therefore works in stages over a whole
+//! half (128 elements, 8 registers of codes and 8 of activations): all shifts, then all
+//! masks, then all multiplies, each result read 4 or more instructions after it is written.
+//! The f32 steps of block b (a short dependent chain) run inside block b + 1's asm, between
+//! its loads, where their inputs are long ready; the blocks are still added in order, and the
+//! last block's steps run in Rust after the loop.
 
 use super::{whole_blocks, Q8_K_BYTES, QK_K};
 use core::arch::asm;
 
 const Q2_K_BYTES: usize = 84;
 
-/// The 2-bit codes at bit `$sh` of the 16 bytes in `$src`, into `$dst` (v7 holds 3 in every
-/// byte). Shared with TQ2_0, whose codes sit in the same order.
-macro_rules! two_bit_codes {
-    ($dst:literal, $src:literal, 0) => {
-        concat!("and ", $dst, ".16b, ", $src, ".16b, v7.16b\n")
-    };
-    ($dst:literal, $src:literal, 6) => {
-        concat!("ushr ", $dst, ".16b, ", $src, ".16b, #6\n")
-    };
-    ($dst:literal, $src:literal, $sh:literal) => {
+/// One half (128 elements): loads its 128 activation bytes (at the byte offsets `$o0..$o7`
+/// from `{q8}`; single `ldr q`, which the in-order cores issue one per cycle, where llvm-mca's
+/// Cortex-A55 model holds a `ldp` of two q registers or a 4-register `ld1` for 6 cycles)
+/// into v16..v23 and the 2-bit codes
+/// of the 32 quant bytes in `$qa` (elements 0..16 of each 32) and `$qb` (16..32) into
+/// v8..v15: v(8 + 2s) and v(9 + 2s) hold the codes at bit 2s, the order of the activations.
+/// v7 holds 3 in every byte.
+macro_rules! half_codes {
+    ($qa:literal, $qb:literal, [$o0:literal, $o1:literal, $o2:literal, $o3:literal,
+      $o4:literal, $o5:literal, $o6:literal, $o7:literal]
+     $(, $first:literal)*) => {
         concat!(
-            "ushr ",
-            $dst,
-            ".16b, ",
-            $src,
-            ".16b, #",
-            $sh,
-            "\n",
-            "and ",
-            $dst,
-            ".16b, ",
-            $dst,
-            ".16b, v7.16b\n",
+            "ldr q16, [{q8}, #", $o0, "]\n",
+            "ldr q17, [{q8}, #", $o1, "]\n",
+            "ldr q18, [{q8}, #", $o2, "]\n",
+            "ldr q19, [{q8}, #", $o3, "]\n",
+            "ldr q20, [{q8}, #", $o4, "]\n",
+            "ldr q21, [{q8}, #", $o5, "]\n",
+            "ldr q22, [{q8}, #", $o6, "]\n",
+            "ldr q23, [{q8}, #", $o7, "]\n",
+            $($first, "\n",)*
+            "ushr v10.16b, ", $qa, ".16b, #2\n",
+            "ushr v11.16b, ", $qb, ".16b, #2\n",
+            "ushr v12.16b, ", $qa, ".16b, #4\n",
+            "ushr v13.16b, ", $qb, ".16b, #4\n",
+            "ushr v14.16b, ", $qa, ".16b, #6\n",
+            "ushr v15.16b, ", $qb, ".16b, #6\n",
+            "and v8.16b, ", $qa, ".16b, v7.16b\n",
+            "and v9.16b, ", $qb, ".16b, v7.16b\n",
+            "and v10.16b, v10.16b, v7.16b\n",
+            "and v11.16b, v11.16b, v7.16b\n",
+            "and v12.16b, v12.16b, v7.16b\n",
+            "and v13.16b, v13.16b, v7.16b\n",
         )
     };
 }
-pub(super) use two_bit_codes;
 
-/// ARMv8.0, 32 elements: codes of sub-blocks `$jlo` (bytes in `$qa`) and `$jhi` (`$qb`) at
-/// bit `$sh`, times the next 32 activation bytes (8 lanes, each i16 lane the sum of 2 products
-/// of at most 3 * 128), then times their i16 scales (`$sc` lanes) into the i32 sums v24..v27.
-/// `$t` names six scratch registers, alternated between steps so that an in-order core can
-/// start one step while the last one's multiplies finish.
-macro_rules! q2_k_neon_step {
-    ($qa:literal, $qb:literal, $sh:tt, $sc:literal, $jlo:literal, $jhi:literal,
-     [$c0:literal, $c1:literal, $p0:literal, $p1:literal, $y0:literal, $y1:literal]) => {
+/// ARMv8.0, 64 elements (sub-blocks in codes `$c0..$c3` against activations `$y0..$y3`):
+/// widening multiplies into the i16 lanes v28..v31 (each the sum of 2 products of at most
+/// 3 * 128), then times their i16 scales (`$sc` lanes `$j0..$j3`) into the i32 sums v24..v27.
+macro_rules! q2_k_neon_quarter {
+    ($c0:literal, $c1:literal, $c2:literal, $c3:literal,
+     $y0:literal, $y1:literal, $y2:literal, $y3:literal,
+     $sc:literal, $j0:literal, $j1:literal, $j2:literal, $j3:literal) => {
         concat!(
-            "ld1 {{",
-            $y0,
-            ".16b, ",
-            $y1,
-            ".16b}}, [{q8}], #32\n",
-            two_bit_codes!($c0, $qa, $sh),
-            two_bit_codes!($c1, $qb, $sh),
-            "smull ",
-            $p0,
-            ".8h, ",
+            "smull v28.8h, ",
             $c0,
             ".8b, ",
             $y0,
             ".8b\n",
-            "smull ",
-            $p1,
-            ".8h, ",
+            "smull v29.8h, ",
             $c1,
             ".8b, ",
             $y1,
             ".8b\n",
-            "smlal2 ",
-            $p0,
-            ".8h, ",
+            "smull v30.8h, ",
+            $c2,
+            ".8b, ",
+            $y2,
+            ".8b\n",
+            "smull v31.8h, ",
+            $c3,
+            ".8b, ",
+            $y3,
+            ".8b\n",
+            "smlal2 v28.8h, ",
             $c0,
             ".16b, ",
             $y0,
             ".16b\n",
-            "smlal2 ",
-            $p1,
-            ".8h, ",
+            "smlal2 v29.8h, ",
             $c1,
             ".16b, ",
             $y1,
             ".16b\n",
-            "smlal v24.4s, ",
-            $p0,
-            ".4h, ",
+            "smlal2 v30.8h, ",
+            $c2,
+            ".16b, ",
+            $y2,
+            ".16b\n",
+            "smlal2 v31.8h, ",
+            $c3,
+            ".16b, ",
+            $y3,
+            ".16b\n",
+            "smlal v24.4s, v28.4h, ",
             $sc,
             ".h[",
-            $jlo,
+            $j0,
             "]\n",
-            "smlal v26.4s, ",
-            $p1,
-            ".4h, ",
+            "smlal2 v25.4s, v28.8h, ",
             $sc,
             ".h[",
-            $jhi,
+            $j0,
             "]\n",
-            "smlal2 v25.4s, ",
-            $p0,
-            ".8h, ",
+            "smlal v26.4s, v29.4h, ",
             $sc,
             ".h[",
-            $jlo,
+            $j1,
             "]\n",
-            "smlal2 v27.4s, ",
-            $p1,
-            ".8h, ",
+            "smlal2 v27.4s, v29.8h, ",
             $sc,
             ".h[",
-            $jhi,
+            $j1,
+            "]\n",
+            "smlal v24.4s, v30.4h, ",
+            $sc,
+            ".h[",
+            $j2,
+            "]\n",
+            "smlal2 v25.4s, v30.8h, ",
+            $sc,
+            ".h[",
+            $j2,
+            "]\n",
+            "smlal v26.4s, v31.4h, ",
+            $sc,
+            ".h[",
+            $j3,
+            "]\n",
+            "smlal2 v27.4s, v31.8h, ",
+            $sc,
+            ".h[",
+            $j3,
             "]\n",
         )
     };
 }
 
-/// ARMv8.2 dotprod, 32 elements: `sdot` sums each sub-block's 16 products into 4 lanes, which
-/// `mla` multiplies by the sub-block's i32 scale (`$sclo`/`$schi` lanes) into v24, v25.
-macro_rules! q2_k_sdot_step {
-    ($qa:literal, $qb:literal, $sh:tt, $sclo:literal, $schi:literal,
-     [$c0:literal, $c1:literal, $p0:literal, $p1:literal, $y0:literal, $y1:literal]) => {
+/// ARMv8.2 dotprod, 64 elements: `sdot` sums each sub-block's 16 products into 4 lanes of
+/// v28..v31, which `mla` multiplies by the sub-block's i32 scale (lanes 0..3 of `$sc`) into
+/// v24..v27.
+macro_rules! q2_k_sdot_quarter {
+    ($c0:literal, $c1:literal, $c2:literal, $c3:literal,
+     $y0:literal, $y1:literal, $y2:literal, $y3:literal, $sc:literal) => {
         concat!(
-            "ld1 {{",
-            $y0,
-            ".16b, ",
-            $y1,
-            ".16b}}, [{q8}], #32\n",
-            two_bit_codes!($c0, $qa, $sh),
-            two_bit_codes!($c1, $qb, $sh),
-            "movi ",
-            $p0,
-            ".4s, #0\n",
-            "movi ",
-            $p1,
-            ".4s, #0\n",
-            "sdot ",
-            $p0,
-            ".4s, ",
+            "movi v28.4s, #0\n",
+            "movi v29.4s, #0\n",
+            "movi v30.4s, #0\n",
+            "movi v31.4s, #0\n",
+            "sdot v28.4s, ",
             $c0,
             ".16b, ",
             $y0,
             ".16b\n",
-            "sdot ",
-            $p1,
-            ".4s, ",
+            "sdot v29.4s, ",
             $c1,
             ".16b, ",
             $y1,
             ".16b\n",
-            "mla v24.4s, ",
-            $p0,
-            ".4s, ",
-            $sclo,
-            "\n",
-            "mla v25.4s, ",
-            $p1,
-            ".4s, ",
-            $schi,
-            "\n",
+            "sdot v30.4s, ",
+            $c2,
+            ".16b, ",
+            $y2,
+            ".16b\n",
+            "sdot v31.4s, ",
+            $c3,
+            ".16b, ",
+            $y3,
+            ".16b\n",
+            "mla v24.4s, v28.4s, ",
+            $sc,
+            ".s[0]\n",
+            "mla v25.4s, v29.4s, ",
+            $sc,
+            ".s[1]\n",
+            "mla v26.4s, v30.4s, ",
+            $sc,
+            ".s[2]\n",
+            "mla v27.4s, v31.4s, ",
+            $sc,
+            ".s[3]\n",
         )
     };
 }
 
-/// One asm block per super-block computes the twin's two integers: `summs` (the mins against
-/// the activation's 16-element sums) and `isum` (scaled code . activation sums), and loads d
-/// and dmin as f32; `$setup` turns the scale nibbles in v5 into the form `$steps` reads (the
-/// 16 steps of 32 elements, in order: the activation pointer walks forward). The f32 steps
-/// are the twin's own, in Rust.
+/// The f16 with bits `bits` as f32 (`fcvt`: exact, as the twin's conversion).
+#[inline(always)]
+pub(super) fn f16_to_f32(bits: u16) -> f32 {
+    let out: f32;
+    // SAFETY: register-only base aarch64 FP instructions.
+    unsafe {
+        asm!(
+            "fmov {out:s}, {bits:w}",
+            "fcvt {out:s}, {out:h}",
+            bits = in(reg) bits as u32,
+            out = out(vreg) out,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
+/// One asm block per super-block. It first finishes the previous block (at `{px}`, `{py}`,
+/// its integers in `{isum}` and `{summs}`): the twin's f32 steps `sumf += (dy * d) * isum -
+/// (dy * dmin) * summs`, one instruction each in the twin's order, interleaved with this
+/// block's loads and its summs (the mins against the activation's 16-element sums). Then
+/// `$setup` turns the 16 scale nibbles in v6 into what `$half0` and `$half1` (the two
+/// halves' multiplies, after their codes) read, and the isum of v24..v27 goes to `{isum}`.
+/// The first block finishes a zero block (0 * 0 - 0 * 0 added to 0 changes nothing); the
+/// last block's f32 steps run in Rust after the loop.
 macro_rules! q2_k_row {
     ($w:expr, $act:expr, $nb:expr, [$($pre:literal),*], [$($setup:literal),* $(,)?],
-     [$($steps:expr),* $(,)?], [$($acc:literal),* $(,)?]) => {{
+     [$($half0:expr),* $(,)?], [$($half1:expr),* $(,)?]) => {{
         let (w, act): (&[u8], &[u8]) = ($w, $act);
-        let mut sumf = 0.0f32;
+        let zero_w = [0u8; Q2_K_BYTES];
+        let zero_y = [0u8; 4];
+        let (mut px, mut py) = (zero_w.as_ptr(), zero_y.as_ptr());
+        let (mut isum, mut summs, mut sumf_bits) = (0u32, 0u32, 0f32.to_bits());
         for b in 0..$nb {
             let x = w.as_ptr().add(b * Q2_K_BYTES);
             let y = act.as_ptr().add(b * Q8_K_BYTES);
-            let (isum, summs): (i32, i32);
-            let (d, dmin): (f32, f32);
             asm!(
                 $($pre,)*
-                "ld1 {{v4.16b}}, [{x}]",
+                "ldr h28, [{px}, #80]",
+                "ldr h29, [{px}, #82]",
+                "ldr s30, [{py}]",
+                "ldr q6, [{x}]",
                 "ldr q0, [{x}, #16]",
                 "ldr q1, [{x}, #32]",
                 "ldr q2, [{x}, #48]",
                 "ldr q3, [{x}, #64]",
+                "ldr q8, [{bsums}]",
+                "ldr q9, [{bsums}, #16]",
+                "scvtf s31, {isum:w}",
+                "scvtf s26, {summs:w}",
+                "fmov s27, {sumf:w}",
+                "fcvt s28, h28",
+                "fcvt s29, h29",
                 "movi v7.16b, #3",
-                "movi v6.16b, #0x0f",
-                "and v5.16b, v4.16b, v6.16b",
-                "ushr v6.16b, v4.16b, #4",
-                // summs: min j (i16) times bsum j, widened to i32 and summed.
-                "ld1 {{v16.8h, v17.8h}}, [{bsums}]",
-                "uxtl v18.8h, v6.8b",
-                "uxtl2 v19.8h, v6.16b",
-                "smull v28.4s, v16.4h, v18.4h",
-                "smlal2 v28.4s, v16.8h, v18.8h",
-                "smlal v28.4s, v17.4h, v19.4h",
-                "smlal2 v28.4s, v17.8h, v19.8h",
-                "addv s28, v28.4s",
-                "fmov {summs:w}, s28",
+                "movi v5.16b, #0x0f",
+                "fmul s28, s30, s28", // dall = dy * d
+                "fmul s29, s30, s29", // dmin = dy * dmin
+                "ushr v10.16b, v6.16b, #4",
+                "and v6.16b, v6.16b, v5.16b",
+                "fmul s28, s28, s31", // dall * isum
+                "fmul s29, s29, s26", // dmin * summs
+                "uxtl v11.8h, v10.8b",
+                "uxtl2 v12.8h, v10.16b",
                 "movi v24.4s, #0",
                 "movi v25.4s, #0",
+                "fsub s28, s28, s29",
+                "smull v13.4s, v8.4h, v11.4h",
+                "smull2 v14.4s, v8.8h, v11.8h",
+                "smlal v13.4s, v9.4h, v12.4h",
+                "fadd s27, s27, s28",
+                "smlal2 v14.4s, v9.8h, v12.8h",
+                $($setup,)*
+                "fmov {sumf:w}, s27",
+                "add v15.4s, v13.4s, v14.4s",
                 "movi v26.4s, #0",
                 "movi v27.4s, #0",
-                $($setup,)*
-                $($steps,)*
-                $($acc,)*
+                "addv s15, v15.4s",
+                half_codes!("v0", "v1", [0, 16, 32, 48, 64, 80, 96, 112], "fmov {summs:w}, s15"),
+                $($half0,)*
+                half_codes!("v2", "v3", [128, 144, 160, 176, 192, 208, 224, 240]),
+                $($half1,)*
+                "add v24.4s, v24.4s, v25.4s",
+                "add v26.4s, v26.4s, v27.4s",
+                "add v24.4s, v24.4s, v26.4s",
                 "addv s24, v24.4s",
                 "fmov {isum:w}, s24",
-                "ldr {d:h}, [{x}, #80]",
-                "fcvt {d:s}, {d:h}",
-                "ldr {dmin:h}, [{x}, #82]",
-                "fcvt {dmin:s}, {dmin:h}",
                 x = in(reg) x,
+                px = in(reg) px,
+                py = in(reg) py,
                 bsums = in(reg) y.add(260),
-                q8 = inout(reg) y.add(4) => _,
-                isum = out(reg) isum,
-                summs = out(reg) summs,
-                d = out(vreg) d,
-                dmin = out(vreg) dmin,
+                q8 = in(reg) y.add(4),
+                isum = inout(reg) isum,
+                summs = inout(reg) summs,
+                sumf = inout(reg) sumf_bits,
                 out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-                out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
-                out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _,
-                out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-                out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+                out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+                out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+                out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+                out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
+                out("v30") _, out("v31") _,
                 options(nostack, readonly),
             );
-            // The twin's f32 steps, in its order (Rust never fuses or reorders them).
-            let dy = f32::from_le_bytes([*y, *y.add(1), *y.add(2), *y.add(3)]);
-            let dall = dy * d;
-            let dmin = dy * dmin;
-            sumf += dall * isum as f32 - dmin * summs as f32;
+            (px, py) = (x, y);
         }
+        // The last block's f32 steps, the twin's own.
+        let mut sumf = f32::from_bits(sumf_bits);
+        let dy = f32::from_le_bytes([*py, *py.add(1), *py.add(2), *py.add(3)]);
+        let dall = dy * f16_to_f32(u16::from_le_bytes([*px.add(80), *px.add(81)]));
+        let dmin = dy * f16_to_f32(u16::from_le_bytes([*px.add(82), *px.add(83)]));
+        sumf += dall * isum as i32 as f32 - dmin * summs as i32 as f32;
         sumf
     }};
 }
@@ -250,85 +326,22 @@ pub fn vec_dot_q2_k_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             nb,
             [],
             // The 16 scales as i16: 0..7 in v4, 8..15 in v5 (by-element operands of smlal).
-            ["uxtl v4.8h, v5.8b", "uxtl2 v5.8h, v5.16b"],
+            ["uxtl v4.8h, v6.8b", "uxtl2 v5.8h, v6.16b"],
             [
-                q2_k_neon_step!(
-                    "v0",
-                    "v1",
-                    0,
-                    "v4",
-                    0,
-                    1,
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
+                q2_k_neon_quarter!(
+                    "v8", "v9", "v10", "v11", "v16", "v17", "v18", "v19", "v4", 0, 1, 2, 3
                 ),
-                q2_k_neon_step!(
-                    "v0",
-                    "v1",
-                    2,
-                    "v4",
-                    2,
-                    3,
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
-                ),
-                q2_k_neon_step!(
-                    "v0",
-                    "v1",
-                    4,
-                    "v4",
-                    4,
-                    5,
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
-                ),
-                q2_k_neon_step!(
-                    "v0",
-                    "v1",
-                    6,
-                    "v4",
-                    6,
-                    7,
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
-                ),
-                q2_k_neon_step!(
-                    "v2",
-                    "v3",
-                    0,
-                    "v5",
-                    0,
-                    1,
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
-                ),
-                q2_k_neon_step!(
-                    "v2",
-                    "v3",
-                    2,
-                    "v5",
-                    2,
-                    3,
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
-                ),
-                q2_k_neon_step!(
-                    "v2",
-                    "v3",
-                    4,
-                    "v5",
-                    4,
-                    5,
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
-                ),
-                q2_k_neon_step!(
-                    "v2",
-                    "v3",
-                    6,
-                    "v5",
-                    6,
-                    7,
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
+                q2_k_neon_quarter!(
+                    "v12", "v13", "v14", "v15", "v20", "v21", "v22", "v23", "v4", 4, 5, 6, 7
                 ),
             ],
             [
-                "add v24.4s, v24.4s, v25.4s",
-                "add v26.4s, v26.4s, v27.4s",
-                "add v24.4s, v24.4s, v26.4s",
+                q2_k_neon_quarter!(
+                    "v8", "v9", "v10", "v11", "v16", "v17", "v18", "v19", "v5", 0, 1, 2, 3
+                ),
+                q2_k_neon_quarter!(
+                    "v12", "v13", "v14", "v15", "v20", "v21", "v22", "v23", "v5", 4, 5, 6, 7
+                ),
             ]
         )
     }
@@ -347,83 +360,24 @@ pub unsafe fn vec_dot_q2_k_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
             act,
             nb,
             [".arch_extension dotprod"],
-            // The 16 scales as i32: 0..3 in v4, 4..7 in v5, 8..11 in v6, 12..15 in v27 (v26
-            // and v27 are not accumulators here).
+            // Scales as i32, four to a register, for the half about to run: 0..3 in v4 and
+            // 4..7 in v5 (the half's i16 scales wait in v28, v6).
             [
-                "uxtl v16.8h, v5.8b",
-                "uxtl2 v17.8h, v5.16b",
-                "uxtl v4.4s, v16.4h",
-                "uxtl2 v5.4s, v16.8h",
-                "uxtl v6.4s, v17.4h",
-                "uxtl2 v27.4s, v17.8h",
+                "uxtl v28.8h, v6.8b",
+                "uxtl2 v6.8h, v6.16b",
+                "uxtl v4.4s, v28.4h",
+                "uxtl2 v5.4s, v28.8h",
             ],
             [
-                q2_k_sdot_step!(
-                    "v0",
-                    "v1",
-                    0,
-                    "v4.s[0]",
-                    "v4.s[1]",
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
-                ),
-                q2_k_sdot_step!(
-                    "v0",
-                    "v1",
-                    2,
-                    "v4.s[2]",
-                    "v4.s[3]",
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
-                ),
-                q2_k_sdot_step!(
-                    "v0",
-                    "v1",
-                    4,
-                    "v5.s[0]",
-                    "v5.s[1]",
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
-                ),
-                q2_k_sdot_step!(
-                    "v0",
-                    "v1",
-                    6,
-                    "v5.s[2]",
-                    "v5.s[3]",
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
-                ),
-                q2_k_sdot_step!(
-                    "v2",
-                    "v3",
-                    0,
-                    "v6.s[0]",
-                    "v6.s[1]",
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
-                ),
-                q2_k_sdot_step!(
-                    "v2",
-                    "v3",
-                    2,
-                    "v6.s[2]",
-                    "v6.s[3]",
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
-                ),
-                q2_k_sdot_step!(
-                    "v2",
-                    "v3",
-                    4,
-                    "v27.s[0]",
-                    "v27.s[1]",
-                    ["v16", "v17", "v18", "v19", "v20", "v21"]
-                ),
-                q2_k_sdot_step!(
-                    "v2",
-                    "v3",
-                    6,
-                    "v27.s[2]",
-                    "v27.s[3]",
-                    ["v22", "v23", "v28", "v29", "v30", "v31"]
-                ),
+                q2_k_sdot_quarter!("v8", "v9", "v10", "v11", "v16", "v17", "v18", "v19", "v4"),
+                q2_k_sdot_quarter!("v12", "v13", "v14", "v15", "v20", "v21", "v22", "v23", "v5"),
+                "uxtl v4.4s, v6.4h",
+                "uxtl2 v5.4s, v6.8h",
             ],
-            ["add v24.4s, v24.4s, v25.4s"]
+            [
+                q2_k_sdot_quarter!("v8", "v9", "v10", "v11", "v16", "v17", "v18", "v19", "v4"),
+                q2_k_sdot_quarter!("v12", "v13", "v14", "v15", "v20", "v21", "v22", "v23", "v5"),
+            ]
         )
     }
 }
