@@ -13,8 +13,8 @@ use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
 use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::{
-    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k,
-    avx512_q0, avx512_vnni_usable, exp,
+    attention as k, avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k, avx512_q0,
+    avx512_vnni_usable, exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -95,10 +95,10 @@ fn q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_q5_0_q8_0(n, w, a) }
 }
 fn q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    unsafe { avx2_2bit::vec_dot_q2_k_q8_k(n, w, a) }
+    unsafe { smolrun_kernels::x86_64::avx2_2bit::vec_dot_q2_k_q8_k(n, w, a) }
 }
 fn tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    unsafe { avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
+    unsafe { smolrun_kernels::x86_64::avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
 }
 fn f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_f16(n, w, a) }
