@@ -16,7 +16,7 @@
 //! the test also checks that feature detection sees the emulated CPU as it is.
 #![cfg(target_arch = "aarch64")]
 
-use smolrun_core::quant::{q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, GgmlType};
+use smolrun_core::quant::{q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq2_0, GgmlType};
 use smolrun_kernels::aarch64 as neon;
 
 type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
@@ -72,6 +72,23 @@ const KERNELS: &[Kernel] = &[
         dotprod: neon::vec_dot_q6_k_q8_k_dotprod,
         dotprod_bit_exact: false,
     },
+    // The 2-bit kernels compute the twin's per-block integers and its f32 steps in its order.
+    Kernel {
+        name: "Q2_K x Q8_K",
+        weight: GgmlType::Q2_K,
+        scalar: q2_k::vec_dot,
+        neon: neon::vec_dot_q2_k_q8_k_neon,
+        dotprod: neon::vec_dot_q2_k_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "TQ2_0 x Q8_K",
+        weight: GgmlType::TQ2_0,
+        scalar: tq2_0::vec_dot,
+        neon: neon::vec_dot_tq2_0_q8_k_neon,
+        dotprod: neon::vec_dot_tq2_0_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
 ];
 
 /// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
@@ -97,7 +114,7 @@ impl XorShift {
 
 fn activation_type(weight: GgmlType) -> GgmlType {
     match weight {
-        GgmlType::Q4_K | GgmlType::Q6_K => GgmlType::Q8_K,
+        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::TQ2_0 => GgmlType::Q8_K,
         _ => GgmlType::Q8_0,
     }
 }
@@ -107,6 +124,8 @@ fn f16_scale_fields(weight: GgmlType) -> &'static [usize] {
     match weight {
         GgmlType::Q4_K => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::TQ2_0 => &[64],
         _ => &[0],
     }
 }
@@ -123,6 +142,9 @@ enum Quants {
     AllZero,
     /// Every byte 0xFF: the highest quant (Q4_K scales and mins 63, Q6_K scales -1).
     AllOnes,
+    /// Every byte 0x0F or 0xF0 at random: nibbles at 0 and 15 side by side (Q2_K: scale 15
+    /// with min 0 and the reverse; 2-bit codes 0 and 3 in pairs).
+    Nibbles,
 }
 
 /// How the f16 scale fields of a weight block are set.
@@ -145,6 +167,7 @@ fn weight_row(ty: GgmlType, nb: usize, quants: Quants, scales: Scales, seed: u64
             Quants::Random => rng.byte(),
             Quants::AllZero => 0x00,
             Quants::AllOnes => 0xFF,
+            Quants::Nibbles => [0x0F, 0xF0][rng.byte() as usize % 2],
         })
         .collect();
     for blk in w.chunks_exact_mut(ty.type_size()) {
@@ -307,7 +330,12 @@ fn check_kernel(k: &Kernel, face: &str, dot: Dot, bit_exact: bool) -> usize {
     let mut seed = 1u64;
     for &nb in BLOCK_COUNTS {
         let n = nb * k.weight.block_size();
-        for quants in [Quants::Random, Quants::AllZero, Quants::AllOnes] {
+        for quants in [
+            Quants::Random,
+            Quants::AllZero,
+            Quants::AllOnes,
+            Quants::Nibbles,
+        ] {
             for scales in [
                 Scales::Moderate,
                 Scales::Zero,

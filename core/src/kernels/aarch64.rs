@@ -37,6 +37,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q8_0, neon::vec_dot_q8_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q4_0, neon::vec_dot_q4_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q5_0, neon::vec_dot_q5_0_q8_0_neon, None, "neon");
+    set.install(GgmlType::Q2_K, neon::vec_dot_q2_k_q8_k_neon, None, "neon");
+    set.install(GgmlType::TQ2_0, neon::vec_dot_tq2_0_q8_k_neon, None, "neon");
     set.install(GgmlType::F16, neon::vec_dot_f16_neon, None, "neon");
     set.install(GgmlType::F32, neon::vec_dot_f32_neon, None, "neon");
     if !features.dotprod {
@@ -48,6 +50,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q8_0, q8_0_dotprod, None, "dotprod");
     set.install(GgmlType::Q4_0, q4_0_dotprod, None, "dotprod");
     set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
+    set.install(GgmlType::Q2_K, q2_k_dotprod, None, "dotprod");
+    set.install(GgmlType::TQ2_0, tq2_0_dotprod, None, "dotprod");
     // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
     // of a matrix run through the one-row dotprod kernel inside the same call.
     set.add_repacked(
@@ -118,6 +122,12 @@ fn q4_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
 fn q5_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_q5_0_q8_0_dotprod(n, w, a) }
 }
+fn q2_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q2_k_q8_k_dotprod(n, w, a) }
+}
+fn tq2_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_tq2_0_q8_k_dotprod(n, w, a) }
+}
 
 // =============================================================================================
 // Attention over the f16 KV cache (the NEON loops of `math::attention_head_with`, bit for bit
@@ -174,6 +184,8 @@ mod tests {
             (GgmlType::Q8_0, true),
             (GgmlType::Q4_0, true),
             (GgmlType::Q5_0, true),
+            (GgmlType::Q2_K, true),
+            (GgmlType::TQ2_0, true),
             (GgmlType::F16, false),
             (GgmlType::F32, false),
         ];

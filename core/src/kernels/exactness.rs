@@ -103,8 +103,17 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::TQ2_0 => &[64],
         _ => &[],
     }
+}
+
+/// Formats whose SIMD faces promise the scalar twin's bits on every input: they compute the
+/// twin's per-block integers exactly and then its f32 operations in its order (the 2-bit
+/// kernels, `smolrun_kernels::{x86_64::avx2_2bit, aarch64}`).
+fn promises_scalar_bits(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q2_K | GgmlType::TQ2_0)
 }
 
 pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
@@ -162,6 +171,13 @@ fn magnitude(ty: GgmlType, act_ty: GgmlType, w: &[u8], act: &[u8], n: usize) -> 
             b[3] |= 0x80;
         }
     }
+    if ty == GgmlType::Q2_K {
+        // The same for Q2_K's d (at 80) and dmin (at 82).
+        for b in w.chunks_exact_mut(ty.type_size()) {
+            b[81] &= 0x7f;
+            b[83] |= 0x80;
+        }
+    }
     let (mut wf, mut af) = (vec![0f32; n], vec![0f32; n]);
     quant::dequantize_row(ty, &w, &mut wf).unwrap();
     quant::dequantize_row(act_ty, act, &mut af).unwrap();
@@ -189,6 +205,15 @@ fn check_close(
         2 * (n / bs + 12)
     };
     check_rows_give_vec_dot_bits(fast, n, w, act, case);
+    if promises_scalar_bits(ty) {
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "{ty} {case} (n {n}): {} gives {got}, scalar {want}; this face keeps the scalar \
+             float order, so the bits must agree",
+            fast.face
+        );
+    }
     let m = magnitude(ty, fast.act_type, w, act, n);
     let tol = k as f64 * U * m * 1.001;
     assert!(
@@ -412,7 +437,9 @@ fn simd_integer_parts_are_exact() {
                 // Full scales (and mins), activations in -2..2.
                 ("full scales, small activations", 2, false, -2, 2),
             ],
-            // 8 * 32 * 128 * 128 < 2^24.
+            // Q2_K: |isum| <= 4 * 256 * 3 * 15 * 128, |summs| <= 4 * 16 * 15 * 2048 (< 2^24).
+            GgmlType::Q2_K => &[("full range", 4, false, -128, 127)],
+            // TQ2_0: 8 * 256 * 2 * 128; the others: 8 * 32 * 128 * 128 (< 2^24).
             _ => &[("full range", 8, false, -128, 127)],
         };
         for &(case, nb, small_scales, lo, hi) in cases {
@@ -447,6 +474,112 @@ fn simd_integer_parts_are_exact() {
             q[n - 1] = hi as i8;
             let act = act_from_quants(fast.act_type, 1.0, &q);
             check_exact(&fast, &scalar, n, &w, &act, case);
+        }
+    }
+}
+
+/// The 2-bit formats' own edge cases, bit for bit against the scalar twin: every code at its
+/// lowest and highest (TQ2_0's code 3, which ggml never writes, decodes as +2), Q2_K scale and
+/// min nibbles at 0 and 15 in every combination, d and dmin of either sign, tiny and huge, and
+/// activations at -128 and 127.
+#[test]
+fn two_bit_edge_blocks_give_the_scalar_bits() {
+    for (ty, fast, scalar) in simd_kernels() {
+        if !promises_scalar_bits(ty) {
+            continue;
+        }
+        let nb = 3;
+        let n = nb * 256;
+        let mut rng = XorShift(0x2B17 ^ ty.id() as u64);
+        let acts: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "all -128",
+                act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
+            ),
+            (
+                "all 127",
+                act_from_quants(GgmlType::Q8_K, 0.02, &vec![127; n]),
+            ),
+            (
+                "-128/127",
+                act_from_quants(
+                    GgmlType::Q8_K,
+                    0.03,
+                    &(0..n)
+                        .map(|i| if i % 5 < 2 { 127 } else { -128 })
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            (
+                "random",
+                act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
+            ),
+        ];
+        // Quant bytes: all codes 0, all codes 3, TQ2_0's ternary codes 0/1/2 only, random.
+        type Fill = fn(&mut XorShift) -> u8;
+        let code_fills: [(&str, Fill); 5] = [
+            ("codes 0", |_| 0x00),
+            ("codes 3", |_| 0xFF),
+            ("codes 2", |_| 0xAA),
+            ("ternary", |r| {
+                (0..4).fold(0u8, |b, k| b | (((r.next_u64() % 3) as u8) << (2 * k)))
+            }),
+            ("random", |r| r.next_u64() as u8),
+        ];
+        let scale_pairs = [
+            (1.0f32, 1.0f32),
+            (-2.5, 0.75),
+            (0.5, -3.0),
+            (-1.0, -1.0),
+            (65504.0, 6.0e-8),
+            (6.0e-8, 65504.0),
+        ];
+        // Q2_K scale bytes (low nibble scale, high nibble min): each corner, and mixed.
+        let scale_bytes: [(&str, [u8; 4]); 5] = [
+            ("0/0", [0x00; 4]),
+            ("15/15", [0xFF; 4]),
+            ("scale 15 min 0", [0x0F; 4]),
+            ("scale 0 min 15", [0xF0; 4]),
+            ("mixed", [0x00, 0x0F, 0xF0, 0xFF]),
+        ];
+        for (code_case, fill) in code_fills {
+            for (sc_case, sc_bytes) in scale_bytes {
+                if ty == GgmlType::TQ2_0 && sc_case != "0/0" {
+                    continue; // TQ2_0 has no sub-block scales.
+                }
+                for &(d, dmin) in &scale_pairs {
+                    let mut w = vec![0u8; nb * ty.type_size()];
+                    for b in w.chunks_exact_mut(ty.type_size()) {
+                        let (qs, fields): (core::ops::Range<usize>, &[usize]) = match ty {
+                            GgmlType::Q2_K => (16..80, &[80, 82]),
+                            _ => (0..64, &[64]),
+                        };
+                        for q in &mut b[qs] {
+                            *q = fill(&mut rng);
+                        }
+                        if ty == GgmlType::Q2_K {
+                            for (j, s) in b[..16].iter_mut().enumerate() {
+                                *s = sc_bytes[j % 4];
+                            }
+                        }
+                        for (&off, v) in fields.iter().zip([d, dmin]) {
+                            put_f16(b, off, v);
+                        }
+                    }
+                    for (a_case, act) in &acts {
+                        let want = (scalar.vec_dot)(n, &w, act);
+                        let got = (fast.vec_dot)(n, &w, act);
+                        assert!(want.is_finite(), "{ty}: pick finite cases");
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{ty} {}: {code_case}, scales {sc_case}, d {d} dmin {dmin}, \
+                             act {a_case}: {got} vs scalar {want}",
+                            fast.face
+                        );
+                    }
+                }
+            }
         }
     }
 }

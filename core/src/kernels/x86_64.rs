@@ -39,6 +39,9 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q4_0, q4_0, Some(q4_0_rows), "avx2");
     set.install(GgmlType::Q5_0, q5_0, Some(q5_0_rows), "avx2");
     set.install(GgmlType::F16, f16, None, "avx2");
+    // 2-bit weights: the scalar twins' integer sums in lanes, their float steps as they are.
+    set.install(GgmlType::Q2_K, q2_k, None, "avx2");
+    set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
     set.install(GgmlType::F32, f32, None, "avx2");
     // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
     set.install_cols(GgmlType::Q4_K, q4_k_cols);
@@ -90,6 +93,12 @@ fn q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_q5_0_q8_0(n, w, a) }
+}
+fn q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { smolrun_kernels::x86_64::avx2_2bit::vec_dot_q2_k_q8_k(n, w, a) }
+}
+fn tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { smolrun_kernels::x86_64::avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
 }
 fn f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_f16(n, w, a) }
@@ -273,6 +282,8 @@ mod tests {
                 GgmlType::Q8_0,
                 GgmlType::Q4_0,
                 GgmlType::Q5_0,
+                GgmlType::Q2_K,
+                GgmlType::TQ2_0,
                 GgmlType::F16,
                 GgmlType::F32,
             ] {

@@ -41,7 +41,7 @@ const ROW_TILE: usize = 16;
 /// `pshufb` mask that spreads i16 element `lo` over the low 128 bits and i16 element `hi` over
 /// the high 128 bits (element indices within each 128-bit half).
 #[inline(always)]
-unsafe fn spread_i16(lo: i32, hi: i32) -> __m256i {
+pub(super) unsafe fn spread_i16(lo: i32, hi: i32) -> __m256i {
     let m = |e: i32| (2 * e) | ((2 * e + 1) << 8);
     _mm256_setr_epi32(
         m(lo) * 0x1_0001,
@@ -61,7 +61,7 @@ const PREFETCH_BYTES: usize = 4096;
 /// Prefetches the block of `BLOCK` bytes that lies [`PREFETCH_BYTES`] after `x` (a cache line
 /// per 64 bytes; prefetches never fault, so running past the end of the weights is harmless).
 #[inline(always)]
-unsafe fn prefetch_ahead<const BLOCK: usize>(x: *const u8) {
+pub(super) unsafe fn prefetch_ahead<const BLOCK: usize>(x: *const u8) {
     let p = x.wrapping_add(PREFETCH_BYTES) as *const i8;
     let mut off = 0;
     while off < BLOCK {

@@ -6,7 +6,8 @@
 //!
 //! [`avx2_k`] holds the Q4_K and Q6_K kernels that decode spends most of its time in (scales
 //! decoded in registers, weights prefetched ahead); [`avx2_q0`] the 32-element formats'
-//! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest.
+//! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest;
+//! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins).
 //!
 //! [`avx512_k`] holds the AVX-512 VNNI Q4_K and Q6_K kernels (tokens in the lanes for prompts).
 //!
@@ -17,6 +18,7 @@
 
 pub mod attention;
 pub mod avx2;
+pub mod avx2_2bit;
 pub mod avx2_cols;
 pub mod avx2_k;
 pub mod avx2_q0;
