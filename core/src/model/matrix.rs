@@ -4,7 +4,7 @@
 
 use super::error::ModelError;
 use super::store::{TensorId, WeightKey, WeightStore};
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, TensorInfo};
 use crate::kernels::{KernelSet, WeightKernel};
 use crate::quant::{self, GgmlType};
 use alloc::string::String;
@@ -38,7 +38,30 @@ pub struct Loader<'l> {
     pub kernels: &'l KernelSet,
 }
 
-impl Loader<'_> {
+impl<'l> Loader<'l> {
+    /// The tensor `name` and its index, checked to have the ggml dims `expected`.
+    fn tensor(
+        &self,
+        name: &str,
+        expected: [u64; 4],
+    ) -> Result<(TensorId, &'l TensorInfo<'l>), ModelError> {
+        let g = self.gguf;
+        let id = g
+            .tensors
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
+        let t = &g.tensors[id];
+        if t.dims != expected {
+            return Err(ModelError::BadTensorShape {
+                name: name.into(),
+                expected,
+                found: t.dims,
+            });
+        }
+        Ok((id, t))
+    }
+
     /// The matrix `name` of `n_rows` x `n_cols` (ggml dims `[n_cols, n_rows]`) whose type has a
     /// matvec kernel in the kernel set.
     pub fn matrix(&self, name: &str, n_cols: usize, n_rows: usize) -> Result<Matrix, ModelError> {
@@ -52,21 +75,7 @@ impl Loader<'_> {
         n_rows: usize,
         n_expert: usize,
     ) -> Result<Matrix, ModelError> {
-        let g = self.gguf;
-        let id = g
-            .tensors
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
-        let t = &g.tensors[id];
-        let expected = [n_cols as u64, n_rows as u64, n_expert as u64, 1];
-        if t.dims != expected {
-            return Err(ModelError::BadTensorShape {
-                name: name.into(),
-                expected,
-                found: t.dims,
-            });
-        }
+        let (id, t) = self.tensor(name, [n_cols as u64, n_rows as u64, n_expert as u64, 1])?;
         let quant_err = |err| ModelError::Quant {
             tensor: name.into(),
             err,
@@ -115,21 +124,7 @@ impl Loader<'_> {
     /// The F32 vector `name` of `len` values, read through the store once, here: a few KB per
     /// layer, kept in RAM.
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-        let g = self.gguf;
-        let id = g
-            .tensors
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
-        let t = &g.tensors[id];
-        let expected = [len as u64, 1, 1, 1];
-        if t.dims != expected {
-            return Err(ModelError::BadTensorShape {
-                name: name.into(),
-                expected,
-                found: t.dims,
-            });
-        }
+        let (id, t) = self.tensor(name, [len as u64, 1, 1, 1])?;
         if t.ggml_type != GgmlType::F32 {
             return Err(ModelError::BadTensorType {
                 name: name.into(),
