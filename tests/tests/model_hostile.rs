@@ -254,3 +254,65 @@ fn unsupported_architecture_is_named() {
         }
     );
 }
+
+/// A tiny qwen3moe: the llama tensors' attention (plus QK-norm), 4 experts of width 32, 2 used.
+fn moe_file(expert_count: u32, used: u32, down_exps: Vec<u64>) -> Vec<u8> {
+    let meta: Vec<(&str, Meta)> = vec![
+        ("general.architecture", Meta::Str("qwen3moe")),
+        ("qwen3moe.block_count", Meta::U32(1)),
+        ("qwen3moe.embedding_length", Meta::U32(N_EMBD as u32)),
+        ("qwen3moe.attention.head_count", Meta::U32(2)),
+        ("qwen3moe.attention.head_count_kv", Meta::U32(1)),
+        ("qwen3moe.context_length", Meta::U32(64)),
+        ("qwen3moe.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+        ("qwen3moe.expert_count", Meta::U32(expert_count)),
+        ("qwen3moe.expert_used_count", Meta::U32(used)),
+        ("qwen3moe.expert_feed_forward_length", Meta::U32(32)),
+    ];
+    let mut t: Vec<_> = tensors()
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("blk.0.ffn_") || *n == "blk.0.ffn_norm.weight")
+        .collect();
+    t.extend([
+        ("blk.0.attn_q_norm.weight", vec![16]),
+        ("blk.0.attn_k_norm.weight", vec![16]),
+        ("blk.0.ffn_gate_inp.weight", vec![N_EMBD, 4]),
+        ("blk.0.ffn_gate_exps.weight", vec![N_EMBD, 32, 4]),
+        ("blk.0.ffn_up_exps.weight", vec![N_EMBD, 32, 4]),
+        ("blk.0.ffn_down_exps.weight", down_exps),
+    ]);
+    build_gguf(&meta, &t)
+}
+
+#[test]
+fn a_tiny_mixture_of_experts_runs_and_its_bad_shapes_are_named() {
+    let bytes = moe_file(4, 2, vec![32, N_EMBD, 4]);
+    let g = Gguf::parse(&bytes).unwrap();
+    let m = Model::load(&g).unwrap();
+    let store = ResidentStore::new(&g);
+    let mut st = State::new(&m, 4).unwrap();
+    for pos in 0..4 {
+        let logits = m.forward(&mut st, &store, &SingleThread, 3, pos).unwrap();
+        assert!(logits.iter().all(|v| v.is_finite()));
+    }
+
+    // One expert too few in the down projection: named with both shapes.
+    let err = load(&moe_file(4, 2, vec![32, N_EMBD, 3])).unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::BadTensorShape {
+            name: "blk.0.ffn_down_exps.weight".into(),
+            expected: [32, N_EMBD, 4, 1],
+            found: [32, N_EMBD, 3, 1],
+        }
+    );
+    // More experts per token than there are, or than a token's fixed list holds.
+    for (count, used) in [(4, 5), (64, 17), (4, 0)] {
+        let err = load(&moe_file(count, used, vec![32, N_EMBD, 4])).unwrap_err();
+        let ModelError::BadHParam { key, found, .. } = &err else {
+            panic!("expected a hyperparameter error, got {err}");
+        };
+        assert_eq!(key, "qwen3moe.expert_used_count", "{err}");
+        assert_eq!(found, &used.to_string());
+    }
+}
