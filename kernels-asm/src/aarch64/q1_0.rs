@@ -42,7 +42,8 @@ static CONSTS: Consts = {
 /// float part of block i - 1 (its sums in v14, its 4 activation scales in v15 as f16, its
 /// scale in h20): the A53 and A55 issue in order, and the float part is one chain of
 /// dependent operations that would otherwise stall them. The order of the lines was chosen
-/// by a list scheduler (every register dependence kept); the first trip's "previous block"
+/// by the list scheduler of tools/lowbit-asm.py (every register dependence kept;
+/// `tools/lowbit-asm.py emit q1 dot` prints these lines); the first trip's "previous block"
 /// is zeros (it adds +0 to sumf, which leaves sumf as it is), and the last block's float
 /// part runs after the loop. sumf lives in v21, v16-v18 hold the constants.
 macro_rules! q1_0_row {

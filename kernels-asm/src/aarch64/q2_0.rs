@@ -36,8 +36,9 @@ static CONSTS: Consts = {
 };
 
 /// As in q1_0.rs: the loop body is block i's integer part (each Q8_0 block's 8 code bytes
-/// loaded with `ldr d`) interleaved, by a list scheduler, with block i - 1's float part (its
-/// two sums in v14, its activation scales in v15 as f16, its scale in h20); the first trip's
+/// loaded with `ldr d`) interleaved, by the list scheduler of tools/lowbit-asm.py, with
+/// block i - 1's float part (its two sums in v14, its activation scales in v15 as f16, its
+/// scale in h20); the first trip's
 /// previous block is zeros (+0 added to sumf), the last block's float part runs after the
 /// loop. sumf lives in v21, v16-v18 hold the constants.
 macro_rules! q2_0_row {

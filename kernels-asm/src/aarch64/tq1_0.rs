@@ -24,8 +24,8 @@ struct Consts([u8; 16]);
 
 static CONSTS: Consts = Consts([1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27]);
 
-/// As in q1_0.rs: the loop body is block i's integer part interleaved, by a list scheduler,
-/// with block i - 1's float part (its sum in s14, its scale in h20, the activation's in s15;
+/// As in q1_0.rs: the loop body is block i's integer part interleaved, by the list scheduler
+/// of tools/lowbit-asm.py, with block i - 1's float part (its sum in s14, its scale in h20, the activation's in s15;
 /// the digit chains of the three qs vectors and the four accumulators give the in-order
 /// A53/A55 independent work); the first trip's previous block is zeros (+0 added to sumf),
 /// the last block's float part runs after the loop. sumf lives in v21.
