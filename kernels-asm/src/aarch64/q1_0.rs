@@ -12,6 +12,12 @@
 //! operations are the scalar's one for one (sumi = 0 + d8 * s0 + .. + d8 * s3, then
 //! sumf += d * sumi; no fused multiply-add). The whole row runs in one asm block, so the
 //! constants are loaded once and the loop is the one `llvm-mca` sees.
+//!
+//! The kernel leaves out the scalar's leading `0 +` (its first add is d8 * s0 + d8 * s1,
+//! one `faddp`). The two differ only when both products are -0: the scalar's sumi is then
+//! +0, the kernel's -0, and so is d * sumi; but sumf starts at +0 and round-to-nearest
+//! additions never make it -0, and sumf + (-0) is sumf for every sumf that is not -0, so the
+//! result has the same bits.
 
 use super::{whole_blocks, Q8_0_BYTES};
 use core::arch::asm;

@@ -9,6 +9,12 @@
 //! Bit-identical to the scalar twin: each Q8_0 block's integer sum is exact, and the float
 //! operations are the scalar's one for one (sumi = 0 + d8 * s0 + d8 * s1, then
 //! sumf += d * sumi; no fused multiply-add). The whole row runs in one asm block.
+//!
+//! The kernel leaves out the scalar's leading `0 +` (its first add is d8 * s0 + d8 * s1,
+//! one `faddp`). The two differ only when both products are -0: the scalar's sumi is then
+//! +0, the kernel's -0, and so is d * sumi; but sumf starts at +0 and round-to-nearest
+//! additions never make it -0, and sumf + (-0) is sumf for every sumf that is not -0, so the
+//! result has the same bits.
 
 use super::{whole_blocks, Q8_0_BYTES};
 use core::arch::asm;
@@ -38,9 +44,8 @@ static CONSTS: Consts = {
 /// As in q1_0.rs: the loop body is block i's integer part (each Q8_0 block's 8 code bytes
 /// loaded with `ldr d`) interleaved, by the list scheduler of tools/lowbit-asm.py, with
 /// block i - 1's float part (its two sums in v14, its activation scales in v15 as f16, its
-/// scale in h20); the first trip's
-/// previous block is zeros (+0 added to sumf), the last block's float part runs after the
-/// loop. sumf lives in v21, v16-v18 hold the constants.
+/// scale in h20); the first trip's previous block is zeros (+0 added to sumf), the last
+/// block's float part runs after the loop. sumf lives in v21, v16-v18 hold the constants.
 macro_rules! q2_0_row {
     ($w:expr, $act:expr, $nb:expr, [$($ext:literal),*], [$($body:literal),* $(,)?]) => {{
         let (w, act): (&[u8], &[u8]) = ($w, $act);
