@@ -77,16 +77,39 @@ pub unsafe fn vec_dot_q1_0_q8_0(n: usize, w: &[u8], act: &[u8]) -> f32 {
     for i in 0..nb {
         let x = w.as_ptr().add(i * Q1_0_BYTES);
         let ys = act.as_ptr().add(i * 4 * Q8_0_BYTES);
-        let mut sumi = 0.0f32;
-        for k in 0..4 {
-            let y = ys.add(k * Q8_0_BYTES);
+        let mut parts = [_mm256_setzero_si256(); 4];
+        for (k, part) in parts.iter_mut().enumerate() {
             let bits = u32::from_le_bytes(*(x.add(2 + 4 * k) as *const [u8; 4]));
-            let s = hsum_epi16(offset_pairs(bits_to_twos(bits), load256(y.add(2))));
-            sumi += f16_at(y) * s as f32;
+            let y = load256(ys.add(k * Q8_0_BYTES + 2));
+            *part = offset_pairs(bits_to_twos(bits), y);
+        }
+        let d8 = |k: usize| u16::from_le_bytes(*(ys.add(k * Q8_0_BYTES) as *const [u8; 2]));
+        let p = scaled_sums4(parts, [d8(0), d8(1), d8(2), d8(3)]);
+        let mut sumi = 0.0f32;
+        for p in p {
+            sumi += p;
         }
         sumf += f16_at(x) * sumi;
     }
     sumf
+}
+
+/// The exact integer sums of the four i16 vectors, each converted to f32 and multiplied by
+/// its f16 scale (one rounding, as the scalar `d8 * sumi_block as f32`), in 4 lanes: the
+/// reductions share their horizontal adds instead of running one after another.
+#[inline(always)]
+unsafe fn scaled_sums4(parts: [__m256i; 4], d: [u16; 4]) -> [f32; 4] {
+    let ones = _mm256_set1_epi16(1);
+    let m = parts.map(|p| _mm256_madd_epi16(p, ones));
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    let d = _mm_cvtph_ps(_mm_set_epi64x(
+        0,
+        (d[0] as u64 | (d[1] as u64) << 16 | (d[2] as u64) << 32 | (d[3] as u64) << 48) as i64,
+    ));
+    let mut out = [0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), _mm_mul_ps(_mm_cvtepi32_ps(s), d));
+    out
 }
 
 /// Q2_0 weights . Q8_0 activations (2 Q8_0 blocks per Q2_0 block). Bit-identical to
@@ -116,11 +139,18 @@ pub unsafe fn vec_dot_q2_0_q8_0(n: usize, w: &[u8], act: &[u8]) -> f32 {
         let (a, b) = (_mm_unpackhi_epi8(f0, f1), _mm_unpackhi_epi8(f2, f3));
         let hi = _mm256_set_m128i(_mm_unpackhi_epi16(a, b), _mm_unpacklo_epi16(a, b));
         let y1 = y.add(Q8_0_BYTES);
-        let s0 = hsum_epi16(offset_pairs(lo, load256(y.add(2))));
-        let s1 = hsum_epi16(offset_pairs(hi, load256(y1.add(2))));
+        let zero = _mm256_setzero_si256();
+        let parts = [
+            offset_pairs(lo, load256(y.add(2))),
+            offset_pairs(hi, load256(y1.add(2))),
+            zero,
+            zero,
+        ];
+        let d8 = |y: *const u8| u16::from_le_bytes(*(y as *const [u8; 2]));
+        let p = scaled_sums4(parts, [d8(y), d8(y1), 0, 0]);
         let mut sumi = 0.0f32;
-        sumi += f16_at(y) * s0 as f32;
-        sumi += f16_at(y1) * s1 as f32;
+        sumi += p[0];
+        sumi += p[1];
         sumf += f16_at(x) * sumi;
     }
     sumf
