@@ -5,7 +5,7 @@
 //!
 //! What "exact" means per kernel (see the module docs of smolrun_kernels::aarch64):
 //! - bit-identical to the scalar twin: every `_neon` face, and the `_dotprod` faces of Q8_0,
-//!   Q4_0, Q5_0;
+//!   Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0;
 //! - Q4_K/Q6_K `_dotprod`: the integer sums are exact (checked bit for bit on inputs whose
 //!   float arithmetic is exact: power-of-two scales, small integers), and on every other input
 //!   the result is within the summation-order bound 2 * gamma(k) * M of the scalar result,
@@ -16,7 +16,9 @@
 //! the test also checks that feature detection sees the emulated CPU as it is.
 #![cfg(target_arch = "aarch64")]
 
-use smolrun_core::quant::{q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq2_0, GgmlType};
+use smolrun_core::quant::{
+    q1_0, q2_0, q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq1_0, tq2_0, GgmlType,
+};
 use smolrun_kernels::aarch64 as neon;
 
 type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
@@ -89,6 +91,30 @@ const KERNELS: &[Kernel] = &[
         dotprod: neon::vec_dot_tq2_0_q8_k_dotprod,
         dotprod_bit_exact: true,
     },
+    Kernel {
+        name: "Q1_0 x Q8_0",
+        weight: GgmlType::Q1_0,
+        scalar: q1_0::vec_dot,
+        neon: neon::vec_dot_q1_0_q8_0_neon,
+        dotprod: neon::vec_dot_q1_0_q8_0_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q2_0 x Q8_0",
+        weight: GgmlType::Q2_0,
+        scalar: q2_0::vec_dot,
+        neon: neon::vec_dot_q2_0_q8_0_neon,
+        dotprod: neon::vec_dot_q2_0_q8_0_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "TQ1_0 x Q8_K",
+        weight: GgmlType::TQ1_0,
+        scalar: tq1_0::vec_dot,
+        neon: neon::vec_dot_tq1_0_q8_k_neon,
+        dotprod: neon::vec_dot_tq1_0_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
 ];
 
 /// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
@@ -114,7 +140,9 @@ impl XorShift {
 
 fn activation_type(weight: GgmlType) -> GgmlType {
     match weight {
-        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::TQ2_0 => GgmlType::Q8_K,
+        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::TQ2_0 | GgmlType::TQ1_0 => {
+            GgmlType::Q8_K
+        }
         _ => GgmlType::Q8_0,
     }
 }
@@ -126,6 +154,7 @@ fn f16_scale_fields(weight: GgmlType) -> &'static [usize] {
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::TQ2_0 => &[64],
+        GgmlType::TQ1_0 => &[52],
         _ => &[0],
     }
 }
@@ -140,11 +169,17 @@ enum Quants {
     Random,
     /// Every byte 0x00: the lowest quant (and for K-quants the smallest scales and mins).
     AllZero,
-    /// Every byte 0xFF: the highest quant (Q4_K scales and mins 63, Q6_K scales -1).
+    /// Every byte 0xFF: the highest quant (Q4_K scales and mins 63, Q6_K scales -1; TQ1_0:
+    /// every base-3 digit 2, the packed 242).
     AllOnes,
     /// Every byte 0x0F or 0xF0 at random: nibbles at 0 and 15 side by side (Q2_K: scale 15
     /// with min 0 and the reverse; 2-bit codes 0 and 3 in pairs).
     Nibbles,
+    /// Every byte 0x55, then 0xAA block by block: alternating bits and 2-bit fields; for TQ1_0
+    /// mixed digits.
+    Alternating,
+    /// Every byte 0x80: TQ1_0's packed 121, every digit 1 (trit 0).
+    Middle,
 }
 
 /// How the f16 scale fields of a weight block are set.
@@ -163,11 +198,13 @@ enum Scales {
 fn weight_row(ty: GgmlType, nb: usize, quants: Quants, scales: Scales, seed: u64) -> Vec<u8> {
     let mut rng = XorShift(seed);
     let mut w: Vec<u8> = (0..nb * ty.type_size())
-        .map(|_| match quants {
+        .map(|i| match quants {
             Quants::Random => rng.byte(),
             Quants::AllZero => 0x00,
             Quants::AllOnes => 0xFF,
             Quants::Nibbles => [0x0F, 0xF0][rng.byte() as usize % 2],
+            Quants::Alternating => [0x55, 0xAA][i / ty.type_size() % 2],
+            Quants::Middle => 0x80,
         })
         .collect();
     for blk in w.chunks_exact_mut(ty.type_size()) {
@@ -335,6 +372,8 @@ fn check_kernel(k: &Kernel, face: &str, dot: Dot, bit_exact: bool) -> usize {
             Quants::AllZero,
             Quants::AllOnes,
             Quants::Nibbles,
+            Quants::Alternating,
+            Quants::Middle,
         ] {
             for scales in [
                 Scales::Moderate,

@@ -41,6 +41,9 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::TQ2_0, neon::vec_dot_tq2_0_q8_k_neon, None, "neon");
     set.install(GgmlType::F16, neon::vec_dot_f16_neon, None, "neon");
     set.install(GgmlType::F32, neon::vec_dot_f32_neon, None, "neon");
+    set.install(GgmlType::Q1_0, neon::vec_dot_q1_0_q8_0_neon, None, "neon");
+    set.install(GgmlType::Q2_0, neon::vec_dot_q2_0_q8_0_neon, None, "neon");
+    set.install(GgmlType::TQ1_0, neon::vec_dot_tq1_0_q8_k_neon, None, "neon");
     if !features.dotprod {
         return;
     }
@@ -52,6 +55,9 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
     set.install(GgmlType::Q2_K, q2_k_dotprod, None, "dotprod");
     set.install(GgmlType::TQ2_0, tq2_0_dotprod, None, "dotprod");
+    set.install(GgmlType::Q1_0, q1_0_dotprod, None, "dotprod");
+    set.install(GgmlType::Q2_0, q2_0_dotprod, None, "dotprod");
+    set.install(GgmlType::TQ1_0, tq1_0_dotprod, None, "dotprod");
     // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
     // of a matrix run through the one-row dotprod kernel inside the same call.
     set.add_repacked(
@@ -128,6 +134,15 @@ fn q2_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
 fn tq2_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_tq2_0_q8_k_dotprod(n, w, a) }
 }
+fn q1_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q1_0_q8_0_dotprod(n, w, a) }
+}
+fn q2_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q2_0_q8_0_dotprod(n, w, a) }
+}
+fn tq1_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_tq1_0_q8_k_dotprod(n, w, a) }
+}
 
 // =============================================================================================
 // Attention over the f16 KV cache (the NEON loops of `math::attention_head_with`, bit for bit
@@ -188,6 +203,9 @@ mod tests {
             (GgmlType::TQ2_0, true),
             (GgmlType::F16, false),
             (GgmlType::F32, false),
+            (GgmlType::Q1_0, true),
+            (GgmlType::Q2_0, true),
+            (GgmlType::TQ1_0, true),
         ];
         let neon_only = CpuFeatures {
             neon: true,

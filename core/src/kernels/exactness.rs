@@ -101,6 +101,8 @@ pub(super) fn fast_sets() -> Vec<KernelSet> {
 pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
+        GgmlType::TQ1_0 => &[52],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
@@ -384,7 +386,18 @@ fn simd_dots_match_scalar_on_edge_blocks() {
             weights.push(("zero w", vec![0u8; n * ty.type_size()]));
         } else {
             let nb = n / ty.block_size();
-            for (fill_name, fill) in [("random", None), ("0x00", Some(0u8)), ("0xFF", Some(0xFF))] {
+            let mut fills = vec![("random", None), ("0x00", Some(0u8)), ("0xFF", Some(0xFF))];
+            // The packed formats' own patterns: alternating bits and fields (0x55, 0xAA); for
+            // TQ1_0 every base-3 digit 0 (0x00), every digit 2 (0xFF, the packed 242), every
+            // digit 1 (0x80, packed 121) and digits 2, 0, 2, 0, 2 (0xC0, packed 182).
+            match ty {
+                GgmlType::Q1_0 | GgmlType::Q2_0 => {
+                    fills.extend([("0x55", Some(0x55)), ("0xAA", Some(0xAA))]);
+                }
+                GgmlType::TQ1_0 => fills.extend([("0x80", Some(0x80)), ("0xC0", Some(0xC0))]),
+                _ => {}
+            }
+            for (fill_name, fill) in fills {
                 for scale in [0.0f32, 6.0e-8, 1.0, -2.5, 65504.0] {
                     let mut w = match fill {
                         None => random_blocks(ty, nb, 7 + scale.to_bits() as u64),
@@ -1151,4 +1164,82 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
             }
         }
     }
+}
+
+/// The 1-bit, 2-bit and ternary kernels (Q1_0, Q2_0, TQ1_0) keep the scalar twin's float
+/// order (exact integer sums, then the scalar's products and additions one for one), so they
+/// must give its bits, not just come within the summation-order bound: on random rows and on
+/// every fill pattern (all bits clear and set, alternating; TQ1_0 digits all 0, all 1, all 2
+/// (the packed 242) and mixed), with zero, subnormal, negative, mixed and the largest f16
+/// scales, against random, constant, outlier and raw -128 / 127 activations.
+#[test]
+fn lowbit_kernels_give_the_scalar_bits() {
+    let low_bit = [GgmlType::Q1_0, GgmlType::Q2_0, GgmlType::TQ1_0];
+    let mut tested = 0;
+    for (ty, fast, scalar) in simd_kernels() {
+        if !low_bit.contains(&ty) {
+            continue;
+        }
+        let mut rng = XorShift(0x10B1 ^ ty.id() as u64);
+        for nb in [1usize, 2, 3, 5, 16] {
+            let n = nb * ty.block_size();
+            let mut acts: Vec<Vec<u8>> = vec![
+                quantize(
+                    fast.act_type,
+                    &(0..n).map(|_| rng.unit() - 0.5).collect::<Vec<_>>(),
+                ),
+                quantize(fast.act_type, &vec![1.0; n]),
+                act_from_quants(fast.act_type, 0.01, &vec![-128; n]),
+                act_from_quants(fast.act_type, 3.0, &vec![127; n]),
+                act_from_quants(
+                    fast.act_type,
+                    0.02,
+                    &(0..n)
+                        .map(|i| if i % 3 == 0 { 127 } else { -128 })
+                        .collect::<Vec<_>>(),
+                ),
+            ];
+            acts.push({
+                let mut x = vec![0.001f32; n];
+                x[n / 3] = -3.0e4;
+                quantize(fast.act_type, &x)
+            });
+            for fill in [
+                None,
+                Some(0x00u8),
+                Some(0xFF),
+                Some(0x55),
+                Some(0xAA),
+                Some(0x80),
+            ] {
+                for scale in [0.0f32, -0.0, 6.0e-8, 1.0, -2.5, 65504.0, -65504.0, f32::NAN] {
+                    let mut w = match fill {
+                        None => random_blocks(ty, nb, rng.next_u64()),
+                        Some(b) => vec![b; nb * ty.type_size()],
+                    };
+                    for b in w.chunks_exact_mut(ty.type_size()) {
+                        // NaN here: a different scale for every block, some negative.
+                        let s = if scale.is_nan() {
+                            (rng.unit() - 0.5) * [0.01, 3.0, 900.0][(rng.next_u64() % 3) as usize]
+                        } else {
+                            scale
+                        };
+                        put_f16(b, f16_fields(ty)[0], s);
+                    }
+                    for (a, act) in acts.iter().enumerate() {
+                        let want = (scalar.vec_dot)(n, &w, act);
+                        let got = (fast.vec_dot)(n, &w, act);
+                        assert!(
+                            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                            "{ty} {}: {nb} blocks, fill {fill:?}, scale {scale}, activation \
+                             {a}: {got} vs scalar {want}",
+                            fast.face
+                        );
+                        tested += 1;
+                    }
+                }
+            }
+        }
+    }
+    println!("notice: {tested} low-bit rows compared to the bit");
 }

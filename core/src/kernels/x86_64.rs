@@ -12,6 +12,7 @@ use super::KernelSet;
 use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
 use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
+use smolrun_kernels::x86_64::avx2_lowbit;
 use smolrun_kernels::x86_64::{
     attention as k, avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k, avx512_q0,
     avx512_vnni_usable, exp,
@@ -43,6 +44,10 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q2_K, q2_k, None, "avx2");
     set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
     set.install(GgmlType::F32, f32, None, "avx2");
+    // 1-bit, 2-bit and ternary (avx2_lowbit): bit for bit the scalar twins.
+    set.install(GgmlType::Q1_0, q1_0, None, "avx2");
+    set.install(GgmlType::Q2_0, q2_0, None, "avx2");
+    set.install(GgmlType::TQ1_0, tq1_0, None, "avx2");
     // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
     set.install_cols(GgmlType::Q4_K, q4_k_cols);
     set.install_cols(GgmlType::Q5_K, q5_k_cols);
@@ -105,6 +110,15 @@ fn f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_f32(n, w, a) }
+}
+fn q1_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_lowbit::vec_dot_q1_0_q8_0(n, w, a) }
+}
+fn q2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_lowbit::vec_dot_q2_0_q8_0(n, w, a) }
+}
+fn tq1_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_lowbit::vec_dot_tq1_0_q8_k(n, w, a) }
 }
 fn q4_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_k::matmul_q4_k_q8_k(n, w, a, t, out) }
@@ -286,6 +300,9 @@ mod tests {
                 GgmlType::TQ2_0,
                 GgmlType::F16,
                 GgmlType::F32,
+                GgmlType::Q1_0,
+                GgmlType::Q2_0,
+                GgmlType::TQ1_0,
             ] {
                 assert_eq!(set.weight(ty).unwrap().face, "avx2", "{ty}");
             }

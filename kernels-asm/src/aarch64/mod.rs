@@ -14,8 +14,8 @@
 //! Float order (what "exact" means in the tests, core/tests/neon_exact.rs):
 //! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers and then its
 //!   few f32 steps one instruction each, in its order: bit for bit the twin on every input.
-//! - Q8_0, Q4_0, Q5_0 (both faces) and Q4_K, Q6_K (`_neon` face) reproduce the scalar twin's
-//!   float operations one for one (same products, same additions in the same order, no fused
+//! - Q8_0, Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0 (both faces) and Q4_K, Q6_K (`_neon` face) reproduce
+//!   the scalar twin's float operations one for one (same products, same additions in the same order, no fused
 //!   multiply-add), so they return the scalar result bit for bit. For the K-quants this works
 //!   because an 8-lane `smull` puts element e of a sub-block in lane e % 8, the lane layout of
 //!   ggml's scalar code.
@@ -45,6 +45,8 @@
 pub mod attention;
 pub mod exp;
 mod float;
+mod q1_0;
+mod q2_0;
 mod q2_k;
 mod q4_0;
 mod q4_k;
@@ -54,10 +56,13 @@ mod q5_0_x4;
 mod q6_k;
 mod q8_0;
 mod q8_0_x4;
+mod tq1_0;
 mod tq2_0;
 mod x4;
 
 pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
+pub use q1_0::{vec_dot_q1_0_q8_0_dotprod, vec_dot_q1_0_q8_0_neon};
+pub use q2_0::{vec_dot_q2_0_q8_0_dotprod, vec_dot_q2_0_q8_0_neon};
 pub use q2_k::{vec_dot_q2_k_q8_k_dotprod, vec_dot_q2_k_q8_k_neon};
 pub use q4_0::{vec_dot_q4_0_q8_0_dotprod, vec_dot_q4_0_q8_0_neon};
 pub use q4_k::{vec_dot_q4_k_q8_k_dotprod, vec_dot_q4_k_q8_k_neon};
@@ -67,6 +72,7 @@ pub use q5_0_x4::{matvec_q5_0_x4_dotprod, q5_0_x4_bytes, repack_q5_0_x4};
 pub use q6_k::{vec_dot_q6_k_q8_k_dotprod, vec_dot_q6_k_q8_k_neon};
 pub use q8_0::{vec_dot_q8_0_q8_0_dotprod, vec_dot_q8_0_q8_0_neon};
 pub use q8_0_x4::{matvec_q8_0_x4_dotprod, q8_0_x4_bytes, repack_q8_0_x4};
+pub use tq1_0::{vec_dot_tq1_0_q8_k_dotprod, vec_dot_tq1_0_q8_k_neon};
 pub use tq2_0::{vec_dot_tq2_0_q8_k_dotprod, vec_dot_tq2_0_q8_k_neon};
 
 /// Block sizes shared with `smolrun_core::quant` (kernels cannot depend on core; the tests

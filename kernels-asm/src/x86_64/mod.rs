@@ -8,6 +8,7 @@
 //! decoded in registers, weights prefetched ahead); [`avx2_q0`] the 32-element formats'
 //! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest;
 //! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins).
+//! [`avx2_lowbit`] the 1-bit, 2-bit and ternary formats (Q1_0, Q2_0, TQ1_0).
 //!
 //! [`avx512_k`] holds the AVX-512 VNNI Q4_K and Q6_K kernels (tokens in the lanes for prompts).
 //!
@@ -21,6 +22,7 @@ pub mod avx2;
 pub mod avx2_2bit;
 pub mod avx2_cols;
 pub mod avx2_k;
+pub mod avx2_lowbit;
 pub mod avx2_q0;
 pub mod avx512_k;
 pub mod avx512_q0;

@@ -1,0 +1,350 @@
+//! TQ1_0 . Q8_K: ternary super-blocks of 256 weights (54 bytes: 48 bytes of five base-3
+//! digits each, 4 bytes of four, f16 d at 52; element order in
+//! `smolrun_core::quant::tq1_0`, the scalar twin).
+//!
+//! Digit n of a byte b is the top of 3 * (b * 3^n mod 256), i.e. (q >= 86) + (q >= 171)
+//! for q = b * 3^n: one byte `mul` by 3 per digit, and the trit, digit - 1, is
+//! (q >= 171) - (q < 86): `cmhs` and `cmhi` give -1 where true, one `sub` of the two. The
+//! four qh bytes are spread to the four words of a vector (`ld1r`) and multiplied by 1, 3,
+//! 9, 27 word by word, so their 16 trits come out in element order. Trits meet the
+//! activations in `sdot`, or in `smlal` into i16 (32 products of at most 128 per lane and
+//! super-block).
+//!
+//! Bit-identical to the scalar twin: the super-block's integer sum is exact, then
+//! sumf += sum * (d * dy) as the scalar code does it.
+
+use super::{whole_blocks, Q8_K_BYTES, QK_K};
+use core::arch::asm;
+
+const TQ1_0_BYTES: usize = 54;
+
+/// Bytes of word k: 3^k, the digit shift of qh's four digits.
+#[repr(align(16))]
+struct Consts([u8; 16]);
+
+static CONSTS: Consts = Consts([1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27]);
+
+/// As in q1_0.rs: the loop body is block i's integer part interleaved, by the list scheduler
+/// of tools/lowbit-asm.py, with block i - 1's float part (its sum in s14, its scale in h20, the activation's in s15;
+/// the digit chains of the three qs vectors and the four accumulators give the in-order
+/// A53/A55 independent work); the first trip's previous block is zeros (+0 added to sumf),
+/// the last block's float part runs after the loop. sumf lives in v21.
+macro_rules! tq1_0_row {
+    ($w:expr, $act:expr, $nb:expr, [$($ext:literal),*], [$($body:literal),* $(,)?]) => {{
+        let (w, act): (&[u8], &[u8]) = ($w, $act);
+        let mut sumf = 0.0f32;
+        if $nb > 0 {
+            asm!(
+                $($ext,)*
+                "ld1 {{v29.16b}}, [{c}]",
+                "movi v28.16b, #3",
+                "movi v30.16b, #86",
+                "movi v31.16b, #171",
+                "movi v14.4s, #0",
+                "movi v15.4s, #0",
+                "movi v20.4s, #0",
+                "2:",
+                $($body,)*
+                "scvtf s14, s14",
+                "fcvt s20, h20",
+                "fmul s20, s20, s15",
+                "fmul s14, s14, s20",
+                "fadd s21, s21, s14",
+                x = inout(reg) w.as_ptr() => _,
+                y = inout(reg) act.as_ptr() => _,
+                nb = inout(reg) $nb => _,
+                c = in(reg) CONSTS.0.as_ptr(),
+                t = out(reg) _,
+                inout("v21") sumf,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _, out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+                options(nostack, readonly, pure),
+            );
+        }
+        sumf
+    }};
+}
+
+/// TQ1_0 . Q8_K, ARMv8.0 NEON (`smlal` into i16). Bit-identical to the scalar twin.
+pub fn vec_dot_tq1_0_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, TQ1_0_BYTES, act, Q8_K_BYTES);
+    // SAFETY: blocks 0..nb lie inside both slices; only base aarch64 NEON instructions.
+    unsafe {
+        tq1_0_row!(
+            w,
+            act,
+            nb,
+            [],
+            [
+                "scvtf s14, s14",
+                "fcvt s20, h20",
+                "ldur q0, [{x}]",
+                "ldur q1, [{x}, #16]",
+                "ldur q2, [{x}, #32]",
+                "add {t}, {x}, #48",
+                "movi v24.4s, #0",
+                "movi v25.4s, #0",
+                "movi v26.4s, #0",
+                "movi v27.4s, #0",
+                "ldur q4, [{y}, #4]",
+                "ldur q5, [{y}, #20]",
+                "ldur q6, [{y}, #36]",
+                "ldur q7, [{y}, #52]",
+                "ldur q8, [{y}, #68]",
+                "ldur q9, [{y}, #84]",
+                "subs {nb}, {nb}, #1",
+                "fmul s20, s20, s15",
+                "cmhi v10.16b, v30.16b, v0.16b",
+                "cmhs v17.16b, v0.16b, v31.16b",
+                "ld1r {{v3.4s}}, [{t}]",
+                "cmhi v11.16b, v30.16b, v1.16b",
+                "cmhs v18.16b, v1.16b, v31.16b",
+                "ldr s15, [{y}]",
+                "mul v0.16b, v0.16b, v28.16b",
+                "fmul s14, s14, s20",
+                "mul v1.16b, v1.16b, v28.16b",
+                "mul v3.16b, v3.16b, v29.16b",
+                "sub v10.16b, v10.16b, v17.16b",
+                "ldr h20, [{x}, #52]",
+                "sub v11.16b, v11.16b, v18.16b",
+                "cmhi v12.16b, v30.16b, v0.16b",
+                "cmhs v19.16b, v0.16b, v31.16b",
+                "fadd s21, s21, s14",
+                "add {x}, {x}, #54",
+                "cmhi v13.16b, v30.16b, v1.16b",
+                "cmhs v22.16b, v1.16b, v31.16b",
+                "smlal v24.8h, v10.8b, v4.8b",
+                "mul v0.16b, v0.16b, v28.16b",
+                "smlal v25.8h, v11.8b, v5.8b",
+                "sub v12.16b, v12.16b, v19.16b",
+                "mul v1.16b, v1.16b, v28.16b",
+                "sub v13.16b, v13.16b, v22.16b",
+                "smlal2 v24.8h, v10.16b, v4.16b",
+                "cmhi v16.16b, v30.16b, v0.16b",
+                "cmhs v23.16b, v0.16b, v31.16b",
+                "smlal2 v25.8h, v11.16b, v5.16b",
+                "ldur q4, [{y}, #100]",
+                "smlal v26.8h, v12.8b, v6.8b",
+                "mul v0.16b, v0.16b, v28.16b",
+                "cmhi v10.16b, v30.16b, v1.16b",
+                "cmhs v17.16b, v1.16b, v31.16b",
+                "smlal v27.8h, v13.8b, v7.8b",
+                "ldur q5, [{y}, #116]",
+                "sub v16.16b, v16.16b, v23.16b",
+                "mul v1.16b, v1.16b, v28.16b",
+                "smlal2 v26.8h, v12.16b, v6.16b",
+                "cmhi v11.16b, v30.16b, v0.16b",
+                "cmhs v18.16b, v0.16b, v31.16b",
+                "sub v10.16b, v10.16b, v17.16b",
+                "smlal2 v27.8h, v13.16b, v7.16b",
+                "ldur q6, [{y}, #132]",
+                "smlal v24.8h, v16.8b, v8.8b",
+                "mul v0.16b, v0.16b, v28.16b",
+                "cmhi v12.16b, v30.16b, v1.16b",
+                "cmhs v19.16b, v1.16b, v31.16b",
+                "cmhs v17.16b, v2.16b, v31.16b",
+                "ldur q7, [{y}, #148]",
+                "sub v11.16b, v11.16b, v18.16b",
+                "smlal v25.8h, v10.8b, v9.8b",
+                "mul v1.16b, v1.16b, v28.16b",
+                "smlal2 v24.8h, v16.16b, v8.16b",
+                "cmhi v13.16b, v30.16b, v0.16b",
+                "cmhs v22.16b, v0.16b, v31.16b",
+                "sub v12.16b, v12.16b, v19.16b",
+                "ldur q8, [{y}, #164]",
+                "smlal v26.8h, v11.8b, v4.8b",
+                "smlal2 v25.8h, v10.16b, v9.16b",
+                "cmhi v16.16b, v30.16b, v1.16b",
+                "cmhs v23.16b, v1.16b, v31.16b",
+                "sub v13.16b, v13.16b, v22.16b",
+                "cmhi v10.16b, v30.16b, v2.16b",
+                "ldur q9, [{y}, #180]",
+                "smlal v27.8h, v12.8b, v5.8b",
+                "smlal2 v26.8h, v11.16b, v4.16b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "sub v16.16b, v16.16b, v23.16b",
+                "smlal v24.8h, v13.8b, v6.8b",
+                "ldur q4, [{y}, #196]",
+                "sub v10.16b, v10.16b, v17.16b",
+                "smlal2 v27.8h, v12.16b, v5.16b",
+                "cmhi v11.16b, v30.16b, v2.16b",
+                "cmhs v18.16b, v2.16b, v31.16b",
+                "cmhs v17.16b, v3.16b, v31.16b",
+                "smlal v25.8h, v16.8b, v7.8b",
+                "ldur q5, [{y}, #212]",
+                "smlal2 v24.8h, v13.16b, v6.16b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "smlal v26.8h, v10.8b, v8.8b",
+                "sub v11.16b, v11.16b, v18.16b",
+                "ldur q6, [{y}, #228]",
+                "smlal2 v25.8h, v16.16b, v7.16b",
+                "cmhi v12.16b, v30.16b, v2.16b",
+                "cmhs v19.16b, v2.16b, v31.16b",
+                "ldur q7, [{y}, #244]",
+                "smlal2 v26.8h, v10.16b, v8.16b",
+                "smlal v27.8h, v11.8b, v9.8b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "add {y}, {y}, #292",
+                "cmhi v10.16b, v30.16b, v3.16b",
+                "sub v12.16b, v12.16b, v19.16b",
+                "smlal2 v27.8h, v11.16b, v9.16b",
+                "cmhi v13.16b, v30.16b, v2.16b",
+                "cmhs v22.16b, v2.16b, v31.16b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "sub v10.16b, v10.16b, v17.16b",
+                "smlal v24.8h, v12.8b, v4.8b",
+                "sub v13.16b, v13.16b, v22.16b",
+                "cmhi v16.16b, v30.16b, v2.16b",
+                "cmhs v23.16b, v2.16b, v31.16b",
+                "smlal v27.8h, v10.8b, v7.8b",
+                "smlal2 v24.8h, v12.16b, v4.16b",
+                "smlal v25.8h, v13.8b, v5.8b",
+                "sub v16.16b, v16.16b, v23.16b",
+                "smlal2 v27.8h, v10.16b, v7.16b",
+                "smlal2 v25.8h, v13.16b, v5.16b",
+                "smlal v26.8h, v16.8b, v6.8b",
+                "add v24.8h, v24.8h, v25.8h",
+                "smlal2 v26.8h, v16.16b, v6.16b",
+                "add v26.8h, v26.8h, v27.8h",
+                "add v24.8h, v24.8h, v26.8h",
+                "saddlv s14, v24.8h",
+                "b.ne 2b",
+            ]
+        )
+    }
+}
+
+/// TQ1_0 . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_tq1_0_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, TQ1_0_BYTES, act, Q8_K_BYTES);
+    // SAFETY: blocks 0..nb lie inside both slices; the caller vouches for dotprod.
+    unsafe {
+        tq1_0_row!(
+            w,
+            act,
+            nb,
+            [".arch_extension dotprod"],
+            [
+                "scvtf s14, s14",
+                "fcvt s20, h20",
+                "ldur q0, [{x}]",
+                "ldur q1, [{x}, #16]",
+                "ldur q2, [{x}, #32]",
+                "add {t}, {x}, #48",
+                "movi v24.4s, #0",
+                "movi v25.4s, #0",
+                "movi v26.4s, #0",
+                "movi v27.4s, #0",
+                "ldur q4, [{y}, #4]",
+                "ldur q5, [{y}, #20]",
+                "ldur q6, [{y}, #36]",
+                "ldur q7, [{y}, #52]",
+                "ldur q8, [{y}, #68]",
+                "ldur q9, [{y}, #84]",
+                "subs {nb}, {nb}, #1",
+                "fmul s20, s20, s15",
+                "cmhi v10.16b, v30.16b, v0.16b",
+                "cmhs v17.16b, v0.16b, v31.16b",
+                "ld1r {{v3.4s}}, [{t}]",
+                "cmhi v11.16b, v30.16b, v1.16b",
+                "cmhs v18.16b, v1.16b, v31.16b",
+                "ldr s15, [{y}]",
+                "mul v0.16b, v0.16b, v28.16b",
+                "fmul s14, s14, s20",
+                "mul v1.16b, v1.16b, v28.16b",
+                "mul v3.16b, v3.16b, v29.16b",
+                "sub v10.16b, v10.16b, v17.16b",
+                "ldr h20, [{x}, #52]",
+                "sub v11.16b, v11.16b, v18.16b",
+                "cmhi v12.16b, v30.16b, v0.16b",
+                "cmhs v19.16b, v0.16b, v31.16b",
+                "fadd s21, s21, s14",
+                "add {x}, {x}, #54",
+                "cmhi v13.16b, v30.16b, v1.16b",
+                "cmhs v22.16b, v1.16b, v31.16b",
+                "sdot v24.4s, v10.16b, v4.16b",
+                "mul v0.16b, v0.16b, v28.16b",
+                "sdot v25.4s, v11.16b, v5.16b",
+                "sub v12.16b, v12.16b, v19.16b",
+                "mul v1.16b, v1.16b, v28.16b",
+                "ldur q4, [{y}, #100]",
+                "ldur q5, [{y}, #116]",
+                "sub v13.16b, v13.16b, v22.16b",
+                "cmhi v16.16b, v30.16b, v0.16b",
+                "cmhs v23.16b, v0.16b, v31.16b",
+                "sdot v26.4s, v12.16b, v6.16b",
+                "cmhi v10.16b, v30.16b, v1.16b",
+                "cmhs v17.16b, v1.16b, v31.16b",
+                "mul v0.16b, v0.16b, v28.16b",
+                "ldur q6, [{y}, #132]",
+                "sdot v27.4s, v13.16b, v7.16b",
+                "mul v1.16b, v1.16b, v28.16b",
+                "sub v16.16b, v16.16b, v23.16b",
+                "ldur q7, [{y}, #148]",
+                "sub v10.16b, v10.16b, v17.16b",
+                "cmhi v11.16b, v30.16b, v0.16b",
+                "cmhs v18.16b, v0.16b, v31.16b",
+                "cmhs v17.16b, v2.16b, v31.16b",
+                "cmhi v12.16b, v30.16b, v1.16b",
+                "cmhs v19.16b, v1.16b, v31.16b",
+                "sdot v24.4s, v16.16b, v8.16b",
+                "mul v0.16b, v0.16b, v28.16b",
+                "sdot v25.4s, v10.16b, v9.16b",
+                "mul v1.16b, v1.16b, v28.16b",
+                "sub v11.16b, v11.16b, v18.16b",
+                "ldur q8, [{y}, #164]",
+                "cmhi v10.16b, v30.16b, v2.16b",
+                "ldur q9, [{y}, #180]",
+                "sub v12.16b, v12.16b, v19.16b",
+                "cmhi v13.16b, v30.16b, v0.16b",
+                "cmhs v22.16b, v0.16b, v31.16b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "cmhi v16.16b, v30.16b, v1.16b",
+                "cmhs v23.16b, v1.16b, v31.16b",
+                "sdot v26.4s, v11.16b, v4.16b",
+                "sub v10.16b, v10.16b, v17.16b",
+                "sdot v27.4s, v12.16b, v5.16b",
+                "sub v13.16b, v13.16b, v22.16b",
+                "ldur q4, [{y}, #196]",
+                "cmhi v11.16b, v30.16b, v2.16b",
+                "cmhs v18.16b, v2.16b, v31.16b",
+                "cmhs v17.16b, v3.16b, v31.16b",
+                "ldur q5, [{y}, #212]",
+                "sub v16.16b, v16.16b, v23.16b",
+                "sdot v26.4s, v10.16b, v8.16b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "sdot v24.4s, v13.16b, v6.16b",
+                "sub v11.16b, v11.16b, v18.16b",
+                "cmhi v10.16b, v30.16b, v3.16b",
+                "ldur q6, [{y}, #228]",
+                "sdot v25.4s, v16.16b, v7.16b",
+                "cmhi v12.16b, v30.16b, v2.16b",
+                "cmhs v19.16b, v2.16b, v31.16b",
+                "ldur q7, [{y}, #244]",
+                "sdot v27.4s, v11.16b, v9.16b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "sub v10.16b, v10.16b, v17.16b",
+                "add {y}, {y}, #292",
+                "sub v12.16b, v12.16b, v19.16b",
+                "cmhi v13.16b, v30.16b, v2.16b",
+                "cmhs v22.16b, v2.16b, v31.16b",
+                "mul v2.16b, v2.16b, v28.16b",
+                "sdot v27.4s, v10.16b, v7.16b",
+                "sdot v24.4s, v12.16b, v4.16b",
+                "sub v13.16b, v13.16b, v22.16b",
+                "cmhi v16.16b, v30.16b, v2.16b",
+                "cmhs v23.16b, v2.16b, v31.16b",
+                "sdot v25.4s, v13.16b, v5.16b",
+                "sub v16.16b, v16.16b, v23.16b",
+                "add v24.4s, v24.4s, v25.4s",
+                "sdot v26.4s, v16.16b, v6.16b",
+                "add v26.4s, v26.4s, v27.4s",
+                "add v24.4s, v24.4s, v26.4s",
+                "addv s14, v24.4s",
+                "b.ne 2b",
+            ]
+        )
+    }
+}

@@ -1,0 +1,222 @@
+//! AVX2 dot products of the 1-bit, 2-bit and ternary formats: Q1_0 and Q2_0 against Q8_0
+//! activations, TQ1_0 against Q8_K, with the signature of `smolrun_core::quant::VecDotFn`.
+//! Layouts and scalar truth: `smolrun_core::quant::{q1_0, q2_0, tq1_0}`.
+//!
+//! The weights are unpacked into unsigned bytes u (Q1_0: 2 * bit, so 0 or 2; Q2_0: the code
+//! 0..3; TQ1_0: the base-3 digit 0..2), each meaning u - 1. `_mm256_maddubs_epi16(u, y)` is
+//! exact for these (a pair is at most 2 * 3 * 128), and the offset is taken off as
+//! `maddubs(1, y)`, so an activation of -128 is as exact as any other (negating it in a byte,
+//! as `_mm256_sign_epi8` would, wraps).
+//!
+//! Bit for bit the scalar twins: each integer sum the scalar code converts to f32 (per Q8_0
+//! block for Q1_0 and Q2_0, per super-block for TQ1_0) is summed exactly across the lanes
+//! first, and the float operations that follow are the scalar ones in the same order. They
+//! are few (one or four per 64-256 weights), so keeping the order costs little.
+//!
+//! Every function reads only whole blocks that lie inside both slices.
+//!
+//! # Safety (all kernels)
+//! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
+
+use super::avx2::{f16_at, f32_at, load128, load256, Q8_0_BYTES, Q8_K_BYTES, Q8_K_QS, QK_K};
+use core::arch::x86_64::*;
+
+const Q1_0_ELEMS: usize = 128;
+const Q1_0_BYTES: usize = 18; // d: f16, qs: [u8; 16] (bit j % 8 of byte j / 8 is element j)
+const Q2_0_ELEMS: usize = 64;
+const Q2_0_BYTES: usize = 18; // d: f16, qs: [u8; 16] (bits 2(j%4).. of byte j / 4)
+const TQ1_0_BYTES: usize = 54; // qs: [u8; 48], qh: [u8; 4], d: f16 at 52
+
+/// sum (u - 1) * y over 32 bytes, as 16 i16 lanes: |lane| <= 2 * 3 * 128 + 2 * 128.
+#[inline(always)]
+unsafe fn offset_pairs(u: __m256i, y: __m256i) -> __m256i {
+    _mm256_sub_epi16(
+        _mm256_maddubs_epi16(u, y),
+        _mm256_maddubs_epi16(_mm256_set1_epi8(1), y),
+    )
+}
+
+/// The sum of the 16 i16 lanes, exactly, as i32.
+#[inline(always)]
+unsafe fn hsum_epi16(v: __m256i) -> i32 {
+    let v = _mm256_madd_epi16(v, _mm256_set1_epi16(1));
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// 32 sign bits (a little-endian u32: bit j % 8 of byte j / 8 is element j) as bytes 0 or 2.
+#[inline(always)]
+unsafe fn bits_to_twos(bits: u32) -> __m256i {
+    // Byte j of the result takes source byte j / 8 (pshufb works within each 128-bit half,
+    // and the word is broadcast to both), then tests its bit j % 8.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(2))
+}
+
+/// Q1_0 weights . Q8_0 activations (4 Q8_0 blocks per Q1_0 block). Bit-identical to
+/// `smolrun_core::quant::q1_0::vec_dot`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_q1_0_q8_0(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = (n / Q1_0_ELEMS)
+        .min(w.len() / Q1_0_BYTES)
+        .min(act.len() / (4 * Q8_0_BYTES));
+    let mut sumf = 0.0f32;
+    for i in 0..nb {
+        let x = w.as_ptr().add(i * Q1_0_BYTES);
+        let ys = act.as_ptr().add(i * 4 * Q8_0_BYTES);
+        let mut parts = [_mm256_setzero_si256(); 4];
+        for (k, part) in parts.iter_mut().enumerate() {
+            let bits = u32::from_le_bytes(*(x.add(2 + 4 * k) as *const [u8; 4]));
+            let y = load256(ys.add(k * Q8_0_BYTES + 2));
+            *part = offset_pairs(bits_to_twos(bits), y);
+        }
+        let d8 = |k: usize| u16::from_le_bytes(*(ys.add(k * Q8_0_BYTES) as *const [u8; 2]));
+        let p = scaled_sums4(parts, [d8(0), d8(1), d8(2), d8(3)]);
+        let mut sumi = 0.0f32;
+        for p in p {
+            sumi += p;
+        }
+        sumf += f16_at(x) * sumi;
+    }
+    sumf
+}
+
+/// The exact integer sums of the four i16 vectors, each converted to f32 and multiplied by
+/// its f16 scale (one rounding, as the scalar `d8 * sumi_block as f32`), in 4 lanes: the
+/// reductions share their horizontal adds instead of running one after another.
+#[inline(always)]
+unsafe fn scaled_sums4(parts: [__m256i; 4], d: [u16; 4]) -> [f32; 4] {
+    let ones = _mm256_set1_epi16(1);
+    let m = parts.map(|p| _mm256_madd_epi16(p, ones));
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    let d = _mm_cvtph_ps(_mm_set_epi64x(
+        0,
+        (d[0] as u64 | (d[1] as u64) << 16 | (d[2] as u64) << 32 | (d[3] as u64) << 48) as i64,
+    ));
+    let mut out = [0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), _mm_mul_ps(_mm_cvtepi32_ps(s), d));
+    out
+}
+
+/// Q2_0 weights . Q8_0 activations (2 Q8_0 blocks per Q2_0 block). Bit-identical to
+/// `smolrun_core::quant::q2_0::vec_dot`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_q2_0_q8_0(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = (n / Q2_0_ELEMS)
+        .min(w.len() / Q2_0_BYTES)
+        .min(act.len() / (2 * Q8_0_BYTES));
+    let three = _mm_set1_epi8(3);
+    let mut sumf = 0.0f32;
+    for i in 0..nb {
+        let x = w.as_ptr().add(i * Q2_0_BYTES);
+        let y = act.as_ptr().add(i * 2 * Q8_0_BYTES);
+        // Element 4b + s is field s of byte b: the four fields of all 16 bytes, then
+        // interleaved byte by byte and pair by pair back into element order.
+        let q = load128(x.add(2));
+        let f0 = _mm_and_si128(q, three);
+        let f1 = _mm_and_si128(_mm_srli_epi16(q, 2), three);
+        let f2 = _mm_and_si128(_mm_srli_epi16(q, 4), three);
+        let f3 = _mm_and_si128(_mm_srli_epi16(q, 6), three);
+        let (a, b) = (_mm_unpacklo_epi8(f0, f1), _mm_unpacklo_epi8(f2, f3));
+        let lo = _mm256_set_m128i(_mm_unpackhi_epi16(a, b), _mm_unpacklo_epi16(a, b));
+        let (a, b) = (_mm_unpackhi_epi8(f0, f1), _mm_unpackhi_epi8(f2, f3));
+        let hi = _mm256_set_m128i(_mm_unpackhi_epi16(a, b), _mm_unpacklo_epi16(a, b));
+        let y1 = y.add(Q8_0_BYTES);
+        let zero = _mm256_setzero_si256();
+        let parts = [
+            offset_pairs(lo, load256(y.add(2))),
+            offset_pairs(hi, load256(y1.add(2))),
+            zero,
+            zero,
+        ];
+        let d8 = |y: *const u8| u16::from_le_bytes(*(y as *const [u8; 2]));
+        let p = scaled_sums4(parts, [d8(y), d8(y1), 0, 0]);
+        let mut sumi = 0.0f32;
+        sumi += p[0];
+        sumi += p[1];
+        sumf += f16_at(x) * sumi;
+    }
+    sumf
+}
+
+/// Base-3 digit n of each byte b, given q = b * 3^n (mod 256): (3q) >> 8, which is
+/// (q >= 86) + (q >= 171); returned as 0..=2.
+#[inline(always)]
+unsafe fn digits(q: __m256i) -> __m256i {
+    let ge = |c: i8| _mm256_cmpeq_epi8(_mm256_max_epu8(q, _mm256_set1_epi8(c)), q);
+    // Each comparison is -1 where true.
+    _mm256_sub_epi8(
+        _mm256_setzero_si256(),
+        _mm256_add_epi8(ge(86), ge(171u8 as i8)),
+    )
+}
+
+/// Times 3, byte by byte (mod 256).
+#[inline(always)]
+unsafe fn times3(q: __m256i) -> __m256i {
+    _mm256_add_epi8(_mm256_add_epi8(q, q), q)
+}
+
+/// TQ1_0 weights . Q8_K activations. Bit-identical to `smolrun_core::quant::tq1_0::vec_dot`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_tq1_0_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = (n / QK_K)
+        .min(w.len() / TQ1_0_BYTES)
+        .min(act.len() / Q8_K_BYTES);
+    let mut sumf = 0.0f32;
+    for i in 0..nb {
+        let x = w.as_ptr().add(i * TQ1_0_BYTES);
+        let y = act.as_ptr().add(i * Q8_K_BYTES);
+        let q8 = y.add(Q8_K_QS);
+        // i16 lanes: 8 chunks of at most 768 each.
+        let mut acc = _mm256_setzero_si256();
+        // qs[0..32]: digit n is elements 32n..32n+32.
+        let mut q = load256(x);
+        for n in 0..5 {
+            acc = _mm256_add_epi16(acc, offset_pairs(digits(q), load256(q8.add(32 * n))));
+            q = times3(q);
+        }
+        // qs[32..48]: digit n is elements 160 + 16n..: digits n and n + 1 side by side make
+        // 32 consecutive elements.
+        let c = load128(x.add(32));
+        let c3 = _mm_add_epi8(_mm_add_epi8(c, c), c);
+        let mut q = _mm256_set_m128i(c3, c);
+        for n in [0, 2] {
+            acc = _mm256_add_epi16(acc, offset_pairs(digits(q), load256(q8.add(160 + 16 * n))));
+            q = times3(times3(q));
+        }
+        // Digit 4 of qs[32..48] (elements 224..240) and qh[0..4] (240..256: digit n of byte
+        // j is element 240 + 4n + j): the word times 1, 3, 9, 27 in its four 32-bit lanes.
+        let h = _mm_set1_epi32(i32::from_le_bytes(*(x.add(48) as *const [u8; 4])));
+        let h3 = _mm_add_epi8(_mm_add_epi8(h, h), h);
+        let h9 = _mm_add_epi8(_mm_add_epi8(h3, h3), h3);
+        let h27 = _mm_add_epi8(_mm_add_epi8(h9, h9), h9);
+        let h = _mm_blend_epi32(_mm_blend_epi32(h, h3, 0b0010), h9, 0b0100);
+        let h = _mm_blend_epi32(h, h27, 0b1000);
+        let q = _mm256_set_m128i(h, _mm256_extracti128_si256(q, 0));
+        acc = _mm256_add_epi16(acc, offset_pairs(digits(q), load256(q8.add(224))));
+        let sum = hsum_epi16(acc);
+        sumf += sum as f32 * (f16_at(x.add(52)) * f32_at(y));
+    }
+    sumf
+}
