@@ -11,6 +11,7 @@
 //! Run in release mode: `cargo test --release -p smolrun-tests --test store_seam`.
 
 use smolrun_core::gguf::Gguf;
+use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{
     Model, ModelError, RecordingStore, ResidentStore, State, StoreCall, StoreErrorKind, WeightStore,
 };
@@ -58,7 +59,9 @@ fn pread_matches_resident(model: &str) {
     };
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).expect("parse");
-    let kernels = test_kernels();
+    // The kernels this CPU runs in production (both stores get the same ones; the seam must
+    // not change a bit whichever they are, and these run the texts in seconds, not minutes).
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
     let resident = ResidentStore::new(&g);
     let m = Model::load_from(&g, &resident, &kernels).expect("load");
     let want = logits_through(&m, &resident, model, 8);
