@@ -7,8 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
-pub const SYNTHETIC_MODELS: [&str; 3] =
-    ["synthetic-qwen3", "synthetic-llama", "synthetic-qwen3moe"];
+pub const SYNTHETIC_MODELS: [&str; 4] = [
+    "synthetic-qwen3",
+    "synthetic-llama",
+    "synthetic-qwen3moe",
+    "synthetic-bailingmoe2",
+];
 
 const REGEN: &str = "run tools/oracle/regen.sh to regenerate the golden data";
 

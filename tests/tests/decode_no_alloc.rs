@@ -3,7 +3,7 @@
 //! min-p, temperature, the draw, top-N alternatives), accepting the token, and the memory
 //! guard's look at the available memory every 16 tokens. A counting global allocator checks 64
 //! decoded tokens, on the resident store and on the pread store (nothing mapped: every weight
-//! read into its scratch buffer), on Gemma 3 and on the synthetic mixture of experts. This file holds a single test so that nothing else in the
+//! read into its scratch buffer), on Gemma 3 and on the synthetic mixtures of experts (qwen3moe, bailingmoe2). This file holds a single test so that nothing else in the
 //! process allocates meanwhile.
 
 use smolrun_core::gguf::Gguf;
@@ -55,6 +55,14 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     let model = Model::load(&gguf).unwrap();
     decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "qwen3moe, resident");
     decode_64_without_allocating(&model, &pread_store(&path, &gguf), "qwen3moe, pread");
+
+    // Groups, the selection bias and the shared expert; a fused QKV matrix.
+    let path = model_path("synthetic-bailingmoe2").expect("synthetic-bailingmoe2");
+    let file = MappedFile::open(&path).unwrap();
+    let gguf = Gguf::parse(file.bytes()).unwrap();
+    let model = Model::load(&gguf).unwrap();
+    decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "bailingmoe2, resident");
+    decode_64_without_allocating(&model, &pread_store(&path, &gguf), "bailingmoe2, pread");
 }
 
 fn decode_64_without_allocating(model: &Model, store: &dyn WeightStore, what: &str) {

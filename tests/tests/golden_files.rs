@@ -8,19 +8,23 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const MODELS: [&str; 6] = [
+const MODELS: [&str; 7] = [
     "gemma3-270m",
     "qwen2.5-coder-0.5b",
     "qwen2.5-coder-1.5b",
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
+    "synthetic-bailingmoe2",
 ];
 
 /// The synthetic models with Qwen2.5-Coder's very tokenizer, whose tokenize.json would repeat
 /// that model's (tools/oracle/regen.sh writes none for them).
 fn has_own_tokenizer_golden(model: &str) -> bool {
-    model != "synthetic-qwen3" && model != "synthetic-qwen3moe"
+    !matches!(
+        model,
+        "synthetic-qwen3" | "synthetic-qwen3moe" | "synthetic-bailingmoe2"
+    )
 }
 const TOP_K: usize = 20;
 const N_PREDICT: usize = 32;

@@ -133,3 +133,8 @@ fn synthetic_llama() {
 fn synthetic_qwen3moe() {
     check_greedy("synthetic-qwen3moe");
 }
+
+#[test]
+fn synthetic_bailingmoe2() {
+    check_greedy("synthetic-bailingmoe2");
+}

@@ -10,6 +10,7 @@ enum Meta {
     U32(u32),
     F32(f32),
     Str(&'static str),
+    Bool(bool),
 }
 
 /// A GGUF v3 file with the given metadata and F32 tensors of the given (ggml-order) shapes,
@@ -38,6 +39,10 @@ fn build_gguf(meta: &[(&str, Meta)], tensors: &[(&str, Vec<u64>)]) -> Vec<u8> {
             Meta::Str(s) => {
                 b.extend_from_slice(&8u32.to_le_bytes());
                 put_str(&mut b, s);
+            }
+            Meta::Bool(x) => {
+                b.extend_from_slice(&7u32.to_le_bytes());
+                b.push(*x as u8);
             }
         }
     }
@@ -315,4 +320,169 @@ fn a_tiny_mixture_of_experts_runs_and_its_bad_shapes_are_named() {
         assert_eq!(key, "qwen3moe.expert_used_count", "{err}");
         assert_eq!(found, &used.to_string());
     }
+}
+
+/// The expert hyperparameters of a tiny bailingmoe2 that [`bailing_file`] may spoil.
+struct Bailing {
+    groups: u32,
+    groups_used: u32,
+    used: u32,
+    gating: u32,
+    /// Rows of the fused QKV matrix (32 + 2 x 16 is right).
+    qkv_rows: u64,
+}
+
+const BAILING: Bailing = Bailing {
+    groups: 4,
+    groups_used: 2,
+    used: 2,
+    gating: 2,
+    qkv_rows: 64,
+};
+
+/// A tiny bailingmoe2: 2 query heads and 1 KV head of 16 in one fused QKV matrix, partial RoPE
+/// (8 of 16), layer 0 dense, layer 1 eight experts of width 32 in groups (sigmoid router,
+/// selection bias, normalised and scaled weights) and a shared expert; block 2 an MTP layer with
+/// no tensors at all (inference never reads them).
+fn bailing_file(b: &Bailing) -> Vec<u8> {
+    let meta: Vec<(&str, Meta)> = vec![
+        ("general.architecture", Meta::Str("bailingmoe2")),
+        ("bailingmoe2.block_count", Meta::U32(3)),
+        ("bailingmoe2.nextn_predict_layers", Meta::U32(1)),
+        ("bailingmoe2.leading_dense_block_count", Meta::U32(1)),
+        ("bailingmoe2.embedding_length", Meta::U32(N_EMBD as u32)),
+        ("bailingmoe2.feed_forward_length", Meta::U32(N_FF as u32)),
+        ("bailingmoe2.attention.head_count", Meta::U32(2)),
+        ("bailingmoe2.attention.head_count_kv", Meta::U32(1)),
+        ("bailingmoe2.rope.dimension_count", Meta::U32(8)),
+        ("bailingmoe2.context_length", Meta::U32(64)),
+        (
+            "bailingmoe2.attention.layer_norm_rms_epsilon",
+            Meta::F32(1e-5),
+        ),
+        ("bailingmoe2.expert_count", Meta::U32(8)),
+        ("bailingmoe2.expert_used_count", Meta::U32(b.used)),
+        ("bailingmoe2.expert_feed_forward_length", Meta::U32(32)),
+        ("bailingmoe2.expert_group_count", Meta::U32(b.groups)),
+        (
+            "bailingmoe2.expert_group_used_count",
+            Meta::U32(b.groups_used),
+        ),
+        ("bailingmoe2.expert_shared_count", Meta::U32(1)),
+        ("bailingmoe2.expert_weights_scale", Meta::F32(2.5)),
+        ("bailingmoe2.expert_weights_norm", Meta::Bool(true)),
+        ("bailingmoe2.expert_gating_func", Meta::U32(b.gating)),
+    ];
+    let mut t = vec![
+        ("token_embd.weight", vec![N_EMBD, N_VOCAB]),
+        ("output_norm.weight", vec![N_EMBD]),
+        ("output.weight", vec![N_EMBD, N_VOCAB]),
+    ];
+    let names: [[&'static str; 6]; 2] = [
+        [
+            "blk.0.attn_norm.weight",
+            "blk.0.attn_qkv.weight",
+            "blk.0.attn_q_norm.weight",
+            "blk.0.attn_k_norm.weight",
+            "blk.0.attn_output.weight",
+            "blk.0.ffn_norm.weight",
+        ],
+        [
+            "blk.1.attn_norm.weight",
+            "blk.1.attn_qkv.weight",
+            "blk.1.attn_q_norm.weight",
+            "blk.1.attn_k_norm.weight",
+            "blk.1.attn_output.weight",
+            "blk.1.ffn_norm.weight",
+        ],
+    ];
+    for [norm, qkv, qn, kn, out, ffn_norm] in names {
+        t.extend([
+            (norm, vec![N_EMBD]),
+            (qkv, vec![N_EMBD, b.qkv_rows]),
+            (qn, vec![16]),
+            (kn, vec![16]),
+            (out, vec![N_EMBD, N_EMBD]),
+            (ffn_norm, vec![N_EMBD]),
+        ]);
+    }
+    t.extend([
+        ("blk.0.ffn_gate.weight", vec![N_EMBD, N_FF]),
+        ("blk.0.ffn_up.weight", vec![N_EMBD, N_FF]),
+        ("blk.0.ffn_down.weight", vec![N_FF, N_EMBD]),
+        ("blk.1.ffn_gate_inp.weight", vec![N_EMBD, 8]),
+        ("blk.1.exp_probs_b.bias", vec![8]),
+        ("blk.1.ffn_gate_exps.weight", vec![N_EMBD, 32, 8]),
+        ("blk.1.ffn_up_exps.weight", vec![N_EMBD, 32, 8]),
+        ("blk.1.ffn_down_exps.weight", vec![32, N_EMBD, 8]),
+        ("blk.1.ffn_gate_shexp.weight", vec![N_EMBD, 32]),
+        ("blk.1.ffn_up_shexp.weight", vec![N_EMBD, 32]),
+        ("blk.1.ffn_down_shexp.weight", vec![32, N_EMBD]),
+    ]);
+    build_gguf(&meta, &t)
+}
+
+#[test]
+fn a_tiny_bailingmoe2_runs_and_its_bad_expert_groups_are_named() {
+    let bytes = bailing_file(&BAILING);
+    let g = Gguf::parse(&bytes).unwrap();
+    let m = Model::load(&g).unwrap();
+    assert_eq!(m.hp.n_layer, 2, "the MTP block is not a layer");
+    let store = ResidentStore::new(&g);
+    let mut st = State::new(&m, 4).unwrap();
+    for pos in 0..4 {
+        let logits = m.forward(&mut st, &store, &SingleThread, 3, pos).unwrap();
+        assert!(logits.iter().all(|v| v.is_finite()));
+    }
+
+    let bad = |b: Bailing, key: &str, found: &str| {
+        let err = load(&bailing_file(&b)).unwrap_err();
+        let ModelError::BadHParam {
+            key: k, found: f, ..
+        } = &err
+        else {
+            panic!("expected a hyperparameter error for {key}, got {err}");
+        };
+        assert_eq!((k.as_str(), f.as_str()), (key, found), "{err}");
+    };
+    // 3 groups do not divide 8 experts; 8 groups of one expert cannot be scored by their best two.
+    for groups in [3, 8] {
+        let b = Bailing { groups, ..BAILING };
+        bad(b, "bailingmoe2.expert_group_count", &groups.to_string());
+    }
+    // Every group used is no choice (llama.cpp refuses it too); none used chooses nothing.
+    for groups_used in [4, 0] {
+        let b = Bailing {
+            groups_used,
+            ..BAILING
+        };
+        let found = groups_used.to_string();
+        bad(b, "bailingmoe2.expert_group_used_count", &found);
+    }
+    // 1 group of 2 experts cannot give 3 experts a token.
+    let b = Bailing {
+        groups_used: 1,
+        used: 3,
+        ..BAILING
+    };
+    bad(b, "bailingmoe2.expert_used_count", "3");
+    let b = Bailing {
+        gating: 3,
+        ..BAILING
+    };
+    bad(b, "bailingmoe2.expert_gating_func", "3");
+    // The fused QKV matrix one row short: named with both shapes.
+    let err = load(&bailing_file(&Bailing {
+        qkv_rows: 63,
+        ..BAILING
+    }))
+    .unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::BadTensorShape {
+            name: "blk.0.attn_qkv.weight".into(),
+            expected: [N_EMBD, 64, 1, 1],
+            found: [N_EMBD, 63, 1, 1],
+        }
+    );
 }

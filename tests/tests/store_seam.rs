@@ -114,6 +114,7 @@ fn pread_store_gives_the_resident_logits_synthetic() {
     pread_matches_resident("synthetic-qwen3");
     pread_matches_resident("synthetic-llama");
     pread_matches_resident("synthetic-qwen3moe");
+    pread_matches_resident("synthetic-bailingmoe2");
 }
 
 /// The gets of one decoded token, checking on the way that each is released before the next

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|qwen3moe|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|bailingmoe2|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -17,6 +17,15 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           (softmax router, weights normalised over the chosen, as llama.cpp runs qwen3moe); the
           router's weights are larger (std 0.25 on an RMS-normed input of norm ~16: logit std ~4)
           so that routing is decisive, not a near tie that a last-bit difference would flip
+  bailingmoe2 (Ling-mini-2.0's architecture): 4 query heads (n_head * head_dim = n_embd, as the
+          fused attn_qkv tensor requires), QK-norm, NEOX RoPE on the first 32 of 64 dimensions;
+          layer 0 a dense FFN (leading_dense_block_count 1), layers 1-3 a mixture of 16 experts of
+          width 128 in 4 groups, 2 groups and 4 experts used per token, a sigmoid router with a
+          selection bias (exp_probs_b, std 0.2: enough to change which experts win), weights
+          normalised over the chosen and scaled by 2.5, and one shared expert of width 128 added
+          to the routed output; a fifth block is an MTP (nextn) layer that llama.cpp loads and
+          skips. Router std 0.15 (logit std ~2.4): sigmoids spread over (0, 1), not saturated,
+          so neither the groups' scores nor the experts' are near ties
   llama:  4 query heads (n_head * head_dim = n_embd); normal (GPT-J style pairs) RoPE, base 1e4;
           tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
           vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
@@ -69,6 +78,16 @@ ARCHS = {
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q4_0,
                    ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0, ffn_down_exps=T.Q5_0),
     ),
+    "bailingmoe2": dict(
+        seed=0xBA11_0002, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=600_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
+        n_expert=16, n_expert_used=4, n_ff_exp=128, n_rot=32, n_dense_lead=1, n_nextn=1,
+        n_group=4, n_group_used=2, n_shared=1, n_ff_shexp=128, weights_scale=2.5,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_qkv=T.Q8_0, attn_output=T.Q4_0,
+                   ffn_gate=T.Q8_0, ffn_up=T.Q4_1, ffn_down=T.F16,
+                   ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0, ffn_down_exps=T.Q5_0,
+                   ffn_gate_shexp=T.Q4_1, ffn_up_shexp=T.Q8_0, ffn_down_shexp=T.F16, eh_proj=T.F16),
+    ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
         n_ctx=2048, rope_base=10_000.0, rms_eps=1e-5, pre="llama-bpe", add_bos=True,
@@ -80,6 +99,9 @@ ARCHS = {
 
 # Router weights of the synthetic mixture of experts (see the module docs).
 ROUTER_STD = 0.25
+# bailingmoe2's sigmoid router and its selection bias (see the module docs).
+SIGMOID_ROUTER_STD = 0.15
+PROBS_BIAS_STD = 0.2
 
 # See the module docs: input embeddings dominate the residual stream, and the head row of each
 # token's successor carries the direction of its embedding.
@@ -195,13 +217,13 @@ def build(arch, tok, out_path):
     w.add_description("random weights from a fixed seed (tools/oracle/synth_model.py); tokenizer of Qwen2.5-Coder")
     w.add_context_length(cfg["n_ctx"])
     w.add_embedding_length(n_embd)
-    w.add_block_count(cfg["n_layer"])
+    w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
     w.add_feed_forward_length(n_ff)
     w.add_head_count(cfg["n_head"])
     w.add_head_count_kv(cfg["n_head_kv"])
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(cfg.get("n_rot", hd))
     w.add_rope_freq_base(cfg["rope_base"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
     w.add_vocab_size(n_vocab)
@@ -211,6 +233,16 @@ def build(arch, tok, out_path):
         w.add_expert_count(cfg["n_expert"])
         w.add_expert_used_count(cfg["n_expert_used"])
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "bailingmoe2":
+        w.add_leading_dense_block_count(cfg["n_dense_lead"])
+        w.add_nextn_predict_layers(cfg["n_nextn"])
+        w.add_expert_group_count(cfg["n_group"])
+        w.add_expert_group_used_count(cfg["n_group_used"])
+        w.add_expert_shared_count(cfg["n_shared"])
+        w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
+        w.add_expert_weights_scale(cfg["weights_scale"])
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(cfg["pre"])
@@ -233,7 +265,9 @@ def build(arch, tok, out_path):
     # ggml shapes are [cols, rows]; numpy arrays here are [rows, cols] (row = one output)
     embd = rng.weight((n_vocab, n_embd), EMBD_STD)
     tensor("token_embd.weight", "token_embd", embd)
-    for i in range(cfg["n_layer"]):
+    if arch == "bailingmoe2":
+        bailing_layers(cfg, rng, tensor, norm_weight)
+    for i in range(cfg["n_layer"] if arch != "bailingmoe2" else 0):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
         tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
@@ -274,6 +308,41 @@ def build(arch, tok, out_path):
     w.write_tensors_to_file()
     w.close()
     os.replace(tmp, out_path)
+
+
+def bailing_layers(cfg, rng, tensor, norm_weight):
+    """bailingmoe2's blocks: fused QKV, dense leading layers, then sigmoid-routed experts in groups
+    with a shared expert; the last `n_nextn` blocks are MTP layers (a MoE block plus the nextn
+    tensors) that inference skips."""
+    n_embd, n_ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
+    n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    for i in range(cfg["n_layer"] + cfg["n_nextn"]):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "attn_qkv.weight", "attn_qkv", rng.weight((n_q + 2 * n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
+        tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
+        tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
+        tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
+        if i < cfg["n_dense_lead"]:
+            tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+        else:
+            n_e, n_fe, n_fs = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_shexp"] * cfg["n_shared"]
+            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), SIGMOID_ROUTER_STD))
+            tensor(p + "exp_probs_b.bias", "exp_probs_b", rng.weight((n_e,), PROBS_BIAS_STD))
+            tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down_exps.weight", "ffn_down_exps", rng.weight((n_e, n_embd, n_fe), 1.0 / np.sqrt(n_fe)))
+            tensor(p + "ffn_gate_shexp.weight", "ffn_gate_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up_shexp.weight", "ffn_up_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down_shexp.weight", "ffn_down_shexp", rng.weight((n_embd, n_fs), 1.0 / np.sqrt(n_fs)))
+        if i >= cfg["n_layer"]:
+            tensor(p + "nextn.eh_proj.weight", "eh_proj", rng.weight((n_embd, 2 * n_embd), 1.0 / np.sqrt(2 * n_embd)))
+            tensor(p + "nextn.enorm.weight", "norm", norm_weight(n_embd))
+            tensor(p + "nextn.hnorm.weight", "norm", norm_weight(n_embd))
+            tensor(p + "layer_output_norm.weight", "norm", norm_weight(n_embd))
 
 
 def sha256(path):

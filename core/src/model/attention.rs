@@ -4,6 +4,7 @@
 //! ```text
 //! xb = rms_norm(x)                     attn_norm
 //! q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)
+//!   or q|k|v = Wqkv xb                 one fused matrix (bailingmoe2's attn_qkv)
 //! q, k = rms_norm per head             Qwen3, Gemma 3 (QK-norm)
 //! q, k = rope(q, k, pos)               normal (Llama) or neox (Qwen, Gemma)
 //! cache[pos] = k, v                    f16, like llama.cpp's default cache
@@ -31,6 +32,8 @@ pub struct AttentionShape {
     pub head_dim_v: usize,
     /// Sliding window of this layer, `None` for global attention.
     pub window: Option<usize>,
+    /// Q, K and V come from one matrix (`attn_qkv`), its output rows q, then k, then v.
+    pub fused_qkv: bool,
 }
 
 impl AttentionShape {
@@ -45,6 +48,13 @@ impl AttentionShape {
     }
     pub fn o_dim(&self) -> usize {
         self.n_head * self.head_dim_v
+    }
+    /// Rows of the fused QKV matrix's output (0 when Q, K and V are separate).
+    pub fn qkv_dim(&self) -> usize {
+        match self.fused_qkv {
+            true => self.q_dim() + self.kv_dim() + self.v_dim(),
+            false => 0,
+        }
     }
     /// f16 entries of the key and of the value cache for `n_ctx` positions.
     pub fn cache_entries(&self, n_ctx: usize) -> (usize, usize) {
@@ -64,14 +74,21 @@ pub struct AttentionOptions {
     pub softcap: Option<f32>,
 }
 
+/// The projections to Q, K and V: three matrices, or one whose output is q, k and v back to back.
+// One per layer, built once: the size of the larger kind costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum QkvWeights {
+    Separate { wq: Matrix, wk: Matrix, wv: Matrix },
+    Fused(Matrix),
+}
+
 #[derive(Debug, Clone)]
 pub struct Attention {
     pub shape: AttentionShape,
     pub opts: AttentionOptions,
     pub attn_norm: Vec<f32>,
-    pub wq: Matrix,
-    pub wk: Matrix,
-    pub wv: Matrix,
+    pub qkv: QkvWeights,
     pub wo: Matrix,
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
@@ -126,9 +143,16 @@ impl Attention {
             shape,
             opts,
             attn_norm: ld.vector(&n("attn_norm.weight"), n_embd)?,
-            wq: ld.matrix(&n("attn_q.weight"), n_embd, q_dim)?,
-            wk: ld.matrix(&n("attn_k.weight"), n_embd, kv_dim)?,
-            wv: ld.matrix(&n("attn_v.weight"), n_embd, v_dim)?,
+            qkv: match shape.fused_qkv {
+                true => {
+                    QkvWeights::Fused(ld.matrix(&n("attn_qkv.weight"), n_embd, shape.qkv_dim())?)
+                }
+                false => QkvWeights::Separate {
+                    wq: ld.matrix(&n("attn_q.weight"), n_embd, q_dim)?,
+                    wk: ld.matrix(&n("attn_k.weight"), n_embd, kv_dim)?,
+                    wv: ld.matrix(&n("attn_v.weight"), n_embd, v_dim)?,
+                },
+            },
             wo: ld.matrix(&n("attn_output.weight"), o_dim, n_embd)?,
             bq: bias("attn_q.bias", q_dim)?,
             bk: bias("attn_k.bias", kv_dim)?,
@@ -146,8 +170,11 @@ impl Attention {
     }
 
     /// The weights in the order `forward` asks for them.
-    pub fn matrices(&self) -> [&Matrix; 4] {
-        [&self.wq, &self.wk, &self.wv, &self.wo]
+    pub fn matrices(&self) -> Vec<&Matrix> {
+        match &self.qkv {
+            QkvWeights::Separate { wq, wk, wv } => vec![wq, wk, wv, &self.wo],
+            QkvWeights::Fused(wqkv) => vec![wqkv, &self.wo],
+        }
     }
 
     pub fn keys(&self) -> impl Iterator<Item = WeightKey> + '_ {
@@ -171,15 +198,24 @@ impl Attention {
         p.rms_norm_rows(&mut a.xb, &a.x, &self.attn_norm, n_embd);
         p.tap("attn_norm", l, &a.xb, n_embd);
 
-        // Q, K and V share one input, quantized once per activation format.
-        p.matvecs(
-            &a.xb,
-            &mut [
-                (&self.wq, &mut a.q[..]),
-                (&self.wk, &mut a.k[..]),
-                (&self.wv, &mut a.v[..]),
-            ],
-        )?;
+        match &self.qkv {
+            // Q, K and V share one input, quantized once per activation format.
+            QkvWeights::Separate { wq, wk, wv } => p.matvecs(
+                &a.xb,
+                &mut [(wq, &mut a.q[..]), (wk, &mut a.k[..]), (wv, &mut a.v[..])],
+            )?,
+            QkvWeights::Fused(wqkv) => {
+                p.matvec(wqkv, &a.xb, &mut a.qkv)?;
+                for t in 0..n {
+                    let qkv = row(&a.qkv, sh.qkv_dim(), t);
+                    let (q, kv) = qkv.split_at(q_dim);
+                    let (k, v) = kv.split_at(kv_dim);
+                    row_mut(&mut a.q, q_dim, t).copy_from_slice(q);
+                    row_mut(&mut a.k, kv_dim, t).copy_from_slice(k);
+                    row_mut(&mut a.v, v_dim, t).copy_from_slice(v);
+                }
+            }
+        }
 
         let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
         let score_scale = if self.opts.scale_q_before_attention {

@@ -4,6 +4,7 @@
 use super::attention::AttentionShape;
 use super::error::ModelError;
 use super::layer::{FfnShape, LayerShape, MixerShape};
+use super::moe_ffn::{Gating, Routing, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS};
 use crate::gguf::{Gguf, GgufError, Value};
 use alloc::format;
 use alloc::string::String;
@@ -21,6 +22,10 @@ pub enum Family {
     Qwen3,
     /// Qwen3-MoE: Qwen3's attention, a mixture-of-experts FFN in every layer.
     Qwen3Moe,
+    /// Ling 2.0 (`bailingmoe2`): fused QKV with QK-norm and partial RoPE; leading dense layers,
+    /// then experts chosen by a sigmoid router with a selection bias and groups, plus a shared
+    /// expert; trailing MTP (nextn) layers that inference skips.
+    BailingMoe2,
     /// Gemma 3: QK-norm, post-norms, scaled embedding, GELU, sliding-window layers.
     Gemma3,
 }
@@ -32,6 +37,7 @@ impl Family {
             "qwen2" => Some(Family::Qwen2),
             "qwen3" => Some(Family::Qwen3),
             "qwen3moe" => Some(Family::Qwen3Moe),
+            "bailingmoe2" => Some(Family::BailingMoe2),
             "gemma3" => Some(Family::Gemma3),
             _ => None,
         }
@@ -57,11 +63,28 @@ pub const MAX_CONTEXT: u64 = 1 << 24;
 pub const MAX_VOCAB: u64 = 1 << 22;
 /// Experts per MoE layer (the largest real models have 256; the index is a u16).
 pub const MAX_EXPERTS: u64 = 1 << 12;
+/// Shared experts per MoE layer (real models have 1 or 2).
+pub const MAX_SHARED_EXPERTS: u64 = 64;
+
+/// A mixture-of-experts family's expert hyperparameters, checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Experts {
+    n_ff: usize,
+    n_expert: usize,
+    n_expert_used: usize,
+    routing: Routing,
+    /// The shared experts' hidden width together (0: none).
+    n_ff_shared: usize,
+    /// The first layers have a dense FFN instead (`leading_dense_block_count`).
+    n_dense_lead: usize,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HParams {
     pub family: Family,
     pub arch: String,
+    /// Layers inference runs: `block_count` less the trailing MTP layers
+    /// (`nextn_predict_layers`), whose tensors are left unread.
     pub n_layer: usize,
     pub n_embd: usize,
     /// The FFN's hidden width (`feed_forward_length`).
@@ -156,16 +179,19 @@ impl HParams {
         let req = |name: &str| -> Result<u64, ModelError> { Ok(g.get_u64(&k(name))?) };
 
         let key = k("block_count");
-        let n_layer = in_range(&key, req("block_count")?, 1, MAX_LAYERS)?;
+        let n_block = in_range(&key, req("block_count")?, 1, MAX_LAYERS)?;
+        let key = k("nextn_predict_layers");
+        let n_nextn = in_range(&key, opt_u64(g, &key)?.unwrap_or(0), 0, n_block as u64 - 1)?;
+        let n_layer = n_block - n_nextn;
         let key = k("embedding_length");
         let n_embd = in_range(&key, req("embedding_length")?, 1, MAX_EMBEDDING)?;
-        let experts = Self::experts(g, &k, family)?;
+        let experts = Self::experts(g, &k, family, n_layer)?;
         let key = k("feed_forward_length");
-        // A mixture of experts may leave out the dense width (it has no dense FFN).
+        // A mixture of experts may leave out the dense width if it has no dense layer.
         let n_ff = match (opt_u64(g, &key)?, experts) {
             (Some(v), _) => in_range(&key, v, 1, MAX_FEED_FORWARD)?,
-            (None, Some((n_ff, ..))) => n_ff,
-            (None, None) => in_range(&key, req("feed_forward_length")?, 1, MAX_FEED_FORWARD)?,
+            (None, Some(x)) if x.n_dense_lead == 0 => x.n_ff,
+            _ => in_range(&key, req("feed_forward_length")?, 1, MAX_FEED_FORWARD)?,
         };
         let key = k("attention.head_count");
         let n_head = in_range(&key, req("attention.head_count")?, 1, MAX_HEADS)?;
@@ -324,14 +350,17 @@ impl HParams {
                     head_dim,
                     head_dim_v,
                     window: if is_swa[l] { sliding_window } else { None },
+                    fused_qkv: family == Family::BailingMoe2,
                 }),
                 ffn: match experts {
-                    Some((n_ff, n_expert, n_expert_used)) => FfnShape::Moe {
-                        n_ff,
-                        n_expert,
-                        n_expert_used,
+                    Some(x) if l >= x.n_dense_lead => FfnShape::Moe {
+                        n_ff: x.n_ff,
+                        n_expert: x.n_expert,
+                        n_expert_used: x.n_expert_used,
+                        routing: x.routing,
+                        n_ff_shared: x.n_ff_shared,
                     },
-                    None => FfnShape::Dense { n_ff },
+                    _ => FfnShape::Dense { n_ff },
                 },
             })
             .collect();
@@ -364,21 +393,23 @@ impl HParams {
         })
     }
 
-    /// A mixture-of-experts family's (expert width, experts, experts per token), checked;
-    /// `None` for a dense family.
+    /// A mixture-of-experts family's expert hyperparameters, checked; `None` for a dense
+    /// family. The keys and defaults are llama.cpp's.
     fn experts(
         g: &Gguf,
         k: &dyn Fn(&str) -> String,
         family: Family,
-    ) -> Result<Option<(usize, usize, usize)>, ModelError> {
-        if family != Family::Qwen3Moe {
+        n_layer: usize,
+    ) -> Result<Option<Experts>, ModelError> {
+        if !matches!(family, Family::Qwen3Moe | Family::BailingMoe2) {
             return Ok(None);
         }
         let req = |name: &str| -> Result<u64, ModelError> { Ok(g.get_u64(&k(name))?) };
+        let opt = |name: &str| opt_u64(g, &k(name));
         let key = k("expert_count");
         let n_expert = in_range(&key, req("expert_count")?, 1, MAX_EXPERTS)?;
         let key = k("expert_used_count");
-        let max_used = (n_expert as u64).min(super::moe_ffn::MAX_EXPERTS_USED as u64);
+        let max_used = (n_expert as u64).min(MAX_EXPERTS_USED as u64);
         let n_expert_used = in_range(&key, req("expert_used_count")?, 1, max_used)?;
         let key = k("expert_feed_forward_length");
         let n_ff = in_range(
@@ -387,7 +418,111 @@ impl HParams {
             1,
             MAX_FEED_FORWARD,
         )?;
-        Ok(Some((n_ff, n_expert, n_expert_used)))
+        let mut x = Experts {
+            n_ff,
+            n_expert,
+            n_expert_used,
+            routing: Routing::SOFTMAX_NORMALISED,
+            n_ff_shared: 0,
+            n_dense_lead: 0,
+        };
+        if family == Family::Qwen3Moe {
+            return Ok(Some(x));
+        }
+
+        // bailingmoe2
+        let key = k("expert_gating_func");
+        let gating = match req("expert_gating_func")? {
+            1 => Gating::Softmax,
+            2 => Gating::Sigmoid,
+            v => {
+                return Err(ModelError::BadHParam {
+                    key,
+                    expected: "1 (softmax) or 2 (sigmoid)".into(),
+                    found: format!("{v}"),
+                })
+            }
+        };
+        let key = k("expert_weights_norm");
+        let norm_weights = match g.get(&key) {
+            None => false,
+            Some(v) => v.as_bool().ok_or_else(|| {
+                ModelError::Gguf(GgufError::WrongValueType {
+                    key: key.clone(),
+                    expected: "bool",
+                    found: v.type_name(),
+                })
+            })?,
+        };
+        let key = k("expert_weights_scale");
+        let scale = opt_f32(g, &key)?.unwrap_or(0.0);
+        if !(scale.is_finite() && scale >= 0.0) {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: "a finite number >= 0 (0: unscaled)".into(),
+                found: format!("{scale}"),
+            });
+        }
+        let key = k("expert_group_count");
+        let n_group = in_range(
+            &key,
+            opt("expert_group_count")?.unwrap_or(0),
+            0,
+            MAX_EXPERT_GROUPS as u64,
+        )?;
+        let mut n_group_used = 0;
+        if n_group > 1 {
+            // Each group is scored by its two best experts, so it needs at least two.
+            if n_expert % n_group != 0 || n_expert / n_group < 2 {
+                return Err(ModelError::BadHParam {
+                    key,
+                    expected: format!(
+                        "a divisor of expert_count ({n_expert}) leaving at least 2 experts a group"
+                    ),
+                    found: format!("{n_group}"),
+                });
+            }
+            let key = k("expert_group_used_count");
+            n_group_used = in_range(&key, req("expert_group_used_count")?, 1, n_group as u64 - 1)?;
+            let reachable = n_group_used * (n_expert / n_group);
+            if n_expert_used > reachable {
+                return Err(ModelError::BadHParam {
+                    key: k("expert_used_count"),
+                    expected: format!(
+                        "at most the {reachable} experts of the {n_group_used} groups used"
+                    ),
+                    found: format!("{n_expert_used}"),
+                });
+            }
+        }
+        let key = k("expert_shared_count");
+        let n_shared = in_range(&key, req("expert_shared_count")?, 1, MAX_SHARED_EXPERTS)?;
+        let key = k("expert_shared_feed_forward_length");
+        let n_ff_one = in_range(
+            &key,
+            opt("expert_shared_feed_forward_length")?.unwrap_or(n_ff as u64),
+            1,
+            MAX_FEED_FORWARD,
+        )?;
+        let n_ff_shared = in_range(&key, (n_ff_one * n_shared) as u64, 1, MAX_FEED_FORWARD)?;
+        let key = k("leading_dense_block_count");
+        let n_dense_lead = in_range(
+            &key,
+            opt("leading_dense_block_count")?.unwrap_or(0),
+            0,
+            n_layer as u64,
+        )?;
+        x.routing = Routing {
+            gating,
+            norm_weights,
+            weights_scale: if scale == 0.0 { 1.0 } else { scale },
+            n_group,
+            n_group_used,
+            selection_bias: true,
+        };
+        x.n_ff_shared = n_ff_shared;
+        x.n_dense_lead = n_dense_lead;
+        Ok(Some(x))
     }
 
     /// Which layers use the sliding window. The file may give a per-layer bool array, or a

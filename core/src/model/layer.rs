@@ -3,7 +3,7 @@
 //! | part | kinds now | next |
 //! |---|---|---|
 //! | [`TokenMixer`] | [`Attention`] (attention.rs) | a recurrent Gated DeltaNet layer |
-//! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs), [`MoeFfn`] (moe_ffn.rs) | bailingmoe2's shared experts and groups |
+//! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs), [`MoeFfn`] (moe_ffn.rs: softmax or sigmoid routers, selection bias, groups, shared expert) | |
 //!
 //! Adding a kind is a new file plus a match arm in each `match` below: its tensors
 //! ([`Layer::matrices`], which the repack plan and the prefetch hints read), its state
@@ -15,14 +15,14 @@ use super::attention::{Attention, AttentionShape, KvCache};
 use super::dense_ffn::DenseFfn;
 use super::error::ModelError;
 use super::matrix::Matrix;
-use super::moe_ffn::MoeFfn;
+use super::moe_ffn::{MoeFfn, Routing};
 use super::pass::Pass;
 use super::state::Activations;
 use super::store::WeightKey;
 use alloc::vec::Vec;
 
 /// What the header says layer `l` is made of, before any tensor is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LayerShape {
     pub mixer: MixerShape,
     pub ffn: FfnShape,
@@ -33,16 +33,19 @@ pub enum MixerShape {
     Attention(AttentionShape),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FfnShape {
     Dense {
         n_ff: usize,
     },
-    /// `n_expert` gated MLPs of hidden width `n_ff`, `n_expert_used` of them per token.
+    /// `n_expert` gated MLPs of hidden width `n_ff`, `n_expert_used` of them per token, chosen
+    /// and weighted as `routing` says; plus a shared expert of width `n_ff_shared` (0: none).
     Moe {
         n_ff: usize,
         n_expert: usize,
         n_expert_used: usize,
+        routing: Routing,
+        n_ff_shared: usize,
     },
 }
 
@@ -69,12 +72,18 @@ impl LayerShape {
                 w.v = a.v_dim();
                 w.o = a.o_dim();
                 w.n_head = a.n_head;
+                w.qkv = a.qkv_dim();
             }
         }
         match self.ffn {
             FfnShape::Dense { n_ff } => w.ff = n_ff,
-            FfnShape::Moe { n_ff, n_expert, .. } => {
-                w.ff = n_ff;
+            FfnShape::Moe {
+                n_ff,
+                n_expert,
+                n_ff_shared,
+                ..
+            } => {
+                w.ff = n_ff.max(n_ff_shared);
                 w.router = n_expert;
             }
         }
@@ -93,6 +102,8 @@ pub struct LayerWidths {
     pub n_head: usize,
     /// Router logits of a mixture-of-experts FFN (its expert count).
     pub router: usize,
+    /// A fused QKV matrix's output (0 when Q, K and V are separate).
+    pub qkv: usize,
 }
 
 impl LayerWidths {
@@ -109,6 +120,7 @@ impl LayerWidths {
                 ff: a.ff.max(b.ff),
                 n_head: a.n_head.max(b.n_head),
                 router: a.router.max(b.router),
+                qkv: a.qkv.max(b.qkv),
             })
     }
 }

@@ -208,6 +208,7 @@ mod tests {
                         head_dim: 16,
                         head_dim_v: 16,
                         window: None,
+                        fused_qkv: false,
                     }),
                     ffn: FfnShape::Dense { n_ff: 128 },
                 };

@@ -1,4 +1,5 @@
-//! The decoder-only transformer: Llama, Qwen2, Qwen3, Qwen3-MoE and Gemma 3 in one forward pass.
+//! The decoder-only transformer: Llama, Qwen2, Qwen3, Qwen3-MoE, bailingmoe2 (Ling 2.0) and
+//! Gemma 3 in one forward pass.
 //!
 //! ```text
 //! token -> embedding row (x sqrt(n_embd) for Gemma)
@@ -28,14 +29,14 @@ pub mod repack;
 pub mod state;
 pub mod store;
 
-pub use attention::{Attention, AttentionOptions, AttentionShape, KvCache};
+pub use attention::{Attention, AttentionOptions, AttentionShape, KvCache, QkvWeights};
 pub use dense_ffn::{DenseFfn, Gate};
 pub use error::ModelError;
 pub use hparams::{Family, HParams, RopeScaling};
 pub use layer::{Ffn, FfnShape, Layer, LayerShape, LayerState, MixerShape, TokenMixer};
 pub use matrix::{Loader, Matrix};
 pub use memory_plan::MemoryPlan;
-pub use moe_ffn::{MoeFfn, MAX_EXPERTS_USED};
+pub use moe_ffn::{Gating, MoeFfn, Routing, SharedExpert, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS};
 pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
     bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
@@ -99,7 +100,7 @@ impl Family {
                 qkv_bias: true,
                 ..base
             },
-            Family::Qwen3 | Family::Qwen3Moe => Switches {
+            Family::Qwen3 | Family::Qwen3Moe | Family::BailingMoe2 => Switches {
                 qk_norm: true,
                 ..base
             },
@@ -227,6 +228,8 @@ impl Model {
                     n_ff,
                     n_expert,
                     n_expert_used,
+                    routing,
+                    n_ff_shared,
                 } => Ffn::Moe(MoeFfn::load(
                     &ld,
                     l,
@@ -234,8 +237,8 @@ impl Model {
                     n_ff,
                     n_expert,
                     n_expert_used,
-                    // Qwen3-MoE normalises the chosen experts' weights (llama.cpp's norm_w).
-                    true,
+                    routing,
+                    n_ff_shared,
                     kernels.swiglu(),
                 )?),
             };

@@ -1,12 +1,19 @@
-//! The mixture-of-experts feed-forward network (Qwen3-MoE's): a router picks `k` of `n_expert`
-//! gated MLPs per token; their outputs, weighted by the router's probabilities, are summed.
+//! The mixture-of-experts feed-forward network (Qwen3-MoE's, bailingmoe2's): a router picks `k`
+//! of `n_expert` gated MLPs per token; their outputs, weighted by the router's probabilities,
+//! are summed, plus a shared expert that every token runs (bailingmoe2).
 //!
 //! ```text
 //! xb = rms_norm(x)                              ffn_norm
-//! p = softmax(Wrouter xb)                       ffn_gate_inp, one logit per expert
-//! E = the k experts of largest p                in order of p, largest first
+//! p = softmax(Wrouter xb)                       ffn_gate_inp, one logit per expert (Qwen3-MoE)
+//!   or sigmoid(Wrouter xb)                      (bailingmoe2)
+//! s = p + b                                     exp_probs_b: for choosing only, never a weight
+//! groups: score_g = the sum of the 2 largest s in group g; all s outside the
+//!         n_group_used best groups are -inf     (expert_group_count > 1)
+//! E = the k experts of largest s                in order of s, largest first
 //! w_e = p_e / max(sum_E p, 2^-14)               normalised over the chosen (norm_w)
+//! w_e = w_e * scale                             expert_weights_scale (when not 0 or 1)
 //! f = sum_e w_e Wdown_e (silu(Wgate_e xb) * Wup_e xb)
+//!   + Wdown_sh (silu(Wgate_sh xb) * Wup_sh xb)  the shared expert (ffn_*_shexp)
 //! x = x + f
 //! ```
 //! Each expert is one slice of a 3-D tensor (`ffn_*_exps`, ggml dims
@@ -30,17 +37,66 @@ pub const MAX_EXPERTS_USED: usize = 16;
 /// before dividing by it.
 const MIN_WEIGHT_SUM: f32 = 1.0 / 16384.0;
 
+/// Most expert groups a layer may have (`expert_group_count`): the chosen groups live in a
+/// fixed-size list. Real models have 8 (Ling) or fewer.
+pub const MAX_EXPERT_GROUPS: usize = 64;
+
+/// How the router's logits become probabilities (`expert_gating_func`: 1 softmax, 2 sigmoid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+/// How a layer's router chooses and weights its experts, from the header.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Routing {
+    pub gating: Gating,
+    /// Divide the chosen experts' probabilities by their sum (llama.cpp's norm_w).
+    pub norm_weights: bool,
+    /// Multiplies every chosen weight (`expert_weights_scale`; 1.0 when unset).
+    pub weights_scale: f32,
+    /// Expert groups (`expert_group_count`; 0 or 1: none) and how many a token may use.
+    pub n_group: usize,
+    pub n_group_used: usize,
+    /// Look for a selection bias (`blk.N.exp_probs_b.bias`, optional where it may appear).
+    pub selection_bias: bool,
+}
+
+impl Routing {
+    /// Qwen3-MoE's: softmax, normalised over the chosen, no groups, no bias.
+    pub const SOFTMAX_NORMALISED: Routing = Routing {
+        gating: Gating::Softmax,
+        norm_weights: true,
+        weights_scale: 1.0,
+        n_group: 0,
+        n_group_used: 0,
+        selection_bias: false,
+    };
+}
+
+/// The shared expert: a gated MLP every token runs beside its chosen experts.
+#[derive(Debug, Clone)]
+pub struct SharedExpert {
+    pub n_ff: usize,
+    pub w_gate: Matrix,
+    pub w_up: Matrix,
+    pub w_down: Matrix,
+}
+
 #[derive(Debug, Clone)]
 pub struct MoeFfn {
     pub n_expert: usize,
     pub n_expert_used: usize,
     /// Hidden width of one expert.
     pub n_ff: usize,
-    /// Divide the chosen experts' probabilities by their sum.
-    pub norm_weights: bool,
+    pub routing: Routing,
     pub ffn_norm: Vec<f32>,
     /// `[n_embd] -> [n_expert]` router logits.
     pub router: Matrix,
+    /// Added to the probabilities to choose the experts, not to weight them.
+    pub selection_bias: Option<Vec<f32>>,
+    pub shared: Option<SharedExpert>,
     /// The expert tensors, each matrix one expert's shape; `key` names the whole tensor.
     pub gate_exps: Matrix,
     pub up_exps: Matrix,
@@ -49,7 +105,9 @@ pub struct MoeFfn {
 }
 
 impl MoeFfn {
-    /// Loads layer `l`'s router and expert tensors (`blk.{l}.ffn_gate_inp`, `ffn_*_exps`).
+    /// Loads layer `l`'s router and expert tensors (`blk.{l}.ffn_gate_inp`, `ffn_*_exps`, the
+    /// selection bias `exp_probs_b.bias` if `routing` looks for one, and `ffn_*_shexp` if
+    /// `n_ff_shared` is not 0).
     #[allow(clippy::too_many_arguments)]
     pub fn load(
         ld: &Loader,
@@ -58,17 +116,33 @@ impl MoeFfn {
         n_ff: usize,
         n_expert: usize,
         n_expert_used: usize,
-        norm_weights: bool,
+        routing: Routing,
+        n_ff_shared: usize,
         swiglu: fn(&mut [f32], &[f32]),
     ) -> Result<MoeFfn, ModelError> {
         let n = |s: &str| format!("blk.{l}.{s}");
+        let shared = match n_ff_shared {
+            0 => None,
+            f => Some(SharedExpert {
+                n_ff: f,
+                w_gate: ld.matrix(&n("ffn_gate_shexp.weight"), n_embd, f)?,
+                w_up: ld.matrix(&n("ffn_up_shexp.weight"), n_embd, f)?,
+                w_down: ld.matrix(&n("ffn_down_shexp.weight"), f, n_embd)?,
+            }),
+        };
+        let selection_bias = match routing.selection_bias {
+            true => ld.opt_vector(&n("exp_probs_b.bias"), n_expert)?,
+            false => None,
+        };
         Ok(MoeFfn {
             n_expert,
             n_expert_used,
             n_ff,
-            norm_weights,
+            routing,
             ffn_norm: ld.vector(&n("ffn_norm.weight"), n_embd)?,
             router: ld.matrix(&n("ffn_gate_inp.weight"), n_embd, n_expert)?,
+            selection_bias,
+            shared,
             gate_exps: ld.experts(&n("ffn_gate_exps.weight"), n_embd, n_ff, n_expert)?,
             up_exps: ld.experts(&n("ffn_up_exps.weight"), n_embd, n_ff, n_expert)?,
             down_exps: ld.experts(&n("ffn_down_exps.weight"), n_ff, n_embd, n_expert)?,
@@ -76,9 +150,14 @@ impl MoeFfn {
         })
     }
 
-    /// The matrices asked for whole: the router.
-    pub fn matrices(&self) -> [&Matrix; 1] {
-        [&self.router]
+    /// The matrices asked for whole, in the order `forward` uses them: the router, then the
+    /// shared expert's.
+    pub fn matrices(&self) -> Vec<&Matrix> {
+        let mut all = alloc::vec![&self.router];
+        if let Some(sh) = &self.shared {
+            all.extend([&sh.w_gate, &sh.w_up, &sh.w_down]);
+        }
+        all
     }
 
     /// The expert tensors, asked for one expert at a time, in the order `forward` uses them.
@@ -95,6 +174,20 @@ impl MoeFfn {
         p.tap("ffn_norm", l, &a.xb, n_embd);
         p.matvec(&self.router, &a.xb, &mut a.router)?;
         p.tap("ffn_moe_logits", l, &a.router, self.n_expert);
+        if let Some(sh) = &self.shared {
+            // The shared expert runs for all tokens at once, into xb2, before the routed experts
+            // (which reuse hb and hb2) add their sum to it.
+            let nf = sh.n_ff;
+            p.matvecs(
+                &a.xb,
+                &mut [(&sh.w_gate, &mut a.hb[..]), (&sh.w_up, &mut a.hb2[..])],
+            )?;
+            for t in 0..n {
+                (self.swiglu)(row_mut(&mut a.hb, nf, t), row(&a.hb2, nf, t));
+            }
+            p.matvec(&sh.w_down, &a.hb, &mut a.xb2)?;
+            p.tap("ffn_shexp", l, &a.xb2, n_embd);
+        }
 
         // Each token runs its own experts: the pass goes one token at a time here.
         let n_pass = core::mem::replace(&mut p.n, 1);
@@ -108,7 +201,8 @@ impl MoeFfn {
     }
 
     /// Token `t`'s experts: route, hint the chosen experts to the store, run each, and leave
-    /// their weighted sum in row `t` of `xb2`.
+    /// their weighted sum in row `t` of `xb2` (added to the shared expert's output there, if
+    /// the layer has one).
     fn token_experts(&self, p: &mut Pass, a: &mut Activations, t: usize) -> Result<(), ModelError> {
         let (n_embd, n_ff) = (a.n_embd, self.n_ff);
         let chosen = self.route(row_mut(&mut a.router, self.n_expert, t));
@@ -120,47 +214,112 @@ impl MoeFfn {
             }
         }
         p.store.prefetch(&hint);
-        a.moe_acc[..n_embd].fill(0.0);
+        // moe_acc: the weighted sum, then one expert's output.
+        let (acc, out) = a.moe_acc.split_at_mut(n_embd);
+        acc.fill(0.0);
         for &(e, w) in &chosen {
             let xb = row(&a.xb, n_embd, t);
             let (gate, up) = (&mut a.hb[..n_ff], &mut a.hb2[..n_ff]);
             p.expert_matvecs(xb, e, &mut [(&self.gate_exps, gate), (&self.up_exps, up)])?;
             (self.swiglu)(&mut a.hb[..n_ff], &a.hb2[..n_ff]);
-            let out = row_mut(&mut a.xb2, n_embd, t);
-            p.expert_matvecs(&a.hb[..n_ff], e, &mut [(&self.down_exps, out)])?;
+            p.expert_matvecs(&a.hb[..n_ff], e, &mut [(&self.down_exps, &mut out[..])])?;
             // ggml scales each expert's output, then adds them up in the router's order.
-            let out = row(&a.xb2, n_embd, t);
-            a.moe_acc[..n_embd]
-                .iter_mut()
-                .zip(out)
+            acc.iter_mut()
+                .zip(out.iter())
                 .for_each(|(acc, o)| *acc += o * w);
         }
-        row_mut(&mut a.xb2, n_embd, t).copy_from_slice(&a.moe_acc[..n_embd]);
+        let dst = row_mut(&mut a.xb2, n_embd, t);
+        match self.shared {
+            // ggml adds the shared expert's output to the routed sum: moe_out + shexp (the
+            // same float either way round).
+            Some(_) => dst.iter_mut().zip(acc.iter()).for_each(|(d, s)| *d += s),
+            None => dst.copy_from_slice(acc),
+        }
         Ok(())
     }
 
-    /// The `k` experts of largest probability (largest first; the lower index on a tie) and
-    /// their weights, from one token's router logits (turned into probabilities in place).
+    /// The `k` experts of largest selection score (largest first; the lower index on a tie)
+    /// and their weights, from one token's router logits (turned into probabilities in place).
     fn route(&self, logits: &mut [f32]) -> heapless::Vec<(u16, f32), MAX_EXPERTS_USED> {
-        math::softmax(logits);
+        let r = &self.routing;
+        match r.gating {
+            Gating::Softmax => math::softmax(logits),
+            // ggml's sigmoid, as it writes it.
+            Gating::Sigmoid => logits
+                .iter_mut()
+                .for_each(|v| *v = 1.0 / (1.0 + libm::expf(-*v))),
+        }
+        let probs = &*logits;
+        let bias = self.selection_bias.as_deref();
+        let score = |e: usize| bias.map_or(probs[e], |b| probs[e] + b[e]);
+        let groups = self.chosen_groups(&score);
+        let per_group = self.n_expert / r.n_group.max(1);
+        let allowed = |e: usize| groups.is_empty() || groups.contains(&((e / per_group) as u16));
         let mut chosen = heapless::Vec::<(u16, f32), MAX_EXPERTS_USED>::new();
         for _ in 0..self.n_expert_used {
-            let mut best: Option<usize> = None;
-            for (e, &prob) in logits.iter().enumerate() {
+            let mut best: Option<(usize, f32)> = None;
+            for e in 0..self.n_expert {
                 let taken = chosen.iter().any(|&(c, _)| c as usize == e);
-                if !taken && best.is_none_or(|b| prob > logits[b]) {
-                    best = Some(e);
+                if taken || !allowed(e) {
+                    continue;
+                }
+                let s = score(e);
+                if best.is_none_or(|(_, b)| s > b) {
+                    best = Some((e, s));
                 }
             }
-            if let Some(e) = best {
+            if let Some((e, _)) = best {
                 // n_expert_used <= MAX_EXPERTS_USED was checked with the hyperparameters.
-                let _ = chosen.push((e as u16, logits[e]));
+                let _ = chosen.push((e as u16, probs[e]));
             }
         }
-        if self.norm_weights {
+        if r.norm_weights {
             let sum: f32 = chosen.iter().map(|&(_, w)| w).sum();
             let sum = sum.max(MIN_WEIGHT_SUM);
             chosen.iter_mut().for_each(|(_, w)| *w /= sum);
+        }
+        if r.weights_scale != 0.0 && r.weights_scale != 1.0 {
+            chosen.iter_mut().for_each(|(_, w)| *w *= r.weights_scale);
+        }
+        chosen
+    }
+
+    /// The `n_group_used` groups of largest score (the sum of a group's two largest selection
+    /// scores; largest first, the lower index on a tie); empty when the layer has no groups.
+    fn chosen_groups(&self, score: &dyn Fn(usize) -> f32) -> heapless::Vec<u16, MAX_EXPERT_GROUPS> {
+        let r = &self.routing;
+        let mut chosen = heapless::Vec::<u16, MAX_EXPERT_GROUPS>::new();
+        if r.n_group <= 1 {
+            return chosen;
+        }
+        let per_group = self.n_expert / r.n_group;
+        let group_score = |g: usize| {
+            let (mut top1, mut top2) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+            for e in g * per_group..(g + 1) * per_group {
+                let s = score(e);
+                if s > top1 {
+                    (top1, top2) = (s, top1);
+                } else if s > top2 {
+                    top2 = s;
+                }
+            }
+            top1 + top2
+        };
+        for _ in 0..r.n_group_used {
+            let mut best: Option<(usize, f32)> = None;
+            for g in 0..r.n_group {
+                if chosen.contains(&(g as u16)) {
+                    continue;
+                }
+                let s = group_score(g);
+                if best.is_none_or(|(_, b)| s > b) {
+                    best = Some((g, s));
+                }
+            }
+            if let Some((g, _)) = best {
+                // n_group <= MAX_EXPERT_GROUPS was checked with the hyperparameters.
+                let _ = chosen.push(g as u16);
+            }
         }
         chosen
     }

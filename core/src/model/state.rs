@@ -43,7 +43,7 @@ impl StateShape {
         let b = n_batch.clamp(1, n_ctx.max(1));
         let w = LayerWidths::max_over(&hp.layers);
         let widest = hp.n_embd.max(w.ff).max(w.o);
-        let most_rows = widest.max(w.q).max(w.k).max(w.v).max(w.router);
+        let most_rows = widest.max(w.q).max(w.k).max(w.v).max(w.router).max(w.qkv);
         StateShape {
             n_ctx,
             n_batch: b,
@@ -66,7 +66,7 @@ impl StateShape {
     /// Bytes of the activation buffers, the scores, the quantized-input scratch and the tile.
     pub fn activation_bytes(&self) -> usize {
         let (b, w) = (self.n_batch, &self.widths);
-        4 * (b * (3 * self.n_embd + w.q + w.k + w.v + w.o + w.router)
+        4 * (b * (3 * self.n_embd + w.q + w.k + w.v + w.o + w.router + w.qkv)
             + b * 2 * w.ff
             + self.scores
             + self.tile
@@ -74,10 +74,11 @@ impl StateShape {
             + b * self.act_row_bytes
     }
 
-    /// f32s of the mixture-of-experts accumulator (one token's output; none without MoE).
+    /// f32s of the mixture-of-experts scratch (one token's sum and one expert's output; none
+    /// without MoE).
     fn moe_acc(&self) -> usize {
         if self.widths.router > 0 {
-            self.n_embd
+            2 * self.n_embd
         } else {
             0
         }
@@ -108,8 +109,11 @@ pub struct Activations {
     pub hb2: Vec<f32>,
     /// Router logits, then probabilities, of a mixture-of-experts FFN, `[n_batch][n_expert]`.
     pub router: Vec<f32>,
-    /// One token's weighted sum of expert outputs, `[n_embd]` (empty without MoE).
+    /// One token's weighted sum of expert outputs, then one expert's output, `[2][n_embd]`
+    /// (empty without MoE).
     pub moe_acc: Vec<f32>,
+    /// A fused QKV matrix's output before it is split into q, k and v, `[n_batch][qkv]`.
+    pub qkv: Vec<f32>,
 }
 
 pub struct State {
@@ -175,6 +179,7 @@ impl State {
                 hb2: vec![0.0; b * w.ff],
                 router: vec![0.0; b * w.router],
                 moe_acc: vec![0.0; sh.moe_acc()],
+                qkv: vec![0.0; b * w.qkv],
             },
             act_q: vec![0; b * sh.act_row_bytes],
             tile: vec![0.0; sh.tile],
@@ -224,6 +229,7 @@ impl State {
             + a.hb.len() * 2
             + a.router.len()
             + a.moe_acc.len()
+            + a.qkv.len()
             + self.logits.len()
             + self.head_logits.len())
             + self.act_q.len()
