@@ -41,28 +41,20 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 
 #[test]
 fn decoding_64_tokens_after_warm_up_allocates_nothing() {
-    let path = model_path("gemma3-270m").expect("gemma3-270m is required");
-    let file = MappedFile::open(&path).unwrap();
-    let gguf = Gguf::parse(file.bytes()).unwrap();
-    let model = Model::load(&gguf).unwrap();
-    decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "resident store");
-    decode_64_without_allocating(&model, &pread_store(&path, &gguf), "pread store");
-
-    // A mixture of experts: routing, the chosen experts' hint and their matvecs.
-    let path = model_path("synthetic-qwen3moe").expect("synthetic-qwen3moe");
-    let file = MappedFile::open(&path).unwrap();
-    let gguf = Gguf::parse(file.bytes()).unwrap();
-    let model = Model::load(&gguf).unwrap();
-    decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "qwen3moe, resident");
-    decode_64_without_allocating(&model, &pread_store(&path, &gguf), "qwen3moe, pread");
-
-    // Groups, the selection bias and the shared expert; a fused QKV matrix.
-    let path = model_path("synthetic-bailingmoe2").expect("synthetic-bailingmoe2");
-    let file = MappedFile::open(&path).unwrap();
-    let gguf = Gguf::parse(file.bytes()).unwrap();
-    let model = Model::load(&gguf).unwrap();
-    decode_64_without_allocating(&model, &ResidentStore::new(&gguf), "bailingmoe2, resident");
-    decode_64_without_allocating(&model, &pread_store(&path, &gguf), "bailingmoe2, pread");
+    // Gemma 3; then a mixture of experts (routing, the chosen experts' hint and their
+    // matvecs); then groups, the selection bias and the shared expert, with a fused QKV matrix.
+    for model in ["gemma3-270m", "synthetic-qwen3moe", "synthetic-bailingmoe2"] {
+        let path = model_path(model).unwrap_or_else(|| panic!("{model} is required"));
+        let file = MappedFile::open(&path).unwrap();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        let m = Model::load(&gguf).unwrap();
+        decode_64_without_allocating(
+            &m,
+            &ResidentStore::new(&gguf),
+            &format!("{model}, resident"),
+        );
+        decode_64_without_allocating(&m, &pread_store(&path, &gguf), &format!("{model}, pread"));
+    }
 }
 
 fn decode_64_without_allocating(model: &Model, store: &dyn WeightStore, what: &str) {
