@@ -235,9 +235,11 @@ enum Act {
     All127,
 }
 
-fn activation_row(ty: GgmlType, nb: usize, act: Act, seed: u64) -> Vec<u8> {
+/// The activation row for `n` weights' elements: `n / ty.block_size()` blocks of `ty` (a Q1_0
+/// block of 128 meets four Q8_0 blocks).
+fn activation_row(ty: GgmlType, n: usize, act: Act, seed: u64) -> Vec<u8> {
     let mut rng = XorShift(seed ^ 0x9E37_79B9_7F4A_7C15);
-    let n = nb * ty.block_size();
+    let nb = n / ty.block_size();
     let mut out = vec![0u8; nb * ty.type_size()];
     match act {
         Act::Quantized => {
@@ -385,7 +387,7 @@ fn check_kernel(k: &Kernel, face: &str, dot: Dot, bit_exact: bool) -> usize {
                 for act in [Act::Quantized, Act::RawBytes, Act::AllMinus128, Act::All127] {
                     seed += 1;
                     let w = weight_row(k.weight, nb, quants, scales, seed);
-                    let a = activation_row(act_ty, nb, act, seed);
+                    let a = activation_row(act_ty, n, act, seed);
                     let want = (k.scalar)(n, &w, &a);
                     // SAFETY: the dotprod face is only passed in when the CPU has dotprod.
                     let got = unsafe { dot(n, &w, &a) };
@@ -566,19 +568,19 @@ fn interleaved_rows_match_scalar() {
                     let (w, a) = match case {
                         0 => (
                             weight_row(ty, n_rows * nb, Quants::Random, Scales::Moderate, seed),
-                            activation_row(act_ty, nb, Act::Quantized, seed),
+                            activation_row(act_ty, n, Act::Quantized, seed),
                         ),
                         1 => (
                             weight_row(ty, n_rows * nb, Quants::AllOnes, Scales::Mixed, seed),
-                            activation_row(act_ty, nb, Act::AllMinus128, seed),
+                            activation_row(act_ty, n, Act::AllMinus128, seed),
                         ),
                         2 => (
                             weight_row(ty, n_rows * nb, Quants::Random, Scales::Largest, seed),
-                            activation_row(act_ty, nb, Act::RawBytes, seed),
+                            activation_row(act_ty, n, Act::RawBytes, seed),
                         ),
                         3 => (
                             weight_row(ty, n_rows * nb, Quants::AllZero, Scales::Subnormal, seed),
-                            activation_row(act_ty, nb, Act::All127, seed),
+                            activation_row(act_ty, n, Act::All127, seed),
                         ),
                         _ if exact_case => (
                             exact_arithmetic_weights(ty, n_rows * nb, seed),
@@ -586,7 +588,7 @@ fn interleaved_rows_match_scalar() {
                         ),
                         _ => (
                             weight_row(ty, n_rows * nb, Quants::Random, Scales::Mixed, seed),
-                            activation_row(act_ty, nb, Act::RawBytes, seed),
+                            activation_row(act_ty, n, Act::RawBytes, seed),
                         ),
                     };
                     let mut packed = vec![0u8; (x4.bytes)(n_rows, n).unwrap()];
@@ -675,7 +677,7 @@ fn unaligned_rows_give_the_same_result() {
     for k in KERNELS {
         let act_ty = activation_type(k.weight);
         let w = weight_row(k.weight, 3, Quants::Random, Scales::Moderate, 11);
-        let a = activation_row(act_ty, 3, Act::Quantized, 11);
+        let a = activation_row(act_ty, 3 * k.weight.block_size(), Act::Quantized, 11);
         let n = 3 * k.weight.block_size();
         let mut faces: Vec<(&str, Dot)> = vec![("neon", k.neon)];
         if dotprod_detected() {
@@ -707,13 +709,11 @@ fn short_rows_are_cut_to_whole_blocks() {
     for k in KERNELS {
         let act_ty = activation_type(k.weight);
         let w = weight_row(k.weight, 3, Quants::Random, Scales::Moderate, 7);
-        let a = activation_row(act_ty, 3, Act::Quantized, 7);
         let bs = k.weight.block_size();
-        let want = (k.scalar)(
-            2 * bs,
-            &w[..2 * k.weight.type_size()],
-            &a[..2 * act_ty.type_size()],
-        );
+        let a = activation_row(act_ty, 3 * bs, Act::Quantized, 7);
+        // Bytes of activation that meet one weight block.
+        let act_bytes = act_ty.type_size() * bs / act_ty.block_size();
+        let want = (k.scalar)(2 * bs, &w[..2 * k.weight.type_size()], &a[..2 * act_bytes]);
         let mut faces: Vec<(&str, Dot)> = vec![("neon", k.neon)];
         if dotprod_detected() {
             faces.push(("dotprod", k.dotprod));
@@ -723,7 +723,7 @@ fn short_rows_are_cut_to_whole_blocks() {
             let (short_w, short_a, short_n) = unsafe {
                 (
                     dot(3 * bs, &w[..2 * k.weight.type_size() + 5], &a),
-                    dot(3 * bs, &w, &a[..2 * act_ty.type_size() + 1]),
+                    dot(3 * bs, &w, &a[..2 * act_bytes + 1]),
                     dot(2 * bs + 7, &w, &a),
                 )
             };
