@@ -17,7 +17,6 @@ use super::error::ModelError;
 use super::matrix::{Loader, Matrix};
 use super::pass::{row, row_mut, split, Pass, SharedMut};
 use super::state::Activations;
-use super::store::WeightKey;
 use crate::math::{self, AttentionHeadFn, AttentionKernel, AttentionSpan, Rope};
 use alloc::format;
 use alloc::vec;
@@ -175,10 +174,6 @@ impl Attention {
             QkvWeights::Separate { wq, wk, wv } => vec![wq, wk, wv, &self.wo],
             QkvWeights::Fused(wqkv) => vec![wqkv, &self.wo],
         }
-    }
-
-    pub fn keys(&self) -> impl Iterator<Item = WeightKey> + '_ {
-        self.matrices().into_iter().map(|m| m.key)
     }
 
     /// For each of the pass's tokens: x += (post-norm of) Wo · attention(rope(Wq xb), cache),

@@ -11,7 +11,6 @@ use super::error::ModelError;
 use super::matrix::{Loader, Matrix};
 use super::pass::{per_token, row, Pass, SharedMut};
 use super::state::Activations;
-use super::store::WeightKey;
 use crate::math::GeluTable;
 use alloc::format;
 use alloc::sync::Arc;
@@ -61,10 +60,6 @@ impl DenseFfn {
     /// The weights in the order `forward` asks for them.
     pub fn matrices(&self) -> [&Matrix; 3] {
         [&self.w_gate, &self.w_up, &self.w_down]
-    }
-
-    pub fn keys(&self) -> impl Iterator<Item = WeightKey> + '_ {
-        self.matrices().into_iter().map(|m| m.key)
     }
 
     /// For each of the pass's tokens: x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with

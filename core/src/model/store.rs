@@ -25,7 +25,6 @@ use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::fmt;
 use core::ops::{Deref, Range};
-use core::sync::atomic::{AtomicBool, Ordering};
 
 /// A tensor's index in the GGUF tensor table.
 pub type TensorId = usize;
@@ -152,10 +151,6 @@ impl<'s> Weight<'s> {
     pub fn new(store: &'s dyn WeightStore, key: WeightKey, bytes: &'s [u8]) -> Weight<'s> {
         Weight { bytes, key, store }
     }
-
-    pub fn key(&self) -> WeightKey {
-        self.key
-    }
 }
 
 impl Deref for Weight<'_> {
@@ -216,7 +211,6 @@ pub trait WeightStore: Sync {
 #[derive(Debug, Clone)]
 pub struct TensorTable {
     tensors: Vec<TensorExtent>,
-    file_len: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -235,21 +229,7 @@ impl TensorTable {
     pub fn new(gguf: &Gguf) -> TensorTable {
         TensorTable {
             tensors: gguf.tensors.iter().map(TensorExtent::of).collect(),
-            file_len: gguf.file_len(),
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.tensors.len()
-    }
-
-    /// Length of the file the table describes.
-    pub fn file_len(&self) -> u64 {
-        self.file_len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tensors.is_empty()
     }
 
     /// Bytes of the largest weight a `get` can ask for: a whole tensor, or one expert of an
@@ -257,11 +237,6 @@ impl TensorTable {
     pub fn largest_weight(&self) -> u64 {
         let one = |t: &TensorExtent| t.n_bytes / t.n_expert.max(1);
         self.tensors.iter().map(one).max().unwrap_or(0)
-    }
-
-    /// The tensor's name, for messages.
-    pub fn name(&self, id: TensorId) -> &str {
-        self.tensors.get(id).map_or("?", |t| t.name.as_str())
     }
 
     fn error(&self, key: WeightKey, extent: Range<u64>, kind: StoreErrorKind) -> StoreError {
@@ -475,10 +450,6 @@ impl<'a> ResidentStore<'a> {
         self.repacked.as_ref()
     }
 
-    pub fn table(&self) -> &TensorTable {
-        &self.table
-    }
-
     fn bytes(&self, key: WeightKey) -> Result<&'a [u8], StoreError> {
         let r = self.table.extent(key)?;
         // Parsing checked every extent against the file length, and `over` the mapping's.
@@ -525,11 +496,11 @@ pub struct PreadStore<R: ReadAt> {
     scratch: UnsafeCell<Vec<u8>>,
     scratch_start: usize,
     scratch_len: usize,
-    held: AtomicBool,
-    held_key: spin::Mutex<Option<WeightKey>>,
+    /// The weight whose guard is alive, if any: `get` takes it from `None`, `release` clears it.
+    held: spin::Mutex<Option<WeightKey>>,
 }
 
-// SAFETY: `scratch` is written only inside `get`, after `held` was swapped from false to true
+// SAFETY: `scratch` is written only inside `get`, after `held` was set from `None` to `Some`
 // by that call, and read only through the `Weight` that call returns, which releases `held` on
 // drop: no write overlaps a read, and no two writes overlap.
 unsafe impl<R: ReadAt + Sync> Sync for PreadStore<R> {}
@@ -559,13 +530,8 @@ impl<R: ReadAt> PreadStore<R> {
             scratch: UnsafeCell::new(scratch),
             scratch_start,
             scratch_len: scratch_bytes,
-            held: AtomicBool::new(false),
-            held_key: spin::Mutex::new(None),
+            held: spin::Mutex::new(None),
         })
-    }
-
-    pub fn table(&self) -> &TensorTable {
-        &self.table
     }
 
     fn io_error(&self, key: WeightKey, r: Range<u64>, e: IoError) -> StoreError {
@@ -583,12 +549,14 @@ impl<R: ReadAt + Sync> WeightStore for PreadStore<R> {
             };
             return Err(self.table.error(key, r, kind));
         }
-        if self.held.swap(true, Ordering::Acquire) {
-            let held = self.held_key.lock().unwrap_or(key);
-            return Err(self.table.error(key, r, StoreErrorKind::Busy { held }));
+        {
+            let mut held = self.held.lock();
+            if let Some(held) = *held {
+                return Err(self.table.error(key, r, StoreErrorKind::Busy { held }));
+            }
+            *held = Some(key);
         }
-        *self.held_key.lock() = Some(key);
-        // SAFETY: `held` was false and is now ours: no Weight over the scratch is alive, and no
+        // SAFETY: `held` was `None` and is now ours: no Weight over the scratch is alive, and no
         // other `get` writes it until this one's Weight is dropped (see the Sync impl).
         let scratch = unsafe { &mut *self.scratch.get() };
         let buf = &mut scratch[self.scratch_start..self.scratch_start + len];
@@ -614,8 +582,7 @@ impl<R: ReadAt + Sync> WeightStore for PreadStore<R> {
     }
 
     fn release(&self, _key: WeightKey) {
-        *self.held_key.lock() = None;
-        self.held.store(false, Ordering::Release);
+        *self.held.lock() = None;
     }
 
     fn held_bytes(&self) -> u64 {
