@@ -51,7 +51,6 @@ use crate::gguf::Gguf;
 use crate::kernels::KernelSet;
 use crate::math::{self, AttentionKernel, Rope, RopeStyle};
 use crate::platform::Parallel;
-use crate::quant;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use pass::{row, row_mut, Pass};
@@ -402,7 +401,7 @@ impl Model {
             tile,
         );
         for (t, &token) in chunk.tokens.iter().enumerate() {
-            self.embed(&p, act, token, t)?;
+            self.embed(&mut p, act, token, t)?;
         }
         p.tap("inp_scaled", 0, &act.x, self.hp.n_embd);
         if let Some(first) = self.layers.first() {
@@ -469,7 +468,7 @@ impl Model {
     /// quantized-input scratch) and dequantized.
     fn embed(
         &self,
-        p: &Pass,
+        p: &mut Pass,
         a: &mut state::Activations,
         token: u32,
         t: usize,
@@ -482,19 +481,7 @@ impl Model {
             });
         }
         let x = row_mut(&mut a.x, self.hp.n_embd, t);
-        let mut raw = [0u8; EMBED_ROW_STACK_BYTES];
-        let raw = raw.get_mut(..m.row_bytes).ok_or_else(|| ModelError::Store {
-            tensor: m.name.clone(),
-            reason: alloc::format!(
-                "a row of {} bytes is more than the {EMBED_ROW_STACK_BYTES} an embedding row may take",
-                m.row_bytes
-            ),
-        })?;
-        p.store.read_rows(m.key, token as usize, 1, raw)?;
-        quant::dequantize_row(m.ty, raw, &mut x[..m.n_cols]).map_err(|err| ModelError::Quant {
-            tensor: m.name.clone(),
-            err,
-        })?;
+        p.read_row(m, token as usize, &mut x[..m.n_cols])?;
         if self.switches.scale_embedding {
             let scale = libm::sqrtf(self.hp.n_embd as f32);
             x.iter_mut().for_each(|v| *v *= scale);
@@ -502,11 +489,6 @@ impl Model {
         Ok(())
     }
 }
-
-/// An embedding row is read onto the stack: F32 rows of up to 16K values (the widest
-/// embedding a real model has is 16,384; hparams bound it at 128K, so a wider F32 table is
-/// refused with a message rather than read).
-const EMBED_ROW_STACK_BYTES: usize = 64 << 10;
 
 /// The tokens one `forward_chunk` runs, where, and what it computes logits for.
 struct Chunk<'t> {

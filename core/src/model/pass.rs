@@ -263,6 +263,18 @@ impl<'p> Pass<'p> {
         Ok(())
     }
 
+    /// `out` = row `r` of `m`, read through the store into the quantized-input scratch (a row
+    /// is at most `n_cols` f32s, and the scratch holds at least that) and dequantized: an
+    /// embedding row, without fetching the table.
+    pub fn read_row(&mut self, m: &Matrix, r: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        let raw = &mut self.act_q[..m.row_bytes];
+        self.store.read_rows(m.key, r, 1, raw)?;
+        crate::quant::dequantize_row(m.ty, raw, out).map_err(|err| ModelError::Quant {
+            tensor: m.name.clone(),
+            err,
+        })
+    }
+
     /// `out[t] = rms_norm(x[t]) * w` for the pass's rows of `width` values.
     pub fn rms_norm_rows(&self, out: &mut [f32], x: &[f32], w: &[f32], width: usize) {
         let eps = self.rms_eps;
