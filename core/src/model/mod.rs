@@ -44,7 +44,7 @@ pub use perplexity::{
 pub use state::{State, StateShape, DEFAULT_BATCH};
 pub use store::{
     PreadStore, RecordingStore, RepackedWeights, ResidentStore, StoreCall, StoreError,
-    StoreErrorKind, TensorId, TensorTable, Weight, WeightKey, WeightStore,
+    StoreErrorKind, StreamStats, TensorId, TensorTable, Weight, WeightKey, WeightStore,
 };
 
 use crate::gguf::Gguf;

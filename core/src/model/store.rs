@@ -204,6 +204,28 @@ pub trait WeightStore: Sync {
     fn held_bytes(&self) -> u64 {
         0
     }
+
+    /// What this store reads from flash while running, if it streams weights (`None` for a
+    /// store that holds every weight in RAM or in a mapping): what `--draft auto` and the
+    /// benchmarks' flash figures are based on.
+    fn stream_stats(&self) -> Option<StreamStats> {
+        None
+    }
+}
+
+/// The flash traffic of a streaming store, counted since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StreamStats {
+    /// Bytes of weights held in RAM for the whole run (the resident set).
+    pub resident_bytes: u64,
+    /// Bytes one pass over the weights (a token, or a batch) reads from flash.
+    pub streamed_bytes_per_pass: u64,
+    /// Bytes read from flash while running (not counting the load), and the time reader
+    /// threads spent reading them, in nanoseconds (wall time with at least one read in flight).
+    pub bytes_read: u64,
+    pub read_busy_ns: u64,
+    /// Passes over the weights completed so far.
+    pub passes: u64,
 }
 
 /// The extent of every tensor of a file, from its header: what a store needs to find a key's
