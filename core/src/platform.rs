@@ -197,6 +197,43 @@ impl Parallel for SingleThread {
     }
 }
 
+/// A wake-up call between threads, for core code that must wait for another thread (a compute
+/// thread for a weight being read, a reader thread for room to read into) and cannot block on
+/// its own. The platform builds it on a mutex and a condition variable.
+///
+/// Use: read [`Signal::epoch`], check the condition, and if it does not hold, [`Signal::wait`]
+/// for that epoch; whoever changes the condition calls [`Signal::notify`] afterwards. A notify
+/// between the check and the wait bumps the epoch, so the wait returns at once: no wake-up is
+/// lost.
+pub trait Signal: Send + Sync {
+    /// The number of notifies so far.
+    fn epoch(&self) -> u64;
+    /// Blocks until the epoch differs from `seen` (it may also return early).
+    fn wait(&self, seen: u64);
+    /// Bumps the epoch and wakes every waiter.
+    fn notify(&self);
+}
+
+/// A [`Signal`] that spins: for tests and for platforms without a condition variable.
+#[derive(Debug, Default)]
+pub struct SpinSignal {
+    epoch: core::sync::atomic::AtomicU64,
+}
+
+impl Signal for SpinSignal {
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+    fn wait(&self, seen: u64) {
+        while self.epoch.load(Ordering::Acquire) == seen {
+            core::hint::spin_loop();
+        }
+    }
+    fn notify(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// Monotonic clock in nanoseconds, for speeds reported by core.
 pub trait Clock {
     fn now_ns(&self) -> u64;

@@ -13,6 +13,7 @@ mod mapped;
 pub mod memory;
 mod memory_watch;
 mod pool;
+mod stream;
 
 pub use cache_file::{file_len_and_mtime, CacheFileWriter};
 pub use clock::MonotonicClock;
@@ -24,6 +25,7 @@ pub use mapped::{
 pub use memory::LinuxMemory;
 pub use memory_watch::{MemoryReading, MemorySource, MemoryWatch};
 pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_MICROS};
+pub use stream::{CondSignal, StreamingStore};
 
 #[cfg(test)]
 mod tests {

@@ -4,9 +4,12 @@
 use serde_json::Value;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
-use smolrun_core::model::{Model, PreadStore, ResidentStore, State, TensorTable, WeightStore};
-use smolrun_core::platform::Parallel;
-use smolrun_linux::{FileReader, MappedFile};
+use smolrun_core::model::{
+    Model, PreadStore, ResidentStore, State, StreamBudget, StreamPlan, StreamStore, TensorTable,
+    WeightStore,
+};
+use smolrun_core::platform::{Parallel, ReadAt};
+use smolrun_linux::{CondSignal, FileReader, MappedFile, StreamingStore};
 use std::path::{Path, PathBuf};
 
 /// The directory holding the model files: `$SMOLRUN_MODELS`, else `~/.cache/smolrun/models`.
@@ -143,6 +146,50 @@ pub fn pread_store(path: &Path, g: &Gguf) -> PreadStore<FileReader> {
     let reader = FileReader::open(path).unwrap_or_else(|e| panic!("{e}"));
     let scratch = TensorTable::new(g).largest_weight() as usize;
     PreadStore::new(reader, g, scratch).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// How a test streams a model: the plan's budget, the ring's size if not the plan's (`Some`
+/// shrinks it to force wrap-arounds; never below the largest streamed weight), the number of
+/// reader threads, and whether every weight is checked against its checksum.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSetup {
+    pub budget: StreamBudget,
+    pub zone: Option<u64>,
+    pub readers: usize,
+    pub verify: bool,
+}
+
+/// A streaming store over `reader` (the file of `g`, parsed from its header): the model loaded
+/// through it, planned as `setup` says, its readers started.
+pub fn streaming_store<R: ReadAt + Send + Sync + 'static>(
+    reader: R,
+    g: &Gguf,
+    kernels: &KernelSet,
+    setup: StreamSetup,
+) -> (Model, StreamingStore<R>, StreamPlan) {
+    let mut store = StreamStore::new(reader, g, CondSignal::default(), CondSignal::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let m = Model::load_from(g, &store, kernels).unwrap_or_else(|e| panic!("{e}"));
+    let mut plan = StreamPlan::new(
+        store.table(),
+        &m.weight_order(),
+        setup.budget,
+        store.alignment(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    if let Some(zone) = setup.zone {
+        let largest = plan
+            .streamed
+            .iter()
+            .map(|w| w.span.end - w.span.start)
+            .max();
+        plan.zone_bytes = zone.max(largest.unwrap_or(0));
+    }
+    store
+        .plan(&plan, &m.expert_keys(), setup.verify)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = StreamingStore::start(store, setup.readers).expect("reader threads");
+    (m, store, plan)
 }
 
 /// The kernels the model tests run: the scalar reference by default, this CPU's as the CLI

@@ -13,11 +13,14 @@
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{
-    Model, ModelError, RecordingStore, ResidentStore, State, StoreCall, StoreErrorKind, WeightStore,
+    Model, ModelError, RecordingStore, ResidentStore, State, StoreCall, StoreErrorKind,
+    StreamBudget, WeightStore,
 };
-use smolrun_core::platform::IoError;
-use smolrun_linux::MappedFile;
+use smolrun_core::platform::{IoError, ReadAt};
+use smolrun_linux::{FileReader, MappedFile};
 use smolrun_tests::*;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Logits at every position of each golden text (one batch per text, from an empty context,
 /// as the logits test runs them), then `n_decode` greedy tokens after the first text.
@@ -115,6 +118,199 @@ fn pread_store_gives_the_resident_logits_synthetic() {
     pread_matches_resident("synthetic-llama");
     pread_matches_resident("synthetic-qwen3moe");
     pread_matches_resident("synthetic-bailingmoe2");
+}
+
+/// The streaming store (a resident set, the rest read ahead by reader threads into a ring)
+/// gives the resident store's logits to the bit: with nothing resident and a ring that holds
+/// only the largest weight (every weight waits for its read, the ring wraps all the time), with
+/// half the weights resident, and with several readers sharing each weight's chunks.
+fn stream_matches_resident(model: &str, all_setups: bool) {
+    let Some(path) = model_path(model) else {
+        return;
+    };
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = Gguf::parse(file.bytes()).expect("parse");
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    let resident = ResidentStore::new(&g);
+    let m = Model::load_from(&g, &resident, &kernels).expect("load");
+    let want = logits_through(&m, &resident, model, 8);
+    let header = &file.bytes()[..g.data_offset as usize];
+    let g_header = Gguf::parse_header(header, file.bytes().len() as u64).expect("header");
+    let half = m
+        .weight_order()
+        .iter()
+        .map(|&k| g.tensors[k.tensor].n_bytes)
+        .sum::<u64>()
+        / 2;
+    let setups = [
+        StreamSetup {
+            budget: StreamBudget::Resident(0),
+            zone: Some(0),
+            readers: 1,
+            verify: true,
+        },
+        StreamSetup {
+            budget: StreamBudget::Resident(half),
+            zone: None,
+            readers: 3,
+            verify: false,
+        },
+        StreamSetup {
+            budget: StreamBudget::Resident(0),
+            zone: Some(0),
+            readers: 4,
+            verify: false,
+        },
+    ];
+    // The real models read every streamed byte from the disk for every pass (direct reads):
+    // one setup, the one that exercises most (half resident, the smallest ring, verify).
+    let mixed = StreamSetup {
+        budget: StreamBudget::Resident(half),
+        zone: Some(0),
+        readers: 2,
+        verify: true,
+    };
+    let setups = if all_setups {
+        &setups[..]
+    } else {
+        &[mixed][..]
+    };
+    for &setup in setups {
+        let reader = FileReader::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let (m_stream, store, plan) = streaming_store(reader, &g_header, &kernels, setup);
+        assert!(!plan.streamed.is_empty(), "{model}: nothing streamed");
+        let got = logits_through(&m_stream, &store, model, 8);
+        assert_eq!(want.len(), got.len());
+        let differ = want
+            .iter()
+            .zip(&got)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differ, 0,
+            "{model} {setup:?}: {differ} logits differ from resident"
+        );
+        let stats = store.stream_stats().expect("stats");
+        assert!(
+            stats.bytes_read >= plan.streamed_bytes,
+            "{model}: {stats:?}"
+        );
+        assert!(stats.passes > 0);
+    }
+}
+
+#[test]
+fn stream_store_gives_the_resident_logits_gemma3_270m() {
+    stream_matches_resident("gemma3-270m", false);
+}
+
+#[test]
+fn stream_store_gives_the_resident_logits_qwen25_coder_05b() {
+    stream_matches_resident("qwen2.5-coder-0.5b", false);
+}
+
+#[test]
+fn stream_store_gives_the_resident_logits_synthetic() {
+    stream_matches_resident("synthetic-qwen3", true);
+    stream_matches_resident("synthetic-llama", true);
+    stream_matches_resident("synthetic-qwen3moe", true);
+    stream_matches_resident("synthetic-bailingmoe2", true);
+}
+
+/// A file reader whose direct reads fail with EIO once `fail_after` more reads were made.
+struct FlakyReader {
+    inner: FileReader,
+    reads_left: Arc<AtomicU64>,
+    failing: Arc<AtomicBool>,
+}
+
+impl ReadAt for FlakyReader {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn read_direct(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        if self.failing.load(Ordering::SeqCst) {
+            let left = self.reads_left.load(Ordering::SeqCst);
+            if left == 0 {
+                return Err(IoError {
+                    code: 5,
+                    op: "pread O_DIRECT",
+                    file: "flaky.gguf".into(),
+                    offset,
+                    len: buf.len() as u64,
+                });
+            }
+            self.reads_left.store(left - 1, Ordering::SeqCst);
+        }
+        self.inner.read_direct(offset, buf)
+    }
+    fn direct_alignment(&self) -> usize {
+        self.inner.direct_alignment()
+    }
+}
+
+/// An I/O error in a reader thread mid-token (EIO) stops the pass with an error naming the
+/// tensor, never a wrong token; once reads work again, the next pass gives the right logits.
+#[test]
+fn a_read_error_while_streaming_names_the_tensor_and_the_store_recovers() {
+    let path = model_path("synthetic-qwen3").expect("synthetic model");
+    let bytes = std::fs::read(&path).unwrap();
+    let g = Gguf::parse(&bytes).expect("parse");
+    let kernels = test_kernels();
+    let resident = ResidentStore::new(&g);
+    let m = Model::load_from(&g, &resident, &kernels).expect("load");
+    let par = ScopedThreads::from_env();
+    let mut state = State::new(&m, 16).expect("state");
+    m.forward(&mut state, &resident, &par, 1, 0).unwrap();
+    let want = m
+        .forward(&mut state, &resident, &par, 2, 1)
+        .unwrap()
+        .to_vec();
+
+    let failing = Arc::new(AtomicBool::new(false));
+    let reads_left = Arc::new(AtomicU64::new(0));
+    let reader = FlakyReader {
+        inner: FileReader::open(&path).unwrap(),
+        reads_left: reads_left.clone(),
+        failing: failing.clone(),
+    };
+    let setup = StreamSetup {
+        budget: StreamBudget::Resident(0),
+        zone: Some(0),
+        readers: 2,
+        verify: false,
+    };
+    let (ms, store, plan) = streaming_store(reader, &g, &kernels, setup);
+    let mut state = State::new(&ms, 16).expect("state");
+    ms.forward(&mut state, &store, &par, 1, 0).unwrap();
+    reads_left.store(plan.streamed.len() as u64 / 2, Ordering::SeqCst);
+    failing.store(true, Ordering::SeqCst);
+    let err = ms.forward(&mut state, &store, &par, 2, 1).unwrap_err();
+    let ModelError::WeightRead(e) = &err else {
+        panic!("expected a read error, got {err}");
+    };
+    let StoreErrorKind::Io(io) = &e.kind else {
+        panic!("expected an I/O error, got {err}");
+    };
+    assert_eq!(io.code, 5);
+    let text = err.to_string();
+    let named = plan
+        .streamed
+        .iter()
+        .any(|w| text.contains(g.tensors[w.key.tensor].name));
+    assert!(named, "{text}");
+    failing.store(false, Ordering::SeqCst);
+    let got = ms
+        .forward(&mut state, &store, &par, 2, 1)
+        .expect("reads again")
+        .to_vec();
+    assert!(want
+        .iter()
+        .zip(&got)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
 }
 
 /// The gets of one decoded token, checking on the way that each is released before the next

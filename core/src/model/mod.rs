@@ -28,6 +28,7 @@ pub mod perplexity;
 pub mod repack;
 pub mod state;
 pub mod store;
+pub mod stream;
 
 pub use attention::{Attention, AttentionOptions, AttentionShape, KvCache, QkvWeights};
 pub use dense_ffn::{DenseFfn, Gate};
@@ -46,6 +47,7 @@ pub use store::{
     PreadStore, RecordingStore, RepackedWeights, ResidentStore, StoreCall, StoreError,
     StoreErrorKind, StreamStats, TensorId, TensorTable, Weight, WeightKey, WeightStore,
 };
+pub use stream::{StreamBudget, StreamPlan, StreamStore};
 
 use crate::gguf::Gguf;
 use crate::kernels::KernelSet;
@@ -258,6 +260,22 @@ impl Model {
 
     pub fn n_vocab(&self) -> usize {
         self.hp.n_vocab
+    }
+
+    /// Every weight the forward pass asks for whole, in the order it asks for them in one pass
+    /// (each layer's matrices, then the LM head): the order a streaming store reads ahead in.
+    pub fn weight_order(&self) -> Vec<WeightKey> {
+        let layers = self.layers.iter().flat_map(|l| l.keys.iter().copied());
+        layers.chain([self.output.key]).collect()
+    }
+
+    /// One expert of each expert tensor (the pass asks for experts one at a time, chosen per
+    /// token): what a store sizes its buffer for experts by.
+    pub fn expert_keys(&self) -> Vec<WeightKey> {
+        let experts = self.layers.iter().flat_map(|l| l.expert_matrices());
+        experts
+            .map(|m| WeightKey::expert(m.key.tensor, 0))
+            .collect()
     }
 
     /// Bytes of the largest weight the forward pass asks a store for at once: what a store

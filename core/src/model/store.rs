@@ -77,6 +77,9 @@ pub enum StoreErrorKind {
     TooLarge { scratch: usize },
     /// The store holds one weight at a time and another one is still held.
     Busy { held: WeightKey },
+    /// What was read differs from the file (the streaming store's verify mode): a checksum of
+    /// the weight as read at load against the one of the bytes handed out.
+    Corrupt { expected: u64, found: u64 },
 }
 
 /// A failed `get` or `read_rows`: which tensor (and expert), where in the file, and why.
@@ -134,6 +137,12 @@ impl fmt::Display for StoreError {
                 "the store holds one weight at a time and tensor #{} is still held (a guard \
                  was not dropped)",
                 held.tensor
+            ),
+            StoreErrorKind::Corrupt { expected, found } => write!(
+                f,
+                "the bytes read (checksum {found:016x}) differ from the file's ({expected:016x}): \
+                 a read went to the wrong place or was overwritten; please report it with \
+                 SMOLRUN_STREAM_VERIFY=1's output"
             ),
         }
     }
@@ -220,12 +229,13 @@ pub struct StreamStats {
     pub resident_bytes: u64,
     /// Bytes one pass over the weights (a token, or a batch) reads from flash.
     pub streamed_bytes_per_pass: u64,
-    /// Bytes read from flash while running (not counting the load), and the time reader
-    /// threads spent reading them, in nanoseconds (wall time with at least one read in flight).
+    /// Bytes read from flash while running (not counting the load).
     pub bytes_read: u64,
-    pub read_busy_ns: u64,
-    /// Passes over the weights completed so far.
+    /// Passes over the weights begun so far.
     pub passes: u64,
+    /// Times the forward pass asked for a weight out of the learned order (the ring was
+    /// restarted there).
+    pub misses: u64,
 }
 
 /// The extent of every tensor of a file, from its header: what a store needs to find a key's
@@ -261,7 +271,12 @@ impl TensorTable {
         self.tensors.iter().map(one).max().unwrap_or(0)
     }
 
-    fn error(&self, key: WeightKey, extent: Range<u64>, kind: StoreErrorKind) -> StoreError {
+    pub(crate) fn error(
+        &self,
+        key: WeightKey,
+        extent: Range<u64>,
+        kind: StoreErrorKind,
+    ) -> StoreError {
         StoreError {
             tensor: match self.tensors.get(key.tensor) {
                 Some(t) => t.name.clone(),
