@@ -10,13 +10,15 @@ use crate::memory_guard::MemoryGuard;
 pub use crate::memory_guard::{MemoryArgs, WeightsMode};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
+pub use smolrun_core::model::stream::MIN_ZONE_BYTES;
 use smolrun_core::model::{
-    Family, Model, ModelError, PreadStore, ResidentStore, State, TensorTable, WeightStore,
+    Family, Model, ModelError, PreadStore, ResidentStore, State, StreamBudget, StreamPlan,
+    StreamStore, TensorTable, WeightKey, WeightStore,
 };
 use smolrun_core::platform::{Parallel, ReadAt, SingleThread};
 use smolrun_core::sampler::{Sampled, Sampler, SamplerParams};
 use smolrun_core::tokenizer::{StreamDecoder, Tokenizer};
-use smolrun_linux::{FileReader, MappedFile};
+use smolrun_linux::{CondSignal, FileReader, MappedFile, StreamingStore};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,14 +30,68 @@ pub const DEFAULT_CTX: usize = 4096;
 const SHORT_NAMES: &str = "gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b";
 
 /// A model file as the run reaches it: mapped whole, or not mapped at all (its header read
-/// into memory, its tensors read with pread by the store).
+/// into memory, its tensors read by the store: streamed, or with pread).
 pub enum ModelFile {
     Mapped(MappedFile),
     Unmapped {
         reader: FileReader,
         /// The first bytes of the file, enough to hold its whole header.
         header: Vec<u8>,
+        /// Streamed (a resident set and stream zones), or `None`: the pread store.
+        stream: Option<StreamConfig>,
     },
+}
+
+/// How a streamed model is streamed.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamConfig {
+    pub budget: StreamBudget,
+    /// Reader threads (`SMOLRUN_STREAM_READERS`, default [`DEFAULT_STREAM_READERS`]).
+    pub readers: usize,
+    /// Every streamed weight compared with its checksum (`SMOLRUN_STREAM_VERIFY=1`).
+    pub verify: bool,
+    /// `--flash-mbps`; otherwise probed at load.
+    pub flash_mbps: Option<f64>,
+}
+
+/// Reader threads of the streaming store: enough requests in flight to keep eMMC and SD cards
+/// busy (each is mostly asleep in a read).
+pub const DEFAULT_STREAM_READERS: usize = 3;
+
+impl StreamConfig {
+    fn new(budget: StreamBudget, mem: &MemoryArgs) -> StreamConfig {
+        let readers = std::env::var("SMOLRUN_STREAM_READERS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(DEFAULT_STREAM_READERS);
+        let verify = std::env::var("SMOLRUN_STREAM_VERIFY").is_ok_and(|v| v == "1");
+        StreamConfig {
+            budget,
+            readers,
+            verify,
+            flash_mbps: mem.flash_mbps,
+        }
+    }
+}
+
+/// The weights a pass asks for whole, from the header alone (every matrix but an untied
+/// embedding table, read by row, and the experts, asked for one by one), and one expert of each
+/// expert tensor: what a stream plan is made from before the model is loaded.
+fn weight_keys_from_header(gguf: &Gguf) -> (Vec<WeightKey>, Vec<WeightKey>) {
+    let tied = gguf.tensor("output.weight").is_none();
+    let (mut whole, mut experts) = (Vec::new(), Vec::new());
+    for (id, t) in gguf.tensors.iter().enumerate() {
+        if t.n_dims < 2 || (t.name == "token_embd.weight" && !tied) {
+            continue;
+        }
+        if t.n_dims == 3 && t.dims[2] > 1 {
+            experts.push(WeightKey::expert(id, 0));
+        } else {
+            whole.push(WeightKey::tensor(id));
+        }
+    }
+    (whole, experts)
 }
 
 impl ModelFile {
@@ -62,11 +118,33 @@ impl ModelFile {
     }
 
     /// What the memory guard counts for the weights instead of the plan's (None: mapped, the
-    /// plan's own numbers): a pread store's scratch buffer.
-    pub fn weights_held(&self, gguf: &Gguf) -> Option<u64> {
+    /// plan's own numbers): a pread store's scratch buffer, or a streaming store's resident
+    /// set, zones and expert scratch. A budget too small for the zones is refused here, before
+    /// anything is loaded.
+    pub fn weights_held(&self, path: &Path, gguf: &Gguf) -> Result<Option<u64>, String> {
         match self {
-            ModelFile::Mapped(_) => None,
-            ModelFile::Unmapped { .. } => Some(TensorTable::new(gguf).largest_weight()),
+            ModelFile::Mapped(_) => Ok(None),
+            ModelFile::Unmapped { stream: None, .. } => {
+                Ok(Some(TensorTable::new(gguf).largest_weight()))
+            }
+            ModelFile::Unmapped {
+                stream: Some(config),
+                reader,
+                ..
+            } => {
+                let table = TensorTable::new(gguf);
+                let (whole, experts) = weight_keys_from_header(gguf);
+                let align = reader.direct_alignment().max(64) as u64;
+                let plan = StreamPlan::new(&table, &whole, config.budget, align)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let expert_scratch = experts
+                    .iter()
+                    .filter_map(|&k| table.extent(k).ok())
+                    .map(|r| r.end - r.start + 2 * align)
+                    .max()
+                    .unwrap_or(0);
+                Ok(Some(plan.resident_bytes + plan.zone_bytes + expert_scratch))
+            }
         }
     }
 }
@@ -98,10 +176,17 @@ fn read_header(path: &Path, reader: &FileReader) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Resolves `-m` and opens the file as `--weights` says: mapped, or (`pread`, or `auto` with a
-/// file bigger than the address space this process may map) with only its header read. A
-/// missing model says how to get one.
-pub fn open_model(name_or_path: &str, mode: WeightsMode) -> Result<(PathBuf, ModelFile), String> {
+/// Resolves `-m` and opens the file as `--weights` says: mapped, or with only its header read
+/// (`stream`, `pread`, or `auto` with a model that does not fit in memory, or a file bigger
+/// than the address space this process may map). `n_ctx` is the context the run asks for
+/// (`None`: the default), which the memory check under `auto` counts. A missing model says how
+/// to get one.
+pub fn open_model(
+    name_or_path: &str,
+    mem: &MemoryArgs,
+    n_ctx: Option<usize>,
+) -> Result<(PathBuf, ModelFile), String> {
+    let mode = mem.weights;
     let path = crate::models::resolve(name_or_path)?;
     if !path.exists() {
         return Err(format!(
@@ -122,7 +207,7 @@ pub fn open_model(name_or_path: &str, mode: WeightsMode) -> Result<(PathBuf, Mod
     let budget = crate::platform::address_space_budget();
     let fits = crate::platform::check_address_space(&path, file_len, budget);
     let map = match (mode, fits, budget) {
-        (WeightsMode::Pread, ..) => false,
+        (WeightsMode::Pread | WeightsMode::Stream, ..) => false,
         (WeightsMode::Resident, fits, _) => {
             fits?;
             true
@@ -140,12 +225,45 @@ pub fn open_model(name_or_path: &str, mode: WeightsMode) -> Result<(PathBuf, Mod
             false
         }
     };
-    let file = if map {
+    let reader = FileReader::open(&path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
+    let header = read_header(&path, &reader)?;
+    let gguf = Gguf::parse_header(&header, file_len)
+        .map_err(|e| format!("{} is not a readable GGUF model file: {e}", path.display()))?;
+    let trained = smolrun_core::model::HParams::from_gguf(&gguf)
+        .map(|hp| hp.n_ctx_train)
+        .unwrap_or(usize::MAX);
+    let ctx = context_length(&path, trained, n_ctx)?;
+    let budget = match mem.resident_mb {
+        Some(mb) => StreamBudget::Resident(mb.saturating_mul(1_000_000)),
+        None => StreamBudget::Total(crate::memory_guard::stream_weights_budget(&gguf, ctx, mem)),
+    };
+    let stream = match mode {
+        WeightsMode::Stream => Some(StreamConfig::new(budget, mem)),
+        WeightsMode::Pread | WeightsMode::Resident => None,
+        WeightsMode::Auto if !map => Some(StreamConfig::new(budget, mem)),
+        WeightsMode::Auto => match crate::memory_guard::room_for_weights(&gguf, ctx, mem) {
+            Some(room) => {
+                eprintln!(
+                    "smolrun: {} does not fit in memory with -c {ctx}: {} MB is left for its \
+                     weights, the rest is streamed from flash every token (--weights stream; \
+                     --weights resident to map it anyway)",
+                    path.display(),
+                    room / 1_000_000
+                );
+                Some(StreamConfig::new(budget, mem))
+            }
+            None => None,
+        },
+    };
+    drop(gguf);
+    let file = if map && stream.is_none() {
         ModelFile::Mapped(MappedFile::open(&path)?)
     } else {
-        let reader = FileReader::open(&path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
-        let header = read_header(&path, &reader)?;
-        ModelFile::Unmapped { reader, header }
+        ModelFile::Unmapped {
+            reader,
+            header,
+            stream,
+        }
     };
     Ok((path, file))
 }
@@ -259,6 +377,8 @@ fn per_second(n: usize, t: Duration) -> f64 {
 }
 
 pub struct Engine<'g> {
+    /// The flash, when the weights are streamed.
+    flash: Option<FlashProbe>,
     pub path: PathBuf,
     pub gguf: &'g Gguf<'g>,
     pub model: Model,
@@ -277,6 +397,114 @@ pub struct Engine<'g> {
     low_memory: Option<String>,
 }
 
+/// Builds the streaming store: the model's setup through it, its plan for `config`, the
+/// resident set read, the flash probed (unless `--flash-mbps`), the reader threads started.
+fn start_streaming<'g>(
+    path: &Path,
+    gguf: &Gguf,
+    kernels: &KernelSet,
+    config: StreamConfig,
+) -> Result<(Model, Box<dyn WeightStore + 'g>, FlashProbe), String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    // A reader of its own: the reader threads outlive any borrow of the opened file.
+    let reader = FileReader::open(path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
+    let mut store = StreamStore::new(reader, gguf, CondSignal::default(), CondSignal::default())
+        .map_err(|e| at(&e))?;
+    let model = Model::load_from(gguf, &store, kernels).map_err(|e| at(&e))?;
+    let plan = StreamPlan::new(
+        store.table(),
+        &model.weight_order(),
+        config.budget,
+        store.alignment(),
+    )
+    .map_err(|e| at(&e))?;
+    let (flash_mb_s, probe_bytes) = match config.flash_mbps {
+        Some(v) => (v, 0),
+        None => {
+            let probe = FileReader::open(path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
+            let spans: Vec<_> = plan.streamed.iter().map(|w| w.span.clone()).collect();
+            smolrun_linux::probe_read_mbps(&probe, &spans, config.readers)
+                .map_err(|e| smolrun_linux::describe_io_error(&e))?
+        }
+    };
+    store
+        .plan(&plan, &model.expert_keys(), config.verify)
+        .map_err(|e| at(&e))?;
+    let stream = StreamingStore::start(store, config.readers)
+        .map_err(|e| at(&format!("cannot start the reader threads: {e}")))?;
+    crate::repack_cache::verbose(format_args!(
+        "streaming: {} MB resident, {} MB streamed per pass, {} MB of zones, flash {flash_mb_s:.0} MB/s",
+        plan.resident_bytes / 1_000_000,
+        plan.streamed_bytes / 1_000_000,
+        plan.zone_bytes / 1_000_000
+    ));
+    let flash = FlashProbe {
+        mb_s: flash_mb_s,
+        load_bytes: plan.resident_bytes + probe_bytes + gguf.data_offset,
+    };
+    Ok((model, Box::new(stream), flash))
+}
+
+/// The flash as a streaming load found it.
+#[derive(Debug, Clone, Copy)]
+pub struct FlashProbe {
+    /// Read bandwidth, MB/s (probed, or `--flash-mbps`).
+    pub mb_s: f64,
+    /// Bytes read while loading: the header, the resident set and the probe.
+    pub load_bytes: u64,
+}
+
+/// What the streaming store read and what that means for speed, over some stretch of time.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamReport {
+    /// MB (10^6 bytes) read from flash per token over the stretch.
+    pub stream_mb_per_token: f64,
+    /// MB one pass over the weights reads, as planned.
+    pub stream_mb_per_pass: f64,
+    pub resident_mb: f64,
+    /// MB/s read over the stretch (achieved).
+    pub read_mb_s: f64,
+    /// The flash's bandwidth (probed or `--flash-mbps`).
+    pub flash_mb_s: f64,
+    /// flash_mb_s / stream_mb_per_token: what no run can beat.
+    pub flash_limit_tok_s: f64,
+    /// All bytes read from flash since load (load, probe and passes), MB.
+    pub total_read_mb: f64,
+}
+
+impl StreamReport {
+    /// Adds the report's fields to a JSON object.
+    pub fn add_to(&self, obj: &mut serde_json::Value) {
+        let fields = [
+            ("stream_mb_per_token", self.stream_mb_per_token),
+            ("stream_mb_per_pass", self.stream_mb_per_pass),
+            ("resident_mb", self.resident_mb),
+            ("read_mb_s", self.read_mb_s),
+            ("flash_mb_s", self.flash_mb_s),
+            ("flash_limit_tok_s", self.flash_limit_tok_s),
+            ("flash_read_mb_total", self.total_read_mb),
+        ];
+        if let Some(map) = obj.as_object_mut() {
+            for (k, v) in fields {
+                map.insert(k.into(), serde_json::json!(v));
+            }
+        }
+    }
+
+    /// One line for stderr.
+    pub fn line(&self) -> String {
+        format!(
+            "streamed: {:.1} MB/token at {:.0} MB/s ({:.0} MB resident); flash {:.0} MB/s \
+             limits this to {:.2} tok/s",
+            self.stream_mb_per_token,
+            self.read_mb_s,
+            self.resident_mb,
+            self.flash_mb_s,
+            self.flash_limit_tok_s
+        )
+    }
+}
+
 /// The memory guard, run before [`Engine::load`]: plans the RAM the run needs for the context
 /// `n_ctx` (`None`: the default, as `Engine::load` picks it) and refuses with the numbers when
 /// the device (or `--mem-budget`) cannot give it. It only reads the header, so a refused model
@@ -292,7 +520,8 @@ pub fn check_memory(
         .map(|hp| hp.n_ctx_train)
         .unwrap_or(usize::MAX);
     let n_ctx = context_length(path, trained, n_ctx)?;
-    crate::memory_guard::check_memory(path, gguf, n_ctx, args, file.weights_held(gguf))
+    let held = file.weights_held(path, gguf)?;
+    crate::memory_guard::check_memory(path, gguf, n_ctx, args, held)
 }
 
 /// Run after [`Engine::load`]: an embedding table that is not the LM head is advised
@@ -398,8 +627,9 @@ impl<'g> Engine<'g> {
             };
             Ok::<_, String>((tokenizer.map_err(|e| at(&e))?, rest))
         })?;
-        let (model, state, store, par) = rest?;
+        let (model, state, store, par, flash) = rest?;
         Ok(Engine {
+            flash,
             path: path.to_path_buf(),
             gguf,
             model,
@@ -423,7 +653,16 @@ impl<'g> Engine<'g> {
         file: &'g ModelFile,
         n_ctx: Option<usize>,
         threads: usize,
-    ) -> Result<(Model, State, Box<dyn WeightStore + 'g>, Box<dyn Parallel>), String> {
+    ) -> Result<
+        (
+            Model,
+            State,
+            Box<dyn WeightStore + 'g>,
+            Box<dyn Parallel>,
+            Option<FlashProbe>,
+        ),
+        String,
+    > {
         let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
         // This CPU's fastest kernel set, chosen once here (every matrix keeps its own);
         // SMOLRUN_KERNELS=scalar forces the scalar reference, which is what the golden
@@ -436,7 +675,7 @@ impl<'g> Engine<'g> {
             _ => KernelSet::select(&crate::platform::cpu_features()),
         };
         let t = Instant::now();
-        let (model, store): (Model, Box<dyn WeightStore + 'g>) = match file {
+        let (model, store, flash): (Model, Box<dyn WeightStore + 'g>, _) = match file {
             ModelFile::Mapped(mapped) => {
                 prefetch_vectors(path, gguf);
                 let store = ResidentStore::over(mapped.bytes(), gguf).map_err(|e| at(&e))?;
@@ -451,7 +690,15 @@ impl<'g> Engine<'g> {
                     None => store,
                 };
                 phase_time("repacked weights", t);
-                (model, Box::new(store))
+                (model, Box::new(store), None)
+            }
+            ModelFile::Unmapped {
+                stream: Some(config),
+                ..
+            } => {
+                let (model, store, flash) = start_streaming(path, gguf, &kernels, *config)?;
+                phase_time("model setup (streaming store)", t);
+                (model, store, Some(flash))
             }
             ModelFile::Unmapped { reader, .. } => {
                 // One scratch buffer for the largest weight. It holds no repacked copies, so
@@ -465,7 +712,7 @@ impl<'g> Engine<'g> {
                 let store = PreadStore::new(reader, gguf, scratch).map_err(|e| at(&e))?;
                 let model = Model::load_from(gguf, &store, &kernels).map_err(|e| at(&e))?;
                 phase_time("model setup (pread store)", t);
-                (model, Box::new(store))
+                (model, Box::new(store), None)
             }
         };
         let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
@@ -475,7 +722,41 @@ impl<'g> Engine<'g> {
         let t = Instant::now();
         let par = parallel(threads)?;
         phase_time("thread pool", t);
-        Ok((model, state, store, par))
+        Ok((model, state, store, par, flash))
+    }
+
+    /// Bytes the streaming store has read from flash so far (0 when nothing is streamed).
+    pub fn stream_bytes_read(&self) -> u64 {
+        self.store.stream_stats().map_or(0, |s| s.bytes_read)
+    }
+
+    /// The streaming report for a stretch of `tokens` tokens that took `seconds` and read
+    /// `read` bytes (differences of [`Engine::stream_bytes_read`]). `None` when nothing is
+    /// streamed.
+    pub fn stream_report(&self, read: u64, tokens: usize, seconds: f64) -> Option<StreamReport> {
+        let (now, flash) = (self.store.stream_stats()?, self.flash?);
+        let per_token = if tokens > 0 {
+            read as f64 / 1e6 / tokens as f64
+        } else {
+            now.streamed_bytes_per_pass as f64 / 1e6
+        };
+        Some(StreamReport {
+            stream_mb_per_token: per_token,
+            stream_mb_per_pass: now.streamed_bytes_per_pass as f64 / 1e6,
+            resident_mb: now.resident_bytes as f64 / 1e6,
+            read_mb_s: if seconds > 0.0 {
+                read as f64 / 1e6 / seconds
+            } else {
+                0.0
+            },
+            flash_mb_s: flash.mb_s,
+            flash_limit_tok_s: if per_token > 0.0 {
+                flash.mb_s / per_token
+            } else {
+                f64::INFINITY
+            },
+            total_read_mb: (flash.load_bytes + now.bytes_read) as f64 / 1e6,
+        })
     }
 
     /// Hands over the memory guard from [`check_memory`]: from now on, every 16th generated

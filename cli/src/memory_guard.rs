@@ -38,12 +38,22 @@ pub struct MemoryArgs {
     /// While generating, stop when less than this is left.
     #[arg(long = "mem-floor", value_name = "SIZE", value_parser = parse_size, default_value = "32M")]
     pub floor: u64,
-    /// How the weights are reached: `resident` maps the file; `pread` maps nothing and reads
-    /// each weight into one scratch buffer just before its matvec (slow; for a file bigger
-    /// than the address space); `auto` maps unless the file is bigger than the address space
-    /// this process may map (iOS, 32-bit, `ulimit -v`).
+    /// How the weights are reached: `resident` maps the file; `stream` keeps a resident set
+    /// in RAM and streams the rest from flash every token, read ahead by reader threads with
+    /// direct reads (for a model bigger than RAM); `pread` maps nothing and reads each weight
+    /// into one scratch buffer just before its matvec (slow); `auto` maps the file when the
+    /// model fits, streams it when it does not, and reads it with pread when it is bigger than
+    /// the address space this process may map (iOS, 32-bit, `ulimit -v`) and cannot stream.
     #[arg(long = "weights", value_enum, default_value_t = WeightsMode::Auto)]
     pub weights: WeightsMode,
+    /// With streaming: MB (10^6 bytes) of weights kept in RAM (the resident set); the stream
+    /// zones come on top [default: what the memory probe leaves, zones included].
+    #[arg(long = "resident-mb", value_name = "MB")]
+    pub resident_mb: Option<u64>,
+    /// With streaming: the flash's read bandwidth in MB/s, for the reported limit (flash MB/s
+    /// over MB streamed per token) [default: probed with a short direct read at start].
+    #[arg(long = "flash-mbps", value_name = "MB/S")]
+    pub flash_mbps: Option<f64>,
 }
 
 /// Where the weights live while running (`--weights`).
@@ -52,6 +62,7 @@ pub enum WeightsMode {
     #[default]
     Auto,
     Resident,
+    Stream,
     Pread,
 }
 
@@ -62,6 +73,8 @@ impl Default for MemoryArgs {
             no_guard: false,
             floor: 32 << 20,
             weights: WeightsMode::Auto,
+            resident_mb: None,
+            flash_mbps: None,
         }
     }
 }
@@ -240,37 +253,10 @@ pub fn check_memory(
         plan = plan.with_weights_held(held);
     }
     let watch = MemoryWatch::new();
-    let reading = watch.read();
-    let (allowed, from_where) = match args.budget {
-        Some(b) => (b, "--mem-budget".to_string()),
-        // The process already holds the program, the header it has parsed and so on; the plan
-        // counts those, so they are part of what it may use.
-        None => (
-            allowance(&reading),
-            format!(
-                "{} available ({}) + {} this process already holds",
-                mb(reading.available),
-                describe_source(&watch, &reading),
-                mb(reading.process_rss)
-            ),
-        ),
-    };
-    if args.budget.is_none() && reading.source == MemorySource::Unknown {
+    let Some((allowed, from_where)) = allowed_memory(&watch, args) else {
         // A sandbox that hides /proc: nothing to compare with; the floor check cannot work
         // either. Say nothing rather than refuse every model.
         return Ok(None);
-    }
-    // Android's low-memory killer and iOS's jetsam act before the kernel's own limits do.
-    let (allowed, from_where) = match (args.budget, crate::platform::mobile_memory_ceiling()) {
-        (None, Some((available, held, name))) if available.saturating_add(held) < allowed => (
-            available.saturating_add(held),
-            format!(
-                "{} available ({name}) + {} this process already holds",
-                mb(available),
-                mb(held)
-            ),
-        ),
-        _ => (allowed, from_where),
     };
     if plan.total() > allowed {
         return Err(refusal(path, gguf, &hp, &plan, n_ctx, allowed, &from_where));
@@ -281,6 +267,87 @@ pub fn check_memory(
         budget: args.budget,
         tokens_since_check: 0,
     }))
+}
+
+/// What this run may use in all, and where that figure comes from (for messages); `None` when
+/// there is no `--mem-budget` and nothing readable says (a sandbox that hides /proc).
+fn allowed_memory(watch: &MemoryWatch, args: &MemoryArgs) -> Option<(u64, String)> {
+    let reading = watch.read();
+    let (allowed, from_where) = match args.budget {
+        Some(b) => (b, "--mem-budget".to_string()),
+        // The process already holds the program, the header it has parsed and so on; the plan
+        // counts those, so they are part of what it may use.
+        None => (
+            allowance(&reading),
+            format!(
+                "{} available ({}) + {} this process already holds",
+                mb(reading.available),
+                describe_source(watch, &reading),
+                mb(reading.process_rss)
+            ),
+        ),
+    };
+    if args.budget.is_none() && reading.source == MemorySource::Unknown {
+        return None;
+    }
+    // Android's low-memory killer and iOS's jetsam act before the kernel's own limits do.
+    Some(
+        match (args.budget, crate::platform::mobile_memory_ceiling()) {
+            (None, Some((available, held, name))) if available.saturating_add(held) < allowed => (
+                available.saturating_add(held),
+                format!(
+                    "{} available ({name}) + {} this process already holds",
+                    mb(available),
+                    mb(held)
+                ),
+            ),
+            _ => (allowed, from_where),
+        },
+    )
+}
+
+/// Kept free beside the streaming store's budget: the page cache of the buffered reads
+/// (embedding rows, the header) and the allocator's churn, above the floor.
+pub const STREAM_SLACK_BYTES: u64 = 16 << 20;
+
+/// When the whole model does not fit: the bytes left for weights (resident set and stream
+/// zones) once everything else the run needs for `n_ctx` tokens, the floor and a slack are
+/// counted. `None` when it fits, when the guard is off, or when memory cannot be read.
+pub fn room_for_weights(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> Option<u64> {
+    let disabled_by_env = std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
+    if args.no_guard || disabled_by_env {
+        return None;
+    }
+    let hp = HParams::from_gguf(gguf).ok()?;
+    Family::from_arch(&hp.arch)?;
+    let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    let (allowed, _) = allowed_memory(&MemoryWatch::new(), args)?;
+    if plan.total() <= allowed {
+        return None;
+    }
+    let rest = plan.total() - plan.weights - plan.embedding_rows;
+    Some(allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES))
+}
+
+/// The budget for the streaming store's weights when nothing else says: what
+/// [`room_for_weights`] leaves, or (the model fits, or memory cannot be read) the whole plan's
+/// weights, so that `--weights stream` on a model that fits keeps nearly everything resident.
+pub fn stream_weights_budget(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> u64 {
+    if let Some(room) = room_for_weights(gguf, n_ctx, args) {
+        return room;
+    }
+    let Ok(hp) = HParams::from_gguf(gguf) else {
+        return 0;
+    };
+    let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    let disabled_by_env = std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
+    match allowed_memory(&MemoryWatch::new(), args) {
+        Some((allowed, _)) if !args.no_guard && !disabled_by_env => {
+            let rest = plan.total() - plan.weights - plan.embedding_rows;
+            allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES)
+        }
+        _ => plan.weights + crate::engine::MIN_ZONE_BYTES,
+    }
 }
 
 /// The refusal: needed by part, allowed and from where, and what to try.

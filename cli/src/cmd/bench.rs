@@ -69,9 +69,9 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
-    let gguf = engine::parse_gguf(&path, &file)?;
     let n_ctx = args.n_prompt.max(args.n_gen).max(1);
+    let (path, file) = engine::open_model(&args.model, &args.mem, Some(n_ctx))?;
+    let gguf = engine::parse_gguf(&path, &file)?;
     let guard = engine::check_memory(&path, &gguf, &file, Some(n_ctx), &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, &file, Some(n_ctx), threads)?;
     engine.watch_memory(guard);
@@ -81,6 +81,8 @@ pub fn run(args: Args) -> Result<(), String> {
 
     let mut pp = Vec::new();
     let mut tg = Vec::new();
+    // Flash reads over the timed generation runs (streamed weights only).
+    let (mut tg_read, mut tg_seconds) = (0u64, 0.0);
     for rep in 0..=args.reps {
         let timed = rep > 0;
         if args.n_prompt > 0 {
@@ -95,16 +97,21 @@ pub fn run(args: Args) -> Result<(), String> {
         if args.n_gen > 0 {
             let tokens = bench_tokens(args.n_gen, n_vocab, 1000 + rep as u64);
             engine.reset();
+            let read_before = engine.stream_bytes_read();
             let t = Instant::now();
             for &tok in &tokens {
                 engine.decode(tok)?;
             }
             if timed {
+                tg_seconds += t.elapsed().as_secs_f64();
+                tg_read += engine.stream_bytes_read() - read_before;
                 tg.push(args.n_gen as f64 / t.elapsed().as_secs_f64());
             }
         }
     }
     let (pp_tok_s, tg_tok_s) = (median(pp), median(tg));
+    // The prompt runs between generation runs read too: count the generation runs alone.
+    let stream = engine.stream_report(tg_read, args.n_gen * args.reps, tg_seconds);
     let peak_rss_mb =
         smolrun_linux::LinuxMemory::new().peak_used_bytes() as f64 / (1024.0 * 1024.0);
     let name = path
@@ -129,10 +136,11 @@ pub fn run(args: Args) -> Result<(), String> {
         );
     }
     println!("peak RSS: {peak_rss_mb:.1} MB");
+    if let Some(report) = &stream {
+        println!("{}", report.line());
+    }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
+        let mut out = serde_json::json!({
                 "model": name,
                 "threads": threads,
                 "n_prompt": args.n_prompt,
@@ -142,8 +150,11 @@ pub fn run(args: Args) -> Result<(), String> {
                 "tg_tok_s": tg_tok_s,
                 "peak_rss_mb": peak_rss_mb,
                 "kernels": kernels,
-            })
-        );
+        });
+        if let Some(report) = &stream {
+            report.add_to(&mut out);
+        }
+        println!("{out}");
     }
     Ok(())
 }

@@ -69,7 +69,7 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
+    let (path, file) = engine::open_model(&args.model, &args.mem, args.ctx)?;
     let gguf = engine::parse_gguf(&path, &file)?;
     let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;

@@ -102,7 +102,8 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let (path, file) = engine::open_model(&args.model, engine::WeightsMode::Auto)?;
+    let ctx = Some(args.n_predict + 256);
+    let (path, file) = engine::open_model(&args.model, &engine::MemoryArgs::default(), ctx)?;
     let gguf = engine::parse_gguf(&path, &file)?;
     // The prompts are well under 256 tokens.
     let mut engine = Engine::load(&path, &gguf, &file, Some(args.n_predict + 256), threads)?;

@@ -276,7 +276,7 @@ pub fn run(args: Args) -> Result<(), String> {
             e.utf8_error().valid_up_to()
         )
     })?;
-    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
+    let (path, file) = engine::open_model(&args.model, &args.mem, Some(args.ctx))?;
     let gguf = engine::parse_gguf(&path, &file)?;
     let guard = engine::check_memory(&path, &gguf, &file, Some(args.ctx), &args.mem)?;
     let mut engine = Engine::load(&path, &gguf, &file, Some(args.ctx), threads)?;

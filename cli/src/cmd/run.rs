@@ -40,7 +40,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let load_start = std::time::Instant::now();
     let t = std::time::Instant::now();
-    let (path, file) = engine::open_model(&args.model, args.mem.weights)?;
+    let (path, file) = engine::open_model(&args.model, &args.mem, args.ctx)?;
     engine::phase_time("open", t);
     let t = std::time::Instant::now();
     let gguf = engine::parse_gguf(&path, &file)?;
@@ -76,6 +76,8 @@ pub fn run(args: Args) -> Result<(), String> {
         ..GenerateOptions::default()
     };
 
+    let read_before = engine.stream_bytes_read();
+    let generation_start = std::time::Instant::now();
     let mut stdout = std::io::stdout().lock();
     let streaming = !args.json;
     let mut write_error = None;
@@ -97,8 +99,14 @@ pub fn run(args: Args) -> Result<(), String> {
         return Ok(());
     }
 
+    // Flash reads per token over the whole generation, the prompt's pass included.
+    let stream = engine.stream_report(
+        engine.stream_bytes_read() - read_before,
+        gen.tokens.len().max(1),
+        generation_start.elapsed().as_secs_f64(),
+    );
     if args.json {
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "text": text,
             "tokens": gen.tokens,
             "prompt_tokens": prompt,
@@ -107,6 +115,9 @@ pub fn run(args: Args) -> Result<(), String> {
             "stop": gen.stop.as_str(),
             "load_s": load_s,
         });
+        if let Some(report) = &stream {
+            report.add_to(&mut out);
+        }
         writeln!(stdout, "{out}").map_err(|e| format!("cannot write to stdout: {e}"))?;
     } else {
         let _ = writeln!(stdout);
@@ -120,6 +131,9 @@ pub fn run(args: Args) -> Result<(), String> {
         gen.gen_tok_s(),
         gen.stop.as_str()
     );
+    if let Some(report) = &stream {
+        eprintln!("{}", report.line());
+    }
     if let Some(why) = engine.low_memory_message() {
         return Err(why.to_string());
     }

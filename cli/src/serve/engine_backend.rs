@@ -34,7 +34,7 @@ impl EngineBackend {
         threads: usize,
         mem: &engine::MemoryArgs,
     ) -> Result<Self, String> {
-        let (path, file) = engine::open_model(model, mem.weights)?;
+        let (path, file) = engine::open_model(model, mem, n_ctx)?;
         let file: &'static ModelFile = Box::leak(Box::new(file));
         let gguf: &'static Gguf<'static> = Box::leak(Box::new(engine::parse_gguf(&path, file)?));
         let guard = engine::check_memory(&path, gguf, file, n_ctx, mem)?;
