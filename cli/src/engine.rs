@@ -206,6 +206,8 @@ pub fn open_model(
         .len();
     let budget = crate::platform::address_space_budget();
     let fits = crate::platform::check_address_space(&path, file_len, budget);
+    // The address space left for weights, when it is what keeps the file from being mapped.
+    let mut address_space_for_weights = None;
     let map = match (mode, fits, budget) {
         (WeightsMode::Pread | WeightsMode::Stream, ..) => false,
         (WeightsMode::Resident, fits, _) => {
@@ -216,12 +218,12 @@ pub fn open_model(
         (WeightsMode::Auto, Err(_), Some((budget, who))) => {
             eprintln!(
                 "smolrun: {} is {} MB, more than the {} MB of address space {who} leaves for a \
-                 model file: its weights are read with pread instead of mapped (--weights \
-                 pread; slow: a smaller model or quantization runs much faster)",
+                 model file: its weights are streamed instead of mapped (--weights stream)",
                 path.display(),
                 file_len / 1_000_000,
                 budget.for_file() / 1_000_000
             );
+            address_space_for_weights = Some(budget.for_file());
             false
         }
     };
@@ -235,12 +237,32 @@ pub fn open_model(
     let ctx = context_length(&path, trained, n_ctx)?;
     let budget = match mem.resident_mb {
         Some(mb) => StreamBudget::Resident(mb.saturating_mul(1_000_000)),
-        None => StreamBudget::Total(crate::memory_guard::stream_weights_budget(&gguf, ctx, mem)),
+        None => {
+            let room = crate::memory_guard::stream_weights_budget(&gguf, ctx, mem);
+            // The resident set and the zones take address space as a mapping would.
+            StreamBudget::Total(room.min(address_space_for_weights.unwrap_or(u64::MAX)))
+        }
     };
     let stream = match mode {
         WeightsMode::Stream => Some(StreamConfig::new(budget, mem)),
         WeightsMode::Pread | WeightsMode::Resident => None,
-        WeightsMode::Auto if !map => Some(StreamConfig::new(budget, mem)),
+        // Too little address space even for the stream zones: the pread store's one buffer.
+        WeightsMode::Auto if !map => {
+            let config = StreamConfig::new(budget, mem);
+            let table = TensorTable::new(&gguf);
+            let (whole, _) = weight_keys_from_header(&gguf);
+            let align = reader.direct_alignment().max(64) as u64;
+            match StreamPlan::new(&table, &whole, budget, align) {
+                Ok(_) => Some(config),
+                Err(_) => {
+                    eprintln!(
+                        "smolrun: not even the stream zones fit in that address space: the \
+                         weights are read with pread into one buffer (slow)"
+                    );
+                    None
+                }
+            }
+        }
         WeightsMode::Auto => match crate::memory_guard::room_for_weights(&gguf, ctx, mem) {
             Some(room) => {
                 eprintln!(

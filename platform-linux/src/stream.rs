@@ -42,21 +42,38 @@ pub struct StreamingStore<R: ReadAt + Send + Sync + 'static> {
 }
 
 impl<R: ReadAt + Send + Sync + 'static> StreamingStore<R> {
-    /// Starts `n_readers` reader threads on `store` (planned).
+    /// Starts `n_readers` reader threads on `store` (planned), and returns once every one of
+    /// them runs: a thread's own start-up allocates (its name, its thread-locals), which must
+    /// not happen later, while tokens are decoded.
     pub fn start(store: StreamStore<R, CondSignal>, n_readers: usize) -> std::io::Result<Self> {
-        let store = Arc::new(store);
+        let started = Arc::new((
+            std::sync::atomic::AtomicUsize::new(0),
+            CondSignal::default(),
+        ));
         let mut this = StreamingStore {
-            store,
+            store: Arc::new(store),
             readers: Vec::new(),
         };
         for i in 0..n_readers.max(1) {
             let store = Arc::clone(&this.store);
+            let started = Arc::clone(&started);
+            // On an error, the drop stops and joins the threads already started.
             let handle = std::thread::Builder::new()
                 .name(format!("smolrun-reader-{i}"))
-                .spawn(move || store.reader_loop())?;
+                .spawn(move || {
+                    started.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    started.1.notify();
+                    store.reader_loop()
+                })?;
             this.readers.push(handle);
         }
-        Ok(this)
+        loop {
+            let epoch = started.1.epoch();
+            if started.0.load(std::sync::atomic::Ordering::SeqCst) == this.readers.len() {
+                return Ok(this);
+            }
+            started.1.wait(epoch);
+        }
     }
 
     pub fn store(&self) -> &StreamStore<R, CondSignal> {

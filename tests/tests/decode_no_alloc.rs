@@ -3,14 +3,18 @@
 //! min-p, temperature, the draw, top-N alternatives), accepting the token, and the memory
 //! guard's look at the available memory every 16 tokens. A counting global allocator checks 64
 //! decoded tokens, on the resident store and on the pread store (nothing mapped: every weight
-//! read into its scratch buffer), on Gemma 3 and on the synthetic mixtures of experts (qwen3moe, bailingmoe2). This file holds a single test so that nothing else in the
+//! read into its scratch buffer) and on the streaming store (reader threads filling a ring a
+//! weight at a time: the readers must not allocate either), on Gemma 3 and on the synthetic mixtures of experts (qwen3moe, bailingmoe2). This file holds a single test so that nothing else in the
 //! process allocates meanwhile.
 
 use smolrun_core::gguf::Gguf;
+use smolrun_core::kernels::KernelSet;
+use smolrun_core::model::StreamBudget;
 use smolrun_core::model::{Model, ResidentStore, State, WeightStore};
 use smolrun_core::sampler::{Sampler, SamplerParams};
+use smolrun_linux::FileReader;
 use smolrun_linux::{MappedFile, MemoryWatch, ThreadPool};
-use smolrun_tests::{model_path, pread_store};
+use smolrun_tests::{model_path, pread_store, streaming_store, StreamSetup};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -54,6 +58,16 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
             &format!("{model}, resident"),
         );
         decode_64_without_allocating(&m, &pread_store(&path, &gguf), &format!("{model}, pread"));
+        let setup = StreamSetup {
+            budget: StreamBudget::Resident(0),
+            zone: Some(0),
+            readers: 2,
+            verify: true,
+        };
+        let reader = FileReader::open(&path).unwrap();
+        let kernels = KernelSet::select(&smolrun_linux::detect_features());
+        let (ms, stream, _) = streaming_store(reader, &gguf, &kernels, setup);
+        decode_64_without_allocating(&ms, &stream, &format!("{model}, streamed"));
     }
 }
 
