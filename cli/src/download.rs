@@ -196,7 +196,7 @@ fn attempt(
         }
     }
     if let Some(total) = total {
-        check_free_space(partial, total - start)?;
+        check_free_space(partial, total.saturating_sub(start))?;
         bar.set_length(total);
     }
     bar.set_position(start);
