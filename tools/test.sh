@@ -18,6 +18,10 @@ tools/fetch-models.sh gemma3-270m qwen2.5-coder-0.5b
 say "cargo fmt --check"
 cargo fmt --all -- --check
 
+say "Android headless mode against stand-ins for am/cmd/svc/settings (tools/android/test-headless.sh)"
+command -v mksh >/dev/null || { apt-get install -y mksh >/dev/null 2>&1 || echo "(no mksh: Android's shell untested)"; }
+sh tools/android/test-headless.sh
+
 say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 

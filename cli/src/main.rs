@@ -2,6 +2,7 @@
 
 mod chat_template;
 mod cmd;
+mod download;
 mod engine;
 mod memory_guard;
 mod models;
@@ -46,6 +47,13 @@ enum Command {
     Perplexity(cmd::perplexity::Args),
     /// Share of free-running chat answers that fall into a repeating loop.
     Loopcheck(cmd::loopcheck::Args),
+    /// Download a GGUF model (Hugging Face org/repo:QUANT, a URL, or a short name) into the
+    /// model folder; resumes a broken download.
+    Pull(cmd::pull::Args),
+    /// The models in the model folder.
+    List(cmd::list::Args),
+    /// Delete a model from the model folder.
+    Rm(cmd::rm::Args),
     /// Inspect and rewrite GGUF files.
     #[command(subcommand)]
     Gguf(cmd::gguf::GgufCommand),
@@ -66,6 +74,9 @@ fn main() -> ExitCode {
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Loopcheck(a) => cmd::loopcheck::run(a),
+        Command::Pull(a) => cmd::pull::run(a),
+        Command::List(a) => cmd::list::run(a),
+        Command::Rm(a) => cmd::rm::run(a),
         Command::Gguf(c) => cmd::gguf::run(c),
     };
     match result {

@@ -1,7 +1,8 @@
-//! `-m` takes a path or a short name of a model that tools/fetch-models.sh knows.
+//! `-m` takes a path, the name of a file in the model folder (what `smolrun pull` wrote, with or
+//! without `.gguf`), or a short name of a model that tools/fetch-models.sh knows.
 //!
-//! A short name resolves to its file in `$SMOLRUN_MODELS`, or `~/.cache/smolrun/models` when
-//! that is unset; the file names are the ones tools/fetch-models.sh writes.
+//! The model folder is `$SMOLRUN_MODELS`, or `~/.cache/smolrun/models` when that is unset; the
+//! short names' file names are the ones tools/fetch-models.sh writes.
 
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,15 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf, String> {
         return Ok(as_path.to_path_buf());
     }
     let dir = models_dir();
+    // A model `smolrun pull` fetched, by its file name with or without .gguf.
+    if !name_or_path.contains('/') && !name_or_path.is_empty() {
+        for file in [name_or_path.to_string(), format!("{name_or_path}.gguf")] {
+            let path = dir.join(file);
+            if path.is_file() {
+                return Ok(path);
+            }
+        }
+    }
     match KNOWN_MODELS.iter().find(|(name, _)| *name == name_or_path) {
         Some((name, file)) => {
             let path = dir.join(file);
@@ -45,14 +55,16 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf, String> {
             } else {
                 Err(format!(
                     "model '{name}' is not downloaded: {} does not exist; \
-                     run tools/fetch-models.sh {name} (or set SMOLRUN_MODELS to the folder that holds it)",
+                     run smolrun pull {name} (which runs tools/fetch-models.sh {name} in a \
+                     source tree), or set SMOLRUN_MODELS to the folder that holds it",
                     path.display()
                 ))
             }
         }
         None => Err(format!(
-            "'{name_or_path}' is neither a file nor a known model name; known names: {} \
-             (looked for in {}; run tools/fetch-models.sh NAME to download one)",
+            "'{name_or_path}' is neither a file, a model in {1} (smolrun list), nor a known \
+             short name: {0} (smolrun pull NAME downloads one; in a source tree \
+             tools/fetch-models.sh NAME does the same for the short names)",
             KNOWN_MODELS
                 .iter()
                 .map(|(n, _)| *n)
