@@ -1204,6 +1204,125 @@ pub(crate) mod tests {
         );
     }
 
+    /// Speculative decoding allocates nothing per token either: drafting (prompt lookup, or a
+    /// draft model: Gemma drafting for itself), the verify pass, sampling its rows and the
+    /// rollback after a rejection.
+    #[test]
+    fn speculative_generation_allocates_nothing_per_token() {
+        const N: usize = 96;
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        for draft in ["ngram", path.to_str().unwrap()] {
+            let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+            let args = DraftArgs {
+                draft: draft.into(),
+                draft_max: Some(4),
+            };
+            assert!(engine.set_draft(&args).unwrap().is_some());
+            let mut sampler = engine
+                .sampler(SamplerParams {
+                    n_probs: 3,
+                    ..SamplerParams::default()
+                })
+                .unwrap();
+            for id in 0..engine.tokenizer.n_vocab() as u32 {
+                if engine.tokenizer.is_eog(id) {
+                    sampler.ban(id);
+                }
+            }
+            let prompt = engine.tokenize(
+                "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3",
+                true,
+                false,
+            );
+            let options = GenerateOptions {
+                max_tokens: Some(N),
+                ..GenerateOptions::default()
+            };
+            let mut seen = [0usize; N];
+            let mut n = 0;
+            let gen = engine
+                .generate_with(&prompt, &mut sampler, options, &mut |_| {
+                    seen[n] = counting::allocations();
+                    n += 1;
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            assert_eq!(gen.tokens.len(), N);
+            assert!(gen.spec.accepted > 0, "{draft}: {:?}", gen.spec);
+            let after_warm_up = seen[N - 1] - seen[16];
+            assert_eq!(
+                after_warm_up, 0,
+                "{draft}: tokens 16..{N} made {after_warm_up} heap allocations"
+            );
+        }
+    }
+
+    /// With drafts accepted and rejected, the tokens are plain decoding's; stopping inside a
+    /// verified run (the caller breaks at token `j`) stops exactly where plain decoding stops,
+    /// and leaves the cache holding only accepted tokens, at its position.
+    #[test]
+    fn a_break_inside_a_verified_run_stops_where_plain_decoding_does() {
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+        let prompt = engine.tokenize(
+            "The cat sat on the mat. The dog sat on the log. The bird sat on the",
+            true,
+            false,
+        );
+        let greedy = SamplerParams::greedy();
+        let generate = |engine: &mut Engine, stop_at: usize| {
+            let mut sampler = engine.sampler(greedy).unwrap();
+            let mut n = 0;
+            let options = GenerateOptions {
+                max_tokens: Some(40),
+                ..GenerateOptions::default()
+            };
+            engine
+                .generate_with(&prompt, &mut sampler, options, &mut |_| {
+                    n += 1;
+                    if n > stop_at {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .unwrap()
+        };
+        let plain = generate(&mut engine, usize::MAX);
+        assert_eq!(plain.tokens.len(), 40);
+        let args = DraftArgs {
+            draft: "ngram".into(),
+            draft_max: Some(6),
+        };
+        engine.set_draft(&args).unwrap();
+        let spec = generate(&mut engine, usize::MAX);
+        assert_eq!(spec.tokens, plain.tokens);
+        // Drafts were accepted, and rejected (the rollback ran).
+        let s = spec.spec;
+        assert!(
+            s.accepted > 0 && s.accepted < s.drafted && s.passes < 39,
+            "{s:?}"
+        );
+        for stop_at in [0, 1, 5, 12, 13, 27] {
+            let spec = generate(&mut engine, stop_at);
+            assert_eq!(spec.stop, StopReason::Stopped);
+            assert_eq!(
+                spec.tokens,
+                plain.tokens[..stop_at + 1],
+                "break at {stop_at}"
+            );
+            let context: Vec<u32> = prompt.iter().chain(&spec.tokens).copied().collect();
+            assert!(
+                context.starts_with(&engine.cached),
+                "break at {stop_at}: the cache holds tokens that were not accepted"
+            );
+            assert!(engine.cached.len() + 1 >= context.len());
+            assert_eq!(engine.state.pos, engine.cached.len());
+        }
+    }
+
     #[test]
     fn a_prompt_longer_than_the_context_is_refused() {
         let (path, file) = gemma_file();
