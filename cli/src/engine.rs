@@ -8,6 +8,7 @@
 use crate::chat_template::ChatTemplate;
 use crate::memory_guard::MemoryGuard;
 pub use crate::memory_guard::{MemoryArgs, WeightsMode};
+use crate::speculative::{DraftArgs, DraftChoice, DraftModel, DraftSource, Drafter, SpecStats};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 pub use smolrun_core::model::stream::MIN_ZONE_BYTES;
@@ -16,7 +17,7 @@ use smolrun_core::model::{
     StreamStore, TensorTable, WeightKey, WeightStore,
 };
 use smolrun_core::platform::{Parallel, ReadAt, SingleThread};
-use smolrun_core::sampler::{Sampled, Sampler, SamplerParams};
+use smolrun_core::sampler::{Draft, Sampled, Sampler, SamplerParams};
 use smolrun_core::tokenizer::{StreamDecoder, Tokenizer};
 use smolrun_linux::{CondSignal, FileReader, MappedFile, StreamingStore};
 use std::ops::ControlFlow;
@@ -340,6 +341,8 @@ pub struct Generation {
     pub prompt_time: Duration,
     pub gen_time: Duration,
     pub stop: StopReason,
+    /// Forward passes after the prompt, and how drafting went (no drafts without `--draft`).
+    pub spec: SpecStats,
 }
 
 impl Generation {
@@ -417,6 +420,8 @@ pub struct Engine<'g> {
     join_pieces: bool,
     /// Why the last generation stopped with [`StopReason::LowMemory`].
     low_memory: Option<String>,
+    /// Speculative decoding ([`Engine::set_draft`]); `None`: one token per pass.
+    draft: Option<Drafter>,
 }
 
 /// Builds the streaming store: the model's setup through it, its plan for `config`, the
@@ -663,6 +668,7 @@ impl<'g> Engine<'g> {
             memory: None,
             join_pieces: false,
             low_memory: None,
+            draft: None,
         })
     }
 
@@ -685,6 +691,25 @@ impl<'g> Engine<'g> {
         ),
         String,
     > {
+        let (model, state, store, flash) = load_weights_only(path, gguf, file, n_ctx)?;
+        let t = Instant::now();
+        let par = parallel(threads)?;
+        phase_time("thread pool", t);
+        Ok((model, state, store, par, flash))
+    }
+}
+
+/// The model, the state for `n_ctx` and the weight store (with the repacked weights) of a
+/// parsed file, and the flash probe when streamed: an engine's without its tokenizer and
+/// threads (a draft model's too).
+#[allow(clippy::type_complexity)]
+pub fn load_weights_only<'g>(
+    path: &Path,
+    gguf: &'g Gguf<'g>,
+    file: &'g ModelFile,
+    n_ctx: Option<usize>,
+) -> Result<(Model, State, Box<dyn WeightStore + 'g>, Option<FlashProbe>), String> {
+    {
         let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
         // This CPU's fastest kernel set, chosen once here (every matrix keeps its own);
         // SMOLRUN_KERNELS=scalar forces the scalar reference, which is what the golden
@@ -741,12 +766,11 @@ impl<'g> Engine<'g> {
         let t = Instant::now();
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
         phase_time("state", t);
-        let t = Instant::now();
-        let par = parallel(threads)?;
-        phase_time("thread pool", t);
-        Ok((model, state, store, par, flash))
+        Ok((model, state, store, flash))
     }
+}
 
+impl<'g> Engine<'g> {
     /// Bytes the streaming store has read from flash so far (0 when nothing is streamed).
     pub fn stream_bytes_read(&self) -> u64 {
         self.store.stream_stats().map_or(0, |s| s.bytes_read)
@@ -936,6 +960,49 @@ impl<'g> Engine<'g> {
         self.join_pieces = on;
     }
 
+    /// Turns on speculative decoding as `--draft` and `--draft-max` say: the state gets a row
+    /// of logits per token a verify pass checks (the cache is forgotten), and a draft model is
+    /// loaded and checked to share the vocabulary. `auto` drafts with prompt lookup when the
+    /// weight store streams from flash (a pass then costs one read of the streamed weights,
+    /// however many tokens it checks), and not otherwise. Returns what drafts, if anything.
+    pub fn set_draft(&mut self, args: &DraftArgs) -> Result<Option<String>, String> {
+        let source = match args.choice() {
+            DraftChoice::Off => None,
+            DraftChoice::Auto if self.store.stream_stats().is_none() => None,
+            DraftChoice::Ngram | DraftChoice::Auto => Some(DraftSource::Ngram),
+            DraftChoice::Model(name) => Some(DraftSource::Model(Box::new(DraftModel::load(
+                &name,
+                self.n_ctx(),
+                &self.tokenizer,
+            )?))),
+        };
+        let max = match (&source, args.draft_max) {
+            (_, Some(n)) if n > crate::speculative::MAX_DRAFT => {
+                return Err(format!(
+                    "--draft-max {n}: at most {} tokens per pass",
+                    crate::speculative::MAX_DRAFT
+                ))
+            }
+            (_, Some(n)) => n,
+            (Some(DraftSource::Model(_)), None) => crate::speculative::DEFAULT_MODEL_DRAFT,
+            _ => crate::speculative::DEFAULT_NGRAM_DRAFT,
+        };
+        let drafter = match source {
+            Some(source) if max > 0 => Drafter::new(source, max),
+            _ => {
+                self.draft = None;
+                return Ok(None);
+            }
+        };
+        let n_batch = self.state.n_batch();
+        self.state = State::with_logit_rows(&self.model, self.n_ctx(), n_batch, max + 1)
+            .map_err(|e| self.forward_error(e))?;
+        self.cached.clear();
+        let described = drafter.describe();
+        self.draft = Some(drafter);
+        Ok(Some(described))
+    }
+
     /// The pieces a caller that drives the model itself needs (perplexity). The cache is
     /// forgotten: whatever the caller runs replaces it.
     pub fn parts(
@@ -1023,6 +1090,12 @@ impl<'g> Engine<'g> {
         let room = self.n_ctx() - self.cached.len();
         self.cached.reserve(room);
         let mut tokens = Vec::with_capacity(max_tokens.map_or(room + 1, |n| n.min(room + 1)));
+        let mut spec = SpecStats::default();
+        // The last verify pass, while its rows are being sampled: the cache length before it
+        // (`base`) and the row whose logits come next. Its tokens (the sampled one, then the
+        // draft) are `self.draft`'s buffer, all of them in the cache; after a rejection, or when
+        // generation stops, the cache goes back to the tokens accepted.
+        let mut verifying: Option<(usize, usize)> = None;
         let stop_reason = loop {
             if options.interrupt.is_some_and(|i| i.load(Ordering::Relaxed)) {
                 break StopReason::Interrupted;
@@ -1030,9 +1103,24 @@ impl<'g> Engine<'g> {
             if max_tokens.is_some_and(|n| tokens.len() >= n) {
                 break StopReason::Length;
             }
-            let sampled = sampler
-                .sample(self.state.logits())
-                .map_err(|e| format!("{}: sampling failed: {e}", self.path.display()))?;
+            // Row `row` of a verify pass holds the logits after its token `row`; the pass's
+            // next token is the draft for them.
+            let drafted = match (verifying, &self.draft) {
+                (Some((_, row)), Some(d)) => d.tokens.get(row + 1).copied(),
+                _ => None,
+            };
+            let logits = match verifying {
+                Some((_, row)) => self.state.logits_row(row),
+                None => self.state.logits(),
+            };
+            let sampling_error = |e: smolrun_core::sampler::SamplerError| {
+                format!("{}: sampling failed: {e}", self.path.display())
+            };
+            let (sampled, accepted) = match drafted {
+                Some(d) => sampler.sample_draft(logits, Draft::Token(d)),
+                None => sampler.sample(logits).map(|s| (s, false)),
+            }
+            .map_err(sampling_error)?;
             let token = sampled.token;
             let end = self.tokenizer.is_eog(token);
             let flow = if end {
@@ -1045,6 +1133,21 @@ impl<'g> Engine<'g> {
             };
             sampler.accept(token);
             tokens.push(token);
+            if let Some((base, row)) = &mut verifying {
+                if accepted {
+                    // The draft is this token: it is in the cache already, and the next row
+                    // holds the logits after it.
+                    spec.accepted += 1;
+                    *row += 1;
+                } else {
+                    // Rejected (or the pass's last row): the cache keeps the pass's tokens up
+                    // to this row's, and `token` runs next.
+                    let keep = *base + *row + 1;
+                    self.cached.truncate(keep);
+                    self.state.pos = keep;
+                    verifying = None;
+                }
+            }
             if end {
                 break StopReason::EndOfText;
             }
@@ -1054,22 +1157,77 @@ impl<'g> Engine<'g> {
             if max_tokens.is_some_and(|n| tokens.len() >= n) {
                 break StopReason::Length;
             }
-            if self.cached.len() >= self.n_ctx() {
+            if verifying.is_none() && self.cached.len() >= self.n_ctx() {
                 break StopReason::ContextFull;
             }
             if let Err(why) = self.check_memory_floor() {
                 self.low_memory = Some(why);
                 break StopReason::LowMemory;
             }
-            self.decode_unguarded(token)?;
+            if verifying.is_some() {
+                continue;
+            }
+            // Tokens this pass may still yield (the one it runs and the drafts after it).
+            let left = max_tokens.map_or(usize::MAX, |n| n - tokens.len());
+            verifying = self.run_token(token, left, &mut spec)?;
         };
+        // Stopped inside a verify pass: the cache keeps the tokens accepted, the last included.
+        if let Some((base, row)) = verifying {
+            let keep = base + row + 1;
+            self.cached.truncate(keep);
+            self.state.pos = keep;
+        }
         Ok(Generation {
             tokens,
             prompt_evaluated,
             prompt_time,
             gen_time: t1.elapsed(),
             stop: stop_reason,
+            spec,
         })
+    }
+
+    /// Runs `token` after the cache: with a draft (up to `left - 1` tokens, and what the
+    /// context has room for), one verify pass over the token and the draft, whose rows the
+    /// loop then samples (returns the cache length before the pass); else one decode step.
+    fn run_token(
+        &mut self,
+        token: u32,
+        left: usize,
+        spec: &mut SpecStats,
+    ) -> Result<Option<(usize, usize)>, String> {
+        spec.passes += 1;
+        let base = self.cached.len();
+        let room = self.n_ctx() - base - 1;
+        // Joined pieces rewrite the cache token by token; they decode without drafts.
+        let joining = self.join_pieces && self.model.head_ids.is_some();
+        let max = left.saturating_sub(1).min(room);
+        let Some(drafter) = self.draft.as_mut().filter(|_| max > 0 && !joining) else {
+            self.decode_unguarded(token)?;
+            return Ok(None);
+        };
+        // The context the draft continues ends with `token` (pushed for the lookup, no
+        // allocation: the list has room for the whole context).
+        self.cached.push(token);
+        let drafted = drafter.propose(self.par.as_ref(), &self.tokenizer, &self.cached, max);
+        self.cached.pop();
+        if drafted? == 0 {
+            self.decode_unguarded(token)?;
+            return Ok(None);
+        }
+        let tokens = &drafter.tokens;
+        spec.drafted += tokens.len() - 1;
+        if let Err(e) = self.model.forward_verify(
+            &mut self.state,
+            self.store.as_ref(),
+            self.par.as_ref(),
+            tokens,
+            base,
+        ) {
+            return Err(self.forward_error(e));
+        }
+        self.cached.extend_from_slice(tokens);
+        Ok(Some((base, 0)))
     }
 }
 
@@ -1348,6 +1506,125 @@ pub(crate) mod tests {
             after_warm_up, 0,
             "tokens 16..{N} made {after_warm_up} heap allocations"
         );
+    }
+
+    /// Speculative decoding allocates nothing per token either: drafting (prompt lookup, or a
+    /// draft model: Gemma drafting for itself), the verify pass, sampling its rows and the
+    /// rollback after a rejection.
+    #[test]
+    fn speculative_generation_allocates_nothing_per_token() {
+        const N: usize = 96;
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        for draft in ["ngram", path.to_str().unwrap()] {
+            let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+            let args = DraftArgs {
+                draft: draft.into(),
+                draft_max: Some(4),
+            };
+            assert!(engine.set_draft(&args).unwrap().is_some());
+            let mut sampler = engine
+                .sampler(SamplerParams {
+                    n_probs: 3,
+                    ..SamplerParams::default()
+                })
+                .unwrap();
+            for id in 0..engine.tokenizer.n_vocab() as u32 {
+                if engine.tokenizer.is_eog(id) {
+                    sampler.ban(id);
+                }
+            }
+            let prompt = engine.tokenize(
+                "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3",
+                true,
+                false,
+            );
+            let options = GenerateOptions {
+                max_tokens: Some(N),
+                ..GenerateOptions::default()
+            };
+            let mut seen = [0usize; N];
+            let mut n = 0;
+            let gen = engine
+                .generate_with(&prompt, &mut sampler, options, &mut |_| {
+                    seen[n] = counting::allocations();
+                    n += 1;
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+            assert_eq!(gen.tokens.len(), N);
+            assert!(gen.spec.accepted > 0, "{draft}: {:?}", gen.spec);
+            let after_warm_up = seen[N - 1] - seen[16];
+            assert_eq!(
+                after_warm_up, 0,
+                "{draft}: tokens 16..{N} made {after_warm_up} heap allocations"
+            );
+        }
+    }
+
+    /// With drafts accepted and rejected, the tokens are plain decoding's; stopping inside a
+    /// verified run (the caller breaks at token `j`) stops exactly where plain decoding stops,
+    /// and leaves the cache holding only accepted tokens, at its position.
+    #[test]
+    fn a_break_inside_a_verified_run_stops_where_plain_decoding_does() {
+        let (path, file) = gemma_file();
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+        let prompt = engine.tokenize(
+            "The cat sat on the mat. The dog sat on the log. The bird sat on the",
+            true,
+            false,
+        );
+        let greedy = SamplerParams::greedy();
+        let generate = |engine: &mut Engine, stop_at: usize| {
+            let mut sampler = engine.sampler(greedy).unwrap();
+            let mut n = 0;
+            let options = GenerateOptions {
+                max_tokens: Some(40),
+                ..GenerateOptions::default()
+            };
+            engine
+                .generate_with(&prompt, &mut sampler, options, &mut |_| {
+                    n += 1;
+                    if n > stop_at {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .unwrap()
+        };
+        let plain = generate(&mut engine, usize::MAX);
+        assert_eq!(plain.tokens.len(), 40);
+        let args = DraftArgs {
+            draft: "ngram".into(),
+            draft_max: Some(6),
+        };
+        engine.set_draft(&args).unwrap();
+        let spec = generate(&mut engine, usize::MAX);
+        assert_eq!(spec.tokens, plain.tokens);
+        // Drafts were accepted, and rejected (the rollback ran).
+        let s = spec.spec;
+        assert!(
+            s.accepted > 0 && s.accepted < s.drafted && s.passes < 39,
+            "{s:?}"
+        );
+        for stop_at in [0, 1, 5, 12, 13, 27] {
+            let spec = generate(&mut engine, stop_at);
+            assert_eq!(spec.stop, StopReason::Stopped);
+            assert_eq!(
+                spec.tokens,
+                plain.tokens[..stop_at + 1],
+                "break at {stop_at}"
+            );
+            let context: Vec<u32> = prompt.iter().chain(&spec.tokens).copied().collect();
+            assert!(
+                context.starts_with(&engine.cached),
+                "break at {stop_at}: the cache holds tokens that were not accepted"
+            );
+            assert!(engine.cached.len() + 1 >= context.len());
+            assert_eq!(engine.state.pos, engine.cached.len());
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod models;
 mod platform;
 mod repack_cache;
 mod serve;
+mod speculative;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -430,6 +430,76 @@ impl Sampler {
     /// Chooses the next token from `logits` (one per vocabulary entry). Does not accept it: call
     /// [`Sampler::accept`] with the token that is actually used.
     pub fn sample(&mut self, logits: &[f32]) -> Result<Sampled<'_>, SamplerError> {
+        let kept = self.prepare(logits)?;
+        let chosen = match kept.total {
+            None => self.candidates[0],
+            Some(total) => {
+                let pick = self.draw(kept.n_kept, total);
+                self.candidates[pick]
+            }
+        };
+        Ok(self.sampled(chosen, kept.lse))
+    }
+
+    /// One step of speculative sampling (Leviathan et al. 2023, Chen et al. 2023): `draft` was
+    /// proposed for the position whose logits are `logits`. Returns the token to use and whether
+    /// it is the draft (accepted: the tokens drafted after it may be checked next). The token
+    /// is distributed exactly as [`Sampler::sample`] draws it from the same logits and history
+    /// (the same penalties, top-k, top-p, min-p and temperature give the target distribution
+    /// p): the draft is accepted with probability min(1, p(d)/q(d)), else a token is drawn from
+    /// the residual max(0, p - q), renormalised. A [`Draft::Token`] has q a point mass, so it
+    /// is accepted with probability p(d) and the residual is p without d. Greedy (temperature
+    /// 0): the token is the one `sample` picks, accepted when it is the draft. The random
+    /// numbers drawn differ from `sample`'s (one or two per step), so a seed gives other
+    /// tokens than plain sampling does, from the same distribution.
+    pub fn sample_draft(
+        &mut self,
+        logits: &[f32],
+        draft: Draft<'_>,
+    ) -> Result<(Sampled<'_>, bool), SamplerError> {
+        let d = draft.token();
+        let kept = self.prepare(logits)?;
+        let Some(total) = kept.total else {
+            let chosen = self.candidates[0];
+            return Ok((self.sampled(chosen, kept.lse), chosen.id == d));
+        };
+        let n_kept = kept.n_kept;
+        let at = self.candidates[..n_kept].iter().position(|c| c.id == d);
+        let p_d = at.map_or(0.0, |i| self.weights[i] as f64 / total);
+        let q = |id: u32| match draft {
+            Draft::Token(t) => f64::from(u8::from(t == id)),
+            Draft::Sampled { q, .. } => q.get(id as usize).map_or(0.0, |&v| v as f64),
+        };
+        if let Some(i) = at {
+            // u < p/q, written without the division (q(d) may be 0 for a careless caller:
+            // then any p(d) > 0 accepts, as min(1, p/0) = 1 says).
+            if self.rng.next_f64() * q(d) < p_d {
+                let chosen = self.candidates[i];
+                return Ok((self.sampled(chosen, kept.lse), true));
+            }
+        }
+        // Rejected: the residual max(0, p - q) over the kept candidates (a token outside them
+        // has p = 0, so a residual of 0).
+        let mut residual = 0.0f64;
+        for (w, c) in self.weights[..n_kept].iter_mut().zip(&self.candidates) {
+            let r = (*w as f64 / total - q(c.id)).max(0.0);
+            *w = r as f32;
+            residual += *w as f64;
+        }
+        let chosen = if residual > 0.0 {
+            let pick = self.draw(n_kept, residual);
+            self.candidates[pick]
+        } else {
+            // p <= q everywhere, so p = q and a rejection had probability 0; rounding got here.
+            self.candidates[at.unwrap_or(0)]
+        };
+        let accepted = chosen.id == d;
+        Ok((self.sampled(chosen, kept.lse), accepted))
+    }
+
+    /// Steps 1-4 of the chain: the penalised logits, the kept candidates best first at the
+    /// front of `candidates`, and (unless greedy) their temperature weights in `weights`.
+    fn prepare(&mut self, logits: &[f32]) -> Result<Kept, SamplerError> {
         if logits.len() != self.vocab_size {
             return Err(SamplerError::WrongLogitCount {
                 expected: self.vocab_size,
@@ -496,66 +566,108 @@ impl Sampler {
             };
             self.gather_above(floor)
         };
+        if greedy {
+            return Ok(Kept {
+                n_kept,
+                lse,
+                total: None,
+            });
+        }
 
-        let chosen = if greedy {
-            self.candidates[0]
-        } else {
-            let kept = &self.candidates[..n_kept];
-            // 3. top-p on the temperature-1 softmax of what top-k kept.
-            if p.top_p < 1.0 {
-                let top = kept[0].logit;
-                let mut total = 0.0f64;
-                for (w, c) in self.weights.iter_mut().zip(kept) {
-                    *w = libm::expf(c.logit - top);
-                    total += *w as f64;
-                }
-                let mut cum = 0.0f64;
-                for (i, w) in self.weights[..n_kept].iter().enumerate() {
-                    cum += *w as f64 / total;
-                    if cum >= p.top_p as f64 {
-                        n_kept = i + 1;
-                        break;
-                    }
-                }
-            }
-            // 4. min-p: the list is sorted, so the survivors are a prefix.
-            if p.min_p > 0.0 {
-                let floor = self.candidates[0].logit + libm::logf(p.min_p);
-                let survivors = self.candidates[1..n_kept]
-                    .iter()
-                    .take_while(|c| c.logit >= floor)
-                    .count();
-                n_kept = 1 + survivors;
-            }
-            // 5. temperature and the draw.
-            let kept = &self.candidates[..n_kept];
+        let kept = &self.candidates[..n_kept];
+        // 3. top-p on the temperature-1 softmax of what top-k kept.
+        if p.top_p < 1.0 {
             let top = kept[0].logit;
-            let inv_t = 1.0 / p.temperature;
             let mut total = 0.0f64;
             for (w, c) in self.weights.iter_mut().zip(kept) {
-                *w = libm::expf((c.logit - top) * inv_t);
+                *w = libm::expf(c.logit - top);
                 total += *w as f64;
             }
-            let target = self.rng.next_f64() * total;
             let mut cum = 0.0f64;
-            let mut pick = n_kept - 1;
             for (i, w) in self.weights[..n_kept].iter().enumerate() {
-                cum += *w as f64;
-                if target < cum {
-                    pick = i;
+                cum += *w as f64 / total;
+                if cum >= p.top_p as f64 {
+                    n_kept = i + 1;
                     break;
                 }
             }
-            kept[pick]
-        };
+        }
+        // 4. min-p: the list is sorted, so the survivors are a prefix.
+        if p.min_p > 0.0 {
+            let floor = self.candidates[0].logit + libm::logf(p.min_p);
+            let survivors = self.candidates[1..n_kept]
+                .iter()
+                .take_while(|c| c.logit >= floor)
+                .count();
+            n_kept = 1 + survivors;
+        }
+        // 5. temperature: the weights of the draw.
+        let kept = &self.candidates[..n_kept];
+        let top = kept[0].logit;
+        let inv_t = 1.0 / p.temperature;
+        let mut total = 0.0f64;
+        for (w, c) in self.weights.iter_mut().zip(kept) {
+            *w = libm::expf((c.logit - top) * inv_t);
+            total += *w as f64;
+        }
+        Ok(Kept {
+            n_kept,
+            lse,
+            total: Some(total),
+        })
+    }
 
+    /// The draw: an index into the first `n` candidates, in proportion to `weights` (which
+    /// sum to `total`).
+    fn draw(&mut self, n: usize, total: f64) -> usize {
+        let target = self.rng.next_f64() * total;
+        let mut cum = 0.0f64;
+        for (i, w) in self.weights[..n].iter().enumerate() {
+            cum += *w as f64;
+            if target < cum {
+                return i;
+            }
+        }
+        // Rounding left the target past the sum: the last candidate with a weight.
+        self.weights[..n]
+            .iter()
+            .rposition(|&w| w > 0.0)
+            .unwrap_or(n - 1)
+    }
+
+    fn sampled(&self, chosen: Candidate, lse: f32) -> Sampled<'_> {
         let logprob = chosen.logit - lse;
-        Ok(Sampled {
+        Sampled {
             token: chosen.id,
             prob: libm::expf(logprob),
             logprob,
             top: &self.top,
-        })
+        }
+    }
+}
+
+/// What [`Sampler::prepare`] kept: `n_kept` candidates, the log-partition of the model's
+/// distribution, and the sum of the candidates' weights (`None`: greedy, no weights).
+struct Kept {
+    n_kept: usize,
+    lse: f32,
+    total: Option<f64>,
+}
+
+/// A token proposed for the next position by a speculative draft ([`Sampler::sample_draft`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Draft<'a> {
+    /// Proposed deterministically (prompt lookup, a greedy draft model): q is a point mass.
+    Token(u32),
+    /// Drawn from the draft's distribution `q` (one probability per vocabulary id).
+    Sampled { token: u32, q: &'a [f32] },
+}
+
+impl Draft<'_> {
+    pub fn token(&self) -> u32 {
+        match *self {
+            Draft::Token(t) | Draft::Sampled { token: t, .. } => t,
+        }
     }
 }
 
@@ -831,5 +943,141 @@ mod tests {
         let out = s.sample(&ln(&[0.25, 0.6, 0.15])).unwrap();
         assert_eq!(out.token, 1);
         assert!((out.prob - 0.6).abs() < 1e-6);
+    }
+
+    /// Draws `n` speculative steps with drafts from `propose` (a deterministic token, or one
+    /// drawn from q) and returns the output frequencies and the acceptance rate.
+    fn speculative_frequencies(
+        params: SamplerParams,
+        logits: &[f32],
+        history: &[u32],
+        q: Option<&[f32]>,
+        fixed_draft: u32,
+        n: usize,
+    ) -> (Vec<f64>, f64) {
+        let mut s = Sampler::new(logits.len(), params).unwrap();
+        for &t in history {
+            s.accept(t);
+        }
+        let mut draft_rng = Xoshiro256::new(99);
+        let mut counts = vec![0usize; logits.len()];
+        let mut accepted = 0;
+        for _ in 0..n {
+            let draft = match q {
+                None => Draft::Token(fixed_draft),
+                Some(q) => {
+                    // d ~ q, with the draft's own random numbers.
+                    let u = draft_rng.next_f64();
+                    let mut cum = 0.0;
+                    let d = q.iter().position(|&p| {
+                        cum += p as f64;
+                        u < cum
+                    });
+                    Draft::Sampled {
+                        token: d.unwrap_or(q.len() - 1) as u32,
+                        q,
+                    }
+                }
+            };
+            let (out, ok) = s.sample_draft(logits, draft).unwrap();
+            assert_eq!(ok, out.token == draft.token() && ok);
+            counts[out.token as usize] += 1;
+            accepted += usize::from(ok);
+        }
+        let freq = counts.iter().map(|&c| c as f64 / n as f64).collect();
+        (freq, accepted as f64 / n as f64)
+    }
+
+    /// Each frequency within 5 standard deviations of a binomial(n, p) proportion (a false
+    /// alarm about once in 3.5 million per id), plus a rounding allowance.
+    fn assert_binomial(found: &[f64], expected: &[f64], n: usize) {
+        for (i, (&f, &p)) in found.iter().zip(expected).enumerate() {
+            let bound = 5.0 * (p * (1.0 - p) / n as f64).sqrt() + 1e-9;
+            assert!(
+                (f - p).abs() <= bound,
+                "id {i}: frequency {f}, expected {p} +- {bound} (all: {found:?}, p: {expected:?})"
+            );
+        }
+    }
+
+    /// The target distribution of `plain(t)` with top-k 3 over these logits: the tokens the
+    /// plain sampler draws from, by construction of the chain (ids 0..3 kept, id 3 dropped).
+    fn toy() -> (SamplerParams, Vec<f32>, Vec<f64>) {
+        let params = SamplerParams {
+            top_k: 3,
+            ..plain(0.7)
+        };
+        let logits = ln(&[0.45, 0.3, 0.2, 0.05]);
+        let w: Vec<f64> = [0.45f64, 0.3, 0.2]
+            .iter()
+            .map(|p| p.powf(1.0 / 0.7))
+            .collect();
+        let total: f64 = w.iter().sum();
+        let mut p: Vec<f64> = w.iter().map(|w| w / total).collect();
+        p.push(0.0);
+        (params, logits, p)
+    }
+
+    #[test]
+    fn a_deterministic_draft_keeps_the_target_distribution() {
+        let (params, logits, p) = toy();
+        const N: usize = 200_000;
+        // Every draft token, the one top-k drops included (always rejected).
+        for d in 0..4u32 {
+            let (f, rate) = speculative_frequencies(params, &logits, &[], None, d, N);
+            assert_binomial(&f, &p, N);
+            // Accepted with probability p(d).
+            assert_binomial(&[rate], &[p[d as usize]], N);
+        }
+    }
+
+    #[test]
+    fn a_sampled_draft_keeps_the_target_distribution() {
+        let (params, logits, p) = toy();
+        const N: usize = 200_000;
+        for q in [
+            [0.25f32, 0.25, 0.25, 0.25],
+            [0.05, 0.05, 0.8, 0.1],
+            [0.5, 0.3, 0.15, 0.05],
+        ] {
+            let (f, rate) = speculative_frequencies(params, &logits, &[], Some(&q), 0, N);
+            assert_binomial(&f, &p, N);
+            // Accepted with probability sum_x min(p(x), q(x)).
+            let overlap: f64 = p.iter().zip(&q).map(|(&p, &q)| p.min(q as f64)).sum();
+            assert_binomial(&[rate], &[overlap], N);
+        }
+    }
+
+    /// The target is the distribution after the penalties of the accepted history: a repeat
+    /// penalty of 2 on id 0 turns 0.45 into 0.45^(1/2) before temperature.
+    #[test]
+    fn the_draft_target_includes_the_penalties() {
+        let (params, logits, _) = toy();
+        let params = SamplerParams {
+            repeat_penalty: 2.0,
+            repeat_last_n: 4,
+            ..params
+        };
+        // logits are ln(p) < 0: a penalised negative logit is multiplied by 2.
+        let w: Vec<f64> = [0.45f64.powi(2), 0.3, 0.2]
+            .iter()
+            .map(|p| p.powf(1.0 / 0.7))
+            .collect();
+        let total: f64 = w.iter().sum();
+        let mut p: Vec<f64> = w.iter().map(|w| w / total).collect();
+        p.push(0.0);
+        const N: usize = 200_000;
+        let (f, _) = speculative_frequencies(params, &logits, &[0], None, 0, N);
+        assert_binomial(&f, &p, N);
+    }
+
+    #[test]
+    fn a_greedy_draft_is_accepted_exactly_when_it_is_the_argmax() {
+        let mut s = Sampler::new(4, SamplerParams::greedy()).unwrap();
+        let logits = [0.1, 3.0, -2.0, 2.9];
+        let (out, ok) = s.sample_draft(&logits, Draft::Token(1)).unwrap();
+        assert_eq!((out.token, ok), (1, true));
+        let (out, ok) = s.sample_draft(&logits, Draft::Token(3)).unwrap();
+        assert_eq!((out.token, ok), (1, false));
     }
 }

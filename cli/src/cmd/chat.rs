@@ -31,6 +31,8 @@ pub struct Args {
     pub mem: crate::engine::MemoryArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub draft: crate::speculative::DraftArgs,
 }
 
 /// Set by SIGINT; the generation loop checks it between tokens.
@@ -77,6 +79,7 @@ pub fn run(args: Args) -> Result<(), String> {
     engine::leave_embeddings_on_flash(&file, &gguf)?;
     let template = engine.chat_template()?;
     engine.set_join_pieces(args.sampling.join_pieces);
+    engine.set_draft(&args.draft)?;
     let mut sampler = engine.sampler(args.sampling.params())?;
     let max_tokens = usize::try_from(args.n_predict).ok();
     install_sigint_handler()?;

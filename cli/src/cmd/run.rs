@@ -25,6 +25,8 @@ pub struct Args {
     pub mem: crate::engine::MemoryArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub draft: crate::speculative::DraftArgs,
     /// Print one JSON object at the end (text, tokens, prompt_tokens, speeds) instead of streaming.
     #[arg(long)]
     pub json: bool,
@@ -57,6 +59,7 @@ pub fn run(args: Args) -> Result<(), String> {
     // weights are mapped, not read, so this is the header, the tokenizer and the repack.
     let load_s = load_start.elapsed().as_secs_f64();
     engine.set_join_pieces(args.sampling.join_pieces);
+    let drafting = engine.set_draft(&args.draft)?;
     let mut sampler = engine.sampler(args.sampling.params())?;
 
     let prompt = engine.tokenize(&args.prompt, true, true);
@@ -114,6 +117,11 @@ pub fn run(args: Args) -> Result<(), String> {
             "gen_tok_s": gen.gen_tok_s(),
             "stop": gen.stop.as_str(),
             "load_s": load_s,
+            "draft": drafting,
+            "passes": gen.spec.passes,
+            "drafted": gen.spec.drafted,
+            "draft_accept_rate": gen.spec.accept_rate(),
+            "tokens_per_pass": gen.spec.tokens_per_pass(gen.tokens.len()),
         });
         if let Some(report) = &stream {
             report.add_to(&mut out);
@@ -133,6 +141,19 @@ pub fn run(args: Args) -> Result<(), String> {
     );
     if let Some(report) = &stream {
         eprintln!("{}", report.line());
+    }
+    if let (Some(draft), Some(rate), Some(per_pass)) = (
+        &drafting,
+        gen.spec.accept_rate(),
+        gen.spec.tokens_per_pass(gen.tokens.len()),
+    ) {
+        eprintln!(
+            "draft: {draft} | {} of {} drafted tokens accepted ({:.0} %) | {:.2} tokens per pass",
+            gen.spec.accepted,
+            gen.spec.drafted,
+            rate * 100.0,
+            per_pass
+        );
     }
     if let Some(why) = engine.low_memory_message() {
         return Err(why.to_string());

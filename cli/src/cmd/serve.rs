@@ -32,6 +32,8 @@ pub struct Args {
     pub threads: Option<usize>,
     #[command(flatten)]
     pub mem: crate::engine::MemoryArgs,
+    #[command(flatten)]
+    pub draft: crate::speculative::DraftArgs,
     /// Tests only: serve a deterministic fake model that echoes the prompt.
     #[arg(long, hide = true)]
     pub fake_backend: bool,
@@ -56,6 +58,7 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     let n_ctx = args.ctx;
     let mem = args.mem;
+    let draft = args.draft;
     if args.fake_backend {
         let delay = Duration::from_millis(args.fake_token_ms);
         return serve::run(config, move || {
@@ -66,6 +69,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let model = args.model.unwrap_or_default();
     // The model is loaded on the generation thread, which owns it from then on.
     serve::run(config, move || {
-        EngineBackend::load(&model, n_ctx, threads, &mem).map(|b| Box::new(b) as Box<dyn Backend>)
+        EngineBackend::load(&model, n_ctx, threads, &mem, &draft)
+            .map(|b| Box::new(b) as Box<dyn Backend>)
     })
 }

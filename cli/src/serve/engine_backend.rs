@@ -33,6 +33,7 @@ impl EngineBackend {
         n_ctx: Option<usize>,
         threads: usize,
         mem: &engine::MemoryArgs,
+        draft: &crate::speculative::DraftArgs,
     ) -> Result<Self, String> {
         let (path, file) = engine::open_model(model, mem, n_ctx)?;
         let file: &'static ModelFile = Box::leak(Box::new(file));
@@ -41,6 +42,9 @@ impl EngineBackend {
         let mut engine = Engine::load(&path, gguf, file, n_ctx, threads)?;
         engine.watch_memory(guard);
         engine::leave_embeddings_on_flash(file, gguf)?;
+        if let Some(drafting) = engine.set_draft(draft)? {
+            eprintln!("smolrun: speculative decoding, drafts from {drafting}");
+        }
         let template = engine.chat_template()?;
         let name = path
             .file_stem()

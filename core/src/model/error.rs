@@ -55,6 +55,11 @@ pub enum ModelError {
         requested: usize,
         max: usize,
     },
+    /// A verify pass of more tokens than the state has logit rows for (or of none).
+    BadVerifyBatch {
+        tokens: usize,
+        n_logits: usize,
+    },
 }
 
 impl From<StoreError> for ModelError {
@@ -108,6 +113,11 @@ impl fmt::Display for ModelError {
             BadContext { requested, max } => write!(
                 f,
                 "context length {requested} is not possible: expected 1..={max} (the model's trained context)"
+            ),
+            BadVerifyBatch { tokens, n_logits } => write!(
+                f,
+                "a verify pass of {tokens} tokens: expected 1..={n_logits} (the state's rows of \
+                 logits; size it with State::with_logit_rows)"
             ),
         }
     }

@@ -308,7 +308,7 @@ impl Model {
             prompt: false,
         };
         self.forward_chunk(state, store, par, chunk, &mut no_logits)?;
-        Ok(&state.logits)
+        Ok(state.logits())
     }
 
     /// Runs a prompt from position `pos` and returns the last token's logits; the LM head (the
@@ -343,7 +343,41 @@ impl Model {
             };
             self.forward_chunk(state, store, par, chunk, &mut |_, _| {})?;
         }
-        Ok(&state.logits)
+        Ok(state.logits())
+    }
+
+    /// Runs `tokens` at positions `pos..` in one pass, as decoding would run them one by one,
+    /// and computes the logits after every one of them into the state's logit rows
+    /// ([`State::logits_row`]): how speculative decoding verifies a draft (the token sampled
+    /// last, then the drafted ones). Each weight, the LM head included, is asked of the store
+    /// once. The logits are decoding's (`forward`'s) to the bit: the decode attention kernel, and
+    /// each matrix's decode kernel wherever its batched kernel keeps other bits
+    /// (`WeightKernel::cols_twin`). At most [`State::n_logits`] tokens. The cache keeps every
+    /// token's keys and values; a caller that rejects a draft runs its next token at the
+    /// position after the last accepted one (attention reads the cache only up to a token's own
+    /// position, so what lies beyond is never read before it is overwritten).
+    pub fn forward_verify(
+        &self,
+        state: &mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        tokens: &[u32],
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        if tokens.is_empty() || tokens.len() > state.n_logits {
+            return Err(ModelError::BadVerifyBatch {
+                tokens: tokens.len(),
+                n_logits: state.n_logits,
+            });
+        }
+        let chunk = Chunk {
+            tokens,
+            pos,
+            logits_rows: 0..tokens.len(),
+            kernel: AttentionKernel::F16Accumulator,
+            prompt: false,
+        };
+        self.forward_chunk(state, store, par, chunk, &mut |_, _| {})
     }
 
     /// Like [`Model::forward_batch`], but computes the logits at every position from
@@ -390,6 +424,7 @@ impl Model {
     ) -> Result<(), ModelError> {
         let (n, pos) = (chunk.tokens.len(), chunk.pos);
         debug_assert!(n <= s.n_batch);
+        let (n_logits, n_vocab) = (s.n_logits, s.n_vocab);
         if pos + n > s.n_ctx {
             return Err(ModelError::ContextFull {
                 pos: pos.max(s.n_ctx),
@@ -434,41 +469,47 @@ impl Model {
             layer.forward(&mut p, l, act, state, pos)?;
         }
         s.pos = pos + n;
-        for t in chunk.logits_rows {
-            self.lm_head(&mut p, act, logits, head_logits, t)?;
-            on_logits(t, logits);
+        // The head runs for up to `n_logits` tokens at a time, its weight read once for them.
+        let mut rows = chunk.logits_rows;
+        while !rows.is_empty() {
+            let group = rows.start..(rows.start + n_logits).min(rows.end);
+            self.lm_head(&mut p, act, logits, head_logits, group.clone())?;
+            for (i, t) in group.clone().enumerate() {
+                on_logits(t, row(logits, n_vocab, i));
+            }
+            rows.start = group.end;
         }
         Ok(())
     }
 
-    /// logits = Wout rms_norm(x[t]) (softcapped for Gemma 2-style heads).
+    /// logits[i] = Wout rms_norm(x[t]) (softcapped for Gemma 2-style heads) for the tokens `t`
+    /// of `rows` (at most the state's `n_logits`), as one matmul: the head is asked of the store
+    /// once for all of them.
     fn lm_head(
         &self,
         p: &mut Pass,
         a: &mut state::Activations,
         logits: &mut [f32],
         head_logits: &mut [f32],
-        t: usize,
+        rows: core::ops::Range<usize>,
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
-        let n = hp.n_embd;
-        math::rms_norm(
-            &mut a.xb[..n],
-            row(&a.x, n, t),
-            &self.output_norm,
-            hp.rms_eps,
-        );
-        if let Some(f) = p.tapping() {
-            f("result_norm", 0, &a.xb[..n]);
+        let (n, count) = (hp.n_embd, rows.len());
+        for (i, t) in rows.enumerate() {
+            let xb = row_mut(&mut a.xb, n, i);
+            math::rms_norm(xb, row(&a.x, n, t), &self.output_norm, hp.rms_eps);
+            if let Some(f) = p.tapping() {
+                f("result_norm", 0, xb);
+            }
         }
         // A pruned head computes its kept rows only, then puts them at their ids.
+        let width = self.output.n_rows;
         let head_out = match self.head_ids {
-            None => &mut *logits,
-            Some(_) => &mut *head_logits,
+            None => &mut logits[..count * width],
+            Some(_) => &mut head_logits[..count * width],
         };
-        // The head runs for one token at a time, whatever the pass's length.
-        let n_pass = core::mem::replace(&mut p.n, 1);
-        let result = p.matvec(&self.output, &a.xb[..n], head_out);
+        let n_pass = core::mem::replace(&mut p.n, count);
+        let result = p.matvec(&self.output, &a.xb[..count * n], head_out);
         p.n = n_pass;
         result?;
         if let Some(cap) = hp.final_logit_softcap {
@@ -477,7 +518,10 @@ impl Model {
             }
         }
         if let Some(ids) = &self.head_ids {
-            head::scatter(head_logits, ids, logits);
+            let n_vocab = hp.n_vocab;
+            for i in 0..count {
+                head::scatter(row(head_logits, width, i), ids, row_mut(logits, n_vocab, i));
+            }
         }
         Ok(())
     }

@@ -190,12 +190,20 @@ impl<'p> Pass<'p> {
         let n_workers = self.par.n_threads().max(1);
         let acts = &self.act_q[..n * m.act_bytes];
         let out = SharedMut::new(&mut out[..n * n_rows]);
-        let tile = SharedMut::new(if n > 1 {
+        let prompt = self.prompt;
+        // Several tokens whose matvecs must keep the one-token kernel's bits (a verify pass, on
+        // a kernel whose batched face keeps other bits: `cols_twin`), or more output rows than
+        // the tile holds (the LM head for several tokens): each worker runs the one-token
+        // kernel per token over blocks of its rows small enough to stay in cache, straight into
+        // the tokens' rows. The weight is still read from the store (and from RAM) once.
+        let per_token_blocks = n > 1
+            && repacked_kernel.is_none()
+            && ((!prompt && m.kernel.cols_twin.is_some()) || self.tile.len() < n * n_rows);
+        let tile = SharedMut::new(if n > 1 && !per_token_blocks {
             &mut self.tile[..n * n_rows]
         } else {
             &mut self.tile[..0]
         });
-        let prompt = self.prompt;
         // Guided scheduling: each grab takes remaining / (2 x threads) rows, so a preempted
         // worker leaves a short tail. Chunks are multiples of 16 rows so that workers do not
         // share cache lines of `out` (and row-group kernels, groups of 4, get aligned starts).
@@ -216,6 +224,24 @@ impl<'p> Pass<'p> {
                                 rk.matvec(m.ty, rows, len, m.n_cols, act, o).map_err(|_| ())
                             })
                         }),
+                    None if per_token_blocks => {
+                        (r0..r1).step_by(PER_TOKEN_BLOCK_ROWS).try_for_each(|b0| {
+                            let b1 = (b0 + PER_TOKEN_BLOCK_ROWS).min(r1);
+                            let rows = &w[b0 * m.row_bytes..b1 * m.row_bytes];
+                            (0..n).try_for_each(|t| {
+                                let act = &acts[t * m.act_bytes..(t + 1) * m.act_bytes];
+                                // SAFETY: the dispenser hands each row to exactly one worker.
+                                let o = unsafe { out.slice(t * n_rows + b0, b1 - b0) };
+                                // The kernel a one-token pass of this kind runs (below).
+                                if prompt && m.kernel.cols_twin.is_some() {
+                                    m.kernel.matmul(rows, b1 - b0, m.n_cols, act, 1, o)
+                                } else {
+                                    m.kernel.matvec(rows, b1 - b0, m.n_cols, act, o)
+                                }
+                                .map_err(|_| ())
+                            })
+                        })
+                    }
                     None => {
                         let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
                         if n == 1 && prompt && m.kernel.cols_twin.is_some() {
@@ -307,6 +333,11 @@ impl<'p> Pass<'p> {
 
 /// Rows per chunk of a parallel matvec: a multiple of every repacked kernel's group (4).
 const MATVEC_CHUNK_ROWS: usize = 16;
+
+/// Rows of a block that the per-token path of a matmul runs every token over before the next:
+/// a multiple of [`MATVEC_CHUNK_ROWS`], so blocks start where decoding's chunks may (the same
+/// row groups, the same bits), and a few tens of KB of weights that stay in cache.
+const PER_TOKEN_BLOCK_ROWS: usize = 32;
 
 /// llama.cpp runs flash attention through a tiled f32 kernel when a batch has at least this
 /// many queries, and through a kernel with an f16 accumulator otherwise (decode).

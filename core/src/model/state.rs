@@ -36,6 +36,9 @@ pub struct StateShape {
     pub n_vocab: usize,
     /// Rows of a pruned head (0 for a full head).
     pub head_rows: usize,
+    /// Tokens whose logits one pass computes together, with one read of the LM head (1: the
+    /// head runs token by token; speculative decoding verifies its drafts with more).
+    pub n_logits: usize,
 }
 
 impl StateShape {
@@ -55,6 +58,16 @@ impl StateShape {
             layer_state_bytes: hp.layers.iter().map(|l| l.state_bytes(n_ctx)).sum(),
             n_vocab: hp.n_vocab,
             head_rows,
+            n_logits: 1,
+        }
+    }
+
+    /// This shape with `n_logits` rows of logits (clamped to 1..=n_batch: the head's input rows
+    /// are rows of the activation buffers).
+    pub fn with_logit_rows(self, n_logits: usize) -> StateShape {
+        StateShape {
+            n_logits: n_logits.clamp(1, self.n_batch),
+            ..self
         }
     }
 
@@ -86,7 +99,7 @@ impl StateShape {
 
     /// Bytes of the logits and a pruned head's rows.
     pub fn logits_bytes(&self) -> usize {
-        4 * (self.n_vocab + self.head_rows)
+        4 * self.n_logits * (self.n_vocab + self.head_rows)
     }
 }
 
@@ -130,8 +143,14 @@ pub struct State {
     pub(super) tile: Vec<f32>,
     /// One per layer: its KV cache (or, for a recurrent layer, its state).
     pub(super) layers: Vec<LayerState>,
+    /// `n_logits` rows of `n_vocab` logits: the last pass's tokens whose logits were asked for,
+    /// in order (row 0 is what [`State::logits`] returns).
     pub(super) logits: Vec<f32>,
-    /// The rows of a pruned head before they are scattered into `logits` (empty for a full head).
+    /// Rows of logits the LM head computes with one read of its weight.
+    pub(super) n_logits: usize,
+    pub(super) n_vocab: usize,
+    /// The rows of a pruned head before they are scattered into `logits` (empty for a full
+    /// head), `n_logits` rows.
     pub(super) head_logits: Vec<f32>,
     /// Called with (name, layer, values) at the named points of the forward pass (llama.cpp's
     /// tensor names: attn_norm, Qcur, Kcur, Vcur, kqv_out, sa_out, ffn_out, l_out,
@@ -150,6 +169,18 @@ impl State {
     /// Like [`State::new`] with prompts run `n_batch` tokens at a time (1: token by token;
     /// more than `n_ctx` is capped to `n_ctx`).
     pub fn with_batch(model: &Model, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
+        State::with_logit_rows(model, n_ctx, n_batch, 1)
+    }
+
+    /// Like [`State::with_batch`], with `n_logits` rows of logits (at most `n_batch`): a pass
+    /// that wants the logits of several tokens (verifying a speculative draft) gets them with
+    /// one read of the LM head ([`Model::forward_verify`]).
+    pub fn with_logit_rows(
+        model: &Model,
+        n_ctx: usize,
+        n_batch: usize,
+        n_logits: usize,
+    ) -> Result<State, ModelError> {
         let hp = &model.hp;
         if n_ctx == 0 || n_ctx > hp.n_ctx_train {
             return Err(ModelError::BadContext {
@@ -158,7 +189,7 @@ impl State {
             });
         }
         let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
-        let sh = StateShape::new(hp, n_ctx, n_batch, head_rows);
+        let sh = StateShape::new(hp, n_ctx, n_batch, head_rows).with_logit_rows(n_logits);
         let (b, w) = (sh.n_batch, sh.widths);
         Ok(State {
             n_ctx,
@@ -195,9 +226,11 @@ impl State {
                 } else {
                     0.0
                 };
-                hp.n_vocab
+                sh.n_logits * hp.n_vocab
             ],
-            head_logits: vec![0.0; head_rows],
+            n_logits: sh.n_logits,
+            n_vocab: hp.n_vocab,
+            head_logits: vec![0.0; sh.n_logits * head_rows],
             tap: None,
         })
     }
@@ -212,8 +245,20 @@ impl State {
         self.pos = 0;
     }
 
+    /// The logits of the last token whose logits the last pass computed (decoding, a prompt),
+    /// or of the first token of a verify pass.
     pub fn logits(&self) -> &[f32] {
-        &self.logits
+        &self.logits[..self.n_vocab]
+    }
+
+    /// Row `i` of the logits of the last pass (`i` below [`State::n_logits`]).
+    pub fn logits_row(&self, i: usize) -> &[f32] {
+        &self.logits[i * self.n_vocab..(i + 1) * self.n_vocab]
+    }
+
+    /// Rows of logits one pass computes with one read of the LM head.
+    pub fn n_logits(&self) -> usize {
+        self.n_logits
     }
 
     /// Bytes this state holds (activations, scratch, logits and the layers' state).
