@@ -55,9 +55,19 @@ def run(cmd):
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{' '.join(cmd)} failed with status {os.waitstatus_to_exitcode(status)}")
     text = b"".join(chunks).decode()
-    # A wrapper's own report line (smoldevice) is not the tool's output.
+    # A wrapper's own report line (smoldevice) is not the tool's output; keep its read_mb.
+    global LAST_DEVICE_READ_MB
+    LAST_DEVICE_READ_MB = None
+    for l in text.splitlines():
+        if l.startswith("smoldevice:"):
+            for field in l.split():
+                if field.startswith("read_mb="):
+                    LAST_DEVICE_READ_MB = float(field.split("=", 1)[1])
     text = "\n".join(l for l in text.splitlines() if not l.startswith("smoldevice:"))
     return text, usage.ru_maxrss / 1024.0
+
+
+LAST_DEVICE_READ_MB = None
 
 
 def llama_bench(binary, path, args):
@@ -79,7 +89,8 @@ def smolrun_bench(binary, path, args):
     out, rss = run(args.prefix + [binary, "bench", "-m", path, "-p", str(args.p), "-n", str(args.n),
                                   "-t", str(args.t), "-r", str(args.r), "--json"])
     doc = json.loads(out.strip().splitlines()[-1])
-    return doc["pp_tok_s"], doc["tg_tok_s"], rss, doc["kernels"]
+    doc["device_read_mb"] = LAST_DEVICE_READ_MB
+    return doc["pp_tok_s"], doc["tg_tok_s"], rss, doc
 
 
 def main():
@@ -116,13 +127,26 @@ def main():
             print(f"| {spec} | (absent: {missing[0]}; tools/fetch-models.sh {name}) |||||")
             continue
         l_pp, l_tg, l_rss = llama_bench(llama, path, args)
-        s_pp, s_tg, s_rss, kernels = smolrun_bench(smol, smol_path, args)
+        l_read = LAST_DEVICE_READ_MB
+        s_pp, s_tg, s_rss, doc = smolrun_bench(smol, smol_path, args)
+        kernels = doc["kernels"]
         ratio = lambda s, l: f"{s / l:.2f}x" if l > 0 else "-"
         if args.p > 0:
             print(f"| {spec} | pp{args.p} | {l_pp:.2f} | {s_pp:.2f} | {ratio(s_pp, l_pp)} | kernels {kernels} |")
         n_note = f" (llama.cpp: tg{args.llama_n or args.n}, -r {args.llama_r or args.r})" if (args.llama_n or args.llama_r) else ""
         print(f"| {spec} | tg{args.n} | {l_tg:.2f} | {s_tg:.2f} | {ratio(s_tg, l_tg)} | {n_note} |")
         print(f"| {spec} | peak RSS MB | {l_rss:.0f} | {s_rss:.0f} | {s_rss / l_rss:.2f}x | |")
+        if "stream_mb_per_token" in doc:
+            # Streamed: the flash limit and how close generation gets to it.
+            limit = doc["flash_limit_tok_s"]
+            print(f"| {spec} | streamed MB/token | | {doc['stream_mb_per_token']:.1f} | | "
+                  f"resident {doc['resident_mb']:.0f} MB, read {doc['read_mb_s']:.0f} MB/s |")
+            print(f"| {spec} | flash limit t/s | | {limit:.3f} | {s_tg / limit:.0%} of it | "
+                  f"flash {doc['flash_mb_s']:.0f} MB/s |")
+        if l_read is not None and doc.get("device_read_mb") is not None:
+            ours = doc.get("flash_read_mb_total")
+            note = f"smolrun counted {ours:.0f}" if ours else ""
+            print(f"| {spec} | device read MB | {l_read:.0f} | {doc['device_read_mb']:.0f} | | {note} |")
         sys.stdout.flush()
 
 
