@@ -7,7 +7,8 @@ MODEL is a short name or a path; MODEL:SMOLRUN_MODEL runs llama.cpp on MODEL and
 another file (a pruned head, which llama.cpp cannot load), e.g. the stock Gemma file against its
 pruned copy. --prefix runs both under a wrapper, e.g. --prefix "/work/shared/tools/smoldevice
 --mem 1G --read-mbps 278 --" for a TV box's memory and flash; --llama-n/--llama-r cap llama.cpp's
-run when it is very slow there. -p 0 skips the prompt test.
+run when it is very slow there, --llama-args "--repack 0" keeps it from being killed for its
+repacked copy under a memory cap. -p 0 skips the prompt test.
 
 Builds smolrun (cargo build --release) and the reference (tools/oracle/build.sh, cached outside
 the repo), then for each model runs both, alternating, and prints a table of medians with the
@@ -74,7 +75,7 @@ def llama_bench(binary, path, args):
     n = args.llama_n or args.n
     r = args.llama_r or args.r
     out, rss = run(args.prefix + [binary, "-m", path, "-p", str(args.p), "-n", str(n), "-t", str(args.t),
-                                  "-r", str(r), "-o", "json"])
+                                  "-r", str(r), "-o", "json"] + shlex.split(args.llama_args))
     pp = tg = 0.0
     for test in json.loads(out):
         med = statistics.median(test["samples_ts"])
@@ -102,6 +103,9 @@ def main():
     ap.add_argument("--prefix", default="", help="wrapper command for both tools")
     ap.add_argument("--llama-n", type=int, default=0, help="llama.cpp's -n (default: -n)")
     ap.add_argument("--llama-r", type=int, default=0, help="llama.cpp's -r (default: -r)")
+    ap.add_argument("--llama-args", default="", help="more llama-bench arguments, e.g. "
+                    "\"--repack 0\" under a memory cap: its repacked copy of the weights is "
+                    "anonymous memory, which gets it killed where its mapped pages would be evicted")
     ap.add_argument("--smolrun", help="a smolrun binary to measure instead of building "
                     "target/release/smolrun (e.g. an older build, for before/after ratios)")
     ap.add_argument("models", nargs="*", default=list(MODELS))
