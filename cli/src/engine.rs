@@ -76,6 +76,13 @@ impl StreamConfig {
     }
 }
 
+/// Whether a stream plan for `budget` can hold its zones (from the header alone).
+fn stream_plan_fits(gguf: &Gguf, reader: &FileReader, budget: StreamBudget) -> bool {
+    let (whole, _) = weight_keys_from_header(gguf);
+    let align = reader.direct_alignment().max(64) as u64;
+    StreamPlan::new(&TensorTable::new(gguf), &whole, budget, align).is_ok()
+}
+
 /// The weights a pass asks for whole, from the header alone (every matrix but an untied
 /// embedding table, read by row, and the experts, asked for one by one), and one expert of each
 /// expert tensor: what a stream plan is made from before the model is loaded.
@@ -249,23 +256,20 @@ pub fn open_model(
         WeightsMode::Pread | WeightsMode::Resident => None,
         // Too little address space even for the stream zones: the pread store's one buffer.
         WeightsMode::Auto if !map => {
-            let config = StreamConfig::new(budget, mem);
-            let table = TensorTable::new(&gguf);
-            let (whole, _) = weight_keys_from_header(&gguf);
-            let align = reader.direct_alignment().max(64) as u64;
-            match StreamPlan::new(&table, &whole, budget, align) {
-                Ok(_) => Some(config),
-                Err(_) => {
-                    eprintln!(
-                        "smolrun: not even the stream zones fit in that address space: the \
-                         weights are read with pread into one buffer (slow)"
-                    );
-                    None
-                }
+            if stream_plan_fits(&gguf, &reader, budget) {
+                Some(StreamConfig::new(budget, mem))
+            } else {
+                eprintln!(
+                    "smolrun: not even the stream zones fit in that address space: the weights \
+                     are read with pread into one buffer (slow)"
+                );
+                None
             }
         }
+        // A budget too small even for the stream zones: mapped, and the memory guard refuses
+        // it with the numbers by part.
         WeightsMode::Auto => match crate::memory_guard::room_for_weights(&gguf, ctx, mem) {
-            Some(room) => {
+            Some(room) if stream_plan_fits(&gguf, &reader, budget) => {
                 eprintln!(
                     "smolrun: {} does not fit in memory with -c {ctx}: {} MB is left for its \
                      weights, the rest is streamed from flash every token (--weights stream; \
@@ -275,7 +279,7 @@ pub fn open_model(
                 );
                 Some(StreamConfig::new(budget, mem))
             }
-            None => None,
+            _ => None,
         },
     };
     drop(gguf);

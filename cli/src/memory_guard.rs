@@ -428,6 +428,9 @@ fn refusal(
         mb(head_bytes)
     );
     msg += "    - a smaller model, or a smaller quantization of this one\n";
+    msg += "    - a budget that holds the stream zones (twice the largest weight not kept in RAM, \
+            32 MB at least) beside the rest: the weights are then streamed from flash \
+            (--weights stream)\n";
     msg += "    - --mem-budget SIZE if the device really has more room, or --no-mem-guard to run \
             anyway (weights that do not fit are re-read from flash every token: very slow)";
     msg
