@@ -217,6 +217,49 @@ fn stream_store_gives_the_resident_logits_synthetic() {
     stream_matches_resident("synthetic-bailingmoe2", true);
 }
 
+/// A prompt longer than the state's batch runs in chunks, and only the last one computes
+/// logits: every other chunk skips the LM head, which the ring had read ahead. The skip drops
+/// what lies between and keeps the rest; the logits stay the resident store's.
+#[test]
+fn a_prompt_in_chunks_skips_the_head_in_the_ring_and_keeps_the_logits() {
+    let path = model_path("synthetic-qwen3").expect("synthetic model");
+    let bytes = std::fs::read(&path).unwrap();
+    let g = Gguf::parse(&bytes).expect("parse");
+    let kernels = test_kernels();
+    let resident = ResidentStore::new(&g);
+    let m = Model::load_from(&g, &resident, &kernels).expect("load");
+    let par = ScopedThreads::from_env();
+    let prompt: Vec<u32> = (0..23).map(|i| 1 + (i * 7) % 50).collect();
+    let mut state = State::with_batch(&m, 64, 4).expect("state");
+    let want = m
+        .forward_batch(&mut state, &resident, &par, &prompt, 0)
+        .unwrap()
+        .to_vec();
+    let setup = StreamSetup {
+        budget: StreamBudget::Resident(0),
+        zone: None,
+        readers: 2,
+        verify: true,
+    };
+    let reader = FileReader::open(&path).unwrap();
+    let (ms, store, _) = streaming_store(reader, &g, &kernels, setup);
+    let mut state = State::with_batch(&ms, 64, 4).expect("state");
+    for _ in 0..2 {
+        state.reset();
+        let got = ms
+            .forward_batch(&mut state, &store, &par, &prompt, 0)
+            .unwrap()
+            .to_vec();
+        assert!(want
+            .iter()
+            .zip(&got)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+    // Six chunks, five of them without the head, twice: each skip is counted.
+    let stats = store.stream_stats().unwrap();
+    assert!(stats.misses >= 5, "{stats:?}");
+}
+
 /// A file reader whose direct reads fail with EIO once `fail_after` more reads were made.
 struct FlakyReader {
     inner: FileReader,

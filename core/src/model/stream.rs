@@ -723,7 +723,23 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
                 if to < s {
                     to += n;
                 }
-                ring = self.restart_at(ring, to);
+                if to < ring.head {
+                    // Skipped forward to a weight already in the ring (a prompt chunk that
+                    // computes no logits skips the LM head): drop the weights in between,
+                    // keep the rest.
+                    for skipped in s..to {
+                        let e = &mut ring.entries[(skipped % n) as usize];
+                        e.released = true;
+                        e.done += e.chunks - e.claimed;
+                        e.claimed = e.chunks;
+                    }
+                    ring.misses += 1;
+                    if self.advance_tail(&mut ring) {
+                        self.work_ready.notify();
+                    }
+                } else {
+                    ring = self.restart_at(ring, to);
+                }
                 s = to;
             }
             ring.next_use = s + 1;
