@@ -148,7 +148,10 @@ impl ModelFile {
                 let expert_scratch = experts
                     .iter()
                     .filter_map(|&k| table.extent(k).ok())
-                    .map(|r| r.end - r.start + 2 * align)
+                    .map(|r| {
+                        let span = smolrun_core::model::stream::aligned_span(&r, align);
+                        span.end - span.start
+                    })
                     .max()
                     .unwrap_or(0);
                 Ok(Some(plan.resident_bytes + plan.zone_bytes + expert_scratch))

@@ -236,8 +236,7 @@ pub fn check_memory(
     args: &MemoryArgs,
     weights_held: Option<u64>,
 ) -> Result<Option<MemoryGuard>, String> {
-    let disabled_by_env = std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
-    if args.no_guard || disabled_by_env {
+    if guard_off(args) {
         return Ok(None);
     }
     // A file that is not a model smolrun runs: the loader says what is wrong with it.
@@ -314,40 +313,44 @@ pub const STREAM_SLACK_BYTES: u64 = 16 << 20;
 /// zones) once everything else the run needs for `n_ctx` tokens, the floor and a slack are
 /// counted. `None` when it fits, when the guard is off, or when memory cannot be read.
 pub fn room_for_weights(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> Option<u64> {
-    let disabled_by_env = std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
-    if args.no_guard || disabled_by_env {
+    match weights_room(gguf, n_ctx, args)? {
+        (room, false) => Some(room),
+        (_, true) => None,
+    }
+}
+
+/// The budget for the streaming store's weights when nothing else says: the room for weights
+/// (whether the whole model fits or not), or, when the guard is off or memory cannot be read,
+/// the whole plan's weights, so that `--weights stream` keeps nearly everything resident.
+pub fn stream_weights_budget(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> u64 {
+    if let Some((room, _)) = weights_room(gguf, n_ctx, args) {
+        return room;
+    }
+    HParams::from_gguf(gguf).map_or(0, |hp| {
+        MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx).weights
+            + crate::engine::MIN_ZONE_BYTES
+    })
+}
+
+/// The bytes left for weights once everything else the run needs for `n_ctx` tokens, the
+/// floor and a slack are counted, and whether the whole model fits; `None` when the guard is
+/// off, the file is no model smolrun runs, or memory cannot be read.
+fn weights_room(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> Option<(u64, bool)> {
+    if guard_off(args) {
         return None;
     }
     let hp = HParams::from_gguf(gguf).ok()?;
     Family::from_arch(&hp.arch)?;
     let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
     let (allowed, _) = allowed_memory(&MemoryWatch::new(), args)?;
-    if plan.total() <= allowed {
-        return None;
-    }
     let rest = plan.total() - plan.weights - plan.embedding_rows;
-    Some(allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES))
+    let room = allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES);
+    Some((room, plan.total() <= allowed))
 }
 
-/// The budget for the streaming store's weights when nothing else says: what
-/// [`room_for_weights`] leaves, or (the model fits, or memory cannot be read) the whole plan's
-/// weights, so that `--weights stream` on a model that fits keeps nearly everything resident.
-pub fn stream_weights_budget(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> u64 {
-    if let Some(room) = room_for_weights(gguf, n_ctx, args) {
-        return room;
-    }
-    let Ok(hp) = HParams::from_gguf(gguf) else {
-        return 0;
-    };
-    let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
-    let disabled_by_env = std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0");
-    match allowed_memory(&MemoryWatch::new(), args) {
-        Some((allowed, _)) if !args.no_guard && !disabled_by_env => {
-            let rest = plan.total() - plan.weights - plan.embedding_rows;
-            allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES)
-        }
-        _ => plan.weights + crate::engine::MIN_ZONE_BYTES,
-    }
+/// `--no-mem-guard` or SMOLRUN_NO_MEM_GUARD.
+fn guard_off(args: &MemoryArgs) -> bool {
+    args.no_guard || std::env::var(NO_GUARD_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
 /// The refusal: needed by part, allowed and from where, and what to try.

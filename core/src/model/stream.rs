@@ -66,6 +66,11 @@ pub struct PlannedWeight {
     pub span: Range<u64>,
 }
 
+/// `extent` widened to whole `align` blocks: what a direct read of it reads.
+pub fn aligned_span(extent: &Range<u64>, align: u64) -> Range<u64> {
+    extent.start / align * align..extent.end.div_ceil(align) * align
+}
+
 impl PlannedWeight {
     fn span_bytes(&self) -> u64 {
         self.span.end - self.span.start
@@ -101,7 +106,7 @@ impl StreamPlan {
                 continue;
             }
             let extent = table.extent(key).map_err(ModelError::WeightRead)?;
-            let span = extent.start / align * align..extent.end.div_ceil(align) * align;
+            let span = aligned_span(&extent, align);
             weights.push(PlannedWeight { key, extent, span });
         }
         let total: u64 = weights.iter().map(PlannedWeight::span_bytes).sum();
@@ -437,9 +442,8 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
         let mut direct = 0u64;
         for &key in unplanned {
             let r = self.table.extent(key).map_err(ModelError::WeightRead)?;
-            let span =
-                r.end.div_ceil(align as u64) * align as u64 - r.start / align as u64 * align as u64;
-            direct = direct.max(span);
+            let span = aligned_span(&r, align as u64);
+            direct = direct.max(span.end - span.start);
         }
         self.direct = AlignedBytes::zeroed(to_usize(direct)?, align, "direct-read scratch")?;
         self.order = plan.streamed.clone();
@@ -660,6 +664,18 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
         ring.tail != start
     }
 
+    /// Gives up the weights at sequence numbers `seqs` (none held): their unclaimed chunks are
+    /// never read, and their zones are freed once the reads in flight into them are done.
+    fn abandon(&self, ring: &mut Ring, seqs: Range<u64>) {
+        let n = self.order.len() as u64;
+        for s in seqs {
+            let e = &mut ring.entries[(s % n) as usize];
+            e.released = true;
+            e.done += e.chunks - e.claimed;
+            e.claimed = e.chunks;
+        }
+    }
+
     /// The compute thread asked for a weight other than the expected one: drop everything in
     /// the ring (reads in flight finish into their zones first) and restart it at `to`.
     fn restart_at<'r>(
@@ -667,13 +683,8 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
         mut ring: spin::MutexGuard<'r, Ring>,
         to: u64,
     ) -> spin::MutexGuard<'r, Ring> {
-        let n = self.order.len() as u64;
-        for s in ring.tail..ring.head {
-            let e = &mut ring.entries[(s % n) as usize];
-            e.released = true;
-            e.done += e.chunks - e.claimed;
-            e.claimed = e.chunks;
-        }
+        let window = ring.tail..ring.head;
+        self.abandon(&mut ring, window);
         ring.delayed = None;
         while ring.in_flight > 0 {
             let epoch = self.data_ready.epoch();
@@ -727,12 +738,7 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
                     // Skipped forward to a weight already in the ring (a prompt chunk that
                     // computes no logits skips the LM head): drop the weights in between,
                     // keep the rest.
-                    for skipped in s..to {
-                        let e = &mut ring.entries[(skipped % n) as usize];
-                        e.released = true;
-                        e.done += e.chunks - e.claimed;
-                        e.claimed = e.chunks;
-                    }
+                    self.abandon(&mut ring, s..to);
                     ring.misses += 1;
                     if self.advance_tail(&mut ring) {
                         self.work_ready.notify();
@@ -798,8 +804,7 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
 
     fn get_direct(&self, key: WeightKey) -> Result<Weight<'_>, StoreError> {
         let r = self.table.extent(key)?;
-        let align = self.align as u64;
-        let span = r.start / align * align..r.end.div_ceil(align) * align;
+        let span = aligned_span(&r, self.align as u64);
         let len = (span.end - span.start) as usize;
         if len > self.direct.len {
             let kind = StoreErrorKind::TooLarge {
