@@ -6,6 +6,7 @@ mod download;
 mod engine;
 mod memory_guard;
 mod models;
+mod moe;
 mod platform;
 mod repack_cache;
 mod serve;

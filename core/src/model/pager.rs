@@ -99,6 +99,21 @@ impl MoeStats {
         }
     }
 
+    /// The counts of two stretches together (pool figures from `self`).
+    pub fn plus(&self, other: &MoeStats) -> MoeStats {
+        MoeStats {
+            lookups: self.lookups + other.lookups,
+            misses: self.misses + other.misses,
+            in_flight: self.in_flight + other.in_flight,
+            missed_bytes: self.missed_bytes + other.missed_bytes,
+            predicted_loads: self.predicted_loads + other.predicted_loads,
+            predicted_bytes: self.predicted_bytes + other.predicted_bytes,
+            predicted: self.predicted + other.predicted,
+            predicted_right: self.predicted_right + other.predicted_right,
+            ..*self
+        }
+    }
+
     pub fn miss_rate(&self) -> f64 {
         ratio(self.misses, self.lookups)
     }
