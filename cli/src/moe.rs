@@ -88,7 +88,7 @@ impl ExpertLayout {
                 layout.expert_bytes += t.n_bytes;
                 let one = t.n_bytes / t.dims[2];
                 layout.slot_bytes_all_layers += one.div_ceil(SLOT_ALIGN) * SLOT_ALIGN + SLOT_ALIGN;
-            } else if !(t.name == "token_embd.weight" && !tied) {
+            } else if t.name != "token_embd.weight" || tied {
                 layout.other_bytes += t.n_bytes;
             }
         }
