@@ -80,7 +80,7 @@ fn paged_logits_equal_the_resident_ones_to_the_bit() {
         let used = m.expert_groups()[0].n_used;
         let n_expert = m.expert_groups()[0].n_expert;
         // (slots, reader threads, pre-gated prefetch distance)
-        for (slots, readers, predict) in [(used, 0, 0), (used + 1, 2, 1), (used, 3, 2)] {
+        for (slots, readers, predict) in [(used, 0, 0), (used + 1, 2, 1), (n_expert - 2, 3, 1)] {
             m.set_moe_options(MoeOptions {
                 predict_distance: predict,
                 ..MoeOptions::default()
@@ -100,7 +100,8 @@ fn paged_logits_equal_the_resident_ones_to_the_bit() {
                 slots < n_expert,
                 "{model}: the pool must be smaller than the layer"
             );
-            if predict > 0 {
+            // Guesses are read only while no token waits for reads: with most experts held.
+            if slots == n_expert - 2 {
                 assert!(stats.predicted > 0, "{what}: nothing predicted: {stats:?}");
             }
         }

@@ -185,9 +185,6 @@ impl MoeFfn {
         let (n, n_embd) = (p.n, a.n_embd);
         p.rms_norm_rows(&mut a.xb, &a.x, &self.ffn_norm, n_embd);
         p.tap("ffn_norm", l, &a.xb, n_embd);
-        if let (Some(next), 1) = (predict, n) {
-            next.predict_from(p, a)?;
-        }
         p.matvec(&self.router, &a.xb, &mut a.router)?;
         p.tap("ffn_moe_logits", l, &a.router, self.n_expert);
         if let Some(sh) = &self.shared {
@@ -207,7 +204,9 @@ impl MoeFfn {
 
         // Each token runs its own experts: the pass goes one token at a time here.
         let n_pass = core::mem::replace(&mut p.n, 1);
-        let result = (0..n).try_for_each(|t| self.token_experts(p, a, t));
+        // Guesses are for decoding: a prompt's batch has its own experts for every token.
+        let predict = predict.filter(|_| n == 1);
+        let result = (0..n).try_for_each(|t| self.token_experts(p, a, t, predict));
         p.n = n_pass;
         result?;
         p.tap("ffn_moe_out", l, &a.xb2, n_embd);
@@ -219,7 +218,13 @@ impl MoeFfn {
     /// Token `t`'s experts: route, hint the chosen experts to the store, run each, and leave
     /// their weighted sum in row `t` of `xb2` (added to the shared expert's output there, if
     /// the layer has one).
-    fn token_experts(&self, p: &mut Pass, a: &mut Activations, t: usize) -> Result<(), ModelError> {
+    fn token_experts(
+        &self,
+        p: &mut Pass,
+        a: &mut Activations,
+        t: usize,
+        predict: Option<&MoeFfn>,
+    ) -> Result<(), ModelError> {
         let (n_embd, n_ff) = (a.n_embd, self.n_ff);
         let held = self.held_experts(p, &mut a.moe_held);
         let chosen = self.route(row_mut(&mut a.router, self.n_expert, t), held);
@@ -231,6 +236,10 @@ impl MoeFfn {
             }
         }
         p.store.prefetch(&hint);
+        // After this layer's own reads were asked for, so a guess never delays them.
+        if let Some(next) = predict {
+            next.predict_from(p, a)?;
+        }
         // moe_acc: the weighted sum, then one expert's output.
         let (acc, out) = a.moe_acc.split_at_mut(n_embd);
         acc.fill(0.0);
@@ -265,7 +274,7 @@ impl MoeFfn {
     /// Pre-gated prefetch: this layer's router on the hidden state of an earlier layer (x of
     /// the pass's one token, normalised with this layer's FFN norm) picks the experts this
     /// layer will likely want; the store is told to load them while the earlier layer runs.
-    /// Uses the tail of `moe_acc` and `router_guess`, which nothing else holds at that point.
+    /// Uses `moe_acc` (before the earlier layer's experts fill it) and `router_guess`.
     fn predict_from(&self, p: &mut Pass, a: &mut Activations) -> Result<(), ModelError> {
         let n_embd = a.n_embd;
         let normed = &mut a.moe_acc[..n_embd];

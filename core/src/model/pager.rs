@@ -489,6 +489,7 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             let mut t = pool.table.lock();
             if want == Want::Demand {
                 t.cache.tick();
+                self.settle_predictions(p, &mut t, experts);
                 self.lookups
                     .fetch_add(experts.len() as u64, Ordering::Relaxed);
                 if !t.predicted.is_empty() {
@@ -500,6 +501,12 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
                     t.predicted.clear();
                 }
             } else if want == Want::Predict {
+                // A guess is read only while the flash has nothing else to do: with reads
+                // for a token still queued the flash is the bottleneck, and a wrong guess
+                // would take its time from them.
+                if !self.jobs.lock().demand.is_empty() {
+                    return;
+                }
                 t.predicted.clear();
                 for &e in experts.iter().take(MAX_EXPERTS_USED) {
                     let _ = t.predicted.push(e);
@@ -508,6 +515,14 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             for &e in experts {
                 if e as usize >= pool.group.n_expert {
                     continue;
+                }
+                // A read that failed earlier (its pass stopped before it was asked for):
+                // read it again.
+                if let Some(s) = t.cache.slot_of(e) {
+                    if matches!(t.state[s], SlotState::Failed(_)) {
+                        t.state[s] = SlotState::Empty;
+                        t.cache.remove(s);
+                    }
                 }
                 if let Some(s) = t.cache.slot_of(e) {
                     if want == Want::Demand {
@@ -550,6 +565,43 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
         }
         if queued {
             self.work_ready.notify();
+        }
+    }
+
+    /// The router of pool `p` chose `chosen`: predicted loads of this pool that have not begun
+    /// are settled. A chosen expert's reads move to the demand queue (the token waits for
+    /// them now); a load nobody chose is dropped and its slot freed, so a wrong guess costs
+    /// no flash time unless its reads had already begun.
+    fn settle_predictions(&self, p: usize, t: &mut SlotTable, chosen: &[u16]) {
+        let mut jobs = self.jobs.lock();
+        let Jobs { demand, predicted } = &mut *jobs;
+        let mut i = 0;
+        while i < predicted.len() {
+            let job = predicted[i];
+            if job.pool as usize != p {
+                i += 1;
+                continue;
+            }
+            if chosen.contains(&job.expert) {
+                let _ = predicted.remove(i);
+                demand.push_back(job);
+                continue;
+            }
+            let same_slot = |k: &Job| k.pool == job.pool && k.slot == job.slot;
+            let slot = job.slot as usize;
+            let queued = predicted.iter().filter(|k| same_slot(k)).count();
+            if t.state[slot] != (SlotState::Loading { parts_left: queued as u8 }) || queued != 3 {
+                // A read of it has begun: let it finish (the slot is Ready then).
+                i += 1;
+                continue;
+            }
+            predicted.retain(|k| !same_slot(k));
+            t.state[slot] = SlotState::Empty;
+            if let Some(e) = t.cache.remove(slot) {
+                let bytes = self.expert_read_bytes(&self.pools[p], e);
+                self.predicted_loads.fetch_sub(1, Ordering::Relaxed);
+                self.predicted_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            }
         }
     }
 
