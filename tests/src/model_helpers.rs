@@ -4,13 +4,17 @@
 use serde_json::Value;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
+use smolrun_core::model::expert_cache::Eviction;
+use smolrun_core::model::pager::{ExpertPool, PagedStore, PagerConfig};
+use smolrun_core::model::ModelError;
 use smolrun_core::model::{
     Model, PreadStore, ResidentStore, State, StreamBudget, StreamPlan, StreamStore, TensorTable,
     WeightStore,
 };
 use smolrun_core::platform::{Parallel, ReadAt};
-use smolrun_linux::{CondSignal, FileReader, MappedFile, StreamingStore};
+use smolrun_linux::{start_expert_readers, CondSignal, FileReader, MappedFile, StreamingStore};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The directory holding the model files: `$SMOLRUN_MODELS`, else `~/.cache/smolrun/models`.
 pub fn models_dir() -> PathBuf {
@@ -351,4 +355,33 @@ pub fn logits_through(
         next = argmax(logits);
     }
     all
+}
+
+/// A paged store over `reader` for `m` (loaded from the mapped file `g`): experts from pools
+/// of `slots` experts per layer, filled by `readers` threads (0: by the compute thread).
+pub fn paged_store<'a, R: ReadAt + Send + Sync + 'static>(
+    g: &'a Gguf<'a>,
+    m: &Model,
+    reader: R,
+    slots: usize,
+    readers: usize,
+) -> Result<PagedStore<ResidentStore<'a>, R, CondSignal>, ModelError> {
+    let config = PagerConfig {
+        slots_per_layer: slots,
+        eviction: Eviction::DEFAULT,
+    };
+    let pool = ExpertPool::new(
+        reader,
+        g,
+        &m.expert_groups(),
+        config,
+        CondSignal::default(),
+        CondSignal::default(),
+    )?;
+    let pool = Arc::new(pool);
+    let threads: Option<Box<dyn Send + Sync>> = match readers {
+        0 => None,
+        n => Some(Box::new(start_expert_readers(&pool, n).expect("threads"))),
+    };
+    Ok(PagedStore::new(ResidentStore::new(g), pool, threads))
 }

@@ -4,18 +4,19 @@
 //! guard's look at the available memory every 16 tokens. A counting global allocator checks 64
 //! decoded tokens, on the resident store, on the pread store (nothing mapped: every weight read
 //! into its scratch buffer) and on the streaming store (reader threads filling a ring a weight at
-//! a time: the readers must not allocate either), on Gemma 3 and on the synthetic mixtures of
-//! experts (qwen3moe, bailingmoe2). This file holds a single test, run from its own `main`, so
+//! a time: the readers must not allocate either), and for the mixtures of experts on the expert
+//! pager (reader threads, guesses, cache-aware routing), on Gemma 3 and on the synthetic
+//! mixtures of experts (qwen3moe, bailingmoe2). This file holds a single test, run from its own `main`, so
 //! that nothing else in the process allocates meanwhile.
 
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::StreamBudget;
-use smolrun_core::model::{Model, ResidentStore, State, WeightStore};
+use smolrun_core::model::{Model, MoeOptions, ResidentStore, State, WeightStore};
 use smolrun_core::sampler::{Sampler, SamplerParams};
 use smolrun_linux::FileReader;
 use smolrun_linux::{MappedFile, MemoryWatch, ThreadPool};
-use smolrun_tests::{model_path, pread_store, streaming_store, StreamSetup};
+use smolrun_tests::{model_path, paged_store, pread_store, streaming_store, StreamSetup};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -75,6 +76,21 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         let kernels = KernelSet::select(&smolrun_linux::detect_features());
         let (ms, stream, _) = streaming_store(reader, &gguf, &kernels, setup);
         decode_64_without_allocating(&ms, &stream, &format!("{model}, streamed"));
+        // Experts paged into pools of a token's experts plus one, by two reader threads,
+        // with guesses and cache-aware routing.
+        let Some(group) = m.expert_groups().first().copied() else {
+            continue;
+        };
+        let mut mp = m.clone();
+        let opts = MoeOptions {
+            cache_bias: 0.1,
+            predict_distance: 1,
+            experts_used: None,
+        };
+        mp.set_moe_options(opts).unwrap();
+        let reader = FileReader::open(&path).unwrap();
+        let paged = paged_store(&gguf, &mp, reader, group.n_used + 1, 2).unwrap();
+        decode_64_without_allocating(&mp, &paged, &format!("{model}, experts paged"));
     }
 }
 

@@ -15,41 +15,12 @@ use smolrun_core::model::{
     Model, ModelError, MoeOptions, ResidentStore, State, StoreErrorKind, WeightStore,
 };
 use smolrun_core::platform::{IoError, ReadAt};
-use smolrun_linux::{start_expert_readers, CondSignal, FileReader, MappedFile};
+use smolrun_linux::{FileReader, MappedFile};
 use smolrun_tests::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const MOE_MODELS: [&str; 2] = ["synthetic-qwen3moe", "synthetic-bailingmoe2"];
-
-/// A paged store over `reader` for `m` (loaded from the mapped file `g`): experts from pools
-/// of `slots` experts per layer, filled by `readers` threads (0: by the compute thread).
-fn paged<'a, R: ReadAt + Send + Sync + 'static>(
-    g: &'a Gguf<'a>,
-    m: &Model,
-    reader: R,
-    slots: usize,
-    readers: usize,
-) -> Result<PagedStore<ResidentStore<'a>, R, CondSignal>, ModelError> {
-    let config = PagerConfig {
-        slots_per_layer: slots,
-        eviction: Eviction::DEFAULT,
-    };
-    let pool = ExpertPool::new(
-        reader,
-        g,
-        &m.expert_groups(),
-        config,
-        CondSignal::default(),
-        CondSignal::default(),
-    )?;
-    let pool = Arc::new(pool);
-    let threads: Option<Box<dyn Send + Sync>> = match readers {
-        0 => None,
-        n => Some(Box::new(start_expert_readers(&pool, n).expect("threads"))),
-    };
-    Ok(PagedStore::new(ResidentStore::new(g), pool, threads))
-}
 
 fn kernels() -> KernelSet {
     KernelSet::select(&smolrun_linux::detect_features())
@@ -87,7 +58,7 @@ fn paged_logits_equal_the_resident_ones_to_the_bit() {
             })
             .expect("options");
             let reader = FileReader::open(&path).unwrap_or_else(|e| panic!("{e}"));
-            let store = paged(&g, &m, reader, slots, readers).expect("pager");
+            let store = paged_store(&g, &m, reader, slots, readers).expect("pager");
             let got = logits_through(&m, &store, model, 8);
             let what = format!("{slots} slots, {readers} readers, predict {predict}");
             bits_equal(model, &what, &want, &got);
@@ -119,7 +90,9 @@ fn a_pool_smaller_than_a_tokens_experts_is_refused() {
     let m = Model::load_with_kernels(&g, &kernels()).expect("load");
     let used = m.expert_groups()[0].n_used;
     let reader = FileReader::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    let err = paged(&g, &m, reader, used - 1, 0).err().expect("refused");
+    let err = paged_store(&g, &m, reader, used - 1, 0)
+        .err()
+        .expect("refused");
     let msg = err.to_string();
     assert!(msg.contains(&format!("--moe-pool {used}")), "{msg}");
     assert!(msg.contains("ffn_gate_exps"), "{msg}");
@@ -205,7 +178,7 @@ fn a_failed_expert_read_names_the_expert_and_the_next_pass_recovers() {
         failing: failing.clone(),
     };
     let used = m.expert_groups()[0].n_used;
-    let store = paged(&g, &m, reader, used, 2).expect("pager");
+    let store = paged_store(&g, &m, reader, used, 2).expect("pager");
     state.reset();
     let err = m.forward(&mut state, &store, &par, 7, 0).unwrap_err();
     let ModelError::WeightRead(e) = &err else {
@@ -261,7 +234,7 @@ fn cache_aware_routing_misses_less() {
         })
         .expect("options");
         let reader = FileReader::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        let store = paged(&g, &m, reader, used + 2, 1).expect("pager");
+        let store = paged_store(&g, &m, reader, used + 2, 1).expect("pager");
         let (stats, _) = decode_misses(&m, &store, 24);
         misses.push(stats.misses);
     }

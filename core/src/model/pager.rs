@@ -590,7 +590,12 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             let same_slot = |k: &Job| k.pool == job.pool && k.slot == job.slot;
             let slot = job.slot as usize;
             let queued = predicted.iter().filter(|k| same_slot(k)).count();
-            if t.state[slot] != (SlotState::Loading { parts_left: queued as u8 }) || queued != 3 {
+            if t.state[slot]
+                != (SlotState::Loading {
+                    parts_left: queued as u8,
+                })
+                || queued != 3
+            {
                 // A read of it has begun: let it finish (the slot is Ready then).
                 i += 1;
                 continue;
