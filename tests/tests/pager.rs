@@ -9,8 +9,7 @@
 
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
-use smolrun_core::model::expert_cache::Eviction;
-use smolrun_core::model::pager::{ExpertPool, MoeStats, PagedStore, PagerConfig};
+use smolrun_core::model::pager::MoeStats;
 use smolrun_core::model::{
     Model, ModelError, MoeOptions, ResidentStore, State, StoreErrorKind, WeightStore,
 };
