@@ -88,7 +88,8 @@ def llama_bench(binary, path, args):
 
 def smolrun_bench(binary, path, args):
     out, rss = run(args.prefix + [binary, "bench", "-m", path, "-p", str(args.p), "-n", str(args.n),
-                                  "-t", str(args.t), "-r", str(args.r), "--json"])
+                                  "-t", str(args.t), "-r", str(args.r), "--json"]
+                   + shlex.split(args.smolrun_args))
     doc = json.loads(out.strip().splitlines()[-1])
     doc["device_read_mb"] = LAST_DEVICE_READ_MB
     return doc["pp_tok_s"], doc["tg_tok_s"], rss, doc
@@ -106,6 +107,8 @@ def main():
     ap.add_argument("--llama-args", default="", help="more llama-bench arguments, e.g. "
                     "\"--repack 0\" under a memory cap: its repacked copy of the weights is "
                     "anonymous memory, which gets it killed where its mapped pages would be evicted")
+    ap.add_argument("--smolrun-args", default="", help="more smolrun bench arguments, e.g. "
+                    "\"--moe-pool 24 --flash-mbps 278\"")
     ap.add_argument("--smolrun", help="a smolrun binary to measure instead of building "
                     "target/release/smolrun (e.g. an older build, for before/after ratios)")
     ap.add_argument("models", nargs="*", default=list(MODELS))
@@ -145,6 +148,15 @@ def main():
             limit = doc["flash_limit_tok_s"]
             print(f"| {spec} | streamed MB/token | | {doc['stream_mb_per_token']:.1f} | | "
                   f"resident {doc['resident_mb']:.0f} MB, read {doc['read_mb_s']:.0f} MB/s |")
+            print(f"| {spec} | flash limit t/s | | {limit:.3f} | {s_tg / limit:.0%} of it | "
+                  f"flash {doc['flash_mb_s']:.0f} MB/s |")
+        if "moe_miss_rate" in doc:
+            # Experts paged: what the misses (and guesses) read, and the flash limit that sets.
+            limit = doc["flash_limit_tok_s"]
+            print(f"| {spec} | expert MB/token read | | {doc['moe_read_mb_per_token']:.1f} | | "
+                  f"{doc['moe_slots_per_layer']:.0f} experts/layer in {doc['moe_pool_mb']:.0f} MB, "
+                  f"{doc['moe_miss_rate']:.1%} missed ({doc['moe_missed_mb_per_token']:.1f} MB), "
+                  f"guesses {doc['moe_prefetch_accuracy']:.0%} right |")
             print(f"| {spec} | flash limit t/s | | {limit:.3f} | {s_tg / limit:.0%} of it | "
                   f"flash {doc['flash_mb_s']:.0f} MB/s |")
         if l_read is not None and doc.get("device_read_mb") is not None:
