@@ -371,6 +371,7 @@ pub fn run(args: Args) -> Result<(), String> {
         i + 1 == n_scored_tokens || (i + 1 >= n_ctx && (i + 1 - n_ctx).is_multiple_of(step))
     };
     let mut n_printed = 0;
+    let moe_before = engine.moe_stats();
     let (tokenizer, model, state, store, par) = engine.parts();
     let join_with_head = |context: &[u32], next: u32| {
         let kept = model.head_ids.as_deref()?;
@@ -451,10 +452,18 @@ pub fn run(args: Args) -> Result<(), String> {
         secs,
         (result.n_chunks * (n_ctx - 1)) as f64 / secs
     );
+    // Experts paged: the misses over the text (each token routed once per layer).
+    let moe = match (engine.moe_stats(), moe_before) {
+        (Some(now), Some(before)) => {
+            engine.moe_report(&now.since(&before), result.n_chunks * n_ctx)
+        }
+        _ => None,
+    };
+    if let Some(report) = &moe {
+        eprintln!("{}", report.line());
+    }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
+        let mut out = serde_json::json!({
                 "ppl": result.ppl,
                 "bits_per_byte": bpb,
                 "tokens": tokens.len(),
@@ -465,8 +474,11 @@ pub fn run(args: Args) -> Result<(), String> {
                 "chunks": result.n_chunks,
                 "n_ctx": n_ctx,
                 "stride": args.stride,
-            })
-        );
+        });
+        if let Some(report) = &moe {
+            report.add_to(&mut out);
+        }
+        println!("{out}");
     }
     Ok(())
 }
