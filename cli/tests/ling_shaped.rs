@@ -148,9 +148,11 @@ fn small_ling_shaped_runs_and_experts_last_is_the_same_model() {
     let uniform = dir.join("uniform.gguf");
     let script_last = dir.join("script-last.gguf");
     let rewritten = dir.join("rewritten.gguf");
-    write_small(&skewed, &[]);
+    // A strong skew (the default 0.02 is lost in the noise of 32 tokens over 16 experts).
+    let strong = ["--bias-scale", "0.25"];
+    write_small(&skewed, &strong);
     write_small(&uniform, &["--router", "uniform"]);
-    write_small(&script_last, &["--experts-last"]);
+    write_small(&script_last, &[&strong[..], &["--experts-last"]].concat());
     let run = Command::new(env!("CARGO_BIN_EXE_smolrun"))
         .args(["gguf", "experts-last", "-m"])
         .arg(&skewed)
@@ -184,6 +186,22 @@ fn small_ling_shaped_runs_and_experts_last_is_the_same_model() {
         "the skewed router should favour its popular experts: top 10 % share {s:.3} vs \
          uniform {s_uniform:.3}"
     );
+
+    // --popularity: one line for every layer; expert 5 far more popular than the rest is the
+    // busiest expert of both MoE layers.
+    let popularity = dir.join("popularity.txt");
+    let line: Vec<&str> = (0..16).map(|e| if e == 5 { "1000" } else { "1" }).collect();
+    std::fs::write(&popularity, format!("# counts\n{}\n", line.join(" "))).unwrap();
+    let popular = dir.join("popular.gguf");
+    write_small(
+        &popular,
+        &[&strong[..], &["--popularity", popularity.to_str().unwrap()]].concat(),
+    );
+    let (usage, _) = expert_usage(&popular, PROMPT, 32);
+    for (layer, u) in usage.iter().enumerate() {
+        let mut others = u.iter().enumerate().filter(|&(e, _)| e != 5);
+        assert!(others.all(|(_, &c)| c < u[5]), "layer {layer}: {u:?}");
+    }
 }
 
 /// By hand, on the full-size files: prints each MoE layer's expert usage over the prompt.
