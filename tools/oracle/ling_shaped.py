@@ -116,7 +116,7 @@ def popularity_per_layer(args, n_moe_layers, rng):
         with open(args.popularity) as f:
             rows = [[float(x) for x in line.split()] for line in f if line.strip() and not line.startswith("#")]
         if len(rows) not in (1, n_moe_layers):
-            sys.exit(f"ling_shaped: {args.popularity}: {len(rows)} lines, expected 1 or {n_moe_layers} (one per MoE layer)")
+            sys.exit(f"ling_shaped: {args.popularity}: {len(rows)} lines, expected 1 or {n_moe_layers} (one per MoE layer, MTP layers included)")
         for i, r in enumerate(rows):
             if len(r) != n_e or min(r) < 0 or sum(r) <= 0:
                 sys.exit(f"ling_shaped: {args.popularity} line {i + 1}: expected {n_e} non-negative numbers "
@@ -159,7 +159,7 @@ def plan_tensors(args, n_vocab):
 
     add("token_embd.weight", T.Q4_0, [n_embd, n_vocab], q4(n_vocab, n_embd, EMBD_STD))
     n_dense = 1
-    for i in range(args.layers):
+    for i in range(args.layers + args.nextn):
         p = f"blk.{i}."
         add(p + "attn_norm.weight", T.F32, [n_embd], norm(n_embd))
         add(p + "attn_qkv.weight", T.Q4_0, [n_embd, n_q + 2 * n_kv], q4(n_q + 2 * n_kv, n_embd, n_embd ** -0.5))
@@ -186,6 +186,13 @@ def plan_tensors(args, n_vocab):
         add(p + "ffn_gate_shexp.weight", T.Q4_0, [n_embd, n_fs], q4(n_fs, n_embd, n_embd ** -0.5))
         add(p + "ffn_up_shexp.weight", T.Q4_0, [n_embd, n_fs], q4(n_fs, n_embd, n_embd ** -0.5))
         add(p + "ffn_down_shexp.weight", T.Q4_0, [n_fs, n_embd], q4(n_embd, n_fs, n_fs ** -0.5))
+        if i >= args.layers:
+            # an MTP (nextn) block: its tensors are in the file (and its experts count in the
+            # file's size), inference skips it
+            add(p + "nextn.eh_proj.weight", T.Q4_0, [2 * n_embd, n_embd], q4(n_embd, 2 * n_embd, (2 * n_embd) ** -0.5))
+            add(p + "nextn.enorm.weight", T.F32, [n_embd], norm(n_embd))
+            add(p + "nextn.hnorm.weight", T.F32, [n_embd], norm(n_embd))
+            add(p + "layer_output_norm.weight", T.F32, [n_embd], norm(n_embd))
     add("output_norm.weight", T.F32, [n_embd], norm(n_embd))
     add("output.weight", T.Q4_0, [n_embd, n_vocab], q4(n_vocab, n_embd, n_embd ** -0.5))
     return tensors, dict(n_head=n_head, n_head_kv=n_head_kv)
@@ -205,6 +212,8 @@ def check_args(args):
         problems.append(f"--expert-ff {args.expert_ff} must be a multiple of 256 (the down experts' Q2_K rows)")
     if args.dense_ff % Q4_0_ELEMS:
         problems.append(f"--dense-ff {args.dense_ff} must be a multiple of 32")
+    if args.nextn < 0 or args.nextn > 4:
+        problems.append(f"--nextn {args.nextn}: 0 to 4")
     if args.layers < 2:
         problems.append(f"--layers {args.layers}: at least 2 (the first is dense)")
     if args.experts % args.groups or args.experts // args.groups < 2:
@@ -223,6 +232,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(models, "ling-mini-shaped.gguf"))
     ap.add_argument("--tokenizer-from", default=os.path.join(models, VOCAB_SOURCE))
     ap.add_argument("--layers", type=int, default=20, help="blocks; the first is dense (default 20)")
+    ap.add_argument("--nextn", type=int, default=0,
+                    help="MTP (nextn) blocks after the others, a MoE block each, skipped by inference (default 0)")
     ap.add_argument("--experts", type=int, default=256, help="experts per MoE layer (default 256)")
     ap.add_argument("--experts-used", type=int, default=8)
     ap.add_argument("--groups", type=int, default=8, help="expert groups (default 8)")
@@ -248,7 +259,7 @@ def main():
     tok = read_tokenizer(args.tokenizer_from)
     n_vocab = len(tok["tokens"])
     rng = np.random.Generator(np.random.PCG64(args.seed))
-    n_moe = args.layers - 1
+    n_moe = args.layers - 1 + args.nextn
     pops = popularity_per_layer(args, n_moe, rng)
     args.selection_bias = (lambda layer: np.zeros(args.experts)) if pops is None else \
         (lambda layer: args.bias_scale * np.log(pops[layer] / pops[layer].max()))
@@ -269,7 +280,7 @@ def main():
                       + f", bias scale {args.bias_scale}, seed {args.seed}; tokenizer of Qwen2.5-Coder")
     w.add_context_length(32768)
     w.add_embedding_length(args.n_embd)
-    w.add_block_count(args.layers)
+    w.add_block_count(args.layers + args.nextn)
     w.add_feed_forward_length(args.dense_ff)
     w.add_head_count(heads["n_head"])
     w.add_head_count_kv(heads["n_head_kv"])
@@ -284,7 +295,7 @@ def main():
     w.add_expert_used_count(args.experts_used)
     w.add_expert_feed_forward_length(args.expert_ff)
     w.add_leading_dense_block_count(1)
-    w.add_nextn_predict_layers(0)
+    w.add_nextn_predict_layers(args.nextn)
     w.add_expert_group_count(args.groups)
     w.add_expert_group_used_count(args.groups_used)
     w.add_expert_shared_count(1)
