@@ -246,3 +246,49 @@ fn ling_shaped_expert_usage() {
         println!("  mean top 10 % share: {:.1} %", 100.0 * mean);
     }
 }
+
+/// By hand, the iPad case on a full-size experts-last file: only the non-expert prefix is mapped
+/// and the model loads from it (run it under `ulimit -v` to show the whole file would not map):
+/// `SMOLRUN_LING_SHAPED=ling-mini-shaped-experts-last.gguf cargo test --release -p smolrun
+/// --test ling_shaped -- --ignored --nocapture prefix`
+#[test]
+#[ignore = "needs SMOLRUN_LING_SHAPED=FILE (an experts-last file from ling_shaped.py or smolrun gguf experts-last)"]
+fn ling_shaped_prefix_loads() {
+    use smolrun_core::model::{ModelError, StoreErrorKind};
+    let files = std::env::var("SMOLRUN_LING_SHAPED").expect("SMOLRUN_LING_SHAPED=FILE");
+    for path in files.split(',').map(Path::new) {
+        let file_len = std::fs::metadata(path).unwrap().len();
+        // The header first (its own small mapping), for the offset.
+        let offset = {
+            let head = MappedFile::open_prefix(path, file_len.min(64 << 20)).unwrap();
+            let g = Gguf::parse_header(head.bytes(), file_len).unwrap();
+            expert_data_offset(&g)
+                .unwrap()
+                .expect("not an experts-last file")
+        };
+        let prefix = MappedFile::open_prefix(path, offset).unwrap();
+        let g = Gguf::parse_header(prefix.bytes(), file_len).unwrap();
+        let store = ResidentStore::over_prefix(prefix.bytes(), &g).unwrap();
+        let kernels = KernelSet::select(&smolrun_linux::detect_features());
+        let m = Model::load_from(&g, &store, &kernels).unwrap();
+        let mut st = State::new(&m, 16).unwrap();
+        let first_expert = match m.forward(&mut st, &store, &SingleThread, 9707, 0) {
+            Err(ModelError::WeightRead(e))
+                if e.kind == (StoreErrorKind::NotMapped { mapped: offset }) =>
+            {
+                e.tensor
+            }
+            other => panic!(
+                "expected the first expert outside the prefix, got {:?}",
+                other.err()
+            ),
+        };
+        println!(
+            "{}: {:.1} MiB of {:.1} MiB mapped; the model loads from it; the first expert read \
+             ({first_expert}) is refused as not mapped",
+            path.display(),
+            offset as f64 / (1 << 20) as f64,
+            file_len as f64 / (1 << 20) as f64
+        );
+    }
+}
