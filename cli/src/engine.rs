@@ -8,9 +8,11 @@
 use crate::chat_template::ChatTemplate;
 use crate::memory_guard::MemoryGuard;
 pub use crate::memory_guard::{MemoryArgs, WeightsMode};
+use crate::moe::{MoeReport, PagerHandle};
 use crate::speculative::{DraftArgs, DraftChoice, DraftModel, DraftSource, Drafter, SpecStats};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
+use smolrun_core::model::pager::MoeStats;
 pub use smolrun_core::model::stream::MIN_ZONE_BYTES;
 use smolrun_core::model::{
     Family, Model, ModelError, PreadStore, ResidentStore, State, StreamBudget, StreamPlan,
@@ -34,6 +36,12 @@ const SHORT_NAMES: &str = "gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b";
 /// into memory, its tensors read by the store: streamed, or with pread).
 pub enum ModelFile {
     Mapped(MappedFile),
+    /// A mixture of experts mapped whole, its experts paged from flash into pools (only the
+    /// non-expert part is read through the mapping).
+    Paged {
+        mapped: MappedFile,
+        pager: crate::moe::PagerSettings,
+    },
     Unmapped {
         reader: FileReader,
         /// The first bytes of the file, enough to hold its whole header.
@@ -59,13 +67,19 @@ pub struct StreamConfig {
 /// busy (each is mostly asleep in a read).
 pub const DEFAULT_STREAM_READERS: usize = 3;
 
+/// Reader threads of the streaming store and of the expert pager: `SMOLRUN_STREAM_READERS`,
+/// else [`DEFAULT_STREAM_READERS`].
+pub fn stream_readers() -> usize {
+    std::env::var("SMOLRUN_STREAM_READERS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(DEFAULT_STREAM_READERS)
+}
+
 impl StreamConfig {
     fn new(budget: StreamBudget, mem: &MemoryArgs) -> StreamConfig {
-        let readers = std::env::var("SMOLRUN_STREAM_READERS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(DEFAULT_STREAM_READERS);
+        let readers = stream_readers();
         let verify = std::env::var("SMOLRUN_STREAM_VERIFY").is_ok_and(|v| v == "1");
         StreamConfig {
             budget,
@@ -106,21 +120,21 @@ impl ModelFile {
     /// The bytes to parse the header from: the whole mapping, or the header prefix.
     pub fn header_bytes(&self) -> &[u8] {
         match self {
-            ModelFile::Mapped(m) => m.bytes(),
+            ModelFile::Mapped(m) | ModelFile::Paged { mapped: m, .. } => m.bytes(),
             ModelFile::Unmapped { header, .. } => header,
         }
     }
 
     pub fn len(&self) -> u64 {
         match self {
-            ModelFile::Mapped(m) => m.bytes().len() as u64,
+            ModelFile::Mapped(m) | ModelFile::Paged { mapped: m, .. } => m.bytes().len() as u64,
             ModelFile::Unmapped { reader, .. } => reader.len(),
         }
     }
 
     pub fn mapped(&self) -> Option<&MappedFile> {
         match self {
-            ModelFile::Mapped(m) => Some(m),
+            ModelFile::Mapped(m) | ModelFile::Paged { mapped: m, .. } => Some(m),
             ModelFile::Unmapped { .. } => None,
         }
     }
@@ -132,6 +146,8 @@ impl ModelFile {
     pub fn weights_held(&self, path: &Path, gguf: &Gguf) -> Result<Option<u64>, String> {
         match self {
             ModelFile::Mapped(_) => Ok(None),
+            ModelFile::Paged { pager, .. } => Ok(crate::moe::ExpertLayout::of(gguf, None)
+                .map(|x| x.held_bytes(pager.slots_per_layer))),
             ModelFile::Unmapped { stream: None, .. } => {
                 Ok(Some(TensorTable::new(gguf).largest_weight()))
             }
@@ -254,7 +270,20 @@ pub fn open_model(
             StreamBudget::Total(room.min(address_space_for_weights.unwrap_or(u64::MAX)))
         }
     };
+    // A mixture of experts pages its experts rather than streaming everything, when its
+    // pools hold a token's experts in the room there is.
+    let room = crate::memory_guard::room_for_weights(&gguf, ctx, mem);
+    let pager = crate::moe::decide(&gguf, mem, room, map)?;
+    if let (Some(p), None) = (&pager, mem.moe_pool) {
+        eprintln!(
+            "smolrun: {} does not fit in memory with -c {ctx}: its experts are paged from flash, \
+             {} per layer kept in RAM (--moe-pool N to choose, --moe-pool all to map it all)",
+            path.display(),
+            p.slots_per_layer
+        );
+    }
     let stream = match mode {
+        _ if pager.is_some() => None,
         WeightsMode::Stream => Some(StreamConfig::new(budget, mem)),
         WeightsMode::Pread | WeightsMode::Resident => None,
         // Too little address space even for the stream zones: the pread store's one buffer.
@@ -286,7 +315,12 @@ pub fn open_model(
         },
     };
     drop(gguf);
-    let file = if map && stream.is_none() {
+    let file = if let Some(pager) = pager {
+        ModelFile::Paged {
+            mapped: MappedFile::open(&path)?,
+            pager,
+        }
+    } else if map && stream.is_none() {
         ModelFile::Mapped(MappedFile::open(&path)?)
     } else {
         ModelFile::Unmapped {
@@ -411,6 +445,8 @@ fn per_second(n: usize, t: Duration) -> f64 {
 pub struct Engine<'g> {
     /// The flash, when the weights are streamed.
     flash: Option<FlashProbe>,
+    /// The expert pager, when a mixture of experts is paged.
+    pager: Option<PagerHandle>,
     pub path: PathBuf,
     pub gguf: &'g Gguf<'g>,
     pub model: Model,
@@ -429,6 +465,15 @@ pub struct Engine<'g> {
     low_memory: Option<String>,
     /// Speculative decoding ([`Engine::set_draft`]); `None`: one token per pass.
     draft: Option<Drafter>,
+}
+
+impl Drop for Engine<'_> {
+    /// Writes the pager's warm list (`--moe-warm`) for the next run.
+    fn drop(&mut self) {
+        if let Some(Err(e)) = self.pager.as_ref().map(PagerHandle::save_warm_list) {
+            eprintln!("smolrun: {e}");
+        }
+    }
 }
 
 /// Builds the streaming store: the model's setup through it, its plan for `config`, the
@@ -661,9 +706,10 @@ impl<'g> Engine<'g> {
             };
             Ok::<_, String>((tokenizer.map_err(|e| at(&e))?, rest))
         })?;
-        let (model, state, store, par, flash) = rest?;
+        let (model, state, store, par, flash, pager) = rest?;
         Ok(Engine {
             flash,
+            pager,
             path: path.to_path_buf(),
             gguf,
             model,
@@ -695,14 +741,15 @@ impl<'g> Engine<'g> {
             Box<dyn WeightStore + 'g>,
             Box<dyn Parallel>,
             Option<FlashProbe>,
+            Option<PagerHandle>,
         ),
         String,
     > {
-        let (model, state, store, flash) = load_weights_only(path, gguf, file, n_ctx)?;
+        let (model, state, store, flash, pager) = load_weights_only(path, gguf, file, n_ctx)?;
         let t = Instant::now();
         let par = parallel(threads)?;
         phase_time("thread pool", t);
-        Ok((model, state, store, par, flash))
+        Ok((model, state, store, par, flash, pager))
     }
 }
 
@@ -715,7 +762,16 @@ pub fn load_weights_only<'g>(
     gguf: &'g Gguf<'g>,
     file: &'g ModelFile,
     n_ctx: Option<usize>,
-) -> Result<(Model, State, Box<dyn WeightStore + 'g>, Option<FlashProbe>), String> {
+) -> Result<
+    (
+        Model,
+        State,
+        Box<dyn WeightStore + 'g>,
+        Option<FlashProbe>,
+        Option<PagerHandle>,
+    ),
+    String,
+> {
     {
         let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
         // This CPU's fastest kernel set, chosen once here (every matrix keeps its own);
@@ -729,7 +785,25 @@ pub fn load_weights_only<'g>(
             _ => KernelSet::select(&crate::platform::cpu_features()),
         };
         let t = Instant::now();
-        let (model, store, flash): (Model, Box<dyn WeightStore + 'g>, _) = match file {
+        let mut pager = None;
+        let (mut model, store, flash): (Model, Box<dyn WeightStore + 'g>, _) = match file {
+            ModelFile::Paged {
+                mapped,
+                pager: settings,
+            } => {
+                prefetch_vectors(path, gguf);
+                let store = ResidentStore::over(mapped.bytes(), gguf).map_err(|e| at(&e))?;
+                let mut model = Model::load_from(gguf, &store, &kernels).map_err(|e| at(&e))?;
+                crate::moe::apply_options(&mut model).map_err(|e| at(&e))?;
+                let store = match crate::repack_cache::load_or_build(path, gguf, &model)? {
+                    Some(repacked) => store.with_repacked(repacked),
+                    None => store,
+                };
+                let (store, handle) = crate::moe::start(path, gguf, &model, store, settings)?;
+                phase_time("model setup (expert pager)", t);
+                pager = Some(handle);
+                (model, store, None)
+            }
             ModelFile::Mapped(mapped) => {
                 prefetch_vectors(path, gguf);
                 let store = ResidentStore::over(mapped.bytes(), gguf).map_err(|e| at(&e))?;
@@ -769,11 +843,12 @@ pub fn load_weights_only<'g>(
                 (model, Box::new(store), None)
             }
         };
+        crate::moe::apply_options(&mut model).map_err(|e| at(&e))?;
         let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
         let t = Instant::now();
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;
         phase_time("state", t);
-        Ok((model, state, store, flash))
+        Ok((model, state, store, flash, pager))
     }
 }
 
@@ -810,6 +885,18 @@ impl<'g> Engine<'g> {
             },
             total_read_mb: (flash.load_bytes + now.bytes_read) as f64 / 1e6,
         })
+    }
+
+    /// The expert pager's counts so far (`None` when experts are not paged).
+    pub fn moe_stats(&self) -> Option<MoeStats> {
+        self.store.moe_stats()
+    }
+
+    /// The pager's report for a stretch of `tokens` tokens whose counts are `stats`
+    /// (differences of [`Engine::moe_stats`]). `None` when experts are not paged.
+    pub fn moe_report(&self, stats: &MoeStats, tokens: usize) -> Option<MoeReport> {
+        let pager = self.pager.as_ref()?;
+        Some(MoeReport::new(stats, tokens, pager.flash_mb_s))
     }
 
     /// Hands over the memory guard from [`check_memory`]: from now on, every 16th generated

@@ -6,6 +6,7 @@ mod download;
 mod engine;
 mod memory_guard;
 mod models;
+mod moe;
 mod platform;
 mod repack_cache;
 mod serve;
@@ -55,6 +56,11 @@ enum Command {
     List(cmd::list::Args),
     /// Delete a model from the model folder.
     Rm(cmd::rm::Args),
+    /// Record which experts a mixture of experts chooses, token by token, on a text.
+    MoeTrace(cmd::moe_trace::TraceArgs),
+    /// Replay an expert trace against pool sizes and eviction policies, Belady's optimum
+    /// included.
+    MoeSim(cmd::moe_trace::SimArgs),
     /// Inspect and rewrite GGUF files.
     #[command(subcommand)]
     Gguf(cmd::gguf::GgufCommand),
@@ -78,6 +84,8 @@ fn main() -> ExitCode {
         Command::Pull(a) => cmd::pull::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Rm(a) => cmd::rm::run(a),
+        Command::MoeTrace(a) => cmd::moe_trace::trace(a),
+        Command::MoeSim(a) => cmd::moe_trace::sim(a),
         Command::Gguf(c) => cmd::gguf::run(c),
     };
     match result {

@@ -54,6 +54,64 @@ pub struct MemoryArgs {
     /// over MB streamed per token) [default: probed with a short direct read at start].
     #[arg(long = "flash-mbps", value_name = "MB/S")]
     pub flash_mbps: Option<f64>,
+    /// Mixture of experts: keep N experts per layer in RAM and read the others from flash
+    /// when the router picks them (the expert pager; everything else stays mapped); `all`
+    /// keeps every expert resident [default: paged when the model does not fit, the pools
+    /// sized by the memory probe].
+    #[arg(long = "moe-pool", value_name = "N|all", value_parser = parse_moe_pool)]
+    pub moe_pool: Option<MoePool>,
+    /// Mixture of experts, paged: a selection bonus for experts already in RAM (added to
+    /// the router's score when choosing, never to an expert's weight). Fewer reads from flash
+    /// for a small change of routing; 0 routes as the model does.
+    #[arg(long = "moe-cache-bias", value_name = "B", default_value_t = 0.0)]
+    pub moe_cache_bias: f32,
+    /// Mixture of experts, paged: each layer guesses the experts of the layer this many ahead
+    /// from its own input (that layer's router on this hidden state) and has them read while
+    /// it computes; 0 turns it off.
+    #[arg(long = "moe-prefetch", value_name = "LAYERS", default_value_t = 1)]
+    pub moe_prefetch: usize,
+    /// Mixture of experts: experts per token instead of the model's own count (fewer: less
+    /// to read and compute, at some cost in quality).
+    #[arg(long = "experts", value_name = "K")]
+    pub experts: Option<usize>,
+    /// Mixture of experts, paged: start with the experts listed in FILE (each layer's most
+    /// used, written by an earlier run) in the pools, and write the list of this run to FILE
+    /// when it ends.
+    #[arg(long = "moe-warm", value_name = "FILE")]
+    pub moe_warm: Option<std::path::PathBuf>,
+    /// Mixture of experts, paged: which expert leaves a full pool.
+    #[arg(long = "moe-policy", value_enum, default_value_t = MoePolicy::Decay)]
+    pub moe_policy: MoePolicy,
+}
+
+/// `--moe-pool`: experts per layer kept in RAM, or all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoePool {
+    Slots(usize),
+    All,
+}
+
+fn parse_moe_pool(text: &str) -> Result<MoePool, String> {
+    match text {
+        "all" => Ok(MoePool::All),
+        n => match n.parse::<usize>() {
+            Ok(0) | Err(_) => Err(format!(
+                "'{text}' is not a pool size: give a number of experts per layer (1 or more) or \
+                 'all'"
+            )),
+            Ok(n) => Ok(MoePool::Slots(n)),
+        },
+    }
+}
+
+/// `--moe-policy`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MoePolicy {
+    /// The least valued by a use count that decays by 0.95 per token.
+    #[default]
+    Decay,
+    /// The least recently used.
+    Lru,
 }
 
 /// Where the weights live while running (`--weights`).
@@ -75,6 +133,12 @@ impl Default for MemoryArgs {
             weights: WeightsMode::Auto,
             resident_mb: None,
             flash_mbps: None,
+            moe_pool: None,
+            moe_cache_bias: 0.0,
+            moe_prefetch: 1,
+            experts: None,
+            moe_warm: None,
+            moe_policy: MoePolicy::Decay,
         }
     }
 }

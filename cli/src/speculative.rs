@@ -114,7 +114,7 @@ impl DraftModel {
         let at = |e: &dyn std::fmt::Display| format!("draft model {}: {e}", path.display());
         let tokenizer = Tokenizer::from_gguf(gguf).map_err(|e| at(&e))?;
         check_same_vocab(&path, &tokenizer, target)?;
-        let (model, state, store, _) =
+        let (model, state, store, _, _) =
             engine::load_weights_only(&path, gguf, file, Some(n_ctx)).map_err(|e| at(&e))?;
         Ok(DraftModel {
             path,

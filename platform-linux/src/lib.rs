@@ -25,7 +25,9 @@ pub use mapped::{
 pub use memory::LinuxMemory;
 pub use memory_watch::{MemoryReading, MemorySource, MemoryWatch};
 pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_MICROS};
-pub use stream::{probe_read_mbps, CondSignal, StreamingStore, PROBE_BYTES};
+pub use stream::{
+    probe_read_mbps, start_expert_readers, CondSignal, ReaderThreads, StreamingStore, PROBE_BYTES,
+};
 
 #[cfg(test)]
 mod tests {

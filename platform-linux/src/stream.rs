@@ -3,6 +3,7 @@
 //! zones) and gives them and the compute thread a condition variable to sleep on.
 
 use crate::{AlignedBuf, FileReader};
+use smolrun_core::model::pager::ExpertPool;
 use smolrun_core::model::stream::{StreamStore, STREAM_CHUNK_BYTES};
 use smolrun_core::model::{StoreError, StreamStats, Weight, WeightKey, WeightStore};
 use smolrun_core::platform::{IoError, ReadAt, Signal};
@@ -35,58 +36,102 @@ impl Signal for CondSignal {
     }
 }
 
-/// A planned [`StreamStore`] with its reader threads running; stops and joins them on drop.
-pub struct StreamingStore<R: ReadAt + Send + Sync + 'static> {
-    store: Arc<StreamStore<R, CondSignal>>,
-    readers: Vec<JoinHandle<()>>,
+/// Reader threads that each run one loop until told to stop: the streaming store's and the
+/// expert pager's. Stops and joins them on drop.
+pub struct ReaderThreads {
+    handles: Vec<JoinHandle<()>>,
+    stop: Box<dyn Fn() + Send + Sync>,
 }
 
-impl<R: ReadAt + Send + Sync + 'static> StreamingStore<R> {
-    /// Starts `n_readers` reader threads on `store` (planned), and returns once every one of
-    /// them runs: a thread's own start-up allocates (its name, its thread-locals), which must
-    /// not happen later, while tokens are decoded.
-    pub fn start(store: StreamStore<R, CondSignal>, n_readers: usize) -> std::io::Result<Self> {
+impl ReaderThreads {
+    /// Starts `n` threads (at least one) named `name-i`, each running `run`, and returns once
+    /// every one of them runs: a thread's own start-up allocates (its name, its thread-locals),
+    /// which must not happen later, while tokens are decoded. `stop` makes `run` return.
+    pub fn start(
+        n: usize,
+        name: &str,
+        run: Arc<dyn Fn() + Send + Sync>,
+        stop: Box<dyn Fn() + Send + Sync>,
+    ) -> std::io::Result<ReaderThreads> {
         let started = Arc::new((
             std::sync::atomic::AtomicUsize::new(0),
             CondSignal::default(),
         ));
-        let mut this = StreamingStore {
-            store: Arc::new(store),
-            readers: Vec::new(),
+        let mut this = ReaderThreads {
+            handles: Vec::new(),
+            stop,
         };
-        for i in 0..n_readers.max(1) {
-            let store = Arc::clone(&this.store);
+        for i in 0..n.max(1) {
+            let run = Arc::clone(&run);
             let started = Arc::clone(&started);
             // On an error, the drop stops and joins the threads already started.
             let handle = std::thread::Builder::new()
-                .name(format!("smolrun-reader-{i}"))
+                .name(format!("{name}-{i}"))
                 .spawn(move || {
                     started.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     started.1.notify();
-                    store.reader_loop()
+                    run()
                 })?;
-            this.readers.push(handle);
+            this.handles.push(handle);
         }
         loop {
             let epoch = started.1.epoch();
-            if started.0.load(std::sync::atomic::Ordering::SeqCst) == this.readers.len() {
+            if started.0.load(std::sync::atomic::Ordering::SeqCst) == this.handles.len() {
                 return Ok(this);
             }
             started.1.wait(epoch);
         }
     }
+}
 
-    pub fn store(&self) -> &StreamStore<R, CondSignal> {
-        &self.store
+impl Drop for ReaderThreads {
+    fn drop(&mut self) {
+        (self.stop)();
+        for handle in self.handles.drain(..) {
+            let _ = handle.join();
+        }
     }
 }
 
-impl<R: ReadAt + Send + Sync + 'static> Drop for StreamingStore<R> {
-    fn drop(&mut self) {
-        self.store.shut_down();
-        for handle in self.readers.drain(..) {
-            let _ = handle.join();
-        }
+/// Starts `n` reader threads on the expert pager's `pool`; dropping the result stops them.
+pub fn start_expert_readers<R: ReadAt + Send + Sync + 'static>(
+    pool: &Arc<ExpertPool<R, CondSignal>>,
+    n: usize,
+) -> std::io::Result<ReaderThreads> {
+    let (run, stop) = (Arc::clone(pool), Arc::clone(pool));
+    ReaderThreads::start(
+        n,
+        "smolrun-expert-reader",
+        Arc::new(move || run.reader_loop()),
+        Box::new(move || stop.shut_down()),
+    )
+}
+
+/// A planned [`StreamStore`] with its reader threads running; stops and joins them on drop.
+pub struct StreamingStore<R: ReadAt + Send + Sync + 'static> {
+    store: Arc<StreamStore<R, CondSignal>>,
+    _readers: ReaderThreads,
+}
+
+impl<R: ReadAt + Send + Sync + 'static> StreamingStore<R> {
+    /// Starts `n_readers` reader threads on `store` (planned).
+    pub fn start(store: StreamStore<R, CondSignal>, n_readers: usize) -> std::io::Result<Self> {
+        let store = Arc::new(store);
+        let (run, stop) = (Arc::clone(&store), Arc::clone(&store));
+        let readers = ReaderThreads::start(
+            n_readers,
+            "smolrun-reader",
+            Arc::new(move || run.reader_loop()),
+            Box::new(move || stop.shut_down()),
+        )?;
+        Ok(StreamingStore {
+            store,
+            _readers: readers,
+        })
+    }
+
+    pub fn store(&self) -> &StreamStore<R, CondSignal> {
+        &self.store
     }
 }
 

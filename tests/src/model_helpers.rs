@@ -313,3 +313,42 @@ pub fn logits_in_batches(
     .expect("forward_batch_all");
     all
 }
+
+/// Logits at every position of each golden text (one batch per text, from an empty context,
+/// as the logits test runs them), then `n_decode` greedy tokens after the first text.
+pub fn logits_through(
+    m: &Model,
+    store: &dyn WeightStore,
+    model: &str,
+    n_decode: usize,
+) -> Vec<f32> {
+    let par = ScopedThreads::from_env();
+    let golden = golden(model, "logits.json");
+    let texts: Vec<Vec<u32>> = golden["texts"]
+        .as_array()
+        .expect("texts")
+        .iter()
+        .map(|t| ids(&t["tokens"]))
+        .collect();
+    let n_ctx = texts.iter().map(Vec::len).max().unwrap_or(1) + n_decode;
+    let mut state = State::new(m, n_ctx).expect("state");
+    let mut all = Vec::new();
+    for tokens in &texts {
+        state.reset();
+        m.forward_batch_all(&mut state, store, &par, tokens, 0, 0, &mut |_, l| {
+            all.extend_from_slice(l)
+        })
+        .expect("forward_batch_all");
+    }
+    state.reset();
+    let prompt = &texts[0];
+    let mut next = argmax(m.forward_batch(&mut state, store, &par, prompt, 0).unwrap());
+    for i in 0..n_decode {
+        let logits = m
+            .forward(&mut state, store, &par, next, prompt.len() + i)
+            .expect("forward");
+        all.extend_from_slice(logits);
+        next = argmax(logits);
+    }
+    all
+}

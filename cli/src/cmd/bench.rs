@@ -83,6 +83,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut tg = Vec::new();
     // Flash reads over the timed generation runs (streamed weights only).
     let (mut tg_read, mut tg_seconds) = (0u64, 0.0);
+    // The expert pager's counts over the timed generation runs (paged experts only).
+    let mut tg_moe: Option<smolrun_core::model::pager::MoeStats> = None;
     for rep in 0..=args.reps {
         let timed = rep > 0;
         if args.n_prompt > 0 {
@@ -98,6 +100,7 @@ pub fn run(args: Args) -> Result<(), String> {
             let tokens = bench_tokens(args.n_gen, n_vocab, 1000 + rep as u64);
             engine.reset();
             let read_before = engine.stream_bytes_read();
+            let moe_before = engine.moe_stats();
             let t = Instant::now();
             for &tok in &tokens {
                 engine.decode(tok)?;
@@ -105,6 +108,10 @@ pub fn run(args: Args) -> Result<(), String> {
             if timed {
                 tg_seconds += t.elapsed().as_secs_f64();
                 tg_read += engine.stream_bytes_read() - read_before;
+                if let (Some(now), Some(before)) = (engine.moe_stats(), moe_before) {
+                    let run = now.since(&before);
+                    tg_moe = Some(tg_moe.map_or(run, |sum| sum.plus(&run)));
+                }
                 tg.push(args.n_gen as f64 / t.elapsed().as_secs_f64());
             }
         }
@@ -112,6 +119,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let (pp_tok_s, tg_tok_s) = (median(pp), median(tg));
     // The prompt runs between generation runs read too: count the generation runs alone.
     let stream = engine.stream_report(tg_read, args.n_gen * args.reps, tg_seconds);
+    let moe = tg_moe.and_then(|m| engine.moe_report(&m, args.n_gen * args.reps));
     let peak_rss_mb =
         smolrun_linux::LinuxMemory::new().peak_used_bytes() as f64 / (1024.0 * 1024.0);
     let name = path
@@ -139,6 +147,9 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(report) = &stream {
         println!("{}", report.line());
     }
+    if let Some(report) = &moe {
+        println!("{}", report.line());
+    }
     if args.json {
         let mut out = serde_json::json!({
                 "model": name,
@@ -152,6 +163,9 @@ pub fn run(args: Args) -> Result<(), String> {
                 "kernels": kernels,
         });
         if let Some(report) = &stream {
+            report.add_to(&mut out);
+        }
+        if let Some(report) = &moe {
             report.add_to(&mut out);
         }
         println!("{out}");

@@ -8,6 +8,7 @@ pub mod gguf;
 pub mod head;
 pub mod list;
 pub mod loopcheck;
+pub mod moe_trace;
 pub mod perplexity;
 pub mod pull;
 pub mod rm;

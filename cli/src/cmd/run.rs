@@ -80,6 +80,7 @@ pub fn run(args: Args) -> Result<(), String> {
     };
 
     let read_before = engine.stream_bytes_read();
+    let moe_before = engine.moe_stats();
     let generation_start = std::time::Instant::now();
     let mut stdout = std::io::stdout().lock();
     let streaming = !args.json;
@@ -108,6 +109,10 @@ pub fn run(args: Args) -> Result<(), String> {
         gen.tokens.len().max(1),
         generation_start.elapsed().as_secs_f64(),
     );
+    let moe = match (engine.moe_stats(), moe_before) {
+        (Some(now), Some(before)) => engine.moe_report(&now.since(&before), gen.tokens.len()),
+        _ => None,
+    };
     if args.json {
         let mut out = serde_json::json!({
             "text": text,
@@ -126,6 +131,9 @@ pub fn run(args: Args) -> Result<(), String> {
         if let Some(report) = &stream {
             report.add_to(&mut out);
         }
+        if let Some(report) = &moe {
+            report.add_to(&mut out);
+        }
         writeln!(stdout, "{out}").map_err(|e| format!("cannot write to stdout: {e}"))?;
     } else {
         let _ = writeln!(stdout);
@@ -140,6 +148,9 @@ pub fn run(args: Args) -> Result<(), String> {
         gen.stop.as_str()
     );
     if let Some(report) = &stream {
+        eprintln!("{}", report.line());
+    }
+    if let Some(report) = &moe {
         eprintln!("{}", report.line());
     }
     if let (Some(draft), Some(rate), Some(per_pass)) = (

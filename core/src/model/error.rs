@@ -55,6 +55,11 @@ pub enum ModelError {
         requested: usize,
         max: usize,
     },
+    /// A run option the model cannot honour (`--experts` beyond what its routing chooses).
+    BadOption {
+        option: &'static str,
+        reason: String,
+    },
     /// A verify pass of more tokens than the state has logit rows for (or of none).
     BadVerifyBatch {
         tokens: usize,
@@ -83,6 +88,7 @@ impl fmt::Display for ModelError {
                 f,
                 "model architecture '{arch}' is not supported: expected llama, qwen2, qwen3, qwen3moe, bailingmoe2 or gemma3"
             ),
+            BadOption { option, reason } => write!(f, "{option}: {reason}"),
             BadHParam { key, expected, found } => write!(
                 f,
                 "metadata key '{key}': expected {expected}, found {found}; the model file is corrupt or not a model smolrun can run"

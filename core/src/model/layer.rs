@@ -198,7 +198,9 @@ impl Layer {
         }
     }
 
-    /// x += mixer(x); x += ffn(x), for the pass's tokens at positions `pos..`.
+    /// x += mixer(x); x += ffn(x), for the pass's tokens at positions `pos..`. `predict`: a
+    /// later layer whose experts a mixture-of-experts FFN guesses from its input (pre-gated
+    /// prefetch).
     pub fn forward(
         &self,
         p: &mut Pass,
@@ -206,6 +208,7 @@ impl Layer {
         a: &mut Activations,
         state: &mut LayerState,
         pos: usize,
+        predict: Option<&Layer>,
     ) -> Result<(), ModelError> {
         match (&self.mixer, state) {
             (TokenMixer::Attention(att), LayerState::Kv(cache)) => {
@@ -214,7 +217,13 @@ impl Layer {
         }
         match &self.ffn {
             Ffn::Dense(ffn) => ffn.forward(p, l, a),
-            Ffn::Moe(ffn) => ffn.forward(p, l, a),
+            Ffn::Moe(ffn) => {
+                let predict = predict.and_then(|next| match &next.ffn {
+                    Ffn::Moe(next) => Some(next),
+                    Ffn::Dense(_) => None,
+                });
+                ffn.forward(p, l, a, predict)
+            }
         }
     }
 }

@@ -17,12 +17,14 @@
 pub mod attention;
 pub mod dense_ffn;
 mod error;
+pub mod expert_cache;
 pub mod head;
 pub mod hparams;
 pub mod layer;
 pub mod matrix;
 pub mod memory_plan;
 pub mod moe_ffn;
+pub mod pager;
 pub mod pass;
 pub mod perplexity;
 pub mod repack;
@@ -133,6 +135,21 @@ pub struct Model {
     pub rope_freqs: Option<Vec<f32>>,
     /// Which kernel set the matrices' kernels came from ("scalar", "x86_64-avx2", ...).
     pub kernels_name: &'static str,
+    /// Pre-gated prefetch: each MoE layer guesses the experts of the layer this many ahead
+    /// (0: off; see [`Model::set_moe_options`]).
+    pub moe_predict: usize,
+}
+
+/// How a mixture of experts runs, beyond what the file says (`--experts`, `--moe-cache-bias`,
+/// `--moe-prefetch`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MoeOptions {
+    /// Experts per token instead of the file's `expert_used_count`.
+    pub experts_used: Option<usize>,
+    /// Selection bonus of an expert in RAM.
+    pub cache_bias: f32,
+    /// Guess the experts of the layer this many ahead (0: off).
+    pub predict_distance: usize,
 }
 
 impl Model {
@@ -255,6 +272,7 @@ impl Model {
             head_ids,
             rope_freqs,
             kernels_name: kernels.name(),
+            moe_predict: 0,
         })
     }
 
@@ -267,6 +285,58 @@ impl Model {
     pub fn weight_order(&self) -> Vec<WeightKey> {
         let layers = self.layers.iter().flat_map(|l| l.keys.iter().copied());
         layers.chain([self.output.key]).collect()
+    }
+
+    /// Each MoE layer's expert tensors, for the expert pager's pools.
+    pub fn expert_groups(&self) -> Vec<pager::ExpertGroup> {
+        let moe = self
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(l, layer)| match &layer.ffn {
+                Ffn::Moe(f) => Some((l, f)),
+                Ffn::Dense(_) => None,
+            });
+        moe.map(|(l, f)| pager::ExpertGroup {
+            layer: l,
+            tensors: [f.gate_exps.id, f.up_exps.id, f.down_exps.id],
+            n_expert: f.n_expert,
+            n_used: f.n_expert_used,
+        })
+        .collect()
+    }
+
+    /// Sets how the mixture of experts runs. Refuses an expert count the routing cannot give
+    /// (0, more than the layer has or than its groups allow, more than
+    /// [`MAX_EXPERTS_USED`]).
+    pub fn set_moe_options(&mut self, opts: MoeOptions) -> Result<(), ModelError> {
+        for layer in &mut self.layers {
+            let Ffn::Moe(f) = &mut layer.ffn else {
+                continue;
+            };
+            if let Some(k) = opts.experts_used {
+                let r = &f.routing;
+                let reachable = match r.n_group {
+                    0 | 1 => f.n_expert,
+                    g => f.n_expert / g * r.n_group_used,
+                };
+                if k == 0 || k > reachable || k > MAX_EXPERTS_USED {
+                    return Err(ModelError::BadOption {
+                        option: "--experts",
+                        reason: alloc::format!(
+                            "{k} experts per token: this model's routing can choose 1 to {} \
+                             (it uses {} by default)",
+                            reachable.min(MAX_EXPERTS_USED),
+                            f.n_expert_used
+                        ),
+                    });
+                }
+                f.n_expert_used = k;
+            }
+            f.cache_bias = opts.cache_bias;
+        }
+        self.moe_predict = opts.predict_distance;
+        Ok(())
     }
 
     /// One expert of each expert tensor (the pass asks for experts one at a time, chosen per
@@ -466,7 +536,11 @@ impl Model {
                 Some(next) => store.prefetch(&next.keys),
                 None => store.prefetch(core::slice::from_ref(&self.output.key)),
             }
-            layer.forward(&mut p, l, act, state, pos)?;
+            let predict = match self.moe_predict {
+                0 => None,
+                d => self.layers.get(l + d),
+            };
+            layer.forward(&mut p, l, act, state, pos, predict)?;
         }
         s.pos = pos + n;
         // The head runs for up to `n_logits` tokens at a time, its weight read once for them.

@@ -102,6 +102,9 @@ pub struct MoeFfn {
     pub up_exps: Matrix,
     pub down_exps: Matrix,
     pub swiglu: fn(&mut [f32], &[f32]),
+    /// Added to the selection score of the experts the store holds in RAM (`--moe-cache-bias`;
+    /// 0: off): fewer reads from flash for a small change of routing. Never a weight.
+    pub cache_bias: f32,
 }
 
 impl MoeFfn {
@@ -147,6 +150,7 @@ impl MoeFfn {
             up_exps: ld.experts(&n("ffn_up_exps.weight"), n_embd, n_ff, n_expert)?,
             down_exps: ld.experts(&n("ffn_down_exps.weight"), n_ff, n_embd, n_expert)?,
             swiglu,
+            cache_bias: 0.0,
         })
     }
 
@@ -168,7 +172,16 @@ impl MoeFfn {
     /// For each of the pass's tokens: x += the weighted sum of its chosen experts' outputs, on
     /// xb = rms_norm(x). Tokens are routed and run one at a time (a batch's tokens choose
     /// different experts).
-    pub fn forward(&self, p: &mut Pass, l: usize, a: &mut Activations) -> Result<(), ModelError> {
+    ///
+    /// `predict`: a later MoE layer whose experts to guess from this hidden state while this
+    /// one runs (pre-gated prefetch, decoding only).
+    pub fn forward(
+        &self,
+        p: &mut Pass,
+        l: usize,
+        a: &mut Activations,
+        predict: Option<&MoeFfn>,
+    ) -> Result<(), ModelError> {
         let (n, n_embd) = (p.n, a.n_embd);
         p.rms_norm_rows(&mut a.xb, &a.x, &self.ffn_norm, n_embd);
         p.tap("ffn_norm", l, &a.xb, n_embd);
@@ -191,7 +204,9 @@ impl MoeFfn {
 
         // Each token runs its own experts: the pass goes one token at a time here.
         let n_pass = core::mem::replace(&mut p.n, 1);
-        let result = (0..n).try_for_each(|t| self.token_experts(p, a, t));
+        // Guesses are for decoding: a prompt's batch has its own experts for every token.
+        let predict = predict.filter(|_| n == 1);
+        let result = (0..n).try_for_each(|t| self.token_experts(p, a, t, predict));
         p.n = n_pass;
         result?;
         p.tap("ffn_moe_out", l, &a.xb2, n_embd);
@@ -203,9 +218,16 @@ impl MoeFfn {
     /// Token `t`'s experts: route, hint the chosen experts to the store, run each, and leave
     /// their weighted sum in row `t` of `xb2` (added to the shared expert's output there, if
     /// the layer has one).
-    fn token_experts(&self, p: &mut Pass, a: &mut Activations, t: usize) -> Result<(), ModelError> {
+    fn token_experts(
+        &self,
+        p: &mut Pass,
+        a: &mut Activations,
+        t: usize,
+        predict: Option<&MoeFfn>,
+    ) -> Result<(), ModelError> {
         let (n_embd, n_ff) = (a.n_embd, self.n_ff);
-        let chosen = self.route(row_mut(&mut a.router, self.n_expert, t));
+        let held = self.held_experts(p, &mut a.moe_held);
+        let chosen = self.route(row_mut(&mut a.router, self.n_expert, t), held);
         let mut hint = heapless::Vec::<WeightKey, { 3 * MAX_EXPERTS_USED }>::new();
         for &(e, _) in &chosen {
             for m in self.expert_matrices() {
@@ -214,6 +236,10 @@ impl MoeFfn {
             }
         }
         p.store.prefetch(&hint);
+        // After this layer's own reads were asked for, so a guess never delays them.
+        if let Some(next) = predict {
+            next.predict_from(p, a)?;
+        }
         // moe_acc: the weighted sum, then one expert's output.
         let (acc, out) = a.moe_acc.split_at_mut(n_embd);
         acc.fill(0.0);
@@ -238,9 +264,43 @@ impl MoeFfn {
         Ok(())
     }
 
+    /// Which experts the store holds, when routing favours them (`cache_bias`): `held` filled
+    /// and returned, or `None`.
+    fn held_experts<'h>(&self, p: &Pass, held: &'h mut [bool]) -> Option<&'h [bool]> {
+        let held = held.get_mut(..self.n_expert)?;
+        (self.cache_bias != 0.0 && p.store.experts_held(self.gate_exps.id, held)).then_some(&*held)
+    }
+
+    /// Pre-gated prefetch: this layer's router on the hidden state of an earlier layer (x of
+    /// the pass's one token, normalised with this layer's FFN norm) picks the experts this
+    /// layer will likely want; the store is told to load them while the earlier layer runs.
+    /// Uses `moe_acc` (before the earlier layer's experts fill it) and `router_guess`.
+    fn predict_from(&self, p: &mut Pass, a: &mut Activations) -> Result<(), ModelError> {
+        let n_embd = a.n_embd;
+        let normed = &mut a.moe_acc[..n_embd];
+        math::rms_norm(normed, &a.x[..n_embd], &self.ffn_norm, p.rms_eps);
+        let logits = &mut a.router_guess[..self.n_expert];
+        p.matvec(&self.router, &a.moe_acc[..n_embd], logits)?;
+        let held = self.held_experts(p, &mut a.moe_held);
+        let chosen = self.route(logits, held);
+        let mut keys = heapless::Vec::<WeightKey, { 3 * MAX_EXPERTS_USED }>::new();
+        for &(e, _) in &chosen {
+            for m in self.expert_matrices() {
+                let _ = keys.push(WeightKey::expert(m.id, e));
+            }
+        }
+        p.store.predict(&keys);
+        Ok(())
+    }
+
     /// The `k` experts of largest selection score (largest first; the lower index on a tie)
     /// and their weights, from one token's router logits (turned into probabilities in place).
-    fn route(&self, logits: &mut [f32]) -> heapless::Vec<(u16, f32), MAX_EXPERTS_USED> {
+    /// `held`: the experts in RAM, whose score gets `cache_bias` (choosing only).
+    fn route(
+        &self,
+        logits: &mut [f32],
+        held: Option<&[bool]>,
+    ) -> heapless::Vec<(u16, f32), MAX_EXPERTS_USED> {
         let r = &self.routing;
         match r.gating {
             Gating::Softmax => math::softmax(logits),
@@ -251,7 +311,11 @@ impl MoeFfn {
         }
         let probs = &*logits;
         let bias = self.selection_bias.as_deref();
-        let score = |e: usize| bias.map_or(probs[e], |b| probs[e] + b[e]);
+        let cached = |e: usize| match held {
+            Some(h) if h[e] => self.cache_bias,
+            _ => 0.0,
+        };
+        let score = |e: usize| bias.map_or(probs[e], |b| probs[e] + b[e]) + cached(e);
         let groups = self.chosen_groups(&score);
         let per_group = self.n_expert / r.n_group.max(1);
         let allowed = |e: usize| groups.is_empty() || groups.contains(&((e / per_group) as u16));

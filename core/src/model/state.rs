@@ -83,8 +83,10 @@ impl StateShape {
             + b * 2 * w.ff
             + self.scores
             + self.tile
-            + self.moe_acc())
+            + self.moe_acc()
+            + self.widths.router)
             + b * self.act_row_bytes
+            + self.widths.router
     }
 
     /// f32s of the mixture-of-experts scratch (one token's sum and one expert's output; none
@@ -125,6 +127,10 @@ pub struct Activations {
     /// One token's weighted sum of expert outputs, then one expert's output, `[2][n_embd]`
     /// (empty without MoE).
     pub moe_acc: Vec<f32>,
+    /// A later layer's router logits on this hidden state (pre-gated prefetch), `[n_expert]`.
+    pub router_guess: Vec<f32>,
+    /// Which experts the store holds in RAM, for cache-aware routing, `[n_expert]`.
+    pub moe_held: Vec<bool>,
     /// A fused QKV matrix's output before it is split into q, k and v, `[n_batch][qkv]`.
     pub qkv: Vec<f32>,
 }
@@ -210,6 +216,8 @@ impl State {
                 hb2: vec![0.0; b * w.ff],
                 router: vec![0.0; b * w.router],
                 moe_acc: vec![0.0; sh.moe_acc()],
+                router_guess: vec![0.0; w.router],
+                moe_held: vec![false; w.router],
                 qkv: vec![0.0; b * w.qkv],
             },
             act_q: vec![0; b * sh.act_row_bytes],
@@ -274,10 +282,12 @@ impl State {
             + a.hb.len() * 2
             + a.router.len()
             + a.moe_acc.len()
+            + a.router_guess.len()
             + a.qkv.len()
             + self.logits.len()
             + self.head_logits.len())
             + self.act_q.len()
+            + a.moe_held.len()
             + self.layers.iter().map(LayerState::bytes).sum::<usize>()
     }
 }

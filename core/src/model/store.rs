@@ -214,6 +214,22 @@ pub trait WeightStore: Sync {
         let _ = keys;
     }
 
+    /// A guess: the model may ask for `keys` soon (experts a later layer's router picks on this
+    /// hidden state: pre-gated prefetch). A store that pages experts loads them if it has room,
+    /// after everything it was asked for for sure; a wrong guess costs flash time, never
+    /// correctness.
+    fn predict(&self, keys: &[WeightKey]) {
+        let _ = keys;
+    }
+
+    /// Which experts of the expert tensor `tensor` are in RAM now (`held[e]`), for routing that
+    /// favours them (`--moe-cache-bias`). Returns false, leaving `held` as it was, when the
+    /// store holds every expert alike (nothing to favour).
+    fn experts_held(&self, tensor: TensorId, held: &mut [bool]) -> bool {
+        let _ = (tensor, held);
+        false
+    }
+
     /// The guard of `key` was dropped: the model is done with it for this token. Called by
     /// [`Weight`]'s drop only.
     fn release(&self, key: WeightKey);
@@ -228,6 +244,11 @@ pub trait WeightStore: Sync {
     /// store that holds every weight in RAM or in a mapping): what `--draft auto` and the
     /// benchmarks' flash figures are based on.
     fn stream_stats(&self) -> Option<StreamStats> {
+        None
+    }
+
+    /// The expert pager's counts (`None` when experts are not paged).
+    fn moe_stats(&self) -> Option<super::pager::MoeStats> {
         None
     }
 }
@@ -774,6 +795,22 @@ impl<S: WeightStore> WeightStore for RecordingStore<S> {
     fn prefetch(&self, keys: &[WeightKey]) {
         self.record(StoreCall::Prefetch(keys.len()));
         self.inner.prefetch(keys)
+    }
+
+    fn predict(&self, keys: &[WeightKey]) {
+        self.inner.predict(keys)
+    }
+
+    fn experts_held(&self, tensor: TensorId, held: &mut [bool]) -> bool {
+        self.inner.experts_held(tensor, held)
+    }
+
+    fn moe_stats(&self) -> Option<super::pager::MoeStats> {
+        self.inner.moe_stats()
+    }
+
+    fn stream_stats(&self) -> Option<StreamStats> {
+        self.inner.stream_stats()
     }
 
     fn release(&self, key: WeightKey) {

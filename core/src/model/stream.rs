@@ -189,9 +189,9 @@ impl StreamPlan {
 
 /// Zeroed heap memory aligned for direct reads, shared by reader and compute threads through
 /// raw pointers (who may touch which bytes when is the ring's business).
-struct AlignedBytes {
+pub(crate) struct AlignedBytes {
     ptr: NonNull<u8>,
-    len: usize,
+    pub(crate) len: usize,
     align: usize,
 }
 
@@ -201,7 +201,7 @@ unsafe impl Send for AlignedBytes {}
 unsafe impl Sync for AlignedBytes {}
 
 impl AlignedBytes {
-    fn zeroed(len: usize, align: usize, what: &str) -> Result<AlignedBytes, ModelError> {
+    pub(crate) fn zeroed(len: usize, align: usize, what: &str) -> Result<AlignedBytes, ModelError> {
         if len == 0 {
             return Ok(AlignedBytes {
                 ptr: NonNull::dangling(),
@@ -225,7 +225,7 @@ impl AlignedBytes {
 
     /// # Safety
     /// No one writes `range` while the slice lives.
-    unsafe fn slice(&self, range: Range<usize>) -> &[u8] {
+    pub(crate) unsafe fn slice(&self, range: Range<usize>) -> &[u8] {
         assert!(range.start <= range.end && range.end <= self.len);
         core::slice::from_raw_parts(self.ptr.as_ptr().add(range.start), range.len())
     }
@@ -233,7 +233,7 @@ impl AlignedBytes {
     /// # Safety
     /// No one else reads or writes `range` while the slice lives.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn slice_mut(&self, range: Range<usize>) -> &mut [u8] {
+    pub(crate) unsafe fn slice_mut(&self, range: Range<usize>) -> &mut [u8] {
         assert!(range.start <= range.end && range.end <= self.len);
         core::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len())
     }

@@ -1,0 +1,342 @@
+//! The expert pager in the CLI: when a mixture of experts is paged (`--moe-pool N`, or a
+//! model that does not fit), how big its pools are, starting it (reader threads, the warm
+//! list, the flash probe), and what `run --json` / `bench --json` report of it.
+//!
+//! The pager itself (pools, reads, eviction) is core's (core/src/model/pager.rs); its reader
+//! threads are platform-linux's.
+
+use crate::memory_guard::{MemoryArgs, MoePolicy, MoePool, WeightsMode};
+use smolrun_core::gguf::Gguf;
+use smolrun_core::model::expert_cache::Eviction;
+use smolrun_core::model::pager::{ExpertPool, MoeStats, PagedStore, PagerConfig};
+use smolrun_core::model::{FfnShape, HParams, Model, MoeOptions, ResidentStore, WeightStore};
+use smolrun_linux::{CondSignal, FileReader};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// How a paged mixture of experts runs.
+#[derive(Debug, Clone)]
+pub struct PagerSettings {
+    pub slots_per_layer: usize,
+    pub readers: usize,
+    pub eviction: Eviction,
+    /// `--moe-warm`: read at start if it exists, written at the end.
+    pub warm_file: Option<PathBuf>,
+    pub flash_mbps: Option<f64>,
+}
+
+/// The MoE options of this run (`--experts`, `--moe-cache-bias`, `--moe-prefetch`), set when
+/// the model file is opened and applied to every model this process loads from then on (a
+/// dense draft model ignores them).
+static MOE_OPTIONS: Mutex<MoeOptions> = Mutex::new(MoeOptions {
+    experts_used: None,
+    cache_bias: 0.0,
+    predict_distance: 0,
+});
+
+/// Applies the run's MoE options to `model`.
+pub fn apply_options(model: &mut Model) -> Result<(), String> {
+    let opts = *MOE_OPTIONS.lock().unwrap_or_else(|p| p.into_inner());
+    model.set_moe_options(opts).map_err(|e| e.to_string())
+}
+
+/// The expert tensors of a file, from its header alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertLayout {
+    /// Bytes of every expert tensor together.
+    pub expert_bytes: u64,
+    /// Bytes one slot of every MoE layer takes together (one expert's three slices, each
+    /// with room for its alignment): what one more slot per layer costs.
+    pub slot_bytes_all_layers: u64,
+    /// Bytes of everything else a paged run keeps mapped and reads (the untied embedding
+    /// table, read by row, left out).
+    pub other_bytes: u64,
+    /// Experts a token uses (the most over the layers), and the fewest a layer has.
+    pub n_used: usize,
+    pub n_expert: usize,
+}
+
+/// Direct-read alignment assumed when sizing slots from the header.
+const SLOT_ALIGN: u64 = 4096;
+
+impl ExpertLayout {
+    /// `None` for a model without expert tensors (or a header smolrun cannot read).
+    pub fn of(gguf: &Gguf, experts_used: Option<usize>) -> Option<ExpertLayout> {
+        let hp = HParams::from_gguf(gguf).ok()?;
+        let (mut n_used, mut n_expert) = (0usize, usize::MAX);
+        for l in &hp.layers {
+            if let FfnShape::Moe {
+                n_expert: e,
+                n_expert_used: k,
+                ..
+            } = l.ffn
+            {
+                n_used = n_used.max(experts_used.unwrap_or(k));
+                n_expert = n_expert.min(e);
+            }
+        }
+        let tied = gguf.tensor("output.weight").is_none();
+        let mut layout = ExpertLayout {
+            expert_bytes: 0,
+            slot_bytes_all_layers: 0,
+            other_bytes: 0,
+            n_used,
+            n_expert,
+        };
+        for t in &gguf.tensors {
+            if t.n_dims == 3 && t.dims[2] > 1 {
+                layout.expert_bytes += t.n_bytes;
+                let one = t.n_bytes / t.dims[2];
+                layout.slot_bytes_all_layers += one.div_ceil(SLOT_ALIGN) * SLOT_ALIGN + SLOT_ALIGN;
+            } else if t.name != "token_embd.weight" || tied {
+                layout.other_bytes += t.n_bytes;
+            }
+        }
+        (layout.expert_bytes > 0 && n_used > 0).then_some(layout)
+    }
+
+    /// Bytes a paged run holds for weights with `slots` experts per layer.
+    pub fn held_bytes(&self, slots: usize) -> u64 {
+        self.other_bytes + slots.min(self.n_expert) as u64 * self.slot_bytes_all_layers
+    }
+}
+
+/// Whether (and how) the experts of the model are paged, as `--moe-pool` and `--weights`
+/// say: `--moe-pool N` pages with N experts per layer; under `--weights auto` a mixture of
+/// experts that does not fit is paged with the pools the room for weights (`room`, from the
+/// memory probe) holds, if they hold at least a token's experts. Sets the run's MoE options.
+pub fn decide(
+    gguf: &Gguf,
+    mem: &MemoryArgs,
+    room: Option<u64>,
+    model_fits_mapped: bool,
+) -> Result<Option<PagerSettings>, String> {
+    let layout = ExpertLayout::of(gguf, mem.experts);
+    let slots = match (layout, mem.moe_pool, mem.weights) {
+        (None, Some(MoePool::Slots(_)), _) => {
+            return Err(
+                "--moe-pool: this model has no experts (it is not a mixture of experts)".into(),
+            )
+        }
+        (Some(_), Some(MoePool::Slots(_)), WeightsMode::Stream | WeightsMode::Pread) => {
+            return Err(
+                "--moe-pool pages the experts of a mapped model: use it with --weights auto or \
+                 resident (streaming the rest as well is not supported yet)"
+                    .into(),
+            )
+        }
+        (Some(x), Some(MoePool::Slots(n)), _) => Some(n.min(x.n_expert)),
+        (Some(x), None, WeightsMode::Auto) if model_fits_mapped => room.and_then(|room| {
+            let for_pools = room.checked_sub(x.other_bytes)?;
+            let slots = (for_pools / x.slot_bytes_all_layers.max(1)) as usize;
+            (slots >= x.n_used).then_some(slots.min(x.n_expert))
+        }),
+        _ => None,
+    };
+    let paged = slots.is_some();
+    *MOE_OPTIONS.lock().unwrap_or_else(|p| p.into_inner()) = MoeOptions {
+        experts_used: mem.experts,
+        cache_bias: if paged { mem.moe_cache_bias } else { 0.0 },
+        predict_distance: if paged { mem.moe_prefetch } else { 0 },
+    };
+    Ok(slots.map(|slots_per_layer| PagerSettings {
+        slots_per_layer,
+        readers: crate::engine::stream_readers(),
+        eviction: match mem.moe_policy {
+            MoePolicy::Decay => Eviction::DEFAULT,
+            MoePolicy::Lru => Eviction::Lru,
+        },
+        warm_file: mem.moe_warm.clone(),
+        flash_mbps: mem.flash_mbps,
+    }))
+}
+
+/// A running pager, kept by the engine for its report and the warm list.
+pub struct PagerHandle {
+    pub pool: Arc<ExpertPool<FileReader, CondSignal>>,
+    pub warm_file: Option<PathBuf>,
+    /// Flash read bandwidth, MB/s (probed, or `--flash-mbps`).
+    pub flash_mb_s: f64,
+}
+
+impl PagerHandle {
+    /// Writes each layer's most used experts to the warm file (if one was given).
+    pub fn save_warm_list(&self) -> Result<(), String> {
+        let Some(path) = &self.warm_file else {
+            return Ok(());
+        };
+        let mut text = String::from("# smolrun moe-warm v1: layer: experts, most used first\n");
+        for (layer, experts) in self.pool.most_used() {
+            let list: Vec<String> = experts.iter().map(u16::to_string).collect();
+            text += &format!("{layer}: {}\n", list.join(" "));
+        }
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+/// Reads a warm list written by [`PagerHandle::save_warm_list`].
+pub fn read_warm_list(path: &Path) -> Result<Vec<(usize, Vec<u16>)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut lists = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = || {
+            format!(
+                "{}:{}: not a line of a warm list ('LAYER: EXPERT EXPERT ...'): {line}; delete \
+                 the file to start cold",
+                path.display(),
+                i + 1
+            )
+        };
+        let (layer, experts) = line.split_once(':').ok_or_else(bad)?;
+        let layer: usize = layer.trim().parse().map_err(|_| bad())?;
+        let experts: Vec<u16> = experts
+            .split_whitespace()
+            .map(|e| e.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        lists.push((layer, experts));
+    }
+    Ok(lists)
+}
+
+/// Starts the pager over `inner` (the mapped non-expert weights) for `model`: the pools, the
+/// reader threads, the warm list, the flash probe (unless `--flash-mbps`).
+pub fn start<'g>(
+    path: &Path,
+    gguf: &Gguf,
+    model: &Model,
+    inner: ResidentStore<'g>,
+    settings: &PagerSettings,
+) -> Result<(Box<dyn WeightStore + 'g>, PagerHandle), String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let open = || FileReader::open(path).map_err(|e| smolrun_linux::describe_io_error(&e));
+    let config = PagerConfig {
+        slots_per_layer: settings.slots_per_layer,
+        eviction: settings.eviction,
+    };
+    let groups = model.expert_groups();
+    let pool = ExpertPool::new(
+        open()?,
+        gguf,
+        &groups,
+        config,
+        CondSignal::default(),
+        CondSignal::default(),
+    )
+    .map_err(|e| at(&e))?;
+    let pool = Arc::new(pool);
+    let flash_mb_s = match settings.flash_mbps {
+        Some(v) => v,
+        None => {
+            let spans: Vec<_> = groups
+                .iter()
+                .flat_map(|g| g.tensors)
+                .filter_map(|id| gguf.tensors.get(id))
+                .map(|t| {
+                    let align = SLOT_ALIGN;
+                    t.offset / align * align..(t.offset + t.n_bytes) / align * align
+                })
+                .filter(|r| r.end > r.start)
+                .collect();
+            smolrun_linux::probe_read_mbps(&open()?, &spans, settings.readers)
+                .map_err(|e| smolrun_linux::describe_io_error(&e))?
+                .0
+        }
+    };
+    let threads = smolrun_linux::start_expert_readers(&pool, settings.readers)
+        .map_err(|e| at(&format!("cannot start the expert reader threads: {e}")))?;
+    if let Some(file) = settings.warm_file.as_deref().filter(|f| f.exists()) {
+        let lists = read_warm_list(file)?;
+        pool.warm(&lists).map_err(|e| at(&e))?;
+    }
+    crate::repack_cache::verbose(format_args!(
+        "expert pager: {} experts per layer in RAM ({} MB of pools), {} reader threads, flash \
+         {flash_mb_s:.0} MB/s",
+        settings.slots_per_layer,
+        pool.pool_bytes() / 1_000_000,
+        settings.readers
+    ));
+    let handle = PagerHandle {
+        pool: Arc::clone(&pool),
+        warm_file: settings.warm_file.clone(),
+        flash_mb_s,
+    };
+    let store = PagedStore::new(inner, pool, Some(Box::new(threads)));
+    Ok((Box::new(store), handle))
+}
+
+/// What the pager read over a stretch of tokens, and the speed limit that sets.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeReport {
+    pub miss_rate: f64,
+    /// MB read per token for experts the router chose and the pool did not hold.
+    pub missed_mb_per_token: f64,
+    /// MB read per token in all (misses and predictions).
+    pub read_mb_per_token: f64,
+    /// Share of predicted experts the router then chose.
+    pub prefetch_accuracy: f64,
+    pub pool_mb: f64,
+    pub slots_per_layer: usize,
+    pub flash_mb_s: f64,
+    /// flash_mb_s / read_mb_per_token: what no run can beat.
+    pub flash_limit_tok_s: f64,
+}
+
+impl MoeReport {
+    /// The report for `stats` (counted over `tokens` tokens).
+    pub fn new(stats: &MoeStats, tokens: usize, flash_mb_s: f64) -> MoeReport {
+        let per_token = |bytes: u64| bytes as f64 / 1e6 / tokens.max(1) as f64;
+        let read = per_token(stats.missed_bytes + stats.predicted_bytes);
+        MoeReport {
+            miss_rate: stats.miss_rate(),
+            missed_mb_per_token: per_token(stats.missed_bytes),
+            read_mb_per_token: read,
+            prefetch_accuracy: stats.prefetch_accuracy(),
+            pool_mb: stats.pool_bytes as f64 / 1e6,
+            slots_per_layer: stats.slots_per_layer,
+            flash_mb_s,
+            flash_limit_tok_s: if read > 0.0 {
+                flash_mb_s / read
+            } else {
+                f64::INFINITY
+            },
+        }
+    }
+
+    pub fn add_to(&self, obj: &mut serde_json::Value) {
+        let fields = [
+            ("moe_miss_rate", self.miss_rate),
+            ("moe_missed_mb_per_token", self.missed_mb_per_token),
+            ("moe_read_mb_per_token", self.read_mb_per_token),
+            ("moe_prefetch_accuracy", self.prefetch_accuracy),
+            ("moe_pool_mb", self.pool_mb),
+            ("moe_slots_per_layer", self.slots_per_layer as f64),
+            ("flash_mb_s", self.flash_mb_s),
+            ("flash_limit_tok_s", self.flash_limit_tok_s),
+        ];
+        if let Some(map) = obj.as_object_mut() {
+            for (k, v) in fields {
+                map.insert(k.into(), serde_json::json!(v));
+            }
+        }
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "experts paged: {} per layer ({:.0} MB); {:.1} % missed, {:.1} MB/token read \
+             ({:.1} missed); prefetch accuracy {:.0} %; flash {:.0} MB/s limits this to {:.2} tok/s",
+            self.slots_per_layer,
+            self.pool_mb,
+            100.0 * self.miss_rate,
+            self.read_mb_per_token,
+            self.missed_mb_per_token,
+            100.0 * self.prefetch_accuracy,
+            self.flash_mb_s,
+            self.flash_limit_tok_s
+        )
+    }
+}

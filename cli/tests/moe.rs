@@ -1,0 +1,189 @@
+//! The expert pager from the command line, on the synthetic bailingmoe2 (16 experts per layer,
+//! 4 used, groups): `--moe-pool N` gives `--moe-pool all`'s text at temperature 0 and reports
+//! its misses; a warm list is written and read back; `moe-trace` and `moe-sim` replay the routing, Belady's
+//! optimum never above the online policies. Bad options are refused with what to do.
+//! Meant for release mode: `cargo test --release -p smolrun --test moe`.
+
+mod common;
+use common::*;
+
+const MOE: &str = "synthetic-bailingmoe2.gguf";
+
+fn run(extra: &[&str]) -> std::process::Output {
+    smolrun()
+        .args(["run", "-m"])
+        .arg(model(MOE))
+        .args([
+            "-p",
+            "Hello there",
+            "-n",
+            "12",
+            "--temp",
+            "0",
+            "-c",
+            "64",
+            "--json",
+        ])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", stderr(o));
+    serde_json::from_str(stdout(o).trim()).unwrap()
+}
+
+#[test]
+fn paged_experts_give_the_resident_text_and_report_their_misses() {
+    let all = json(&run(&["--moe-pool", "all"]));
+    assert!(all.get("moe_miss_rate").is_none(), "{all}");
+    for extra in [
+        &["--moe-pool", "4"][..],
+        &["--moe-pool", "6", "--moe-prefetch", "0"],
+        &[
+            "--moe-pool",
+            "5",
+            "--moe-policy",
+            "lru",
+            "--moe-prefetch",
+            "2",
+        ],
+    ] {
+        let paged = json(&run(extra));
+        assert_eq!(paged["tokens"], all["tokens"], "{extra:?}");
+        let miss = paged["moe_miss_rate"].as_f64().unwrap();
+        assert!(miss > 0.0 && miss < 1.0, "{extra:?}: {paged}");
+        assert!(
+            paged["moe_missed_mb_per_token"].as_f64().unwrap() > 0.0,
+            "{paged}"
+        );
+        assert!(
+            paged["flash_limit_tok_s"].as_f64().unwrap() > 0.0,
+            "{paged}"
+        );
+        assert!(paged["flash_mb_s"].as_f64().unwrap() > 0.0, "{paged}");
+    }
+    // Fewer experts per token: another text, fewer bytes read.
+    let fewer = json(&run(&["--moe-pool", "4", "--experts", "2"]));
+    let four = json(&run(&["--moe-pool", "4"]));
+    assert!(
+        fewer["moe_read_mb_per_token"].as_f64() < four["moe_read_mb_per_token"].as_f64(),
+        "{fewer} {four}"
+    );
+}
+
+#[test]
+fn a_warm_list_is_written_and_read_back() {
+    let warm = scratch("moe-warm").join("warm.txt");
+    let _ = std::fs::remove_file(&warm);
+    let w = warm.to_str().unwrap();
+    let cold = json(&run(&["--moe-pool", "8", "--moe-warm", w]));
+    let text = std::fs::read_to_string(&warm).unwrap();
+    assert!(
+        text.lines().filter(|l| !l.starts_with('#')).count() >= 3,
+        "{text}"
+    );
+    let warmed = json(&run(&["--moe-pool", "8", "--moe-warm", w]));
+    assert_eq!(cold["tokens"], warmed["tokens"]);
+    assert!(
+        warmed["moe_miss_rate"].as_f64().unwrap() < cold["moe_miss_rate"].as_f64().unwrap(),
+        "{cold} {warmed}"
+    );
+    std::fs::write(&warm, "1: 2 three\n").unwrap();
+    let err = expect_failure(smolrun().args(["run", "-m"]).arg(model(MOE)).args([
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--moe-pool",
+        "8",
+        "--moe-warm",
+        w,
+    ]));
+    assert!(
+        err.contains("not a line of a warm list") && err.contains(":1:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_pager_options_are_refused() {
+    let err = expect_failure(smolrun().args(["run", "-m"]).arg(model(MOE)).args([
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--moe-pool",
+        "3",
+    ]));
+    assert!(err.contains("--moe-pool 4"), "{err}");
+    let err = expect_failure(smolrun().args(["run", "-m"]).arg(model(MOE)).args([
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--experts",
+        "9",
+    ]));
+    assert!(err.contains("--experts") && err.contains("1 to 8"), "{err}");
+    let o = smolrun()
+        .args(["run", "-m"])
+        .arg(model(MOE))
+        .args(["-p", "Hi", "-n", "2", "--moe-pool", "zero"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("not a pool size"),
+        "{err}"
+    );
+    let err = expect_failure(smolrun().args(["run", "-m"]).arg(gemma()).args([
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--moe-pool",
+        "4",
+    ]));
+    assert!(err.contains("no experts"), "{err}");
+}
+
+#[test]
+fn a_trace_replays_with_belady_at_or_below_every_policy() {
+    let trace = scratch("moe-trace").join("moe.trace");
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/head-corpus/en-prose.txt");
+    let o = smolrun()
+        .args(["moe-trace", "-m"])
+        .arg(model(MOE))
+        .arg("-f")
+        .arg(&corpus)
+        .args(["--tokens", "300", "-c", "128", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    // 300 tokens x 3 MoE layers, 4 experts each.
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), 900, "{}", &text[..200.min(text.len())]);
+    assert!(lines
+        .iter()
+        .all(|l| l.split(':').nth(1).unwrap().split_whitespace().count() == 4));
+    let o = smolrun()
+        .arg("moe-sim")
+        .arg(&trace)
+        .args(["--pool", "4,8,12", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    for line in stdout(&o).lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let opt = row["belady"].as_f64().unwrap();
+        for p in ["lru", "decay 0.9", "decay 0.95"] {
+            assert!(row[p].as_f64().unwrap() >= opt, "{row}");
+        }
+        assert!(row["best_over_belady"].as_f64().unwrap() >= 1.0, "{row}");
+    }
+}
