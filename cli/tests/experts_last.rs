@@ -13,21 +13,9 @@ use smolrun_linux::MappedFile;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn models_dir() -> PathBuf {
-    match std::env::var_os("SMOLRUN_MODELS") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/smolrun/models"),
-    }
-}
-
-fn require_model(file: &str) -> PathBuf {
-    let path = models_dir().join(file);
-    assert!(
-        path.is_file(),
-        "{} is missing: run tools/oracle/synth_model.py all to write the synthetic models",
-        path.display()
-    );
-    path
+/// The synthetic model's path, written by tools/oracle/synth_model.py when absent.
+fn require_model(model: &str) -> PathBuf {
+    smolrun_tests::model_path(model).unwrap_or_else(|| panic!("{model} is not available"))
 }
 
 fn experts_last(input: &Path, out: &Path) -> Output {
@@ -155,17 +143,17 @@ fn rewrite_and_compare(model: &str) {
 
 #[test]
 fn qwen3moe_experts_last_is_the_same_model() {
-    rewrite_and_compare("synthetic-qwen3moe.gguf");
+    rewrite_and_compare("synthetic-qwen3moe");
 }
 
 #[test]
 fn bailingmoe2_experts_last_is_the_same_model() {
-    rewrite_and_compare("synthetic-bailingmoe2.gguf");
+    rewrite_and_compare("synthetic-bailingmoe2");
 }
 
 #[test]
 fn a_model_without_experts_is_refused_and_nothing_is_written() {
-    let dense = require_model("synthetic-llama.gguf");
+    let dense = require_model("synthetic-llama");
     let dir = scratch("experts-last-dense");
     let out = dir.0.join("out.gguf");
     let run = experts_last(&dense, &out);
@@ -177,7 +165,7 @@ fn a_model_without_experts_is_refused_and_nothing_is_written() {
 
 #[test]
 fn a_failed_write_leaves_no_partial_file() {
-    let moe = require_model("synthetic-qwen3moe.gguf");
+    let moe = require_model("synthetic-qwen3moe");
     let dir = scratch("experts-last-full");
     let out = dir.0.join("out.gguf");
     // A 2 MB file size limit (SIGXFSZ ignored, so the write fails with EFBIG instead of
