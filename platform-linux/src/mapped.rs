@@ -16,19 +16,46 @@ pub struct MappedFile {
 impl MappedFile {
     pub fn open(path: &Path) -> Result<MappedFile, String> {
         let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        let len = file
-            .metadata()
-            .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
-            .len();
-        // mmap of an empty file fails on Linux; an empty slice says the same thing.
+        let len = file_len(&file, path)?;
+        MappedFile::map(file, path, len)
+    }
+
+    /// Only the first `len` bytes of the file mapped read-only: the non-expert prefix of an
+    /// experts-last model (`smolrun.expert_data_offset`), where the whole file does not fit
+    /// in the address space (iOS gives a process ~1.7 GB; a 5.5 GB mixture of experts does
+    /// not map whole). A `len` past the end of the file is refused: touching a mapped page
+    /// beyond the end would be a SIGBUS, not an error.
+    pub fn open_prefix(path: &Path, len: u64) -> Result<MappedFile, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let file_len = file_len(&file, path)?;
+        if len > file_len {
+            return Err(format!(
+                "{}: cannot map its first {len} bytes, the file has {file_len} (truncated, or \
+                 the offset is not this file's)",
+                path.display()
+            ));
+        }
+        MappedFile::map(file, path, len)
+    }
+
+    /// `file`'s first `len` bytes (at most its length) mapped read-only.
+    fn map(file: File, path: &Path, len: u64) -> Result<MappedFile, String> {
+        let len = usize::try_from(len).map_err(|_| {
+            format!(
+                "cannot map {}: {len} bytes do not fit in this process's address space",
+                path.display()
+            )
+        })?;
+        // mmap of an empty range fails on Linux; an empty slice says the same thing.
         let map = if len == 0 {
             None
         } else {
-            // SAFETY: the mapping is read-only and private to this process. A file truncated by
-            // another process while mapped would fault (SIGBUS); model files are not rewritten
-            // in place, which is the same contract llama.cpp relies on.
+            // SAFETY: the mapping is read-only and private to this process, and `len` is at
+            // most the file's length. A file truncated by another process while mapped would
+            // fault (SIGBUS); model files are not rewritten in place, which is the same
+            // contract llama.cpp relies on.
             Some(
-                unsafe { MmapOptions::new().map(&file) }
+                unsafe { MmapOptions::new().len(len).map(&file) }
                     .map_err(|e| format!("cannot map {}: {e}", path.display()))?,
             )
         };
@@ -135,6 +162,13 @@ impl MappedFile {
         }
         Ok(pages.iter().filter(|&&p| p & 1 == 1).count() as u64 * page as u64)
     }
+}
+
+fn file_len(file: &File, path: &Path) -> Result<u64, String> {
+    Ok(file
+        .metadata()
+        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
+        .len())
 }
 
 /// The mapped bytes, so a mapping can back a buffer that core holds (the repack cache).
@@ -331,6 +365,28 @@ mod tests {
             .resident_bytes(0..too_far)
             .unwrap_err()
             .contains("outside"));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_prefix_maps_only_the_first_bytes_and_not_past_the_end() {
+        let path = std::env::temp_dir().join(format!("smolrun-prefix-{}", std::process::id()));
+        let bytes: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        for len in [0, 1, 4096, 5000, bytes.len()] {
+            let file = MappedFile::open_prefix(&path, len as u64).unwrap();
+            assert_eq!(file.bytes(), &bytes[..len], "{len}");
+        }
+        let err = MappedFile::open_prefix(&path, bytes.len() as u64 + 1)
+            .err()
+            .unwrap();
+        assert!(err.contains("the file has 12388"), "{err}");
+        assert!(MappedFile::open_prefix(&path, u64::MAX).is_err());
+        let missing = path.with_extension("missing");
+        assert!(MappedFile::open_prefix(&missing, 1)
+            .err()
+            .unwrap()
+            .contains("cannot open"));
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -3,6 +3,8 @@
 //! `info` prints what gguf-dump prints (header, every metadata key with its type and value,
 //! the tensor table) plus totals, reading only the header pages of the mapped file.
 //! `head-ids` and `prune-head` make a model with a pruned LM head (see [`super::head`]).
+//! `experts-last` moves a mixture-of-experts model's expert tensors to the end (see
+//! [`super::experts_last`]).
 
 use smolrun_core::gguf::{ArrayRef, Gguf, Value};
 use smolrun_core::quant::GgmlType;
@@ -70,6 +72,17 @@ pub enum GgufCommand {
         #[arg(short = 'o', long)]
         out: std::path::PathBuf,
     },
+    /// Write a copy of a mixture-of-experts model whose expert tensors come after every other
+    /// tensor (bytes unchanged, only the order), with smolrun.expert_data_offset saying where
+    /// they begin: a device that cannot map the whole file maps only the non-expert prefix.
+    ExpertsLast {
+        /// Input model (path or short name).
+        #[arg(short = 'm', long)]
+        model: String,
+        /// Output .gguf file (written as OUT.tmp, renamed when complete and checked).
+        #[arg(short = 'o', long)]
+        out: std::path::PathBuf,
+    },
 }
 
 pub fn run(c: GgufCommand) -> Result<(), String> {
@@ -100,6 +113,7 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
             &out,
         ),
         GgufCommand::PruneHead { model, ids, out } => super::head::prune_head(&model, &ids, &out),
+        GgufCommand::ExpertsLast { model, out } => super::experts_last::experts_last(&model, &out),
     }
 }
 

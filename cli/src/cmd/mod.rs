@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod experts_last;
 pub mod gguf;
 pub mod head;
 pub mod list;

@@ -17,10 +17,14 @@
 //! ```
 
 mod error;
+pub mod expert_layout;
 mod value;
 pub mod writer;
 
 pub use error::GgufError;
+pub use expert_layout::{
+    expert_data_offset, is_expert_tensor, ExpertLayoutError, EXPERT_DATA_OFFSET_KEY,
+};
 pub use value::{ArrayIter, ArrayRef, Ints, StringBytes, Value, ValueType};
 pub use writer::{GgufWriter, MetaArray, MetaValue};
 

@@ -80,6 +80,10 @@ pub enum StoreErrorKind {
     /// What was read differs from the file (the streaming store's verify mode): a checksum of
     /// the weight as read at load against the one of the bytes handed out.
     Corrupt { expected: u64, found: u64 },
+    /// The weight lies (partly) past the mapped prefix of the file
+    /// ([`ResidentStore::over_prefix`]): an expert of an experts-last file, which must be read
+    /// through a store that pages experts from flash.
+    NotMapped { mapped: u64 },
 }
 
 /// A failed `get` or `read_rows`: which tensor (and expert), where in the file, and why.
@@ -143,6 +147,12 @@ impl fmt::Display for StoreError {
                 "the bytes read (checksum {found:016x}) differ from the file's ({expected:016x}): \
                  a read went to the wrong place or was overwritten; please report it with \
                  SMOLRUN_STREAM_VERIFY=1's output"
+            ),
+            StoreErrorKind::NotMapped { mapped } => write!(
+                f,
+                "not in the mapped part of the file (its first {mapped} bytes, the non-expert \
+                 weights of an experts-last file): expert weights must be read by a store that \
+                 pages them from flash, not by the resident store alone"
             ),
         }
     }
@@ -497,6 +507,46 @@ impl<'a> ResidentStore<'a> {
         })
     }
 
+    /// The tensors of `gguf` (parsed from the header, `Gguf::parse_header`) over `prefix`, only
+    /// the first bytes of the file: the non-expert part of an experts-last file (see
+    /// [`crate::gguf::expert_layout`]), mapped where the whole file does not fit in the address
+    /// space. Every non-expert tensor must lie inside `prefix` (checked here, so the model loads
+    /// or is refused up front); a `get` of anything past it (an expert) is a
+    /// [`StoreErrorKind::NotMapped`] error, never an out-of-bounds slice. A file that carries
+    /// `smolrun.expert_data_offset` must also agree with it.
+    pub fn over_prefix(prefix: &'a [u8], gguf: &Gguf) -> Result<Self, ModelError> {
+        let mapped = prefix.len() as u64;
+        let layout_error = |tensor: &str, reason: String| ModelError::Store {
+            tensor: tensor.into(),
+            reason,
+        };
+        crate::gguf::expert_data_offset(gguf)
+            .map_err(|e| layout_error("(all)", alloc::format!("{e}")))?;
+        for t in gguf
+            .tensors
+            .iter()
+            .filter(|t| !crate::gguf::is_expert_tensor(t))
+        {
+            let end = t.offset + t.n_bytes;
+            if end > mapped {
+                return Err(layout_error(
+                    t.name,
+                    alloc::format!(
+                        "the non-expert tensor ends at byte {end}, past the {mapped} mapped bytes \
+                         of the file; map at least up to smolrun.expert_data_offset of a file \
+                         that `smolrun gguf experts-last` wrote (run it on this one to write \
+                         such a file)"
+                    ),
+                ));
+            }
+        }
+        Ok(ResidentStore {
+            file: prefix,
+            table: TensorTable::new(gguf),
+            repacked: None,
+        })
+    }
+
     /// Adds repacked copies that the model's matvecs use instead of the file layout (the
     /// original pages of those tensors are then never touched).
     pub fn with_repacked(mut self, repacked: RepackedWeights) -> Self {
@@ -510,8 +560,22 @@ impl<'a> ResidentStore<'a> {
 
     fn bytes(&self, key: WeightKey) -> Result<&'a [u8], StoreError> {
         let r = self.table.extent(key)?;
-        // Parsing checked every extent against the file length, and `over` the mapping's.
-        Ok(&self.file[r.start as usize..r.end as usize])
+        self.mapped(key, r)
+    }
+
+    /// The bytes of `r`, a range of the file: parsing checked every extent against the file
+    /// length and `new` / `over` the mapping's, but `over_prefix` maps only part of the file.
+    fn mapped(&self, key: WeightKey, r: Range<u64>) -> Result<&'a [u8], StoreError> {
+        let bytes = usize::try_from(r.start)
+            .ok()
+            .zip(usize::try_from(r.end).ok())
+            .and_then(|(start, end)| self.file.get(start..end));
+        bytes.ok_or_else(|| {
+            let kind = StoreErrorKind::NotMapped {
+                mapped: self.file.len() as u64,
+            };
+            self.table.error(key, r, kind)
+        })
     }
 }
 
@@ -536,7 +600,7 @@ impl WeightStore for ResidentStore<'_> {
         out: &mut [u8],
     ) -> Result<(), StoreError> {
         let r = self.table.rows_extent(key, first_row, n_rows, out.len())?;
-        out.copy_from_slice(&self.file[r.start as usize..r.end as usize]);
+        out.copy_from_slice(self.mapped(key, r)?);
         Ok(())
     }
 
@@ -756,5 +820,97 @@ impl<S: WeightStore> WeightStore for RecordingStore<S> {
 
     fn held_bytes(&self) -> u64 {
         self.inner.held_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{GgufWriter, EXPERT_DATA_OFFSET_KEY};
+    use crate::quant::GgmlType;
+    use alloc::string::ToString;
+
+    /// An experts-last file: two non-expert tensors, then one expert tensor of 4 experts, with
+    /// every byte of the data section set to its index (mod 251) so slices are recognisable.
+    fn experts_last_file() -> Vec<u8> {
+        let build = |offset: u64| {
+            let mut w = GgufWriter::new();
+            w.add("general.architecture", "test").unwrap();
+            w.add(EXPERT_DATA_OFFSET_KEY, offset).unwrap();
+            let dims: [&[u64]; 3] = [&[32, 3], &[32], &[32, 2, 4]];
+            for (name, d) in ["a", "norm", "exps"].iter().zip(dims) {
+                w.add_tensor(name, GgmlType::F32, d).unwrap();
+            }
+            w
+        };
+        let probe = build(0);
+        let offset = probe.header().len() as u64 + probe.tensor_offset(2);
+        let w = build(offset);
+        let data: Vec<Vec<u8>> = (0..3)
+            .map(|i| {
+                (0..w.tensor_bytes(i))
+                    .map(|b| ((b + 7 * i as u64) % 251) as u8)
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        w.to_bytes(&refs).unwrap()
+    }
+
+    #[test]
+    fn a_prefix_store_hands_out_the_resident_part_and_refuses_experts() {
+        let file = experts_last_file();
+        let whole = Gguf::parse(&file).unwrap();
+        let offset = crate::gguf::expert_data_offset(&whole).unwrap().unwrap();
+        let prefix = &file[..offset as usize];
+        let g = Gguf::parse_header(prefix, file.len() as u64).unwrap();
+        let store = ResidentStore::over_prefix(prefix, &g).unwrap();
+        for (id, name) in [(0, "a"), (1, "norm")] {
+            let t = whole.tensor(name).unwrap();
+            let w = store.get(WeightKey::tensor(id)).unwrap();
+            assert_eq!(&*w, whole.tensor_data(t), "{name}");
+        }
+        let mut row = [0u8; 128];
+        store
+            .read_rows(WeightKey::tensor(0), 2, 1, &mut row)
+            .unwrap();
+        assert_eq!(&row[..], &whole.tensor_data(&whole.tensors[0])[256..384]);
+
+        for key in [
+            WeightKey::expert(2, 0),
+            WeightKey::expert(2, 3),
+            WeightKey::tensor(2),
+        ] {
+            let err = store.get(key).err().expect("an expert past the prefix");
+            assert_eq!(err.kind, StoreErrorKind::NotMapped { mapped: offset });
+            assert_eq!(err.tensor, "exps");
+            assert!(err.to_string().contains("not in the mapped part"), "{err}");
+        }
+        let err = store
+            .read_rows(WeightKey::expert(2, 1), 0, 1, &mut row)
+            .unwrap_err();
+        assert_eq!(err.kind, StoreErrorKind::NotMapped { mapped: offset });
+    }
+
+    #[test]
+    fn a_prefix_that_cuts_a_resident_tensor_is_refused_up_front() {
+        let file = experts_last_file();
+        let whole = Gguf::parse(&file).unwrap();
+        let norm = whole.tensor("norm").unwrap();
+        let short = &file[..(norm.offset + norm.n_bytes - 1) as usize];
+        let g = Gguf::parse_header(short, file.len() as u64).unwrap();
+        let err = ResidentStore::over_prefix(short, &g)
+            .err()
+            .expect("refused");
+        match err {
+            ModelError::Store { tensor, reason } => {
+                assert_eq!(tensor, "norm");
+                assert!(reason.contains("experts-last"), "{reason}");
+            }
+            e => panic!("{e:?}"),
+        }
+        // The whole file is a prefix too: every weight is there.
+        let store = ResidentStore::over_prefix(&file, &whole).unwrap();
+        assert!(store.get(WeightKey::expert(2, 3)).is_ok());
     }
 }
