@@ -39,7 +39,9 @@ pub enum ModelFile {
     /// A mixture of experts mapped whole, its experts paged from flash into pools (only the
     /// non-expert part is read through the mapping).
     Paged {
+        /// The whole file, or the non-expert prefix of an experts-last file.
         mapped: MappedFile,
+        file_len: u64,
         pager: crate::moe::PagerSettings,
     },
     Unmapped {
@@ -127,7 +129,8 @@ impl ModelFile {
 
     pub fn len(&self) -> u64 {
         match self {
-            ModelFile::Mapped(m) | ModelFile::Paged { mapped: m, .. } => m.bytes().len() as u64,
+            ModelFile::Mapped(m) => m.bytes().len() as u64,
+            ModelFile::Paged { file_len, .. } => *file_len,
             ModelFile::Unmapped { reader, .. } => reader.len(),
         }
     }
@@ -235,6 +238,7 @@ pub fn open_model(
     let fits = crate::platform::check_address_space(&path, file_len, budget);
     // The address space left for weights, when it is what keeps the file from being mapped.
     let mut address_space_for_weights = None;
+    let mut too_big_to_map = String::new();
     let map = match (mode, fits, budget) {
         (WeightsMode::Pread | WeightsMode::Stream, ..) => false,
         (WeightsMode::Resident, fits, _) => {
@@ -243,9 +247,9 @@ pub fn open_model(
         }
         (WeightsMode::Auto, Ok(()), _) | (WeightsMode::Auto, Err(_), None) => true,
         (WeightsMode::Auto, Err(_), Some((budget, who))) => {
-            eprintln!(
+            too_big_to_map = format!(
                 "smolrun: {} is {} MB, more than the {} MB of address space {who} leaves for a \
-                 model file: its weights are streamed instead of mapped (--weights stream)",
+                 model file",
                 path.display(),
                 file_len / 1_000_000,
                 budget.for_file() / 1_000_000
@@ -272,12 +276,28 @@ pub fn open_model(
     };
     // A mixture of experts pages its experts rather than streaming everything, when its
     // pools hold a token's experts in the room there is.
-    let room = crate::memory_guard::room_for_weights(&gguf, ctx, mem);
-    let pager = crate::moe::decide(&gguf, mem, room, map)?;
+    let experts_last = smolrun_core::gguf::expert_data_offset(&gguf)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let room = crate::moe::PagerRoom {
+        memory: crate::memory_guard::room_for_weights(&gguf, ctx, mem),
+        address_space: address_space_for_weights,
+        experts_last,
+    };
+    let pager = crate::moe::decide(&gguf, mem, room)?;
+    match (&pager, experts_last) {
+        _ if too_big_to_map.is_empty() => {}
+        (Some(_), Some(prefix)) => eprintln!(
+            "{too_big_to_map}: only its first {} MB (everything but the experts) is mapped",
+            prefix / 1_000_000
+        ),
+        _ => eprintln!(
+            "{too_big_to_map}: its weights are streamed instead of mapped (--weights stream)"
+        ),
+    }
     if let (Some(p), None) = (&pager, mem.moe_pool) {
         eprintln!(
-            "smolrun: {} does not fit in memory with -c {ctx}: its experts are paged from flash, \
-             {} per layer kept in RAM (--moe-pool N to choose, --moe-pool all to map it all)",
+            "smolrun: {} does not fit with -c {ctx}: its experts are paged from flash, {} per \
+             layer kept in RAM (--moe-pool N to choose, --moe-pool all to map it all)",
             path.display(),
             p.slots_per_layer
         );
@@ -316,8 +336,14 @@ pub fn open_model(
     };
     drop(gguf);
     let file = if let Some(pager) = pager {
+        // Only what is read through the mapping: an experts-last file's prefix.
+        let mapped = match experts_last {
+            Some(prefix) => MappedFile::open_prefix(&path, prefix)?,
+            None => MappedFile::open(&path)?,
+        };
         ModelFile::Paged {
-            mapped: MappedFile::open(&path)?,
+            mapped,
+            file_len,
             pager,
         }
     } else if map && stream.is_none() {
@@ -790,9 +816,15 @@ pub fn load_weights_only<'g>(
             ModelFile::Paged {
                 mapped,
                 pager: settings,
+                file_len,
             } => {
                 prefetch_vectors(path, gguf);
-                let store = ResidentStore::over(mapped.bytes(), gguf).map_err(|e| at(&e))?;
+                let store = if (mapped.bytes().len() as u64) < *file_len {
+                    ResidentStore::over_prefix(mapped.bytes(), gguf)
+                } else {
+                    ResidentStore::over(mapped.bytes(), gguf)
+                }
+                .map_err(|e| at(&e))?;
                 let mut model = Model::load_from(gguf, &store, &kernels).map_err(|e| at(&e))?;
                 crate::moe::apply_options(&mut model).map_err(|e| at(&e))?;
                 let store = match crate::repack_cache::load_or_build(path, gguf, &model)? {

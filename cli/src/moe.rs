@@ -101,17 +101,33 @@ impl ExpertLayout {
     }
 }
 
+/// Where the room for a paged run comes from, as the file was opened.
+#[derive(Debug, Clone, Copy)]
+pub struct PagerRoom {
+    /// Bytes left for weights when the whole model does not fit in memory (`None`: it fits).
+    pub memory: Option<u64>,
+    /// Address space left for the file's mapping and the pools when the whole file cannot be
+    /// mapped (`None`: it can).
+    pub address_space: Option<u64>,
+    /// Where the expert data of an experts-last file begins (its prefix is all that is
+    /// mapped then).
+    pub experts_last: Option<u64>,
+}
+
 /// Whether (and how) the experts of the model are paged, as `--moe-pool` and `--weights`
 /// say: `--moe-pool N` pages with N experts per layer; under `--weights auto` a mixture of
-/// experts that does not fit is paged with the pools the room for weights (`room`, from the
-/// memory probe) holds, if they hold at least a token's experts. Sets the run's MoE options.
+/// experts that does not fit in memory, or whose file does not fit in the address space, is
+/// paged with the pools the room holds, if they hold at least a token's experts (a file the
+/// address space cannot map whole must be experts-last: only its prefix is mapped). Sets the
+/// run's MoE options.
 pub fn decide(
     gguf: &Gguf,
     mem: &MemoryArgs,
-    room: Option<u64>,
-    model_fits_mapped: bool,
+    room: PagerRoom,
 ) -> Result<Option<PagerSettings>, String> {
     let layout = ExpertLayout::of(gguf, mem.experts);
+    let cannot_map_whole = room.address_space.is_some();
+    let mappable = !cannot_map_whole || room.experts_last.is_some();
     let slots = match (layout, mem.moe_pool, mem.weights) {
         (None, Some(MoePool::Slots(_)), _) => {
             return Err(
@@ -125,12 +141,32 @@ pub fn decide(
                     .into(),
             )
         }
+        (Some(_), Some(MoePool::Slots(_)), _) if !mappable => {
+            return Err(
+                "--moe-pool: the file is bigger than the address space and its experts are not \
+                 last, so its other weights cannot be mapped alone: rewrite it with `smolrun gguf \
+                 experts-last`"
+                    .into(),
+            )
+        }
         (Some(x), Some(MoePool::Slots(n)), _) => Some(n.min(x.n_expert)),
-        (Some(x), None, WeightsMode::Auto) if model_fits_mapped => room.and_then(|room| {
-            let for_pools = room.checked_sub(x.other_bytes)?;
-            let slots = (for_pools / x.slot_bytes_all_layers.max(1)) as usize;
-            (slots >= x.n_used).then_some(slots.min(x.n_expert))
-        }),
+        (Some(x), None, WeightsMode::Auto)
+            if mappable && (room.memory.is_some() || cannot_map_whole) =>
+        {
+            let slot = x.slot_bytes_all_layers.max(1);
+            let by_memory = room.memory.map_or(Some(usize::MAX), |r| {
+                Some((r.checked_sub(x.other_bytes)? / slot) as usize)
+            });
+            // The prefix mapping and the pools both take address space.
+            let mapped = room.experts_last.unwrap_or(gguf.file_len());
+            let by_address = room.address_space.map_or(Some(usize::MAX), |r| {
+                Some((r.checked_sub(mapped)? / slot) as usize)
+            });
+            match (by_memory, by_address) {
+                (Some(a), Some(b)) if a.min(b) >= x.n_used => Some(a.min(b).min(x.n_expert)),
+                _ => None,
+            }
+        }
         _ => None,
     };
     let paged = slots.is_some();
