@@ -167,10 +167,7 @@ impl ModelFile {
                 let expert_scratch = experts
                     .iter()
                     .filter_map(|&k| table.extent(k).ok())
-                    .map(|r| {
-                        let span = smolrun_core::model::stream::aligned_span(&r, align);
-                        span.end - span.start
-                    })
+                    .map(|r| smolrun_core::model::stream::largest_span(r.end - r.start, align))
                     .max()
                     .unwrap_or(0);
                 Ok(Some(plan.resident_bytes + plan.zone_bytes + expert_scratch))
@@ -527,7 +524,18 @@ fn start_streaming<'g>(
         Some(v) => (v, 0),
         None => {
             let probe = FileReader::open(path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
-            let spans: Vec<_> = plan.streamed.iter().map(|w| w.span.clone()).collect();
+            let mut spans: Vec<_> = plan.streamed.iter().map(|w| w.span.clone()).collect();
+            if spans.is_empty() {
+                // Everything planned is resident: the experts are what is read while running.
+                let align = store.alignment();
+                spans = model
+                    .expert_keys()
+                    .iter()
+                    .filter_map(|&k| gguf.tensors.get(k.tensor))
+                    .map(|t| t.offset / align * align..(t.offset + t.n_bytes) / align * align)
+                    .filter(|r| r.end > r.start)
+                    .collect();
+            }
             smolrun_linux::probe_read_mbps(&probe, &spans, config.readers)
                 .map_err(|e| smolrun_linux::describe_io_error(&e))?
         }

@@ -87,7 +87,8 @@ impl ExpertLayout {
             if t.n_dims == 3 && t.dims[2] > 1 {
                 layout.expert_bytes += t.n_bytes;
                 let one = t.n_bytes / t.dims[2];
-                layout.slot_bytes_all_layers += one.div_ceil(SLOT_ALIGN) * SLOT_ALIGN + SLOT_ALIGN;
+                layout.slot_bytes_all_layers +=
+                    smolrun_core::model::stream::largest_span(one, SLOT_ALIGN);
             } else if t.name != "token_embd.weight" || tied {
                 layout.other_bytes += t.n_bytes;
             }

@@ -15,15 +15,10 @@ use smolrun_core::model::{Model, RecordingStore, ResidentStore, State, StoreCall
 use smolrun_core::platform::SingleThread;
 use smolrun_core::tokenizer::Tokenizer;
 use smolrun_linux::MappedFile;
+mod common;
+use common::{python_with_gguf, write_ling_shaped};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn models_dir() -> PathBuf {
-    match std::env::var_os("SMOLRUN_MODELS") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/smolrun/models"),
-    }
-}
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -40,47 +35,29 @@ impl Drop for Scratch {
     }
 }
 
-fn python_with_gguf() -> bool {
-    Command::new("python3")
-        .args(["-c", "import numpy, gguf"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 /// The small variant: 3 layers (1 dense), 16 experts of 256 in 4 groups, n_embd 256.
 fn write_small(out: &Path, extra: &[&str]) {
-    let vocab = models_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    assert!(
-        vocab.is_file(),
-        "{} (the tokenizer source) is missing: run tools/fetch-models.sh",
-        vocab.display()
-    );
-    let run = Command::new("python3")
-        .arg(repo_root().join("tools/oracle/ling_shaped.py"))
-        .args(["--layers", "3", "--experts", "16", "--experts-used", "4"])
-        .args(["--groups", "4", "--groups-used", "2", "--n-embd", "256"])
-        .args([
-            "--head-dim",
-            "64",
-            "--expert-ff",
-            "256",
-            "--dense-ff",
-            "512",
-        ])
-        .args(extra)
-        .arg("--tokenizer-from")
-        .arg(&vocab)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("cannot run python3");
-    assert!(
-        run.status.success(),
-        "ling_shaped.py failed: {}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let shape = [
+        "--layers",
+        "3",
+        "--experts",
+        "16",
+        "--experts-used",
+        "4",
+        "--groups",
+        "4",
+        "--groups-used",
+        "2",
+        "--n-embd",
+        "256",
+        "--head-dim",
+        "64",
+        "--expert-ff",
+        "256",
+        "--dense-ff",
+        "512",
+    ];
+    write_ling_shaped(out, &[&shape[..], extra].concat());
 }
 
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. In 1969, Apollo 11 landed on \

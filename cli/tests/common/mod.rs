@@ -112,3 +112,34 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Whether python3 can run tools/oracle (numpy and gguf installed).
+pub fn python_with_gguf() -> bool {
+    Command::new("python3")
+        .args(["-c", "import numpy, gguf"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Writes a Ling-shaped model (tools/oracle/ling_shaped.py) with `args` (its shape and
+/// options) to `out`, the tokenizer taken from Qwen2.5-Coder-0.5B.
+pub fn write_ling_shaped(out: &Path, args: &[&str]) {
+    let vocab = model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/oracle/ling_shaped.py");
+    let run = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .arg("--tokenizer-from")
+        .arg(&vocab)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("cannot run python3");
+    assert!(
+        run.status.success(),
+        "ling_shaped.py failed: {}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}

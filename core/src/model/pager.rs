@@ -31,7 +31,7 @@ use super::moe_ffn::MAX_EXPERTS_USED;
 use super::store::{
     StoreError, StoreErrorKind, TensorId, TensorTable, Weight, WeightKey, WeightStore,
 };
-use super::stream::{aligned_span, AlignedBytes};
+use super::stream::{aligned_span, largest_span, AlignedBytes};
 use crate::gguf::Gguf;
 use crate::platform::{IoError, ReadAt, Signal};
 use alloc::collections::VecDeque;
@@ -268,8 +268,8 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             let mut part_at = [0usize; 3];
             let mut at = 0usize;
             for (i, &id) in g.tensors.iter().enumerate() {
-                // Every expert of the tensor has the same size; the largest aligned span of
-                // one is its length rounded up plus one alignment block.
+                // Every expert of the tensor has the same size, each starts elsewhere in an
+                // alignment block.
                 let one = table
                     .extent(WeightKey::expert(id, 0))
                     .map_err(|e| store_error(&name(i), format!("{e}")))?;
@@ -286,9 +286,9 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
                         ),
                     ));
                 }
-                let room = (one.end - one.start).div_ceil(align as u64) * align as u64;
                 part_at[i] = at;
-                at = to_usize(at as u64 + room + align as u64, &name(i))?;
+                let room = largest_span(one.end - one.start, align as u64);
+                at = to_usize(at as u64 + room, &name(i))?;
                 by_tensor[id] = Some((p as u32, i as u8));
             }
             let slot_bytes = at;

@@ -71,6 +71,13 @@ pub fn aligned_span(extent: &Range<u64>, align: u64) -> Range<u64> {
     extent.start / align * align..extent.end.div_ceil(align) * align
 }
 
+/// The most bytes the aligned span of any `len`-byte range can take, wherever it starts: what
+/// a buffer must hold for any one expert of a tensor (its experts start at different offsets
+/// within an alignment block).
+pub fn largest_span(len: u64, align: u64) -> u64 {
+    len.div_ceil(align) * align + align
+}
+
 impl PlannedWeight {
     fn span_bytes(&self) -> u64 {
         self.span.end - self.span.start
@@ -442,8 +449,12 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
         let mut direct = 0u64;
         for &key in unplanned {
             let r = self.table.extent(key).map_err(ModelError::WeightRead)?;
-            let span = aligned_span(&r, align as u64);
-            direct = direct.max(span.end - span.start);
+            let span = match key.expert {
+                // Every expert of the tensor, not only the one named.
+                Some(_) => largest_span(r.end - r.start, align as u64),
+                None => aligned_span(&r, align as u64).end - aligned_span(&r, align as u64).start,
+            };
+            direct = direct.max(span);
         }
         self.direct = AlignedBytes::zeroed(to_usize(direct)?, align, "direct-read scratch")?;
         self.order = plan.streamed.clone();
@@ -826,6 +837,8 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
             self.ring.lock().direct_held = false;
             return Err(self.io_error(key, span, e));
         }
+        // Read from flash while running, as the ring's reads are (experts, mostly).
+        self.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
         let skip = (r.start - span.start) as usize;
         let bytes = &buf[skip..skip + (r.end - r.start) as usize];
         Ok(Weight::new(self, key, bytes))
