@@ -1,6 +1,7 @@
 //! The expert pager from the command line, on the synthetic bailingmoe2 (16 experts per layer,
 //! 4 used, groups): `--moe-pool N` gives `--moe-pool all`'s text at temperature 0 and reports
-//! its misses; a warm list is written and read back; `moe-trace` and `moe-sim` replay the routing, Belady's
+//! its misses; a mixture of experts that does not fit in memory or in the address space is
+//! paged (a Ling-shaped model from tools/oracle/ling_shaped.py); a warm list is written and read back; `moe-trace` and `moe-sim` replay the routing, Belady's
 //! optimum never above the online policies. Bad options are refused with what to do.
 //! Meant for release mode: `cargo test --release -p smolrun --test moe`.
 
@@ -71,6 +72,99 @@ fn paged_experts_give_the_resident_text_and_report_their_misses() {
         fewer["moe_read_mb_per_token"].as_f64() < four["moe_read_mb_per_token"].as_f64(),
         "{fewer} {four}"
     );
+}
+
+/// Tokens of a greedy run on `file` with `extra` and `env`; the stderr too.
+fn run_file(
+    file: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (serde_json::Value, String) {
+    let o = smolrun()
+        .args(["run", "-m"])
+        .arg(file)
+        .args([
+            "-p",
+            "Hello there",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            "-c",
+            "64",
+            "--json",
+        ])
+        .args(extra)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let doc = json(&o);
+    (doc, stderr(&o))
+}
+
+/// A Ling-shaped model (3 layers, 2 of them 128 experts of 256x512 in Q2_K: 33 MB of experts
+/// in an 84 MB file, experts last) that does not fit is paged under `--weights auto`: when
+/// memory is short, and when the address space cannot map the file whole (only the
+/// non-expert prefix is mapped then); the text is the one of every expert resident.
+#[test]
+fn a_mixture_of_experts_that_does_not_fit_is_paged() {
+    if !python_with_gguf() {
+        eprintln!("NOTICE: skipping: python3 with numpy and gguf is not installed");
+        return;
+    }
+    let dir = scratch("moe-fit");
+    let shape = [
+        "--layers",
+        "3",
+        "--experts",
+        "128",
+        "--experts-used",
+        "4",
+        "--groups",
+        "4",
+        "--groups-used",
+        "2",
+        "--n-embd",
+        "256",
+        "--head-dim",
+        "64",
+        "--expert-ff",
+        "512",
+        "--dense-ff",
+        "512",
+    ];
+    let last = dir.join("ling-last.gguf");
+    write_ling_shaped(&last, &[&shape[..], &["--experts-last"]].concat());
+    let (all, _) = run_file(&last, &["--moe-pool", "all"], &[]);
+
+    let (doc, err) = run_file(&last, &["--mem-budget", "100M", "--mem-floor", "4M"], &[]);
+    assert!(err.contains("experts are paged"), "{err}");
+    assert!(doc["moe_slots_per_layer"].as_f64().unwrap() >= 4.0, "{doc}");
+    assert!(doc["moe_miss_rate"].as_f64().unwrap() > 0.0, "{doc}");
+    assert_eq!(doc["tokens"], all["tokens"]);
+
+    // 456 MiB less the 384 MiB kept for the program: 75 MB for the 84 MB file.
+    let small_space = [("SMOLRUN_ADDRESS_SPACE", "456M")];
+    let (doc, err) = run_file(&last, &[], &small_space);
+    assert!(err.contains("only its first 50 MB"), "{err}");
+    assert!(err.contains("experts are paged"), "{err}");
+    assert_eq!(doc["tokens"], all["tokens"]);
+
+    // Experts not last: its other weights cannot be mapped alone, so it is streamed.
+    let mixed = dir.join("ling.gguf");
+    write_ling_shaped(&mixed, &shape);
+    let (doc, err) = run_file(&mixed, &[], &small_space);
+    assert!(err.contains("streamed instead of mapped"), "{err}");
+    assert!(doc.get("moe_miss_rate").is_none(), "{doc}");
+    assert_eq!(doc["tokens"], all["tokens"]);
+    let o = smolrun()
+        .args(["run", "-m"])
+        .arg(&mixed)
+        .args(["-p", "Hi", "-n", "2", "--moe-pool", "8"])
+        .envs(small_space)
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("experts-last"), "{}", stderr(&o));
 }
 
 #[test]
