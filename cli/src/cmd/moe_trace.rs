@@ -218,12 +218,13 @@ pub fn read_trace(path: &std::path::Path) -> Result<Trace, String> {
 }
 
 /// The policies the simulator compares, by name.
-pub const POLICIES: [(&str, Eviction); 5] = [
+pub const POLICIES: [(&str, Eviction); 6] = [
     ("lru", Eviction::Lru),
     ("decay 0.8", Eviction::DecayedFrequency { decay: 0.8 }),
     ("decay 0.9", Eviction::DecayedFrequency { decay: 0.9 }),
     ("decay 0.95", Eviction::DecayedFrequency { decay: 0.95 }),
     ("decay 0.99", Eviction::DecayedFrequency { decay: 0.99 }),
+    ("decay 0.999", Eviction::DecayedFrequency { decay: 0.999 }),
 ];
 
 /// Misses of every layer of `trace` replayed with `slots` per layer under `policy` (`None`:
