@@ -81,7 +81,7 @@ impl fmt::Display for ModelError {
             Gguf(e) => e.fmt(f),
             UnsupportedArch { arch } => write!(
                 f,
-                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen3, qwen3moe, bailingmoe2 or gemma3"
+                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen2moe, qwen3, qwen3moe, bailingmoe2 or gemma3"
             ),
             BadHParam { key, expected, found } => write!(
                 f,
