@@ -3,6 +3,7 @@
 //! `info` prints what gguf-dump prints (header, every metadata key with its type and value,
 //! the tensor table) plus totals, reading only the header pages of the mapped file.
 //! `head-ids` and `prune-head` make a model with a pruned LM head (see [`super::head`]).
+//! `moefy` makes a mixture of experts (qwen2moe) of a dense Qwen2 model (see [`super::moefy`]).
 
 use smolrun_core::gguf::{ArrayRef, Gguf, Value};
 use smolrun_core::quant::GgmlType;
@@ -70,6 +71,10 @@ pub enum GgufCommand {
         #[arg(short = 'o', long)]
         out: std::path::PathBuf,
     },
+    /// Write a mixture of experts (architecture qwen2moe, which llama.cpp runs too) made of a
+    /// dense Qwen2/Qwen2.5 model: each FFN's neurons clustered into experts by co-activation on
+    /// a calibration text, a router fitted to the clusters' activation mass.
+    Moefy(super::moefy::MoefyArgs),
 }
 
 pub fn run(c: GgufCommand) -> Result<(), String> {
@@ -100,6 +105,7 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
             &out,
         ),
         GgufCommand::PruneHead { model, ids, out } => super::head::prune_head(&model, &ids, &out),
+        GgufCommand::Moefy(args) => super::moefy::moefy(&args),
     }
 }
 

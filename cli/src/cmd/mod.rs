@@ -7,6 +7,7 @@ pub mod gguf;
 pub mod head;
 pub mod list;
 pub mod loopcheck;
+pub mod moefy;
 pub mod perplexity;
 pub mod pull;
 pub mod rm;
