@@ -63,7 +63,7 @@ pub struct MoefyArgs {
     #[arg(long, num_args = 1..)]
     pub calib: Vec<PathBuf>,
     /// Calibration tokens (spread over the calibration files in windows of 256).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 2048)]
     pub tokens: usize,
     /// Type of the requantized down projections: q8_0 or f16.
     #[arg(long, default_value = "q8_0")]
@@ -345,7 +345,7 @@ impl Stats {
         }
         top_share /= self.counts.len().max(1) as f64;
         eprintln!(
-            "moefy: on the calibration tokens: the top {top} of {n_exp} experts (10 %) take {:.1} % \
+            "moefy: on held-out calibration tokens (the last eighth): the top {top} of {n_exp} experts (10 %) take {:.1} % \
              of the choices (uniform: {:.1} %); {:.1} % of the router's choices are among the {k} \
              experts of largest activation mass; chosen + shared experts hold {:.1} % of the \
              FFN's activation mass; shared gate min {:.4}, below 0.99 at {:.2} % of tokens",
@@ -375,10 +375,18 @@ fn plan_layer(
     let mut profile = vec![0f32; n_ff * n_tok];
     let mut mass = vec![0f64; n_ff];
     for t in 0..n_tok {
-        for i in 0..n_ff {
-            let v = h[t * n_ff + i].abs();
-            profile[i * n_tok + t] = v;
-            mass[i] += v as f64;
+        let ht = &h[t * n_ff..(t + 1) * n_ff];
+        // Every token weighs the same in the profiles: a few tokens (a window's first, with its
+        // massive activations) would otherwise make every neuron's profile look alike.
+        let token_mean = ht.iter().map(|v| v.abs() as f64).sum::<f64>() / n_ff as f64;
+        let inv = if token_mean > 0.0 {
+            1.0 / token_mean
+        } else {
+            0.0
+        };
+        for (i, v) in ht.iter().enumerate() {
+            profile[i * n_tok + t] = (v.abs() as f64 * inv) as f32;
+            mass[i] += v.abs() as f64;
         }
     }
     // The shared expert: the neurons of largest mass.
@@ -389,7 +397,12 @@ fn plan_layer(
     let mut rest: Vec<usize> = by_mass[n_sh..].to_vec();
     rest.sort_unstable();
     for &i in &rest {
-        normalise(&mut profile[i * n_tok..(i + 1) * n_tok]);
+        // Centred, then unit length: cosine similarity becomes the correlation of two neurons'
+        // activity, which is what "fire together" means.
+        let p = &mut profile[i * n_tok..(i + 1) * n_tok];
+        let mean = p.iter().map(|&v| v as f64).sum::<f64>() / n_tok as f64;
+        p.iter_mut().for_each(|v| *v = (*v as f64 - mean) as f32);
+        normalise(p);
     }
     let experts = balanced_kmeans(&profile, n_tok, &rest, n_exp);
 
@@ -402,22 +415,34 @@ fn plan_layer(
         }
         targets[t * (n_exp + 1) + n_exp] = 1.0;
     }
+    // w: [n_embd][E + 1], the router's columns and the shared gate's. The one written is fitted
+    // on every token; the figures of the report come from one fitted without the last eighth of
+    // the tokens, on those (with fewer tokens than dimensions, a fit is perfect on its own data).
     let w = ridge(x, n_tok, n_embd, &targets, n_exp + 1);
-    // w: [n_embd][E + 1]; the router's logits, then their scale.
-    let logit = |t: usize, e: usize| -> f64 {
+    let n_fit = n_tok - n_tok / 8;
+    let m = n_exp + 1;
+    let w_fit = ridge(
+        &x[..n_fit * n_embd],
+        n_fit,
+        n_embd,
+        &targets[..n_fit * m],
+        m,
+    );
+    let logit = |w: &[f64], t: usize, e: usize| -> f64 {
         let xt = &x[t * n_embd..(t + 1) * n_embd];
-        (0..n_embd)
-            .map(|j| xt[j] as f64 * w[j * (n_exp + 1) + e])
-            .sum()
+        (0..n_embd).map(|j| xt[j] as f64 * w[j * m + e]).sum()
     };
     let mut spread = 0f64;
-    let mut layer_counts = vec![0u64; n_exp];
     for t in 0..n_tok {
-        let l: Vec<f64> = (0..n_exp).map(|e| logit(t, e)).collect();
+        let l: Vec<f64> = (0..n_exp).map(|e| logit(&w, t, e)).collect();
         let (lo, hi) = l
             .iter()
             .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
         spread = spread.max(hi - lo);
+    }
+    let mut layer_counts = vec![0u64; n_exp];
+    for t in n_fit..n_tok {
+        let l: Vec<f64> = (0..n_exp).map(|e| logit(&w_fit, t, e)).collect();
         let chosen = top_k(&l, k);
         let truth: Vec<f64> = (0..n_exp).map(|e| targets[t * (n_exp + 1) + e]).collect();
         let best = top_k(&truth, k);
@@ -431,7 +456,7 @@ fn plan_layer(
         let shared_mass: f64 = shared.iter().map(|&i| ht[i].abs() as f64).sum();
         stats.mass_kept += shared_mass;
         stats.mass_total += shared_mass + truth.iter().sum::<f64>();
-        let gate = 1.0 / (1.0 + (-SHARED_GATE_GAIN * logit(t, n_exp)).exp());
+        let gate = 1.0 / (1.0 + (-SHARED_GATE_GAIN * logit(&w_fit, t, n_exp)).exp());
         if stats.gate_count == 0 || gate < stats.min_shared_gate {
             stats.min_shared_gate = gate;
         }
