@@ -68,6 +68,11 @@ pub struct MoefyArgs {
     /// Type of the requantized down projections: q8_0 or f16.
     #[arg(long, default_value = "q8_0")]
     pub down_type: String,
+    /// What "fire together" means for the clustering: `correlation` (each token weighed the
+    /// same, profiles centred) or `magnitude` (cosine of the raw |h| profiles, which big tokens
+    /// dominate).
+    #[arg(long, default_value = "correlation")]
+    pub profile: String,
     /// Threads for the calibration pass [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -145,6 +150,15 @@ pub fn moefy(a: &MoefyArgs) -> Result<(), String> {
     let hp = smolrun_core::model::HParams::from_gguf(&g).map_err(|e| format!("{p}: {e}"))?;
     let (n_layer, n_embd, n_ff) = (hp.n_layer, hp.n_embd, hp.n_ff);
     let (n_exp, k, n_sh) = (a.experts, a.used, a.shared_ff);
+    let correlation = match a.profile.as_str() {
+        "correlation" => true,
+        "magnitude" => false,
+        other => {
+            return Err(format!(
+                "--profile {other}: expected correlation or magnitude"
+            ))
+        }
+    };
     check_sizes(n_ff, n_exp, k, n_sh)?;
     let n_fe = (n_ff - n_sh) / n_exp;
 
@@ -174,7 +188,16 @@ pub fn moefy(a: &MoefyArgs) -> Result<(), String> {
     let mut stats = Stats::default();
     for l in 0..n_layer {
         let plan = plan_layer(
-            &xs[l], &hs[l], n_tok, n_embd, n_ff, n_exp, k, n_sh, &mut stats,
+            &xs[l],
+            &hs[l],
+            n_tok,
+            n_embd,
+            n_ff,
+            n_exp,
+            k,
+            n_sh,
+            correlation,
+            &mut stats,
         );
         eprint!("\rmoefy: planned layer {}/{n_layer}", l + 1);
         plans.push(plan);
@@ -369,6 +392,7 @@ fn plan_layer(
     n_exp: usize,
     k: usize,
     n_sh: usize,
+    correlation: bool,
     stats: &mut Stats,
 ) -> LayerPlan {
     // Each neuron's |h| over the tokens (a row per neuron), and its mean.
@@ -379,7 +403,9 @@ fn plan_layer(
         // Every token weighs the same in the profiles: a few tokens (a window's first, with its
         // massive activations) would otherwise make every neuron's profile look alike.
         let token_mean = ht.iter().map(|v| v.abs() as f64).sum::<f64>() / n_ff as f64;
-        let inv = if token_mean > 0.0 {
+        let inv = if !correlation {
+            1.0
+        } else if token_mean > 0.0 {
             1.0 / token_mean
         } else {
             0.0
@@ -400,8 +426,10 @@ fn plan_layer(
         // Centred, then unit length: cosine similarity becomes the correlation of two neurons'
         // activity, which is what "fire together" means.
         let p = &mut profile[i * n_tok..(i + 1) * n_tok];
-        let mean = p.iter().map(|&v| v as f64).sum::<f64>() / n_tok as f64;
-        p.iter_mut().for_each(|v| *v = (*v as f64 - mean) as f32);
+        if correlation {
+            let mean = p.iter().map(|&v| v as f64).sum::<f64>() / n_tok as f64;
+            p.iter_mut().for_each(|v| *v = (*v as f64 - mean) as f32);
+        }
         normalise(p);
     }
     let experts = balanced_kmeans(&profile, n_tok, &rest, n_exp);
