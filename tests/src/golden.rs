@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
-pub const SYNTHETIC_MODELS: [&str; 4] = [
+pub const SYNTHETIC_MODELS: [&str; 5] = [
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
+    "synthetic-qwen2moe",
     "synthetic-bailingmoe2",
 ];
 

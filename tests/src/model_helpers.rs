@@ -72,6 +72,7 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3" => "synthetic-qwen3.gguf",
         "synthetic-llama" => "synthetic-llama.gguf",
         "synthetic-qwen3moe" => "synthetic-qwen3moe.gguf",
+        "synthetic-qwen2moe" => "synthetic-qwen2moe.gguf",
         "synthetic-bailingmoe2" => "synthetic-bailingmoe2.gguf",
         other => panic!("unknown test model '{other}'"),
     }

@@ -8,13 +8,14 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const MODELS: [&str; 7] = [
+const MODELS: [&str; 8] = [
     "gemma3-270m",
     "qwen2.5-coder-0.5b",
     "qwen2.5-coder-1.5b",
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
+    "synthetic-qwen2moe",
     "synthetic-bailingmoe2",
 ];
 
@@ -23,7 +24,7 @@ const MODELS: [&str; 7] = [
 fn has_own_tokenizer_golden(model: &str) -> bool {
     !matches!(
         model,
-        "synthetic-qwen3" | "synthetic-qwen3moe" | "synthetic-bailingmoe2"
+        "synthetic-qwen3" | "synthetic-qwen3moe" | "synthetic-qwen2moe" | "synthetic-bailingmoe2"
     )
 }
 const TOP_K: usize = 20;

@@ -135,6 +135,11 @@ fn synthetic_qwen3moe() {
 }
 
 #[test]
+fn synthetic_qwen2moe() {
+    check_greedy("synthetic-qwen2moe");
+}
+
+#[test]
 fn synthetic_bailingmoe2() {
     check_greedy("synthetic-bailingmoe2");
 }

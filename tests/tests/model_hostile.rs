@@ -322,6 +322,64 @@ fn a_tiny_mixture_of_experts_runs_and_its_bad_shapes_are_named() {
     }
 }
 
+/// A tiny qwen2moe: Q/K/V biases, 4 experts of width 32, 2 used, a shared expert of width 64
+/// behind its sigmoid gate (`with_gate`: the gate's weights are in the file).
+fn qwen2moe_file(with_gate: bool) -> Vec<u8> {
+    let meta: Vec<(&str, Meta)> = vec![
+        ("general.architecture", Meta::Str("qwen2moe")),
+        ("qwen2moe.block_count", Meta::U32(1)),
+        ("qwen2moe.embedding_length", Meta::U32(N_EMBD as u32)),
+        ("qwen2moe.attention.head_count", Meta::U32(2)),
+        ("qwen2moe.attention.head_count_kv", Meta::U32(1)),
+        ("qwen2moe.context_length", Meta::U32(64)),
+        ("qwen2moe.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+        ("qwen2moe.expert_count", Meta::U32(4)),
+        ("qwen2moe.expert_used_count", Meta::U32(2)),
+        ("qwen2moe.expert_feed_forward_length", Meta::U32(32)),
+        ("qwen2moe.expert_shared_feed_forward_length", Meta::U32(64)),
+    ];
+    let mut t: Vec<_> = tensors()
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("blk.0.ffn_") || *n == "blk.0.ffn_norm.weight")
+        .collect();
+    t.extend([
+        ("blk.0.attn_q.bias", vec![N_EMBD]),
+        ("blk.0.attn_k.bias", vec![16]),
+        ("blk.0.attn_v.bias", vec![16]),
+        ("blk.0.ffn_gate_inp.weight", vec![N_EMBD, 4]),
+        ("blk.0.ffn_gate_exps.weight", vec![N_EMBD, 32, 4]),
+        ("blk.0.ffn_up_exps.weight", vec![N_EMBD, 32, 4]),
+        ("blk.0.ffn_down_exps.weight", vec![32, N_EMBD, 4]),
+        ("blk.0.ffn_gate_shexp.weight", vec![N_EMBD, 64]),
+        ("blk.0.ffn_up_shexp.weight", vec![N_EMBD, 64]),
+        ("blk.0.ffn_down_shexp.weight", vec![64, N_EMBD]),
+    ]);
+    if with_gate {
+        t.push(("blk.0.ffn_gate_inp_shexp.weight", vec![N_EMBD]));
+    }
+    build_gguf(&meta, &t)
+}
+
+#[test]
+fn a_tiny_qwen2moe_runs_and_its_shared_gate_is_required() {
+    let bytes = qwen2moe_file(true);
+    let g = Gguf::parse(&bytes).unwrap();
+    let m = Model::load(&g).unwrap();
+    let store = ResidentStore::new(&g);
+    let mut st = State::new(&m, 4).unwrap();
+    for pos in 0..4 {
+        let logits = m.forward(&mut st, &store, &SingleThread, 3, pos).unwrap();
+        assert!(logits.iter().all(|v| v.is_finite()));
+    }
+    let err = load(&qwen2moe_file(false)).unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::MissingTensor {
+            name: "blk.0.ffn_gate_inp_shexp.weight".into()
+        }
+    );
+}
+
 /// The expert hyperparameters of a tiny bailingmoe2 that [`bailing_file`] may spoil.
 struct Bailing {
     groups: u32,

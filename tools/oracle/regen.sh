@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every golden file in tests/golden/ from the reference engine (llama.cpp b11434).
-#   tools/oracle/regen.sh [model ...]      (default: all seven)
+#   tools/oracle/regen.sh [model ...]      (default: all eight)
 # Steps: build llama.cpp if needed (tools/oracle/build.sh), fetch the real models
 # (tools/fetch-models.sh all), write the synthetic models (tools/oracle/synth_model.py), compile
 # tools/oracle/golden.cpp against the build, then for each model write
@@ -23,7 +23,7 @@ bin=$cache/build/bin
 golden_dir=$repo/tests/golden
 threads=2
 
-all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-bailingmoe2)
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -35,6 +35,7 @@ model_file() {
     synthetic-qwen3) echo "$models/synthetic-qwen3.gguf" ;;
     synthetic-llama) echo "$models/synthetic-llama.gguf" ;;
     synthetic-qwen3moe) echo "$models/synthetic-qwen3moe.gguf" ;;
+    synthetic-qwen2moe) echo "$models/synthetic-qwen2moe.gguf" ;;
     synthetic-bailingmoe2) echo "$models/synthetic-bailingmoe2.gguf" ;;
     *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
   esac
@@ -63,7 +64,7 @@ for m in "${want[@]}"; do
   corpus=(--corpus "$repo/tools/oracle/corpus.json")
   # synthetic-qwen3 has the very tokenizer of qwen2.5-coder (same vocab, merges and pre-type), so
   # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
-  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-bailingmoe2 ]] && corpus=()
+  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 ]] && corpus=()
   (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
 
   case $m in

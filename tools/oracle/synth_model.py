@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|qwen3moe|bailingmoe2|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -17,6 +17,12 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           (softmax router, weights normalised over the chosen, as llama.cpp runs qwen3moe); the
           router's weights are larger (std 0.25 on an RMS-normed input of norm ~16: logit std ~4)
           so that routing is decisive, not a near tie that a last-bit difference would flip
+  qwen2moe (Qwen1.5-MoE's architecture): Qwen2's attention, 4 query heads (n_head * head_dim =
+          n_embd, as llama.cpp's qwen2moe requires), Q/K/V biases, no QK-norm, NEOX RoPE; every FFN a
+          mixture of 8 experts of width 128, 2 used per token, a softmax router whose chosen
+          probabilities weight the experts unnormalised (router std 0.25, as qwen3moe's), and a
+          shared expert of width 256 scaled by sigmoid(ffn_gate_inp_shexp . x) (gate std 0.1: a
+          gate logit of std ~1.6, so the sigmoid spreads over (0, 1))
   bailingmoe2 (Ling-mini-2.0's architecture): 4 query heads (n_head * head_dim = n_embd, as the
           fused attn_qkv tensor requires), QK-norm, NEOX RoPE on the first 32 of 64 dimensions;
           layer 0 a dense FFN (leading_dense_block_count 1), layers 1-3 a mixture of 16 experts of
@@ -78,6 +84,14 @@ ARCHS = {
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q4_0,
                    ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0, ffn_down_exps=T.Q5_0),
     ),
+    "qwen2moe": dict(
+        seed=0x5157_2002, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=1_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
+        n_expert=8, n_expert_used=2, n_ff_exp=128, n_ff_shexp=256,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.F16, attn_v=T.Q8_0, attn_output=T.Q5_0,
+                   ffn_gate_inp=T.F32, ffn_gate_exps=T.Q4_0, ffn_up_exps=T.Q8_0, ffn_down_exps=T.F16,
+                   ffn_gate_shexp=T.Q8_0, ffn_up_shexp=T.Q4_1, ffn_down_shexp=T.Q8_0),
+    ),
     "bailingmoe2": dict(
         seed=0xBA11_0002, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
         n_ctx=2048, rope_base=600_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
@@ -102,6 +116,8 @@ ROUTER_STD = 0.25
 # bailingmoe2's sigmoid router and its selection bias (see the module docs).
 SIGMOID_ROUTER_STD = 0.15
 PROBS_BIAS_STD = 0.2
+# qwen2moe's shared-expert gate (see the module docs).
+SHEXP_GATE_STD = 0.1
 
 # See the module docs: input embeddings dominate the residual stream, and the head row of each
 # token's successor carries the direction of its embedding.
@@ -233,6 +249,8 @@ def build(arch, tok, out_path):
         w.add_expert_count(cfg["n_expert"])
         w.add_expert_used_count(cfg["n_expert_used"])
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    if arch == "qwen2moe":
+        w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
     if arch == "bailingmoe2":
         w.add_leading_dense_block_count(cfg["n_dense_lead"])
         w.add_nextn_predict_layers(cfg["n_nextn"])
@@ -273,6 +291,10 @@ def build(arch, tok, out_path):
         tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        if arch == "qwen2moe":
+            tensor(p + "attn_q.bias", "bias", rng.weight((n_q,), 0.5))
+            tensor(p + "attn_k.bias", "bias", rng.weight((n_kv,), 0.5))
+            tensor(p + "attn_v.bias", "bias", rng.weight((n_kv,), 0.5))
         if arch in ("qwen3", "qwen3moe"):
             tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
             tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
@@ -285,6 +307,12 @@ def build(arch, tok, out_path):
             tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_down_exps.weight", "ffn_down_exps", rng.weight((n_e, n_embd, n_fe), 1.0 / np.sqrt(n_fe)))
+            if arch == "qwen2moe":
+                n_fs = cfg["n_ff_shexp"]
+                tensor(p + "ffn_gate_inp_shexp.weight", "ffn_gate_inp", rng.weight((n_embd,), SHEXP_GATE_STD))
+                tensor(p + "ffn_gate_shexp.weight", "ffn_gate_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
+                tensor(p + "ffn_up_shexp.weight", "ffn_up_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
+                tensor(p + "ffn_down_shexp.weight", "ffn_down_shexp", rng.weight((n_embd, n_fs), 1.0 / np.sqrt(n_fs)))
         else:
             tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))

@@ -5,6 +5,7 @@
 //! `head-ids` and `prune-head` make a model with a pruned LM head (see [`super::head`]).
 //! `experts-last` moves a mixture-of-experts model's expert tensors to the end (see
 //! [`super::experts_last`]).
+//! `moefy` makes a mixture of experts (qwen2moe) of a dense Qwen2 model (see [`super::moefy`]).
 
 use smolrun_core::gguf::{ArrayRef, Gguf, Value};
 use smolrun_core::quant::GgmlType;
@@ -83,6 +84,10 @@ pub enum GgufCommand {
         #[arg(short = 'o', long)]
         out: std::path::PathBuf,
     },
+    /// Write a mixture of experts (architecture qwen2moe, which llama.cpp runs too) made of a
+    /// dense Qwen2/Qwen2.5 model: each FFN's neurons clustered into experts by co-activation on
+    /// a calibration text, a router fitted to the clusters' activation mass.
+    Moefy(super::moefy::MoefyArgs),
 }
 
 pub fn run(c: GgufCommand) -> Result<(), String> {
@@ -114,6 +119,7 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
         ),
         GgufCommand::PruneHead { model, ids, out } => super::head::prune_head(&model, &ids, &out),
         GgufCommand::ExpertsLast { model, out } => super::experts_last::experts_last(&model, &out),
+        GgufCommand::Moefy(args) => super::moefy::moefy(&args),
     }
 }
 

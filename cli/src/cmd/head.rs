@@ -41,7 +41,7 @@ fn default_corpus_dir() -> PathBuf {
 
 /// Text files of the corpus: each argument is a file or a directory (its files but notes and
 /// scripts, `*.md` and `*.py`, not recursive, in name order).
-fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn corpus_files(args: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let args = if args.is_empty() {
         vec![default_corpus_dir()]
     } else {

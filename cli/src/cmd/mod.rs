@@ -9,6 +9,7 @@ pub mod head;
 pub mod list;
 pub mod loopcheck;
 pub mod moe_trace;
+pub mod moefy;
 pub mod perplexity;
 pub mod pull;
 pub mod rm;

@@ -86,7 +86,7 @@ impl fmt::Display for ModelError {
             Gguf(e) => e.fmt(f),
             UnsupportedArch { arch } => write!(
                 f,
-                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen3, qwen3moe, bailingmoe2 or gemma3"
+                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen2moe, qwen3, qwen3moe, bailingmoe2 or gemma3"
             ),
             BadOption { option, reason } => write!(f, "{option}: {reason}"),
             BadHParam { key, expected, found } => write!(

@@ -22,6 +22,10 @@ pub enum Family {
     Qwen3,
     /// Qwen3-MoE: Qwen3's attention, a mixture-of-experts FFN in every layer.
     Qwen3Moe,
+    /// Qwen1.5-MoE (`qwen2moe`): Qwen2's attention (Q, K, V biases, no QK-norm); in every layer
+    /// a softmax router whose chosen probabilities weight the experts as they are, plus a shared
+    /// expert scaled by a sigmoid gate.
+    Qwen2Moe,
     /// Ling 2.0 (`bailingmoe2`): fused QKV with QK-norm and partial RoPE; leading dense layers,
     /// then experts chosen by a sigmoid router with a selection bias and groups, plus a shared
     /// expert; trailing MTP (nextn) layers that inference skips.
@@ -37,6 +41,7 @@ impl Family {
             "qwen2" => Some(Family::Qwen2),
             "qwen3" => Some(Family::Qwen3),
             "qwen3moe" => Some(Family::Qwen3Moe),
+            "qwen2moe" => Some(Family::Qwen2Moe),
             "bailingmoe2" => Some(Family::BailingMoe2),
             "gemma3" => Some(Family::Gemma3),
             _ => None,
@@ -401,7 +406,10 @@ impl HParams {
         family: Family,
         n_layer: usize,
     ) -> Result<Option<Experts>, ModelError> {
-        if !matches!(family, Family::Qwen3Moe | Family::BailingMoe2) {
+        if !matches!(
+            family,
+            Family::Qwen3Moe | Family::Qwen2Moe | Family::BailingMoe2
+        ) {
             return Ok(None);
         }
         let req = |name: &str| -> Result<u64, ModelError> { Ok(g.get_u64(&k(name))?) };
@@ -412,12 +420,13 @@ impl HParams {
         let max_used = (n_expert as u64).min(MAX_EXPERTS_USED as u64);
         let n_expert_used = in_range(&key, req("expert_used_count")?, 1, max_used)?;
         let key = k("expert_feed_forward_length");
-        let n_ff = in_range(
-            &key,
-            req("expert_feed_forward_length")?,
-            1,
-            MAX_FEED_FORWARD,
-        )?;
+        let n_ff_exp = match (opt("expert_feed_forward_length")?, family) {
+            (Some(v), _) => v,
+            // llama.cpp's qwen2moe falls back to feed_forward_length / expert_used_count.
+            (None, Family::Qwen2Moe) => req("feed_forward_length")? / n_expert_used as u64,
+            (None, _) => req("expert_feed_forward_length")?,
+        };
+        let n_ff = in_range(&key, n_ff_exp, 1, MAX_FEED_FORWARD)?;
         let mut x = Experts {
             n_ff,
             n_expert,
@@ -427,6 +436,17 @@ impl HParams {
             n_dense_lead: 0,
         };
         if family == Family::Qwen3Moe {
+            return Ok(Some(x));
+        }
+        if family == Family::Qwen2Moe {
+            // One shared expert, always; its width defaults to feed_forward_length.
+            let key = k("expert_shared_feed_forward_length");
+            let n_ff_shared = match opt("expert_shared_feed_forward_length")? {
+                Some(v) => v,
+                None => req("feed_forward_length")?,
+            };
+            x.n_ff_shared = in_range(&key, n_ff_shared, 1, MAX_FEED_FORWARD)?;
+            x.routing = Routing::QWEN2MOE;
             return Ok(Some(x));
         }
 
@@ -519,6 +539,7 @@ impl HParams {
             n_group,
             n_group_used,
             selection_bias: true,
+            shared_gate: false,
         };
         x.n_ff_shared = n_ff_shared;
         x.n_dense_lead = n_dense_lead;

@@ -1,5 +1,5 @@
-//! The decoder-only transformer: Llama, Qwen2, Qwen3, Qwen3-MoE, bailingmoe2 (Ling 2.0) and
-//! Gemma 3 in one forward pass.
+//! The decoder-only transformer: Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen1.5-MoE (qwen2moe), bailingmoe2
+//! (Ling 2.0) and Gemma 3 in one forward pass.
 //!
 //! ```text
 //! token -> embedding row (x sqrt(n_embd) for Gemma)
@@ -99,7 +99,7 @@ impl Family {
                 rope_style: RopeStyle::Normal,
                 ..base
             },
-            Family::Qwen2 => Switches {
+            Family::Qwen2 | Family::Qwen2Moe => Switches {
                 qkv_bias: true,
                 ..base
             },

@@ -1,6 +1,7 @@
-//! The mixture-of-experts feed-forward network (Qwen3-MoE's, bailingmoe2's): a router picks `k`
-//! of `n_expert` gated MLPs per token; their outputs, weighted by the router's probabilities,
-//! are summed, plus a shared expert that every token runs (bailingmoe2).
+//! The mixture-of-experts feed-forward network (Qwen3-MoE's, Qwen1.5-MoE's, bailingmoe2's): a
+//! router picks `k` of `n_expert` gated MLPs per token; their outputs, weighted by the router's
+//! probabilities, are summed, plus a shared expert that every token runs (bailingmoe2, qwen2moe;
+//! qwen2moe scales it by a sigmoid gate of its own).
 //!
 //! ```text
 //! xb = rms_norm(x)                              ffn_norm
@@ -10,10 +11,11 @@
 //! groups: score_g = the sum of the 2 largest s in group g; all s outside the
 //!         n_group_used best groups are -inf     (expert_group_count > 1)
 //! E = the k experts of largest s                in order of s, largest first
-//! w_e = p_e / max(sum_E p, 2^-14)               normalised over the chosen (norm_w)
+//! w_e = p_e / max(sum_E p, 2^-14)               normalised over the chosen (norm_w; not qwen2moe)
 //! w_e = w_e * scale                             expert_weights_scale (when not 0 or 1)
 //! f = sum_e w_e Wdown_e (silu(Wgate_e xb) * Wup_e xb)
-//!   + Wdown_sh (silu(Wgate_sh xb) * Wup_sh xb)  the shared expert (ffn_*_shexp)
+//!   + g Wdown_sh (silu(Wgate_sh xb) * Wup_sh xb) the shared expert (ffn_*_shexp), g = 1, or
+//!     g = sigmoid(w_g . xb)                     ffn_gate_inp_shexp, one weight per input (qwen2moe)
 //! x = x + f
 //! ```
 //! Each expert is one slice of a 3-D tensor (`ffn_*_exps`, ggml dims
@@ -61,6 +63,8 @@ pub struct Routing {
     pub n_group_used: usize,
     /// Look for a selection bias (`blk.N.exp_probs_b.bias`, optional where it may appear).
     pub selection_bias: bool,
+    /// The shared expert's output is scaled by sigmoid(`ffn_gate_inp_shexp` . xb) (qwen2moe).
+    pub shared_gate: bool,
 }
 
 impl Routing {
@@ -72,6 +76,19 @@ impl Routing {
         n_group: 0,
         n_group_used: 0,
         selection_bias: false,
+        shared_gate: false,
+    };
+
+    /// Qwen1.5-MoE's (`qwen2moe`): softmax, the chosen probabilities used as they are (llama.cpp
+    /// neither normalises nor scales them for this architecture), a gated shared expert.
+    pub const QWEN2MOE: Routing = Routing {
+        gating: Gating::Softmax,
+        norm_weights: false,
+        weights_scale: 1.0,
+        n_group: 0,
+        n_group_used: 0,
+        selection_bias: false,
+        shared_gate: true,
     };
 }
 
@@ -82,6 +99,8 @@ pub struct SharedExpert {
     pub w_gate: Matrix,
     pub w_up: Matrix,
     pub w_down: Matrix,
+    /// `[n_embd]`: the gate's weights (qwen2moe's `ffn_gate_inp_shexp`); `None`: ungated.
+    pub gate_inp: Option<Vec<f32>>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +150,11 @@ impl MoeFfn {
                 w_gate: ld.matrix(&n("ffn_gate_shexp.weight"), n_embd, f)?,
                 w_up: ld.matrix(&n("ffn_up_shexp.weight"), n_embd, f)?,
                 w_down: ld.matrix(&n("ffn_down_shexp.weight"), f, n_embd)?,
+                gate_inp: ld.vector_if(
+                    routing.shared_gate,
+                    &n("ffn_gate_inp_shexp.weight"),
+                    n_embd,
+                )?,
             }),
         };
         let selection_bias = match routing.selection_bias {
@@ -200,6 +224,22 @@ impl MoeFfn {
             }
             p.matvec(&sh.w_down, &a.hb, &mut a.xb2)?;
             p.tap("ffn_shexp", l, &a.xb2, n_embd);
+            if let Some(w_gate) = &sh.gate_inp {
+                for t in 0..n {
+                    let logit: f32 = w_gate
+                        .iter()
+                        .zip(row(&a.xb, n_embd, t))
+                        .map(|(w, x)| w * x)
+                        .sum();
+                    // llama.cpp writes this sigmoid as silu(g) / g: the same value to the last
+                    // bit or two, except at g = 0 exactly, where its 0/0 is NaN and this is 1/2.
+                    let gate = 1.0 / (1.0 + libm::expf(-logit));
+                    row_mut(&mut a.xb2, n_embd, t)
+                        .iter_mut()
+                        .for_each(|v| *v *= gate);
+                }
+                p.tap("ffn_shexp_out", l, &a.xb2, n_embd);
+            }
         }
 
         // Each token runs its own experts: the pass goes one token at a time here.
