@@ -19,7 +19,11 @@ use smolrun_tests::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-const MOE_MODELS: [&str; 2] = ["synthetic-qwen3moe", "synthetic-bailingmoe2"];
+const MOE_MODELS: [&str; 3] = [
+    "synthetic-qwen3moe",
+    "synthetic-bailingmoe2",
+    "synthetic-qwen2moe",
+];
 
 fn kernels() -> KernelSet {
     KernelSet::select(&smolrun_linux::detect_features())

@@ -33,6 +33,11 @@ pub struct TraceArgs {
     /// Output trace file.
     #[arg(short = 'o', long)]
     pub out: PathBuf,
+    /// Run the text one token at a time, as decoding does (with `--moe-pool N`, through the
+    /// pager, its guesses included), instead of in batches; the pager's own misses are printed,
+    /// to set beside `moe-sim`'s replay of the same routing.
+    #[arg(long)]
+    pub decode: bool,
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
@@ -116,6 +121,7 @@ pub fn trace(args: TraceArgs) -> Result<(), String> {
         ));
     }
     let (n_expert, n_used) = (groups[0].n_expert, groups[0].n_used);
+    let moe_before = engine.moe_stats();
     let (_, model, state, store, par) = engine.parts();
     let tracer = TraceStore {
         inner: store,
@@ -135,9 +141,16 @@ pub fn trace(args: TraceArgs) -> Result<(), String> {
     let mut token_index = 0usize;
     for window in tokens.chunks(args.ctx) {
         state.reset();
-        model
-            .forward_batch_all(state, &tracer, par, window, 0, 0, &mut |_, _| {})
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let at = |e: smolrun_core::model::ModelError| format!("{}: {e}", path.display());
+        if args.decode {
+            for (pos, &token) in window.iter().enumerate() {
+                model.forward(state, &tracer, par, token, pos).map_err(at)?;
+            }
+        } else {
+            model
+                .forward_batch_all(state, &tracer, par, window, 0, 0, &mut |_, _| {})
+                .map_err(at)?;
+        }
         // Each layer routes the window's tokens in order; layers run one after another.
         let routings =
             std::mem::take(&mut *tracer.routings.lock().unwrap_or_else(|p| p.into_inner()));
@@ -157,6 +170,12 @@ pub fn trace(args: TraceArgs) -> Result<(), String> {
     }
     std::fs::write(&args.out, out)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
+    if let (Some(now), Some(before)) = (engine.moe_stats(), moe_before) {
+        let stats = now.since(&before);
+        if let Some(report) = engine.moe_report(&stats, token_index) {
+            eprintln!("smolrun: the pager on this routing: {}", report.line());
+        }
+    }
     eprintln!(
         "smolrun: {} tokens x {} MoE layers traced into {}",
         token_index,
