@@ -616,3 +616,59 @@ fn page_and_state() {
     assert!(s["ram"]["total_bytes"].as_u64().unwrap() > 0);
     assert!(s["cpu"]["cores"].as_u64().unwrap() > 0);
 }
+
+/// `GET /metrics` is the Prometheus text format: every sample line is `name{labels} number`,
+/// and the counters move with the requests answered.
+#[test]
+fn metrics_count_requests_and_tokens() {
+    let server = Server::start(&[]);
+    let sample = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))
+    };
+    let before = request(server.addr, "GET", "/metrics", &[], b"");
+    assert_eq!(before.status, 200);
+    assert!(before
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let before = String::from_utf8(before.body).unwrap();
+    for line in before.lines().filter(|l| !l.starts_with('#')) {
+        let (name, value) = line.rsplit_once(' ').expect(line);
+        assert!(name.starts_with("smolrun_"), "{line}");
+        value.parse::<f64>().unwrap_or_else(|_| panic!("{line}"));
+    }
+    assert!(sample(&before, "smolrun_memory_bytes{kind=\"total\"}") > 0.0);
+    assert_eq!(
+        sample(&before, "smolrun_model_info{model=\"fake-echo\"}"),
+        1.0
+    );
+    assert_eq!(sample(&before, "smolrun_queue_depth"), 0.0);
+
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &chat_body("hello metrics"),
+    );
+    assert_eq!(r.status, 200);
+    let missing = request(server.addr, "GET", "/v1/nowhere", &[], b"");
+    assert_eq!(missing.status, 404);
+    let after = String::from_utf8(request(server.addr, "GET", "/metrics", &[], b"").body).unwrap();
+    let delta = |name: &str| sample(&after, name) - sample(&before, name);
+    // The first /metrics request was answered before the second was rendered.
+    assert!(
+        delta("smolrun_requests_total{code=\"2xx\"}") >= 2.0,
+        "{after}"
+    );
+    assert_eq!(
+        delta("smolrun_requests_total{code=\"4xx\"}"),
+        1.0,
+        "{after}"
+    );
+    assert_eq!(delta("smolrun_generations_total"), 1.0, "{after}");
+    assert!(delta("smolrun_generated_tokens_total") >= 1.0, "{after}");
+    assert!(delta("smolrun_prompt_tokens_total") >= 1.0, "{after}");
+}

@@ -57,6 +57,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/v1/state", get(state))
         .route("/v1/chat/completions", post(chat_completions))
@@ -157,6 +158,11 @@ impl RequestLog {
 
 impl Drop for RequestLog {
     fn drop(&mut self) {
+        let prompt_tokens = self
+            .summary
+            .as_ref()
+            .map_or(self.prompt_tokens, |s| s.prompt_tokens);
+        super::metrics::COUNTERS.count(self.status, prompt_tokens);
         let seconds = self.started.elapsed().as_secs_f64();
         let detail = match (&self.summary, self.generating) {
             (Some(s), _) => format!(
@@ -187,6 +193,22 @@ async fn page() -> Response {
             (header::CACHE_CONTROL, "no-cache"),
         ],
         PAGE,
+    )
+        .into_response()
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let text = super::metrics::render(
+        &app.worker.status,
+        app.worker.capacity,
+        &app.worker.info.name,
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
     )
         .into_response()
 }

@@ -16,6 +16,7 @@ pub mod engine_backend;
 mod error;
 pub mod fake;
 mod http;
+mod metrics;
 mod openai;
 mod state;
 mod text;

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 /// /proc/meminfo values in bytes: (MemTotal, MemAvailable).
-fn memory() -> Option<(u64, u64)> {
+pub fn memory() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb = |key: &str| -> Option<u64> {
         let line = text.lines().find(|l| l.starts_with(key))?;
@@ -22,7 +22,7 @@ fn memory() -> Option<(u64, u64)> {
 }
 
 /// Resident memory of this process in bytes.
-fn process_rss() -> Option<u64> {
+pub fn process_rss() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line["VmRSS:".len()..]
