@@ -109,7 +109,7 @@ fn weight_keys_from_header(gguf: &Gguf) -> (Vec<WeightKey>, Vec<WeightKey>) {
         if t.n_dims < 2 || (t.name == "token_embd.weight" && !tied) {
             continue;
         }
-        if t.n_dims == 3 && t.dims[2] > 1 {
+        if smolrun_core::gguf::is_expert_tensor(t) {
             experts.push(WeightKey::expert(id, 0));
         } else {
             whole.push(WeightKey::tensor(id));

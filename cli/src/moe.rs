@@ -84,7 +84,7 @@ impl ExpertLayout {
             n_expert,
         };
         for t in &gguf.tensors {
-            if t.n_dims == 3 && t.dims[2] > 1 {
+            if smolrun_core::gguf::is_expert_tensor(t) {
                 layout.expert_bytes += t.n_bytes;
                 let one = t.n_bytes / t.dims[2];
                 layout.slot_bytes_all_layers +=

@@ -185,6 +185,8 @@ pub struct ExpertPool<R: ReadAt, G: Signal> {
     table: TensorTable,
     align: usize,
     pools: Vec<LayerPool>,
+    /// The most slots a layer's pool has (the configured size, capped by its experts).
+    slots_per_layer: usize,
     /// Tensor id -> (pool, slice) for the expert tensors.
     by_tensor: Vec<Option<(u32, u8)>>,
     jobs: spin::Mutex<Jobs>,
@@ -320,6 +322,11 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             reader,
             table,
             align,
+            slots_per_layer: groups
+                .iter()
+                .map(|g| config.slots_per_layer.min(g.n_expert))
+                .max()
+                .unwrap_or(0),
             pools,
             by_tensor,
             jobs: spin::Mutex::new(jobs),
@@ -367,12 +374,7 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             predicted: n(&self.predicted),
             predicted_right: n(&self.predicted_right),
             pool_bytes: self.pool_bytes(),
-            slots_per_layer: self
-                .pools
-                .iter()
-                .map(|p| p.table.lock().cache.n_slots())
-                .max()
-                .unwrap_or(0),
+            slots_per_layer: self.slots_per_layer,
         }
     }
 
