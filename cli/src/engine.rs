@@ -19,6 +19,7 @@ use smolrun_core::model::{
     StreamStore, TensorTable, WeightKey, WeightStore,
 };
 use smolrun_core::platform::{Parallel, ReadAt, SingleThread};
+use smolrun_core::quant::GgmlType;
 use smolrun_core::sampler::{Draft, Sampled, Sampler, SamplerParams};
 use smolrun_core::tokenizer::{StreamDecoder, Tokenizer};
 use smolrun_linux::{CondSignal, FileReader, MappedFile, StreamingStore};
@@ -1049,8 +1050,40 @@ impl<'g> Engine<'g> {
                 keep,
             )
             .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        self.check_logits_finite()?;
         self.cached.extend_from_slice(new);
         Ok(new.len())
+    }
+
+    /// Logits that are NaN or infinite, or all one value, come from a damaged file: a block
+    /// scale that is NaN or infinite poisons every dot product it enters, and once the hidden
+    /// state is NaN the 8-bit activation quantizer turns it into zeros, so the head gives the
+    /// same logit for every token. Either would be sampled as garbage. The check costs one pass
+    /// over the logits per token; only when it fails is the file searched for the tensor to
+    /// name.
+    fn check_logits_finite(&self) -> Result<(), String> {
+        let logits = self.state.logits();
+        let first = logits.first().copied().unwrap_or(0.0);
+        if logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != first) {
+            return Ok(());
+        }
+        let culprit = match first_nonfinite_scale_in_file(&self.path, self.gguf) {
+            Ok(Some((tensor, ty, block, value))) => format!(
+                "tensor '{tensor}' ({}) has a scale of {value} in block {block} (byte {} of the \
+                 tensor); the file is damaged: fetch or quantize it again",
+                ty.name(),
+                block * ty.type_size()
+            ),
+            Ok(None) => "no tensor has a NaN or infinite block scale, so a weight or the \
+                         arithmetic overflowed; run `smolrun perplexity` on this file to compare \
+                         it with llama.cpp"
+                .to_string(),
+            Err(e) => format!("searching the file for the cause failed: {e}"),
+        };
+        Err(format!(
+            "{}: the model's logits are not finite or all the same ({first} first): {culprit}",
+            self.path.display()
+        ))
     }
 
     /// Runs one more token after what is cached; the sampler reads its logits next. Fails when
@@ -1081,6 +1114,7 @@ impl<'g> Engine<'g> {
         ) {
             return Err(self.forward_error(e));
         }
+        self.check_logits_finite()?;
         self.cached.truncate(pos);
         self.cached.push(token);
         Ok(())
@@ -1363,6 +1397,36 @@ impl<'g> Engine<'g> {
         self.cached.extend_from_slice(tokens);
         Ok(Some((base, 0)))
     }
+}
+
+/// The first tensor in the file with a NaN or infinite block scale: (name, type, block, scale).
+/// Reads the tensors with pread one at a time (at most 64 MB of buffer), so it works whatever
+/// store runs the model; it only runs after non-finite logits.
+fn first_nonfinite_scale_in_file(
+    path: &Path,
+    gguf: &Gguf,
+) -> Result<Option<(String, GgmlType, usize, f32)>, String> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut buf = Vec::new();
+    for t in &gguf.tensors {
+        let block = t.ggml_type.type_size();
+        // whole blocks per read, so a block never straddles two reads
+        let chunk = ((64 << 20) / block).max(1) * block;
+        let mut done = 0u64;
+        while done < t.n_bytes {
+            let n = chunk.min((t.n_bytes - done) as usize);
+            buf.resize(n, 0);
+            file.read_exact_at(&mut buf, t.offset + done)
+                .map_err(|e| format!("{}: reading tensor '{}': {e}", path.display(), t.name))?;
+            if let Some((i, v)) = smolrun_core::quant::first_nonfinite_scale(t.ggml_type, &buf) {
+                let index = done as usize / block + i;
+                return Ok(Some((t.name.to_string(), t.ggml_type, index, v)));
+            }
+            done += n as u64;
+        }
+    }
+    Ok(None)
 }
 
 /// The worker threads a forward pass splits its matvecs over (the caller is one of them).

@@ -268,3 +268,38 @@ fn streamed_text_equals_the_json_text_with_multibyte_characters() {
         "the continuation should have non-ASCII text: {text:?}"
     );
 }
+
+/// A block scale that is NaN (a damaged 1-bit file) makes every logit NaN; smolrun stops with
+/// the tensor and the block instead of sampling garbage.
+#[test]
+fn a_nan_block_scale_is_named_not_sampled() {
+    let src = model("qwen2.5-coder-0.5b-q1_0.gguf");
+    let dir = scratch("nan-scale");
+    let bad = dir.join("nan-scale.gguf");
+    std::fs::copy(&src, &bad).unwrap();
+    let bytes = std::fs::read(&bad).unwrap();
+    let g = smolrun_core::gguf::Gguf::parse(&bytes).unwrap();
+    let t = g.tensor("blk.0.ffn_down.weight").unwrap();
+    assert_eq!(t.ggml_type, smolrun_core::quant::GgmlType::Q1_0);
+    // block 5's f16 scale (first two bytes of the 18-byte block) becomes a NaN
+    let at = t.offset + 5 * 18;
+    drop(g);
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(&bad).unwrap();
+    f.write_all_at(&0x7e00u16.to_le_bytes(), at).unwrap();
+    drop(f);
+    let err = expect_failure(
+        smolrun()
+            .args(["run", "-m"])
+            .arg(&bad)
+            .args(["-p", "Hello", "-n", "4", "--temp", "0"]),
+    );
+    assert!(
+        err.contains("logits are not finite or all the same")
+            && err.contains("'blk.0.ffn_down.weight' (Q1_0)")
+            && err.contains("block 5")
+            && err.contains("NaN"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -598,3 +598,86 @@ mod dispatch_tests {
         ));
     }
 }
+
+/// Where a block format keeps its f16 scales (byte offsets inside one block), or `None` for a
+/// type whose scales this does not know (the float types have none; the IQ types are not run).
+fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
+    use GgmlType as T;
+    Some(match ty {
+        T::Q4_0 => &[q4_0::OFF_D],
+        T::Q5_0 => &[q5_0::OFF_D],
+        T::Q8_0 => &[q8_0::OFF_D],
+        T::Q1_0 => &[q1_0::OFF_D],
+        T::Q2_0 => &[q2_0::OFF_D],
+        T::Q4_1 => &[q4_1::OFF_D, q4_1::OFF_M],
+        T::Q5_1 => &[q5_1::OFF_D, q5_1::OFF_M],
+        T::Q2_K => &[q2_k::OFF_D, q2_k::OFF_DMIN],
+        T::Q3_K => &[q3_k::OFF_D],
+        T::Q4_K => &[q4_k::OFF_D, q4_k::OFF_DMIN],
+        T::Q5_K => &[q5_k::OFF_D, q5_k::OFF_DMIN],
+        T::Q6_K => &[q6_k::OFF_D],
+        T::TQ1_0 => &[tq1_0::OFF_D],
+        T::TQ2_0 => &[tq2_0::OFF_D],
+        _ => return None,
+    })
+}
+
+/// The first block of `bytes` (whole blocks of `ty`) whose f16 scale is NaN or infinite, with
+/// that scale: such a block turns every dot product it enters into NaN, and with it the logits.
+/// A damaged or hostile file is the only way to get one (no quantizer writes it). Types without
+/// known scales give `None`.
+pub fn first_nonfinite_scale(ty: GgmlType, bytes: &[u8]) -> Option<(usize, f32)> {
+    let offsets = scale_offsets(ty)?;
+    let size = ty.type_size();
+    for (i, block) in bytes.chunks_exact(size).enumerate() {
+        for &off in offsets {
+            let bits = u16::from_le_bytes([block[off], block[off + 1]]);
+            // f16 exponent all ones: infinity or NaN
+            if bits & 0x7c00 == 0x7c00 {
+                return Some((i, half::f16::from_bits(bits).to_f32()));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod scale_check_tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn a_nan_or_infinite_scale_is_found_in_its_block() {
+        for ty in [
+            GgmlType::Q1_0,
+            GgmlType::Q2_0,
+            GgmlType::TQ1_0,
+            GgmlType::TQ2_0,
+            GgmlType::Q2_K,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+        ] {
+            let offsets = scale_offsets(ty).unwrap();
+            let size = ty.type_size();
+            let mut bytes = vec![0u8; 4 * size];
+            // finite scales everywhere: the largest f16 and a subnormal
+            for b in bytes.chunks_exact_mut(size) {
+                b[offsets[0]..offsets[0] + 2].copy_from_slice(&0x7bffu16.to_le_bytes());
+            }
+            assert_eq!(first_nonfinite_scale(ty, &bytes), None, "{ty:?}");
+            let last = *offsets.last().unwrap();
+            bytes[2 * size + last..2 * size + last + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+            assert_eq!(
+                first_nonfinite_scale(ty, &bytes),
+                Some((2, f32::INFINITY)),
+                "{ty:?}"
+            );
+            bytes[size + offsets[0]..size + offsets[0] + 2]
+                .copy_from_slice(&0xfe00u16.to_le_bytes());
+            let (block, v) = first_nonfinite_scale(ty, &bytes).unwrap();
+            assert!(block == 1 && v.is_nan(), "{ty:?}");
+        }
+        assert_eq!(first_nonfinite_scale(GgmlType::F32, &[0xff; 8]), None);
+    }
+}
