@@ -11,6 +11,7 @@ pub mod bf16;
 pub mod f16;
 pub mod f32;
 pub mod q1_0;
+pub mod q1_0_lut;
 pub mod q2_0;
 pub mod q2_k;
 pub mod q3_k;
