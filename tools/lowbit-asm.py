@@ -297,7 +297,180 @@ def llama_loop(asm, fn):
     raise SystemExit(f"no loop in {fn}")
 
 
+
+# ------------------------------------------------------------------------------------------
+# Q1_0 lookup-table kernel (kernels-asm/src/aarch64/q1_0_lut.rs, layout in
+# core/src/quant/q1_0_lut.rs): one 16-row group, one 128-column block per loop trip.
+# Ops use virtual registers (%name); `allocate` gives them physical ones (least recently freed
+# first, so that the scheduler has room to move them), then `schedule` orders them.
+# ------------------------------------------------------------------------------------------
+
+LUT_POOL = [f"v{i}" for i in list(range(0, 20)) + list(range(24, 31))]
+
+
+def allocate(ops, pool, fixed=()):
+    """Virtual registers (%name) -> physical, in program order, freeing each after its last read."""
+    last = {}
+    for i, (_, w, r, _) in enumerate(ops):
+        for x in w + r:
+            if x.startswith("%"):
+                last[x] = i
+    free, phys, out = list(pool), {}, []
+    for i, (t, w, r, lat) in enumerate(ops):
+        rp = [phys.get(x, x) for x in r]
+        for x in dict.fromkeys(r):
+            if x.startswith("%") and last[x] == i and x not in w:
+                free.append(phys.pop(x))
+        wp = []
+        for x in w:
+            if x.startswith("%"):
+                if x not in phys:
+                    if not free:
+                        raise SystemExit(f"out of registers at op {i}: {t}")
+                    phys[x] = free.pop(0)
+                wp.append(phys[x])
+            else:
+                wp.append(x)
+        names = dict(zip(r, rp))
+        names.update(zip(w, wp))
+        for x in sorted(names, key=len, reverse=True):
+            if x.startswith("%"):
+                # `q%a` / `s%a` / `h%a` take the number, `%a` the whole name (v5).
+                t = re.sub(r"(?<=[qsh])" + re.escape(x) + r"\b", names[x][1:], t)
+                t = re.sub(re.escape(x) + r"\b", names[x], t)
+        for x in w:
+            if x.startswith("%") and last[x] == i:
+                free.append(phys.pop(x))
+        out.append((t, wp, rp, lat))
+    return out
+
+
+def lut_block_ops():
+    """One 128-column block of a 16-row group: sumf (v20-v23, rows 4q..4q+3) += d * sumi."""
+    o = []
+    o.append(op("ldr q%d8, [{s}]", ["%d8"], ["s"], 4))
+    for k in range(4):
+        for j in (0, 2):
+            off = 32 + 64 * k + 16 * j
+            o.append(op(f"ldp q%i{k}{j}, q%i{k}{j+1}, [{{x}}, #{off}]", [f"%i{k}{j}", f"%i{k}{j+1}"], ["x"], 4))
+        for j in range(4):
+            t = [f"%t{k}{j}{n}" for n in range(4)]  # lo_a hi_a lo_b hi_b
+            off = 256 * k + 64 * j
+            o.append(op(f"ldp q{t[0]}, q{t[1]}, [{{t}}, #{off}]", t[:2], ["t"], 4))
+            o.append(op(f"ldp q{t[2]}, q{t[3]}, [{{t}}, #{off + 32}]", t[2:], ["t"], 4))
+            i, a, b = f"%i{k}{j}", f"%a{k}{j}", f"%b{k}{j}"
+            o.append(op(f"and {a}.16b, {i}.16b, v31.16b", [a], [i, "v31"], 2))
+            o.append(op(f"ushr {b}.16b, {i}.16b, #4", [b], [i], 2))
+            la, ha, lb, hb = (f"%{n}{k}{j}" for n in ("la", "ha", "lb", "hb"))
+            o.append(op(f"tbl {la}.16b, {{{{{t[0]}.16b}}}}, {a}.16b", [la], [t[0], a], 2))
+            o.append(op(f"tbl {ha}.16b, {{{{{t[1]}.16b}}}}, {a}.16b", [ha], [t[1], a], 2))
+            o.append(op(f"tbl {lb}.16b, {{{{{t[2]}.16b}}}}, {b}.16b", [lb], [t[2], b], 2))
+            o.append(op(f"tbl {hb}.16b, {{{{{t[3]}.16b}}}}, {b}.16b", [hb], [t[3], b], 2))
+            o.append(op(f"add %L{k}{j}.16b, {la}.16b, {lb}.16b", [f"%L{k}{j}"], [la, lb], 2))
+            o.append(op(f"add %H{k}{j}.16b, {ha}.16b, {hb}.16b", [f"%H{k}{j}"], [ha, hb], 2))
+        # lo: 4 groups per byte (<= 252), then widened; hi: 8 groups per byte (|sum| <= 64).
+        o.append(op(f"add %La{k}.16b, %L{k}0.16b, %L{k}1.16b", [f"%La{k}"], [f"%L{k}0", f"%L{k}1"], 2))
+        o.append(op(f"add %Lb{k}.16b, %L{k}2.16b, %L{k}3.16b", [f"%Lb{k}"], [f"%L{k}2", f"%L{k}3"], 2))
+        o.append(op(f"add %Ha{k}.16b, %H{k}0.16b, %H{k}1.16b", [f"%Ha{k}"], [f"%H{k}0", f"%H{k}1"], 2))
+        o.append(op(f"add %Hb{k}.16b, %H{k}2.16b, %H{k}3.16b", [f"%Hb{k}"], [f"%H{k}2", f"%H{k}3"], 2))
+        o.append(op(f"add %H{k}.16b, %Ha{k}.16b, %Hb{k}.16b", [f"%H{k}"], [f"%Ha{k}", f"%Hb{k}"], 2))
+        o.append(op(f"uaddl %S{k}0.8h, %La{k}.8b, %Lb{k}.8b", [f"%S{k}0"], [f"%La{k}", f"%Lb{k}"], 2))
+        o.append(op(f"uaddl2 %S{k}1.8h, %La{k}.16b, %Lb{k}.16b", [f"%S{k}1"], [f"%La{k}", f"%Lb{k}"], 2))
+        o.append(op(f"sshll %h{k}0.8h, %H{k}.8b, #6", [f"%h{k}0"], [f"%H{k}"], 2))
+        o.append(op(f"sshll2 %h{k}1.8h, %H{k}.16b, #6", [f"%h{k}1"], [f"%H{k}"], 2))
+        for h in range(2):
+            o.append(op(f"add %s{k}{h}.8h, %S{k}{h}.8h, %h{k}{h}.8h", [f"%s{k}{h}"], [f"%S{k}{h}", f"%h{k}{h}"], 2))
+        # Rows 4q..4q+3: sumi += d8_k * float(S), the scalar's order (first block: a product alone).
+        for q in range(4):
+            src, half = f"%s{k}{q // 2}", ("4h" if q % 2 == 0 else "8h")
+            ins = "sxtl" if q % 2 == 0 else "sxtl2"
+            f = f"%f{k}{q}"
+            o.append(op(f"{ins} {f}.4s, {src}.{half}", [f], [src], 2))
+            o.append(op(f"scvtf {f}.4s, {f}.4s", [f], [f], 4))
+            if k == 0:
+                o.append(op(f"fmul %sumi{k}{q}.4s, {f}.4s, %d8.s[{k}]", [f"%sumi{k}{q}"], [f, "%d8"], 4))
+            else:
+                o.append(op(f"fmul {f}.4s, {f}.4s, %d8.s[{k}]", [f], [f, "%d8"], 4))
+                o.append(op(f"fadd %sumi{k}{q}.4s, %sumi{k-1}{q}.4s, {f}.4s", [f"%sumi{k}{q}"], [f"%sumi{k-1}{q}", f], 4))
+    o.append(op("ldp q%dA, q%dB, [{x}]", ["%dA", "%dB"], ["x"], 4))
+    for q in range(4):
+        src = "%dA" if q < 2 else "%dB"
+        ins = "fcvtl" if q % 2 == 0 else "fcvtl2"
+        half = "4h" if q % 2 == 0 else "8h"
+        D = f"%D{q}"
+        o.append(op(f"{ins} {D}.4s, {src}.{half}", [D], [src], 4))
+        o.append(op(f"fmul {D}.4s, {D}.4s, %sumi3{q}.4s", [D], [D, f"%sumi3{q}"], 4))
+        o.append(op(f"fadd v{20+q}.4s, v{20+q}.4s, {D}.4s", [f"v{20+q}"], [f"v{20+q}", D], 4))
+    o.append(op("add {x}, {x}, #288", ["x"], ["x"], 1))
+    o.append(op("add {t}, {t}, #1024", ["t"], ["t"], 1))
+    o.append(op("add {s}, {s}, #16", ["s"], ["s"], 1))
+    o.append(op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1))
+    return o
+
+
+def lut_loop():
+    return schedule(allocate(lut_block_ops(), LUT_POOL)) + ["b.ne 2b"]
+
+
+def lut_build_ops():
+    """Tables of one Q8_0 block (see q1_0_lut.rs): v16-v18 the signs of bits 0-2 for codes
+    0..7 (+1/-1 as i16), v19 ones, v29 twos, v30 the byte 63."""
+    o = [
+        op("ldr h%d, [{y}]", ["%d"], ["y"], 4),
+        op("ldur q%qa, [{y}, #2]", ["%qa"], ["y"], 4),
+        op("ldur q%qb, [{y}, #18]", ["%qb"], ["y"], 4),
+        op("fcvt s%d, h%d", ["%d"], ["%d"], 4),
+        op("str s%d, [{s}], #4", ["s"], ["%d", "s"], 1),
+    ]
+    for w in range(4):
+        src, ins, half = ("%qa" if w < 2 else "%qb"), ("sxtl" if w % 2 == 0 else "sxtl2"), ("8b" if w % 2 == 0 else "16b")
+        o.append(op(f"{ins} %w{w}.8h, {src}.{half}", [f"%w{w}"], [src], 2))
+    for g in range(8):
+        W, e = f"%w{g // 2}", 4 * (g % 2)
+        T0, T1, M = f"%T0{g}", f"%T1{g}", f"%M{g}"
+        o.append(op(f"mul {T0}.8h, v16.8h, {W}.h[{e}]", [T0], ["v16", W], 4))
+        o.append(op(f"mla {T0}.8h, v17.8h, {W}.h[{e + 1}]", [T0], [T0, "v17", W], 4))
+        o.append(op(f"mla {T0}.8h, v18.8h, {W}.h[{e + 2}]", [T0], [T0, "v18", W], 4))
+        o.append(op(f"mls {T0}.8h, v19.8h, {W}.h[{e + 3}]", [T0], [T0, "v19", W], 4))
+        o.append(op(f"mul {M}.8h, v29.8h, {W}.h[{e + 3}]", [M], ["v29", W], 4))
+        o.append(op(f"add {T1}.8h, {T0}.8h, {M}.8h", [T1], [T0, M], 2))
+        lo, hi = f"%lo{g}", f"%hi{g}"
+        o.append(op(f"xtn {lo}.8b, {T0}.8h", [lo], [T0], 2))
+        o.append(op(f"xtn2 {lo}.16b, {T1}.8h", [lo], [lo, T1], 2))
+        o.append(op(f"and {lo}.16b, {lo}.16b, v30.16b", [lo], [lo, "v30"], 2))
+        o.append(op(f"shrn {hi}.8b, {T0}.8h, #6", [hi], [T0], 2))
+        o.append(op(f"shrn2 {hi}.16b, {T1}.8h, #6", [hi], [hi, T1], 2))
+        o.append(op(f"stp q{lo}, q{hi}, [{{t}}, #{64 * (g // 2) + 32 * (g % 2)}]", [], [lo, hi, "t"], 1))
+    o.append(op("add {y}, {y}, #34", ["y"], ["y"], 1))
+    o.append(op("add {t}, {t}, #256", ["t"], ["t"], 1))
+    o.append(op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1))
+    return o
+
+
+# The `mul/mla ... .h[i]` forms take their element register from v0-v15.
+LUT_BUILD_POOL = [f"v{i}" for i in range(0, 16)] + ["v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v31"]
+
+
+def lut_build_loop():
+    ops = lut_build_ops()
+    # the element registers (%w*) must come from v0-v15: allocate them first from that range
+    return schedule(allocate(ops, LUT_BUILD_POOL)) + ["b.ne 2b"]
+
+
+def lut_asm(lines):
+    sub = {"{{": "{", "}}": "}", "{x}": "x0", "{y}": "x1", "{nb}": "x2", "{t}": "x3", "{s}": "x4",
+           "2b": ".Lloop"}
+    out = []
+    for l in lines:
+        for a, b in sub.items():
+            l = l.replace(a, b)
+        out.append("  " + l)
+    return ".Lloop:\n" + "\n".join(out) + "\n"
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "emit" and sys.argv[2] in ("lut", "lut-build"):
+        print(emit(lut_loop() if sys.argv[2] == "lut" else lut_build_loop()))
+        return
     if len(sys.argv) >= 4 and sys.argv[1] == "emit":
         kind, face = sys.argv[2], sys.argv[3]
         if len(sys.argv) > 4 and sys.argv[4] == "tail":

@@ -26,8 +26,7 @@
 //! of a block of -128s sum to 128, one past i8).
 //! Layout: Q8_0 block k's 256 bytes at 256k, for pair j (groups 2j, 2j+1) the 64 bytes
 //! `lo[2j] hi[2j] lo[2j+1] hi[2j+1]` (16 entries each) at 256k + 64j; after all blocks, each
-//! block's d as f32 (4 bytes, k-th at 256 nb8 + 4k); then [`TABLE_PAD`] bytes the NEON kernel
-//! may read ahead into.
+//! block's d as f32 (4 bytes, k-th at 256 nb8 + 4k).
 //!
 //! **Float order**: per row and Q1_0 block, `sumi = 0 + d8_0 s0 + d8_1 s1 + d8_2 s2 + d8_3 s3`,
 //! then `sumf += d * sumi`, one rounding each, no fused multiply-add: `vec_dot`'s operations.
@@ -44,9 +43,6 @@ pub const GROUP_BLOCK_BYTES: usize = GROUP_ROWS * BLOCK_BYTES;
 pub const GROUP_OFF_QS: usize = 2 * GROUP_ROWS;
 /// Table bytes of one Q8_0 activation block: 8 groups of 4 quants x (16 lo + 16 hi) bytes.
 pub const TABLE_BLOCK_BYTES: usize = 256;
-/// Bytes past the tables and scales that the NEON kernel may read (it loads the next Q8_0
-/// block's first tables while it finishes the current one; past the last, it loads these).
-pub const TABLE_PAD: usize = 128;
 
 /// Bytes of `n_rows` Q1_0 rows of `n_cols` elements in this layout (whole groups, the last one
 /// padded); `None` if `n_cols` is not a whole number of blocks or the size overflows.
@@ -94,8 +90,7 @@ pub fn table_bytes(n_cols: usize) -> Option<usize> {
         return None;
     }
     let nb8 = n_cols / q8_0::BLOCK_ELEMS;
-    nb8.checked_mul(TABLE_BLOCK_BYTES + 4)?
-        .checked_add(TABLE_PAD)
+    nb8.checked_mul(TABLE_BLOCK_BYTES + 4)
 }
 
 /// The 16 sums `T[c]` of one group of 4 quants (bit i of c set: +q_i, clear: -q_i).
@@ -137,7 +132,6 @@ pub fn build_table(act: &[u8], table: &mut [u8]) {
         }
         rest[4 * k..4 * k + 4].copy_from_slice(&f16_at(y, q8_0::OFF_D).to_le_bytes());
     }
-    rest[4 * nb8..].fill(0);
 }
 
 /// `out[r] = row r . act` over `out.len()` rows in this layout (`packed` holds their groups),
@@ -145,7 +139,7 @@ pub fn build_table(act: &[u8], table: &mut [u8]) {
 /// `q1_0::vec_dot` on every row. Rows whose data `packed` lacks get 0.
 pub fn matvec(n_cols: usize, packed: &[u8], table: &[u8], out: &mut [f32]) {
     // The table's own block count places its scales; the row uses as many as both hold.
-    let table_nb8 = table.len().saturating_sub(TABLE_PAD) / (TABLE_BLOCK_BYTES + 4);
+    let table_nb8 = table.len() / (TABLE_BLOCK_BYTES + 4);
     let nb = (n_cols / BLOCK_ELEMS).min(table_nb8 / 4);
     let d8_at = table_nb8 * TABLE_BLOCK_BYTES;
     let group_bytes = nb * GROUP_BLOCK_BYTES;
@@ -221,7 +215,7 @@ mod tests {
         assert_eq!(bytes(17, 256), Some(2 * 2 * 288));
         assert_eq!(bytes(0, 128), Some(0));
         assert_eq!(bytes(16, 100), None);
-        assert_eq!(table_bytes(256), Some(8 * 260 + TABLE_PAD));
+        assert_eq!(table_bytes(256), Some(8 * 260));
         assert_eq!(table_bytes(96), None);
         let mut dst = vec![0u8; 288];
         assert!(repack(&[0u8; 18], 1, 128, &mut dst[1..]).is_none());
