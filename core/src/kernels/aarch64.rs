@@ -9,10 +9,10 @@
 //! (tools/test-aarch64.sh, qemu a76 and a53); the tests below check which face each set of
 //! features gets.
 
-use super::{KernelSet, RepackedKernel};
+use super::{ActTable, KernelSet, RepackedKernel, Q1_0_LUT16_SCALAR};
 use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
 use crate::platform::CpuFeatures;
-use crate::quant::GgmlType;
+use crate::quant::{q1_0_lut, GgmlType};
 use smolrun_kernels::aarch64::{self as neon, attention as k, exp};
 
 /// Installs the ARMv8.0 NEON kernels and the NEON faces of attention and SwiGLU (one face for
@@ -45,6 +45,11 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q2_0, neon::vec_dot_q2_0_q8_0_neon, None, "neon");
     set.install(GgmlType::TQ1_0, neon::vec_dot_tq1_0_q8_k_neon, None, "neon");
     if !features.dotprod {
+        // Q1_0 by table lookup (rows in groups of 16, one `tbl` per 4 weights of 16 rows):
+        // llvm-mca puts it at 3-8x fewer cycles per row than the direct kernel on the A53 and
+        // the A7 (tools/lowbit-asm.py mca). With dotprod the direct sdot kernel stays: on the
+        // A55 the table kernel's loads and `tbl`s do not beat one sdot per 16 weights.
+        set.add_repacked(GgmlType::Q1_0, Q1_0_LUT16);
         return;
     }
     set.name = "aarch64-dotprod";
@@ -69,6 +74,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
             repack: neon::repack_q4_k_x4,
             rows: q4_k_x4_dotprod,
             face: "dotprod-x4",
+            act_table: None,
         },
     );
     set.add_repacked(
@@ -80,6 +86,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
             repack: neon::repack_q8_0_x4,
             rows: q8_0_x4_dotprod,
             face: "dotprod-x4",
+            act_table: None,
         },
     );
     set.add_repacked(
@@ -91,9 +98,22 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
             repack: neon::repack_q5_0_x4,
             rows: q5_0_x4_dotprod,
             face: "dotprod-x4",
+            act_table: None,
         },
     );
 }
+
+/// The Q1_0 lookup-table kernel, NEON face (ARMv8.0): the layout and tables of the scalar face
+/// `Q1_0_LUT16_SCALAR` (same layout name, so a repack cache serves both), built and dotted in asm.
+pub(super) const Q1_0_LUT16: RepackedKernel = RepackedKernel {
+    rows: neon::matvec_q1_0_lut16_neon,
+    face: "neon-lut16",
+    act_table: Some(ActTable {
+        bytes: q1_0_lut::table_bytes,
+        build: neon::build_table_q1_0_lut_neon,
+    }),
+    ..Q1_0_LUT16_SCALAR
+};
 
 // =============================================================================================
 // Weight kernels that need dotprod: the safe wrappers `install` puts in the set.
@@ -228,6 +248,32 @@ mod tests {
         } else {
             assert_eq!(KernelSet::select(&features).name(), "aarch64-neon");
             println!("notice: this CPU has no dotprod; the sdot kernels are not selected");
+        }
+    }
+
+    /// Without dotprod (A53, A7) Q1_0 runs through the lookup-table kernel (repacked, with
+    /// activation tables); with dotprod it keeps the direct sdot kernel and no repack.
+    /// `exactness::repacked_kernels_match_scalar_on_every_row` tests the kernel itself.
+    #[test]
+    fn q1_0_takes_the_table_kernel_exactly_without_dotprod() {
+        let neon_only = CpuFeatures {
+            neon: true,
+            ..CpuFeatures::default()
+        };
+        let set = KernelSet::select(&neon_only);
+        let rk = set.weight(GgmlType::Q1_0).unwrap().repacked.unwrap();
+        assert_eq!(
+            (rk.layout, rk.face, rk.group_rows),
+            ("q1_0_lut16", "neon-lut16", 16)
+        );
+        assert!(rk.act_table.is_some());
+        let with_dotprod = CpuFeatures {
+            dotprod: true,
+            ..neon_only
+        };
+        if detected_features().dotprod {
+            let set = KernelSet::select(&with_dotprod);
+            assert!(set.weight(GgmlType::Q1_0).unwrap().repacked.is_none());
         }
     }
 
