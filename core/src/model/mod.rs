@@ -44,7 +44,7 @@ pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
     bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
 };
-pub use state::{State, StateShape, DEFAULT_BATCH};
+pub use state::{State, StateShape, DEFAULT_BATCH, TABLE_TOKENS};
 pub use store::{
     PreadStore, RecordingStore, RepackedWeights, ResidentStore, StoreCall, StoreError,
     StoreErrorKind, StreamStats, TensorId, TensorTable, Weight, WeightKey, WeightStore,
