@@ -10,10 +10,13 @@ write-after-write dependence on a register kept, latencies roughly the A55's), a
 prints the lines pasted into the asm! blocks.
 
     tools/lowbit-asm.py emit q1|q2|tq1 dot|neon [tail]   # the loop body (or the float tail)
+    tools/lowbit-asm.py emit lut|lut-build               # the Q1_0 lookup-table loops
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
-cyclone. With the path of llama.cpp's ggml/src/ggml-cpu/arch/arm/quants.c it also compiles
+cyclone. The Q1_0 lookup-table kernel's line is per row (a trip covers 16 rows x 128 weights);
+its table build, paid once per token and matrix input whatever the row count, is per 128
+activations. With the path of llama.cpp's ggml/src/ggml-cpu/arch/arm/quants.c it also compiles
 that file with aarch64-linux-gnu-gcc -O3 (-march=armv8.2-a+dotprod and -march=armv8-a),
 extracts the block loop of ggml_vec_dot_q1_0_q8_0, _q2_0_q8_0 and _tq1_0_q8_K and measures
 it the same way.
@@ -350,14 +353,13 @@ def lut_block_ops():
     o = []
     o.append(op("ldr q%d8, [{s}]", ["%d8"], ["s"], 4))
     for k in range(4):
-        for j in (0, 2):
-            off = 32 + 64 * k + 16 * j
-            o.append(op(f"ldp q%i{k}{j}, q%i{k}{j+1}, [{{x}}, #{off}]", [f"%i{k}{j}", f"%i{k}{j+1}"], ["x"], 4))
+        for j in range(4):
+            o.append(op(f"ldr q%i{k}{j}, [{{x}}, #{32 + 64 * k + 16 * j}]", [f"%i{k}{j}"], ["x"], 4))
         for j in range(4):
             t = [f"%t{k}{j}{n}" for n in range(4)]  # lo_a hi_a lo_b hi_b
             off = 256 * k + 64 * j
-            o.append(op(f"ldp q{t[0]}, q{t[1]}, [{{t}}, #{off}]", t[:2], ["t"], 4))
-            o.append(op(f"ldp q{t[2]}, q{t[3]}, [{{t}}, #{off + 32}]", t[2:], ["t"], 4))
+            for n in range(4):
+                o.append(op(f"ldr q{t[n]}, [{{t}}, #{off + 16 * n}]", [t[n]], ["t"], 4))
             i, a, b = f"%i{k}{j}", f"%a{k}{j}", f"%b{k}{j}"
             o.append(op(f"and {a}.16b, {i}.16b, v31.16b", [a], [i, "v31"], 2))
             o.append(op(f"ushr {b}.16b, {i}.16b, #4", [b], [i], 2))
@@ -392,7 +394,8 @@ def lut_block_ops():
             else:
                 o.append(op(f"fmul {f}.4s, {f}.4s, %d8.s[{k}]", [f], [f, "%d8"], 4))
                 o.append(op(f"fadd %sumi{k}{q}.4s, %sumi{k-1}{q}.4s, {f}.4s", [f"%sumi{k}{q}"], [f"%sumi{k-1}{q}", f], 4))
-    o.append(op("ldp q%dA, q%dB, [{x}]", ["%dA", "%dB"], ["x"], 4))
+    o.append(op("ldr q%dA, [{x}]", ["%dA"], ["x"], 4))
+    o.append(op("ldr q%dB, [{x}, #16]", ["%dB"], ["x"], 4))
     for q in range(4):
         src = "%dA" if q < 2 else "%dB"
         ins = "fcvtl" if q % 2 == 0 else "fcvtl2"
@@ -408,8 +411,65 @@ def lut_block_ops():
     return o
 
 
+def schedule_virtual(ops, n_regs):
+    """`schedule` for ops on virtual registers, before allocation: the order may keep at most
+    `n_regs` of them live at once (so that `allocate` then finds a register for each), and
+    otherwise issues the op whose operands are ready soonest."""
+    n = len(ops)
+    deps = [[] for _ in range(n)]
+    last_w, reads_since = {}, {}
+    for i, (t, w, r, lat) in enumerate(ops):
+        for x in r:
+            if x in last_w: deps[i].append((last_w[x], ops[last_w[x]][3]))
+        for x in w:
+            if x in last_w: deps[i].append((last_w[x], 1))
+            for j in reads_since.get(x, []): deps[i].append((j, 0))
+        for x in r: reads_since.setdefault(x, []).append(i)
+        for x in w: last_w[x] = i; reads_since[x] = []
+    readers = {}
+    for i, (_, w, r, _) in enumerate(ops):
+        for x in r:
+            if x.startswith("%"): readers.setdefault(x, set()).add(i)
+    live, issued, out, cycle = set(), {}, [], 0
+    remaining = list(range(n))
+    while remaining:
+        best = None
+        for i in remaining:
+            if not all(p in issued for p, _ in deps[i]):
+                continue
+            _, w, r, _ = ops[i]
+            new = {x for x in w if x.startswith("%") and x not in live}
+            freed = {x for x in r if x.startswith("%") and readers[x] == {i} and x not in w}
+            grow = len(new) - len(freed)
+            # An op that reads no register (a load) leaves room for the ops that consume it.
+            reserve = 0 if any(x.startswith("%") for x in r) else 4
+            if len(live) + grow > n_regs - reserve:
+                continue
+            ready = max([issued[p] + d for p, d in deps[i]] + [0])
+            key = (ready, i)
+            if best is None or key < best[0]:
+                best = (key, i, new, freed)
+        if best is None:
+            raise SystemExit("schedule_virtual: no op fits the register budget")
+        (ready, _), i, new, freed = best
+        cycle = max(cycle + 1, ready)
+        issued[i] = cycle
+        _, w, r, _ = ops[i]
+        for x in r:
+            if x.startswith("%"): readers[x].discard(i)
+        live |= new
+        live -= freed
+        for x in w:
+            if x.startswith("%") and not readers.get(x):
+                live.discard(x)
+        out.append(ops[i])
+        remaining.remove(i)
+    return out
+
+
 def lut_loop():
-    return schedule(allocate(lut_block_ops(), LUT_POOL)) + ["b.ne 2b"]
+    ops = allocate(schedule_virtual(lut_block_ops(), len(LUT_POOL)), LUT_POOL)
+    return [t for t, *_ in ops] + ["b.ne 2b"]
 
 
 def lut_build_ops():
@@ -452,9 +512,10 @@ LUT_BUILD_POOL = [f"v{i}" for i in range(0, 16)] + ["v20", "v21", "v22", "v23", 
 
 
 def lut_build_loop():
-    ops = lut_build_ops()
-    # the element registers (%w*) must come from v0-v15: allocate them first from that range
-    return schedule(allocate(ops, LUT_BUILD_POOL)) + ["b.ne 2b"]
+    ops = allocate(schedule_virtual(lut_build_ops(), 20), LUT_BUILD_POOL)
+    # `mul/mla .h[i]` take their element register from v0-v15 (the assembler refuses others).
+    assert all(int(w[1:]) < 16 for t, ws, _, _ in ops if t.startswith("sxtl") for w in ws), ops
+    return [t for t, *_ in ops] + ["b.ne 2b"]
 
 
 def lut_asm(lines):
@@ -484,6 +545,14 @@ def main():
             for face in ["dot", "neon"]:
                 name = f"ours {kind} ({BLOCK[kind]} weights) {'dotprod' if face == 'dot' else 'ARMv8.0'}"
                 print(f"{name:<44}" + "".join(f"{mca_cycles(ours_asm(kind, face), c):>12.1f}" for c in CPUS))
+        # The lookup-table kernel: one trip is 16 rows x 128 weights; the tables are built once
+        # per token and matrix input (one trip: 32 activations), whatever the row count.
+        lut = lut_asm(lut_loop())
+        print(f"{'ours q1 LUT16 (128 weights, per row) ARMv8.0':<44}"
+              + "".join(f"{mca_cycles(lut, c) / 16:>12.1f}" for c in CPUS))
+        build = lut_asm(lut_build_loop())
+        print(f"{'ours q1 LUT16 table build (128 activations)':<44}"
+              + "".join(f"{mca_cycles(build, c) * 4:>12.1f}" for c in CPUS))
         if len(sys.argv) > 2:
             quants = sys.argv[2]
             src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(quants))))

@@ -31,7 +31,7 @@
 //! matrix stay in the file layout and run through the one-row dotprod kernel. Q8_0 and Q5_0
 //! x4 are bit-identical to the scalar twins, Q4_K x4 is within the bound above.
 //!
-//! Also here: the lookup-table matvec for Q1_0 on ARMv8.0 (`q1_0_lut.rs`, T-MAC style): rows
+//! Also here: the lookup-table matvec for Q1_0 in base NEON (`q1_0_lut.rs`, T-MAC style): rows
 //! repacked in groups of 16, the activation row turned into tables of 4-activation sums once
 //! per token, then one `tbl` per 4 weights of 16 rows; bit-identical to the scalar twin.
 //!
