@@ -69,7 +69,7 @@ pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
 pub use q1_0::{vec_dot_q1_0_q8_0_dotprod, vec_dot_q1_0_q8_0_neon};
 pub use q1_0_lut::{
     build_table_q1_0_lut_neon, matvec_q1_0_lut16_neon, LUT_GROUP_BLOCK_BYTES, LUT_GROUP_ROWS,
-    LUT_TABLE_BLOCK_BYTES,
+    LUT_TABLE_BLOCK_BYTES, LUT_TILE_BLOCKS,
 };
 pub use q2_0::{vec_dot_q2_0_q8_0_dotprod, vec_dot_q2_0_q8_0_neon};
 pub use q2_k::{vec_dot_q2_k_q8_k_dotprod, vec_dot_q2_k_q8_k_neon};
