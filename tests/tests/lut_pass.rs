@@ -6,9 +6,10 @@
 //! run a few tokens at a time, and decoding token by token. Every logit must be the
 //! unrepacked scalar run's to the bit: the kernel keeps `q1_0::vec_dot`'s float order.
 //!
-//! It runs the table kernel's scalar face (`Q1_0_LUT16_SCALAR`) so that it runs on any CPU;
-//! the NEON face gives the same bits as the scalar face (core/tests/neon_exact.rs, under
-//! qemu). Run in release mode: `cargo test --release -p smolrun-tests --test lut_pass`.
+//! It runs the table kernel's scalar face (`Q1_0_LUT16_SCALAR`) on every CPU, and on aarch64
+//! also the NEON face that the CPU's kernel set installs (under qemu: `tools/test-aarch64.sh`
+//! does not run this file; run it with the runner it sets, see the report of issue #19).
+//! Run in release mode: `cargo test --release -p smolrun-tests --test lut_pass`.
 
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::{KernelSet, Q1_0_LUT16_SCALAR};
@@ -31,14 +32,33 @@ fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
     }
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).expect("parse");
-    let mut kernels = KernelSet::scalar();
-    let direct = Model::load_with_kernels(&g, &kernels).expect("load");
-    kernels.add_repacked(GgmlType::Q1_0, Q1_0_LUT16_SCALAR);
-    let lut = Model::load_with_kernels(&g, &kernels).expect("load");
-    assert!(lut.act_table_bytes() > 0 && direct.act_table_bytes() == 0);
+    // The scalar face on every CPU; this CPU's own table kernel where it has one (aarch64:
+    // the NEON face, run under qemu by tools/test-aarch64.sh).
+    let mut scalar = KernelSet::scalar();
+    scalar.add_repacked(GgmlType::Q1_0, Q1_0_LUT16_SCALAR);
+    let mut sets = vec![scalar];
+    let native = KernelSet::select(&smolrun_linux::detect_features());
+    let q1 = native.weight(GgmlType::Q1_0).expect("Q1_0");
+    if q1.repacked.is_some_and(|rk| rk.act_table.is_some()) {
+        sets.push(native);
+    }
+    for kernels in sets {
+        check_set(&g, &kernels);
+    }
+}
 
-    let plain = ResidentStore::new(&g);
-    let plan = RepackPlan::new(&lut).expect("plan");
+/// `kernels` (with a Q1_0 table kernel) on the repacked store against the same kernels on the
+/// plain store, where every matvec takes the direct one-row kernel.
+fn check_set(g: &Gguf, kernels: &KernelSet) {
+    let model = Model::load_with_kernels(g, kernels).expect("load");
+    let rk = model
+        .output
+        .kernel
+        .repacked
+        .expect("a table kernel for Q1_0");
+    assert!(model.act_table_bytes() > 0);
+    let plain = ResidentStore::new(g);
+    let plan = RepackPlan::new(&model).expect("plan");
     assert!(
         plan.entries.iter().any(|e| e.n_rows > 1000),
         "the Q1_0 matrices are repacked"
@@ -50,7 +70,7 @@ fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
     let weights = plan
         .weights(Box::new(cache), g.tensors.len())
         .expect("weights");
-    let repacked = ResidentStore::new(&g).with_repacked(weights);
+    let repacked = ResidentStore::new(g).with_repacked(weights);
 
     let par = ScopedThreads::from_env();
     let tokens: Vec<u32> = [
@@ -60,8 +80,8 @@ fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
     .take(TABLE_TOKENS + 3)
     .collect();
     for n_batch in [tokens.len(), 1] {
-        let want = logits_in_batches(&direct, &plain, &par, &tokens, n_batch);
-        let got = logits_in_batches(&lut, &repacked, &par, &tokens, n_batch);
+        let want = logits_in_batches(&model, &plain, &par, &tokens, n_batch);
+        let got = logits_in_batches(&model, &repacked, &par, &tokens, n_batch);
         for (t, (w, g)) in want.iter().zip(&got).enumerate() {
             let differ = w
                 .iter()
@@ -71,12 +91,16 @@ fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
             assert_eq!(
                 differ,
                 0,
-                "batches of {n_batch}, token {t}: {differ} of {} logits differ",
+                "{} ({}), batches of {n_batch}, token {t}: {differ} of {} logits differ",
+                kernels.name(),
+                rk.face,
                 w.len()
             );
         }
         println!(
-            "q1_0 lut16: {} tokens in batches of {n_batch}: every logit identical",
+            "q1_0 lut16 ({}, {}): {} tokens in batches of {n_batch}: every logit identical",
+            kernels.name(),
+            rk.face,
             tokens.len()
         );
     }

@@ -13,6 +13,7 @@ pub mod f32;
 pub mod q1_0;
 pub mod q1_0_lut;
 pub mod q2_0;
+pub mod q2_0_lut;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;

@@ -59,10 +59,35 @@ pub fn bytes(n_rows: usize, n_cols: usize) -> Option<usize> {
 /// Repacks `n_rows` Q1_0 file rows (`src`) into `dst` (exactly `bytes(n_rows, n_cols)`); `None`,
 /// writing nothing, on a size mismatch.
 pub fn repack(src: &[u8], n_rows: usize, n_cols: usize, dst: &mut [u8]) -> Option<()> {
-    let nb = n_cols / BLOCK_ELEMS;
+    repack_blocks(
+        src,
+        n_rows,
+        n_cols / BLOCK_ELEMS,
+        n_cols.is_multiple_of(BLOCK_ELEMS),
+        dst,
+    )
+}
+
+/// The 16-row transpose of blocks laid out as Q1_0's and Q2_0's are (f16 d at 0, 16 bytes of
+/// codes at 2): `nb` blocks per row; `whole` says whether the row was a whole number of
+/// blocks. Shared with `q2_0_lut`.
+pub(crate) fn repack_blocks(
+    src: &[u8],
+    n_rows: usize,
+    nb: usize,
+    whole: bool,
+    dst: &mut [u8],
+) -> Option<()> {
     let row_bytes = nb.checked_mul(BLOCK_BYTES)?;
-    if src.len() != n_rows.checked_mul(row_bytes)? || dst.len() != bytes(n_rows, n_cols)? {
+    let expected = n_rows
+        .div_ceil(GROUP_ROWS)
+        .checked_mul(nb)?
+        .checked_mul(GROUP_BLOCK_BYTES)?;
+    if !whole || src.len() != n_rows.checked_mul(row_bytes)? || dst.len() != expected {
         return None;
+    }
+    if nb == 0 {
+        return Some(());
     }
     for (g, group) in dst.chunks_exact_mut(nb * GROUP_BLOCK_BYTES).enumerate() {
         for (b, out) in group.chunks_exact_mut(GROUP_BLOCK_BYTES).enumerate() {
