@@ -10,7 +10,7 @@ write-after-write dependence on a register kept, latencies roughly the A55's), a
 prints the lines pasted into the asm! blocks.
 
     tools/lowbit-asm.py emit q1|q2|tq1 dot|neon [tail]   # the loop body (or the float tail)
-    tools/lowbit-asm.py emit lut|lut-build               # the Q1_0 lookup-table loops
+    tools/lowbit-asm.py emit lut|lut-build [q1|q2]       # the Q1_0 / Q2_0 lookup-table loops
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
@@ -338,8 +338,8 @@ def allocate(ops, pool, fixed=()):
         names.update(zip(w, wp))
         for x in sorted(names, key=len, reverse=True):
             if x.startswith("%"):
-                # `q%a` / `s%a` / `h%a` take the number, `%a` the whole name (v5).
-                t = re.sub(r"(?<=[qsh])" + re.escape(x) + r"\b", names[x][1:], t)
+                # `q%a` / `d%a` / `s%a` / `h%a` take the number, `%a` the whole name (v5).
+                t = re.sub(r"(?<=[qshd])" + re.escape(x) + r"\b", names[x][1:], t)
                 t = re.sub(re.escape(x) + r"\b", names[x], t)
         for x in w:
             if x.startswith("%") and last[x] == i:
@@ -348,40 +348,63 @@ def allocate(ops, pool, fixed=()):
     return out
 
 
-def lut_block_ops():
-    """One 128-column block of a 16-row group: sumf (v20-v23, rows 4q..4q+3) += d * sumi."""
+def lut_block_ops(kind="q1"):
+    """One weight block of a 16-row group (Q1_0: 128 columns = 4 Q8_0 blocks of 4 index pairs;
+    Q2_0: 64 columns = 2 Q8_0 blocks of 8 pairs): sumf (v20-v23, rows 4q..4q+3) += d * sumi."""
+    n_q8, pairs = (4, 4) if kind == "q1" else (2, 8)
     o = []
-    o.append(op("ldr q%d8, [{s}]", ["%d8"], ["s"], 4))
-    for k in range(4):
-        for j in range(4):
-            o.append(op(f"ldr q%i{k}{j}, [{{x}}, #{32 + 64 * k + 16 * j}]", [f"%i{k}{j}"], ["x"], 4))
-        for j in range(4):
-            t = [f"%t{k}{j}{n}" for n in range(4)]  # lo_a hi_a lo_b hi_b
-            off = 256 * k + 64 * j
+    o.append(op("ldr q%d8, [{s}]" if n_q8 == 4 else "ldr d%d8, [{s}]", ["%d8"], ["s"], 4))
+    for k in range(n_q8):
+        for j in range(pairs):
+            o.append(op(f"ldr q%i{k}_{j}, [{{x}}, #{32 + 16 * (pairs * k + j)}]", [f"%i{k}_{j}"], ["x"], 4))
+        for j in range(pairs):
+            t = [f"%t{k}_{j}_{n}" for n in range(4)]  # lo_a hi_a lo_b hi_b
+            off = 64 * pairs * k + 64 * j
             for n in range(4):
                 o.append(op(f"ldr q{t[n]}, [{{t}}, #{off + 16 * n}]", [t[n]], ["t"], 4))
-            i, a, b = f"%i{k}{j}", f"%a{k}{j}", f"%b{k}{j}"
+            i, a, b = f"%i{k}_{j}", f"%a{k}_{j}", f"%b{k}_{j}"
             o.append(op(f"and {a}.16b, {i}.16b, v31.16b", [a], [i, "v31"], 2))
             o.append(op(f"ushr {b}.16b, {i}.16b, #4", [b], [i], 2))
-            la, ha, lb, hb = (f"%{n}{k}{j}" for n in ("la", "ha", "lb", "hb"))
+            la, ha, lb, hb = (f"%{n}{k}_{j}" for n in ("la", "ha", "lb", "hb"))
             o.append(op(f"tbl {la}.16b, {{{{{t[0]}.16b}}}}, {a}.16b", [la], [t[0], a], 2))
             o.append(op(f"tbl {ha}.16b, {{{{{t[1]}.16b}}}}, {a}.16b", [ha], [t[1], a], 2))
             o.append(op(f"tbl {lb}.16b, {{{{{t[2]}.16b}}}}, {b}.16b", [lb], [t[2], b], 2))
             o.append(op(f"tbl {hb}.16b, {{{{{t[3]}.16b}}}}, {b}.16b", [hb], [t[3], b], 2))
-            o.append(op(f"add %L{k}{j}.16b, {la}.16b, {lb}.16b", [f"%L{k}{j}"], [la, lb], 2))
-            o.append(op(f"add %H{k}{j}.16b, {ha}.16b, {hb}.16b", [f"%H{k}{j}"], [ha, hb], 2))
-        # lo: 4 groups per byte (<= 252), then widened; hi: 8 groups per byte (|sum| <= 64).
-        o.append(op(f"add %La{k}.16b, %L{k}0.16b, %L{k}1.16b", [f"%La{k}"], [f"%L{k}0", f"%L{k}1"], 2))
-        o.append(op(f"add %Lb{k}.16b, %L{k}2.16b, %L{k}3.16b", [f"%Lb{k}"], [f"%L{k}2", f"%L{k}3"], 2))
-        o.append(op(f"add %Ha{k}.16b, %H{k}0.16b, %H{k}1.16b", [f"%Ha{k}"], [f"%H{k}0", f"%H{k}1"], 2))
-        o.append(op(f"add %Hb{k}.16b, %H{k}2.16b, %H{k}3.16b", [f"%Hb{k}"], [f"%H{k}2", f"%H{k}3"], 2))
-        o.append(op(f"add %H{k}.16b, %Ha{k}.16b, %Hb{k}.16b", [f"%H{k}"], [f"%Ha{k}", f"%Hb{k}"], 2))
-        o.append(op(f"uaddl %S{k}0.8h, %La{k}.8b, %Lb{k}.8b", [f"%S{k}0"], [f"%La{k}", f"%Lb{k}"], 2))
-        o.append(op(f"uaddl2 %S{k}1.8h, %La{k}.16b, %Lb{k}.16b", [f"%S{k}1"], [f"%La{k}", f"%Lb{k}"], 2))
-        o.append(op(f"sshll %h{k}0.8h, %H{k}.8b, #6", [f"%h{k}0"], [f"%H{k}"], 2))
-        o.append(op(f"sshll2 %h{k}1.8h, %H{k}.16b, #6", [f"%h{k}1"], [f"%H{k}"], 2))
+            o.append(op(f"add %L{k}_{j}.16b, {la}.16b, {lb}.16b", [f"%L{k}_{j}"], [la, lb], 2))
+            o.append(op(f"add %H{k}_{j}.16b, {ha}.16b, {hb}.16b", [f"%H{k}_{j}"], [ha, hb], 2))
+        # lo: 4 groups per byte (<= 252), then widened; hi: every group of the block in one
+        # byte (Q1_0: |sum| <= 64; Q2_0: -128..112).
+        quads = []
+        for j in range(0, pairs, 2):
+            q = f"%Q{k}_{j}"
+            o.append(op(f"add {q}.16b, %L{k}_{j}.16b, %L{k}_{j+1}.16b", [q], [f"%L{k}_{j}", f"%L{k}_{j+1}"], 2))
+            quads.append(q)
+        hs = [f"%H{k}_{j}" for j in range(pairs)]
+        n = 0
+        while len(hs) > 1:
+            nh = []
+            for x, y in zip(hs[0::2], hs[1::2]):
+                h = f"%Hs{k}_{n}"; n += 1
+                o.append(op(f"add {h}.16b, {x}.16b, {y}.16b", [h], [x, y], 2))
+                nh.append(h)
+            hs = nh
+        H = hs[0]
+        S = []
+        for m in range(0, len(quads), 2):
+            qa, qb = quads[m], quads[m + 1]
+            s0, s1 = f"%S{k}_{m}_0", f"%S{k}_{m}_1"
+            o.append(op(f"uaddl {s0}.8h, {qa}.8b, {qb}.8b", [s0], [qa, qb], 2))
+            o.append(op(f"uaddl2 {s1}.8h, {qa}.16b, {qb}.16b", [s1], [qa, qb], 2))
+            S.append((s0, s1))
+        o.append(op(f"sshll %h{k}0.8h, {H}.8b, #6", [f"%h{k}0"], [H], 2))
+        o.append(op(f"sshll2 %h{k}1.8h, {H}.16b, #6", [f"%h{k}1"], [H], 2))
         for h in range(2):
-            o.append(op(f"add %s{k}{h}.8h, %S{k}{h}.8h, %h{k}{h}.8h", [f"%s{k}{h}"], [f"%S{k}{h}", f"%h{k}{h}"], 2))
+            acc = S[0][h]
+            for extra in S[1:]:
+                nxt = f"%Sx{k}_{h}_{extra[h]}"
+                o.append(op(f"add {nxt}.8h, {acc}.8h, {extra[h]}.8h", [nxt], [acc, extra[h]], 2))
+                acc = nxt
+            o.append(op(f"add %s{k}{h}.8h, {acc}.8h, %h{k}{h}.8h", [f"%s{k}{h}"], [acc, f"%h{k}{h}"], 2))
         # Rows 4q..4q+3: sumi += d8_k * float(S), the scalar's order (first block: a product alone).
         for q in range(4):
             src, half = f"%s{k}{q // 2}", ("4h" if q % 2 == 0 else "8h")
@@ -396,17 +419,18 @@ def lut_block_ops():
                 o.append(op(f"fadd %sumi{k}{q}.4s, %sumi{k-1}{q}.4s, {f}.4s", [f"%sumi{k}{q}"], [f"%sumi{k-1}{q}", f], 4))
     o.append(op("ldr q%dA, [{x}]", ["%dA"], ["x"], 4))
     o.append(op("ldr q%dB, [{x}, #16]", ["%dB"], ["x"], 4))
+    last = n_q8 - 1
     for q in range(4):
         src = "%dA" if q < 2 else "%dB"
         ins = "fcvtl" if q % 2 == 0 else "fcvtl2"
         half = "4h" if q % 2 == 0 else "8h"
         D = f"%D{q}"
         o.append(op(f"{ins} {D}.4s, {src}.{half}", [D], [src], 4))
-        o.append(op(f"fmul {D}.4s, {D}.4s, %sumi3{q}.4s", [D], [D, f"%sumi3{q}"], 4))
+        o.append(op(f"fmul {D}.4s, {D}.4s, %sumi{last}{q}.4s", [D], [D, f"%sumi{last}{q}"], 4))
         o.append(op(f"fadd v{20+q}.4s, v{20+q}.4s, {D}.4s", [f"v{20+q}"], [f"v{20+q}", D], 4))
     o.append(op("add {x}, {x}, #288", ["x"], ["x"], 1))
     o.append(op("add {t}, {t}, #1024", ["t"], ["t"], 1))
-    o.append(op("add {s}, {s}, #16", ["s"], ["s"], 1))
+    o.append(op(f"add {{s}}, {{s}}, #{4 * n_q8}", ["s"], ["s"], 1))
     o.append(op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1))
     return o
 
@@ -450,7 +474,13 @@ def schedule_virtual(ops, n_regs):
             if best is None or key < best[0]:
                 best = (key, i, new, freed)
         if best is None:
-            raise SystemExit("schedule_virtual: no op fits the register budget")
+            # Nothing fits: fall back to program order (the generators write each chain's ops
+            # together, so the first op left always runs and soon frees registers).
+            i = remaining[0]
+            _, w, r, _ = ops[i]
+            new = {x for x in w if x.startswith("%") and x not in live}
+            freed = {x for x in r if x.startswith("%") and readers[x] == {i} and x not in w}
+            best = ((0, i), i, new, freed)
         (ready, _), i, new, freed = best
         cycle = max(cycle + 1, ready)
         issued[i] = cycle
@@ -467,12 +497,12 @@ def schedule_virtual(ops, n_regs):
     return out
 
 
-def lut_loop():
-    ops = allocate(schedule_virtual(lut_block_ops(), len(LUT_POOL)), LUT_POOL)
+def lut_loop(kind="q1"):
+    ops = allocate(schedule_virtual(lut_block_ops(kind), len(LUT_POOL)), LUT_POOL)
     return [t for t, *_ in ops] + ["b.ne 2b"]
 
 
-def lut_build_ops():
+def lut_build_ops(kind="q1"):
     """Tables of one Q8_0 block (see q1_0_lut.rs): v16-v18 the signs of bits 0-2 for codes
     0..7 (+1/-1 as i16), v19 ones, v29 twos, v30 the byte 63."""
     o = [
@@ -485,6 +515,27 @@ def lut_build_ops():
     for w in range(4):
         src, ins, half = ("%qa" if w < 2 else "%qb"), ("sxtl" if w % 2 == 0 else "sxtl2"), ("8b" if w % 2 == 0 else "16b")
         o.append(op(f"{ins} %w{w}.8h, {src}.{half}", [f"%w{w}"], [src], 2))
+    if kind == "q2":
+        # v16: the code of x0 less 1 for codes c = 0..7 (c % 4 - 1); v17, v18: of x1 (c / 4 - 1)
+        # for c = 0..7 and 8..15.
+        for g in range(16):
+            W, e = f"%w{g // 4}", 2 * (g % 4)
+            T0, T1 = f"%T0{g}", f"%T1{g}"
+            o.append(op(f"mul {T0}.8h, v17.8h, {W}.h[{e + 1}]", [T0], ["v17", W], 4))
+            o.append(op(f"mla {T0}.8h, v16.8h, {W}.h[{e}]", [T0], [T0, "v16", W], 4))
+            o.append(op(f"mul {T1}.8h, v18.8h, {W}.h[{e + 1}]", [T1], ["v18", W], 4))
+            o.append(op(f"mla {T1}.8h, v16.8h, {W}.h[{e}]", [T1], [T1, "v16", W], 4))
+            lo, hi = f"%lo{g}", f"%hi{g}"
+            o.append(op(f"xtn {lo}.8b, {T0}.8h", [lo], [T0], 2))
+            o.append(op(f"xtn2 {lo}.16b, {T1}.8h", [lo], [lo, T1], 2))
+            o.append(op(f"and {lo}.16b, {lo}.16b, v30.16b", [lo], [lo, "v30"], 2))
+            o.append(op(f"shrn {hi}.8b, {T0}.8h, #6", [hi], [T0], 2))
+            o.append(op(f"shrn2 {hi}.16b, {T1}.8h, #6", [hi], [hi, T1], 2))
+            o.append(op(f"stp q{lo}, q{hi}, [{{t}}, #{64 * (g // 2) + 32 * (g % 2)}]", [], [lo, hi, "t"], 1))
+        o.append(op("add {y}, {y}, #34", ["y"], ["y"], 1))
+        o.append(op("add {t}, {t}, #512", ["t"], ["t"], 1))
+        o.append(op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1))
+        return o
     for g in range(8):
         W, e = f"%w{g // 2}", 4 * (g % 2)
         T0, T1, M = f"%T0{g}", f"%T1{g}", f"%M{g}"
@@ -511,8 +562,9 @@ def lut_build_ops():
 LUT_BUILD_POOL = [f"v{i}" for i in range(0, 16)] + ["v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v31"]
 
 
-def lut_build_loop():
-    ops = allocate(schedule_virtual(lut_build_ops(), 20), LUT_BUILD_POOL)
+def lut_build_loop(kind="q1"):
+    # Budgets found by trying (the mca figures are flat around them).
+    ops = allocate(schedule_virtual(lut_build_ops(kind), 20 if kind == "q1" else 24), LUT_BUILD_POOL)
     # `mul/mla .h[i]` take their element register from v0-v15 (the assembler refuses others).
     assert all(int(w[1:]) < 16 for t, ws, _, _ in ops if t.startswith("sxtl") for w in ws), ops
     return [t for t, *_ in ops] + ["b.ne 2b"]
@@ -530,7 +582,8 @@ def lut_asm(lines):
 
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "emit" and sys.argv[2] in ("lut", "lut-build"):
-        print(emit(lut_loop() if sys.argv[2] == "lut" else lut_build_loop()))
+        kind = sys.argv[3] if len(sys.argv) > 3 else "q1"
+        print(emit(lut_loop(kind) if sys.argv[2] == "lut" else lut_build_loop(kind)))
         return
     if len(sys.argv) >= 4 and sys.argv[1] == "emit":
         kind, face = sys.argv[2], sys.argv[3]
@@ -553,6 +606,12 @@ def main():
         build = lut_asm(lut_build_loop())
         print(f"{'ours q1 LUT16 table build (128 activations)':<44}"
               + "".join(f"{mca_cycles(build, c) * 4:>12.1f}" for c in CPUS))
+        lut = lut_asm(lut_loop("q2"))
+        print(f"{'ours q2 LUT16 (64 weights, per row) ARMv8.0':<44}"
+              + "".join(f"{mca_cycles(lut, c) / 16:>12.1f}" for c in CPUS))
+        build = lut_asm(lut_build_loop("q2"))
+        print(f"{'ours q2 LUT16 table build (64 activations)':<44}"
+              + "".join(f"{mca_cycles(build, c) * 2:>12.1f}" for c in CPUS))
         if len(sys.argv) > 2:
             quants = sys.argv[2]
             src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(quants))))
