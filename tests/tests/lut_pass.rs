@@ -1,10 +1,10 @@
-//! The Q1_0 lookup-table kernel through the forward pass, on a real Q1_0 file
-//! (qwen2.5-coder-0.5b-q1_0.gguf: Qwen2.5-Coder-0.5B requantized by llama-quantize --pure to
-//! Q1_0; skipped with a notice when absent): the weights repacked into 16-row groups as the
+//! The Q1_0 and Q2_0 lookup-table kernels through the forward pass, on real files
+//! (qwen2.5-coder-0.5b-q1_0.gguf and -q2_0.gguf: Qwen2.5-Coder-0.5B requantized by
+//! llama-quantize --pure; skipped with a notice when absent): the weights repacked into 16-row groups as the
 //! repack cache would hold them, the activation tables built once per token into the state's
 //! table scratch, a prompt's batch of more tokens than that scratch holds (`TABLE_TOKENS`)
 //! run a few tokens at a time, and decoding token by token. Every logit must be the
-//! unrepacked scalar run's to the bit: the kernel keeps `q1_0::vec_dot`'s float order.
+//! unrepacked run's to the bit: the kernels keep `vec_dot`'s float order.
 //!
 //! It runs the table kernel's scalar face (`Q1_0_LUT16_SCALAR`) on every CPU, and on aarch64
 //! also the NEON face that the CPU's kernel set installs (under qemu: `tools/test-aarch64.sh`
@@ -12,7 +12,7 @@
 //! Run in release mode: `cargo test --release -p smolrun-tests --test lut_pass`.
 
 use smolrun_core::gguf::Gguf;
-use smolrun_core::kernels::{KernelSet, Q1_0_LUT16_SCALAR};
+use smolrun_core::kernels::{KernelSet, RepackedKernel, Q1_0_LUT16_SCALAR, Q2_0_LUT16_SCALAR};
 use smolrun_core::model::repack::RepackPlan;
 use smolrun_core::model::{Model, ResidentStore, TABLE_TOKENS};
 use smolrun_core::quant::GgmlType;
@@ -21,11 +21,28 @@ use smolrun_tests::*;
 
 #[test]
 fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
-    let path = models_dir().join("qwen2.5-coder-0.5b-q1_0.gguf");
+    check_file(
+        "qwen2.5-coder-0.5b-q1_0.gguf",
+        GgmlType::Q1_0,
+        Q1_0_LUT16_SCALAR,
+    );
+}
+
+#[test]
+fn q2_0_table_kernel_gives_the_direct_kernels_logits() {
+    check_file(
+        "qwen2.5-coder-0.5b-q2_0.gguf",
+        GgmlType::Q2_0,
+        Q2_0_LUT16_SCALAR,
+    );
+}
+
+fn check_file(name: &str, ty: GgmlType, scalar_face: RepackedKernel) {
+    let path = models_dir().join(name);
     if !path.exists() {
         eprintln!(
             "NOTICE: skipping: {} is absent (llama-quantize --allow-requantize --pure the \
-             0.5B Q4_K_M file to Q1_0)",
+             0.5B Q4_K_M file to {ty})",
             path.display()
         );
         return;
@@ -33,13 +50,13 @@ fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).expect("parse");
     // The scalar face on every CPU; this CPU's own table kernel where it has one (aarch64:
-    // the NEON face, run under qemu by tools/test-aarch64.sh).
+    // the NEON face).
     let mut scalar = KernelSet::scalar();
-    scalar.add_repacked(GgmlType::Q1_0, Q1_0_LUT16_SCALAR);
+    scalar.add_repacked(ty, scalar_face);
     let mut sets = vec![scalar];
     let native = KernelSet::select(&smolrun_linux::detect_features());
-    let q1 = native.weight(GgmlType::Q1_0).expect("Q1_0");
-    if q1.repacked.is_some_and(|rk| rk.act_table.is_some()) {
+    let k = native.weight(ty).expect("weight kernel");
+    if k.repacked.is_some_and(|rk| rk.act_table.is_some()) {
         sets.push(native);
     }
     for kernels in sets {
@@ -47,7 +64,7 @@ fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
     }
 }
 
-/// `kernels` (with a Q1_0 table kernel) on the repacked store against the same kernels on the
+/// `kernels` (with a table kernel for the file's type) on the repacked store against the same kernels on the
 /// plain store, where every matvec takes the direct one-row kernel.
 fn check_set(g: &Gguf, kernels: &KernelSet) {
     let model = Model::load_with_kernels(g, kernels).expect("load");
@@ -98,7 +115,8 @@ fn check_set(g: &Gguf, kernels: &KernelSet) {
             );
         }
         println!(
-            "q1_0 lut16 ({}, {}): {} tokens in batches of {n_batch}: every logit identical",
+            "{} lut16 ({}, {}): {} tokens in batches of {n_batch}: every logit identical",
+            model.output.ty,
             kernels.name(),
             rk.face,
             tokens.len()

@@ -655,11 +655,11 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
 }
 
 /// Every repacked (row-interleaved or lookup-table) kernel this CPU has, and the scalar face
-/// of the Q1_0 lookup-table kernel on every CPU, run the way the model runs it: rows repacked
+/// of the Q1_0 and Q2_0 lookup-table kernels on every CPU, run the way the model runs it: rows repacked
 /// once, the activation's tables built once where the kernel reads tables, then rows cut into
 /// chunks that start on group boundaries (the last one holding the rows that fill no group)
 /// and handed to `RepackedKernel::matvec`. Each row must match its scalar twin: bit for bit
-/// where the kernel keeps the scalar float order (Q8_0, Q5_0, Q1_0), else within the
+/// where the kernel keeps the scalar float order (Q8_0, Q5_0, Q1_0, Q2_0), else within the
 /// summation-order bound.
 #[test]
 fn repacked_kernels_match_scalar_on_every_row() {
@@ -671,6 +671,7 @@ fn repacked_kernels_match_scalar_on_every_row() {
         check_repacked_kernel(fast.weight_type, rk);
     }
     check_repacked_kernel(GgmlType::Q1_0, super::Q1_0_LUT16_SCALAR);
+    check_repacked_kernel(GgmlType::Q2_0, super::Q2_0_LUT16_SCALAR);
     if tested_kernels == 0 {
         println!(
             "notice: {} has no repacked kernels on this CPU; nothing to compare",
@@ -693,7 +694,10 @@ fn check_repacked_kernel(ty: GgmlType, rk: RepackedKernel) {
     let scalar = KernelSet::scalar();
     let scalar_k = scalar.weight(ty).unwrap();
     let act_type = scalar_k.act_type;
-    let bit_exact = matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q1_0);
+    let bit_exact = matches!(
+        ty,
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q1_0 | GgmlType::Q2_0
+    );
     let g = rk.group_rows.max(1);
     let chunk_rows = g.max(8);
     // The kernel's input for one quantized activation row: the row, or its tables.

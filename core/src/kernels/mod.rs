@@ -247,6 +247,21 @@ pub const Q1_0_LUT16_SCALAR: RepackedKernel = RepackedKernel {
     }),
 };
 
+/// The scalar face of the Q2_0 lookup-table kernel (`quant::q2_0_lut`), as
+/// [`Q1_0_LUT16_SCALAR`] is for Q1_0.
+pub const Q2_0_LUT16_SCALAR: RepackedKernel = RepackedKernel {
+    layout: "q2_0_lut16",
+    group_rows: quant::q2_0_lut::GROUP_ROWS,
+    bytes: quant::q2_0_lut::bytes,
+    repack: quant::q2_0_lut::repack,
+    rows: quant::q2_0_lut::matvec,
+    face: "scalar-lut16",
+    act_table: Some(ActTable {
+        bytes: quant::q2_0_lut::table_bytes,
+        build: quant::q2_0_lut::build_table,
+    }),
+};
+
 /// The kernels for one weight type.
 #[derive(Clone, Copy, Debug)]
 pub struct WeightKernel {

@@ -100,12 +100,16 @@ impl MemoryPlan {
             .map_or(0, |t| t.dims[1])
             .min(n_vocab);
         let pruned_head_rows = if head_rows < n_vocab { head_rows } else { 0 };
-        // The Q1_0 lookup-table kernel's activation tables (aarch64 sets install it; counted
-        // on every CPU, under 1 MB, so that the plan does not depend on the kernels).
+        // The Q1_0 / Q2_0 lookup-table kernels' activation tables (aarch64 sets install them;
+        // counted on every CPU, at most ~1.6 MB, so that the plan does not depend on kernels).
         let act_tables = tensors
             .iter()
-            .filter(|t| t.ggml_type == GgmlType::Q1_0 && !is_vector(t))
-            .filter_map(|t| crate::quant::q1_0_lut::table_bytes(t.dims[0] as usize))
+            .filter(|t| !is_vector(t))
+            .filter_map(|t| match t.ggml_type {
+                GgmlType::Q1_0 => crate::quant::q1_0_lut::table_bytes(t.dims[0] as usize),
+                GgmlType::Q2_0 => crate::quant::q2_0_lut::table_bytes(t.dims[0] as usize),
+                _ => None,
+            })
             .max()
             .unwrap_or(0);
         let shape = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, pruned_head_rows as usize)
