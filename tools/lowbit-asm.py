@@ -10,10 +10,13 @@ write-after-write dependence on a register kept, latencies roughly the A55's), a
 prints the lines pasted into the asm! blocks.
 
     tools/lowbit-asm.py emit q1|q2|tq1 dot|neon [tail]   # the loop body (or the float tail)
+    tools/lowbit-asm.py emit lut|lut-build [q1|q2]       # the Q1_0 / Q2_0 lookup-table loops
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
-cyclone. With the path of llama.cpp's ggml/src/ggml-cpu/arch/arm/quants.c it also compiles
+cyclone. The Q1_0 lookup-table kernel's line is per row (a trip covers 16 rows x 128 weights);
+its table build, paid once per token and matrix input whatever the row count, is per 128
+activations. With the path of llama.cpp's ggml/src/ggml-cpu/arch/arm/quants.c it also compiles
 that file with aarch64-linux-gnu-gcc -O3 (-march=armv8.2-a+dotprod and -march=armv8-a),
 extracts the block loop of ggml_vec_dot_q1_0_q8_0, _q2_0_q8_0 and _tq1_0_q8_K and measures
 it the same way.
@@ -297,7 +300,291 @@ def llama_loop(asm, fn):
     raise SystemExit(f"no loop in {fn}")
 
 
+
+# ------------------------------------------------------------------------------------------
+# Q1_0 lookup-table kernel (kernels-asm/src/aarch64/q1_0_lut.rs, layout in
+# core/src/quant/q1_0_lut.rs): one 16-row group, one 128-column block per loop trip.
+# Ops use virtual registers (%name); `allocate` gives them physical ones (least recently freed
+# first, so that the scheduler has room to move them), then `schedule` orders them.
+# ------------------------------------------------------------------------------------------
+
+LUT_POOL = [f"v{i}" for i in list(range(0, 20)) + list(range(24, 31))]
+
+
+def allocate(ops, pool, fixed=()):
+    """Virtual registers (%name) -> physical, in program order, freeing each after its last read."""
+    last = {}
+    for i, (_, w, r, _) in enumerate(ops):
+        for x in w + r:
+            if x.startswith("%"):
+                last[x] = i
+    free, phys, out = list(pool), {}, []
+    for i, (t, w, r, lat) in enumerate(ops):
+        rp = [phys.get(x, x) for x in r]
+        for x in dict.fromkeys(r):
+            if x.startswith("%") and last[x] == i and x not in w:
+                free.append(phys.pop(x))
+        wp = []
+        for x in w:
+            if x.startswith("%"):
+                if x not in phys:
+                    if not free:
+                        raise SystemExit(f"out of registers at op {i}: {t}")
+                    phys[x] = free.pop(0)
+                wp.append(phys[x])
+            else:
+                wp.append(x)
+        names = dict(zip(r, rp))
+        names.update(zip(w, wp))
+        for x in sorted(names, key=len, reverse=True):
+            if x.startswith("%"):
+                # `q%a` / `d%a` / `s%a` / `h%a` take the number, `%a` the whole name (v5).
+                t = re.sub(r"(?<=[qshd])" + re.escape(x) + r"\b", names[x][1:], t)
+                t = re.sub(re.escape(x) + r"\b", names[x], t)
+        for x in w:
+            if x.startswith("%") and last[x] == i:
+                free.append(phys.pop(x))
+        out.append((t, wp, rp, lat))
+    return out
+
+
+def lut_block_ops(kind="q1"):
+    """One weight block of a 16-row group (Q1_0: 128 columns = 4 Q8_0 blocks of 4 index pairs;
+    Q2_0: 64 columns = 2 Q8_0 blocks of 8 pairs): sumf (v20-v23, rows 4q..4q+3) += d * sumi."""
+    n_q8, pairs = (4, 4) if kind == "q1" else (2, 8)
+    o = []
+    o.append(op("ldr q%d8, [{s}]" if n_q8 == 4 else "ldr d%d8, [{s}]", ["%d8"], ["s"], 4))
+    for k in range(n_q8):
+        for j in range(pairs):
+            o.append(op(f"ldr q%i{k}_{j}, [{{x}}, #{32 + 16 * (pairs * k + j)}]", [f"%i{k}_{j}"], ["x"], 4))
+        for j in range(pairs):
+            t = [f"%t{k}_{j}_{n}" for n in range(4)]  # lo_a hi_a lo_b hi_b
+            off = 64 * pairs * k + 64 * j
+            for n in range(4):
+                o.append(op(f"ldr q{t[n]}, [{{t}}, #{off + 16 * n}]", [t[n]], ["t"], 4))
+            i, a, b = f"%i{k}_{j}", f"%a{k}_{j}", f"%b{k}_{j}"
+            o.append(op(f"and {a}.16b, {i}.16b, v31.16b", [a], [i, "v31"], 2))
+            o.append(op(f"ushr {b}.16b, {i}.16b, #4", [b], [i], 2))
+            la, ha, lb, hb = (f"%{n}{k}_{j}" for n in ("la", "ha", "lb", "hb"))
+            o.append(op(f"tbl {la}.16b, {{{{{t[0]}.16b}}}}, {a}.16b", [la], [t[0], a], 2))
+            o.append(op(f"tbl {ha}.16b, {{{{{t[1]}.16b}}}}, {a}.16b", [ha], [t[1], a], 2))
+            o.append(op(f"tbl {lb}.16b, {{{{{t[2]}.16b}}}}, {b}.16b", [lb], [t[2], b], 2))
+            o.append(op(f"tbl {hb}.16b, {{{{{t[3]}.16b}}}}, {b}.16b", [hb], [t[3], b], 2))
+            o.append(op(f"add %L{k}_{j}.16b, {la}.16b, {lb}.16b", [f"%L{k}_{j}"], [la, lb], 2))
+            o.append(op(f"add %H{k}_{j}.16b, {ha}.16b, {hb}.16b", [f"%H{k}_{j}"], [ha, hb], 2))
+        # lo: 4 groups per byte (<= 252), then widened; hi: every group of the block in one
+        # byte (Q1_0: |sum| <= 64; Q2_0: -128..112).
+        quads = []
+        for j in range(0, pairs, 2):
+            q = f"%Q{k}_{j}"
+            o.append(op(f"add {q}.16b, %L{k}_{j}.16b, %L{k}_{j+1}.16b", [q], [f"%L{k}_{j}", f"%L{k}_{j+1}"], 2))
+            quads.append(q)
+        hs = [f"%H{k}_{j}" for j in range(pairs)]
+        n = 0
+        while len(hs) > 1:
+            nh = []
+            for x, y in zip(hs[0::2], hs[1::2]):
+                h = f"%Hs{k}_{n}"; n += 1
+                o.append(op(f"add {h}.16b, {x}.16b, {y}.16b", [h], [x, y], 2))
+                nh.append(h)
+            hs = nh
+        H = hs[0]
+        S = []
+        for m in range(0, len(quads), 2):
+            qa, qb = quads[m], quads[m + 1]
+            s0, s1 = f"%S{k}_{m}_0", f"%S{k}_{m}_1"
+            o.append(op(f"uaddl {s0}.8h, {qa}.8b, {qb}.8b", [s0], [qa, qb], 2))
+            o.append(op(f"uaddl2 {s1}.8h, {qa}.16b, {qb}.16b", [s1], [qa, qb], 2))
+            S.append((s0, s1))
+        o.append(op(f"sshll %h{k}0.8h, {H}.8b, #6", [f"%h{k}0"], [H], 2))
+        o.append(op(f"sshll2 %h{k}1.8h, {H}.16b, #6", [f"%h{k}1"], [H], 2))
+        for h in range(2):
+            acc = S[0][h]
+            for extra in S[1:]:
+                nxt = f"%Sx{k}_{h}_{extra[h]}"
+                o.append(op(f"add {nxt}.8h, {acc}.8h, {extra[h]}.8h", [nxt], [acc, extra[h]], 2))
+                acc = nxt
+            o.append(op(f"add %s{k}{h}.8h, {acc}.8h, %h{k}{h}.8h", [f"%s{k}{h}"], [acc, f"%h{k}{h}"], 2))
+        # Rows 4q..4q+3: sumi += d8_k * float(S), the scalar's order (first block: a product alone).
+        for q in range(4):
+            src, half = f"%s{k}{q // 2}", ("4h" if q % 2 == 0 else "8h")
+            ins = "sxtl" if q % 2 == 0 else "sxtl2"
+            f = f"%f{k}{q}"
+            o.append(op(f"{ins} {f}.4s, {src}.{half}", [f], [src], 2))
+            o.append(op(f"scvtf {f}.4s, {f}.4s", [f], [f], 4))
+            if k == 0:
+                o.append(op(f"fmul %sumi{k}{q}.4s, {f}.4s, %d8.s[{k}]", [f"%sumi{k}{q}"], [f, "%d8"], 4))
+            else:
+                o.append(op(f"fmul {f}.4s, {f}.4s, %d8.s[{k}]", [f], [f, "%d8"], 4))
+                o.append(op(f"fadd %sumi{k}{q}.4s, %sumi{k-1}{q}.4s, {f}.4s", [f"%sumi{k}{q}"], [f"%sumi{k-1}{q}", f], 4))
+    o.append(op("ldr q%dA, [{x}]", ["%dA"], ["x"], 4))
+    o.append(op("ldr q%dB, [{x}, #16]", ["%dB"], ["x"], 4))
+    last = n_q8 - 1
+    for q in range(4):
+        src = "%dA" if q < 2 else "%dB"
+        ins = "fcvtl" if q % 2 == 0 else "fcvtl2"
+        half = "4h" if q % 2 == 0 else "8h"
+        D = f"%D{q}"
+        o.append(op(f"{ins} {D}.4s, {src}.{half}", [D], [src], 4))
+        o.append(op(f"fmul {D}.4s, {D}.4s, %sumi{last}{q}.4s", [D], [D, f"%sumi{last}{q}"], 4))
+        o.append(op(f"fadd v{20+q}.4s, v{20+q}.4s, {D}.4s", [f"v{20+q}"], [f"v{20+q}", D], 4))
+    o.append(op("add {x}, {x}, #288", ["x"], ["x"], 1))
+    o.append(op("add {t}, {t}, #1024", ["t"], ["t"], 1))
+    o.append(op(f"add {{s}}, {{s}}, #{4 * n_q8}", ["s"], ["s"], 1))
+    o.append(op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1))
+    return o
+
+
+def schedule_virtual(ops, n_regs):
+    """`schedule` for ops on virtual registers, before allocation: the order may keep at most
+    `n_regs` of them live at once (so that `allocate` then finds a register for each), and
+    otherwise issues the op whose operands are ready soonest."""
+    n = len(ops)
+    deps = [[] for _ in range(n)]
+    last_w, reads_since = {}, {}
+    for i, (t, w, r, lat) in enumerate(ops):
+        for x in r:
+            if x in last_w: deps[i].append((last_w[x], ops[last_w[x]][3]))
+        for x in w:
+            if x in last_w: deps[i].append((last_w[x], 1))
+            for j in reads_since.get(x, []): deps[i].append((j, 0))
+        for x in r: reads_since.setdefault(x, []).append(i)
+        for x in w: last_w[x] = i; reads_since[x] = []
+    readers = {}
+    for i, (_, w, r, _) in enumerate(ops):
+        for x in r:
+            if x.startswith("%"): readers.setdefault(x, set()).add(i)
+    live, issued, out, cycle = set(), {}, [], 0
+    remaining = list(range(n))
+    while remaining:
+        best = None
+        for i in remaining:
+            if not all(p in issued for p, _ in deps[i]):
+                continue
+            _, w, r, _ = ops[i]
+            new = {x for x in w if x.startswith("%") and x not in live}
+            freed = {x for x in r if x.startswith("%") and readers[x] == {i} and x not in w}
+            grow = len(new) - len(freed)
+            # An op that reads no register (a load) leaves room for the ops that consume it.
+            reserve = 0 if any(x.startswith("%") for x in r) else 4
+            if len(live) + grow > n_regs - reserve:
+                continue
+            ready = max([issued[p] + d for p, d in deps[i]] + [0])
+            key = (ready, i)
+            if best is None or key < best[0]:
+                best = (key, i, new, freed)
+        if best is None:
+            # Nothing fits: fall back to program order (the generators write each chain's ops
+            # together, so the first op left always runs and soon frees registers).
+            i = remaining[0]
+            _, w, r, _ = ops[i]
+            new = {x for x in w if x.startswith("%") and x not in live}
+            freed = {x for x in r if x.startswith("%") and readers[x] == {i} and x not in w}
+            best = ((0, i), i, new, freed)
+        (ready, _), i, new, freed = best
+        cycle = max(cycle + 1, ready)
+        issued[i] = cycle
+        _, w, r, _ = ops[i]
+        for x in r:
+            if x.startswith("%"): readers[x].discard(i)
+        live |= new
+        live -= freed
+        for x in w:
+            if x.startswith("%") and not readers.get(x):
+                live.discard(x)
+        out.append(ops[i])
+        remaining.remove(i)
+    return out
+
+
+def lut_loop(kind="q1"):
+    ops = allocate(schedule_virtual(lut_block_ops(kind), len(LUT_POOL)), LUT_POOL)
+    return [t for t, *_ in ops] + ["b.ne 2b"]
+
+
+def lut_build_ops(kind="q1"):
+    """Tables of one Q8_0 block (see q1_0_lut.rs): v16-v18 the signs of bits 0-2 for codes
+    0..7 (+1/-1 as i16), v19 ones, v29 twos, v30 the byte 63."""
+    o = [
+        op("ldr h%d, [{y}]", ["%d"], ["y"], 4),
+        op("ldur q%qa, [{y}, #2]", ["%qa"], ["y"], 4),
+        op("ldur q%qb, [{y}, #18]", ["%qb"], ["y"], 4),
+        op("fcvt s%d, h%d", ["%d"], ["%d"], 4),
+        op("str s%d, [{s}], #4", ["s"], ["%d", "s"], 1),
+    ]
+    for w in range(4):
+        src, ins, half = ("%qa" if w < 2 else "%qb"), ("sxtl" if w % 2 == 0 else "sxtl2"), ("8b" if w % 2 == 0 else "16b")
+        o.append(op(f"{ins} %w{w}.8h, {src}.{half}", [f"%w{w}"], [src], 2))
+    if kind == "q2":
+        # v16: the code of x0 less 1 for codes c = 0..7 (c % 4 - 1); v17, v18: of x1 (c / 4 - 1)
+        # for c = 0..7 and 8..15.
+        for g in range(16):
+            W, e = f"%w{g // 4}", 2 * (g % 4)
+            T0, T1 = f"%T0{g}", f"%T1{g}"
+            o.append(op(f"mul {T0}.8h, v17.8h, {W}.h[{e + 1}]", [T0], ["v17", W], 4))
+            o.append(op(f"mla {T0}.8h, v16.8h, {W}.h[{e}]", [T0], [T0, "v16", W], 4))
+            o.append(op(f"mul {T1}.8h, v18.8h, {W}.h[{e + 1}]", [T1], ["v18", W], 4))
+            o.append(op(f"mla {T1}.8h, v16.8h, {W}.h[{e}]", [T1], [T1, "v16", W], 4))
+            lo, hi = f"%lo{g}", f"%hi{g}"
+            o.append(op(f"xtn {lo}.8b, {T0}.8h", [lo], [T0], 2))
+            o.append(op(f"xtn2 {lo}.16b, {T1}.8h", [lo], [lo, T1], 2))
+            o.append(op(f"and {lo}.16b, {lo}.16b, v30.16b", [lo], [lo, "v30"], 2))
+            o.append(op(f"shrn {hi}.8b, {T0}.8h, #6", [hi], [T0], 2))
+            o.append(op(f"shrn2 {hi}.16b, {T1}.8h, #6", [hi], [hi, T1], 2))
+            o.append(op(f"stp q{lo}, q{hi}, [{{t}}, #{64 * (g // 2) + 32 * (g % 2)}]", [], [lo, hi, "t"], 1))
+        o.append(op("add {y}, {y}, #34", ["y"], ["y"], 1))
+        o.append(op("add {t}, {t}, #512", ["t"], ["t"], 1))
+        o.append(op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1))
+        return o
+    for g in range(8):
+        W, e = f"%w{g // 2}", 4 * (g % 2)
+        T0, T1, M = f"%T0{g}", f"%T1{g}", f"%M{g}"
+        o.append(op(f"mul {T0}.8h, v16.8h, {W}.h[{e}]", [T0], ["v16", W], 4))
+        o.append(op(f"mla {T0}.8h, v17.8h, {W}.h[{e + 1}]", [T0], [T0, "v17", W], 4))
+        o.append(op(f"mla {T0}.8h, v18.8h, {W}.h[{e + 2}]", [T0], [T0, "v18", W], 4))
+        o.append(op(f"mls {T0}.8h, v19.8h, {W}.h[{e + 3}]", [T0], [T0, "v19", W], 4))
+        o.append(op(f"mul {M}.8h, v29.8h, {W}.h[{e + 3}]", [M], ["v29", W], 4))
+        o.append(op(f"add {T1}.8h, {T0}.8h, {M}.8h", [T1], [T0, M], 2))
+        lo, hi = f"%lo{g}", f"%hi{g}"
+        o.append(op(f"xtn {lo}.8b, {T0}.8h", [lo], [T0], 2))
+        o.append(op(f"xtn2 {lo}.16b, {T1}.8h", [lo], [lo, T1], 2))
+        o.append(op(f"and {lo}.16b, {lo}.16b, v30.16b", [lo], [lo, "v30"], 2))
+        o.append(op(f"shrn {hi}.8b, {T0}.8h, #6", [hi], [T0], 2))
+        o.append(op(f"shrn2 {hi}.16b, {T1}.8h, #6", [hi], [hi, T1], 2))
+        o.append(op(f"stp q{lo}, q{hi}, [{{t}}, #{64 * (g // 2) + 32 * (g % 2)}]", [], [lo, hi, "t"], 1))
+    o.append(op("add {y}, {y}, #34", ["y"], ["y"], 1))
+    o.append(op("add {t}, {t}, #256", ["t"], ["t"], 1))
+    o.append(op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1))
+    return o
+
+
+# The `mul/mla ... .h[i]` forms take their element register from v0-v15.
+LUT_BUILD_POOL = [f"v{i}" for i in range(0, 16)] + ["v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v31"]
+
+
+def lut_build_loop(kind="q1"):
+    # Budgets found by trying (the mca figures are flat around them).
+    ops = allocate(schedule_virtual(lut_build_ops(kind), 20 if kind == "q1" else 24), LUT_BUILD_POOL)
+    # `mul/mla .h[i]` take their element register from v0-v15 (the assembler refuses others).
+    assert all(int(w[1:]) < 16 for t, ws, _, _ in ops if t.startswith("sxtl") for w in ws), ops
+    return [t for t, *_ in ops] + ["b.ne 2b"]
+
+
+def lut_asm(lines):
+    sub = {"{{": "{", "}}": "}", "{x}": "x0", "{y}": "x1", "{nb}": "x2", "{t}": "x3", "{s}": "x4",
+           "2b": ".Lloop"}
+    out = []
+    for l in lines:
+        for a, b in sub.items():
+            l = l.replace(a, b)
+        out.append("  " + l)
+    return ".Lloop:\n" + "\n".join(out) + "\n"
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "emit" and sys.argv[2] in ("lut", "lut-build"):
+        kind = sys.argv[3] if len(sys.argv) > 3 else "q1"
+        print(emit(lut_loop(kind) if sys.argv[2] == "lut" else lut_build_loop(kind)))
+        return
     if len(sys.argv) >= 4 and sys.argv[1] == "emit":
         kind, face = sys.argv[2], sys.argv[3]
         if len(sys.argv) > 4 and sys.argv[4] == "tail":
@@ -311,6 +598,20 @@ def main():
             for face in ["dot", "neon"]:
                 name = f"ours {kind} ({BLOCK[kind]} weights) {'dotprod' if face == 'dot' else 'ARMv8.0'}"
                 print(f"{name:<44}" + "".join(f"{mca_cycles(ours_asm(kind, face), c):>12.1f}" for c in CPUS))
+        # The lookup-table kernel: one trip is 16 rows x 128 weights; the tables are built once
+        # per token and matrix input (one trip: 32 activations), whatever the row count.
+        lut = lut_asm(lut_loop())
+        print(f"{'ours q1 LUT16 (128 weights, per row) ARMv8.0':<44}"
+              + "".join(f"{mca_cycles(lut, c) / 16:>12.1f}" for c in CPUS))
+        build = lut_asm(lut_build_loop())
+        print(f"{'ours q1 LUT16 table build (128 activations)':<44}"
+              + "".join(f"{mca_cycles(build, c) * 4:>12.1f}" for c in CPUS))
+        lut = lut_asm(lut_loop("q2"))
+        print(f"{'ours q2 LUT16 (64 weights, per row) ARMv8.0':<44}"
+              + "".join(f"{mca_cycles(lut, c) / 16:>12.1f}" for c in CPUS))
+        build = lut_asm(lut_build_loop("q2"))
+        print(f"{'ours q2 LUT16 table build (64 activations)':<44}"
+              + "".join(f"{mca_cycles(build, c) * 2:>12.1f}" for c in CPUS))
         if len(sys.argv) > 2:
             quants = sys.argv[2]
             src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(quants))))

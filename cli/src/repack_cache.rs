@@ -331,6 +331,7 @@ mod tests {
             }
         },
         face: "test",
+        act_table: None,
     };
 
     fn gemma_path() -> PathBuf {

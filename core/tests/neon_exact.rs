@@ -17,7 +17,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    q1_0, q2_0, q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq1_0, tq2_0, GgmlType,
+    q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq1_0, tq2_0,
+    GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -622,6 +623,126 @@ fn interleaved_rows_match_scalar() {
             "neon_exact: {ty} x4 interleaved dotprod: {exact_rows} of {rows} rows (groups of 4 \
              and tails) bit-exact, the others within the summation-order bound"
         );
+    }
+}
+
+/// A lookup-table matvec (ARMv8.0) with its scalar layout, table builder and dot.
+struct TableKernel {
+    weight: GgmlType,
+    bytes: fn(usize, usize) -> Option<usize>,
+    repack: fn(&[u8], usize, usize, &mut [u8]) -> Option<()>,
+    table_bytes: fn(usize) -> Option<usize>,
+    build_scalar: fn(&[u8], &mut [u8]),
+    build_neon: fn(&[u8], &mut [u8]),
+    matvec_neon: fn(usize, &[u8], &[u8], &mut [f32]),
+    scalar: fn(usize, &[u8], &[u8]) -> f32,
+}
+
+const TABLE_KERNELS: &[TableKernel] = &[
+    TableKernel {
+        weight: GgmlType::Q1_0,
+        bytes: q1_0_lut::bytes,
+        repack: q1_0_lut::repack,
+        table_bytes: q1_0_lut::table_bytes,
+        build_scalar: q1_0_lut::build_table,
+        build_neon: neon::build_table_q1_0_lut_neon,
+        matvec_neon: neon::matvec_q1_0_lut16_neon,
+        scalar: q1_0::vec_dot,
+    },
+    TableKernel {
+        weight: GgmlType::Q2_0,
+        bytes: q2_0_lut::bytes,
+        repack: q2_0_lut::repack,
+        table_bytes: q2_0_lut::table_bytes,
+        build_scalar: q2_0_lut::build_table,
+        build_neon: neon::build_table_q2_0_lut_neon,
+        matvec_neon: neon::matvec_q2_0_lut16_neon,
+        scalar: q2_0::vec_dot,
+    },
+];
+
+/// The Q1_0 and Q2_0 lookup-table matvecs (ARMv8.0, run on every aarch64 CPU): their tables
+/// are the scalar builders' bytes, and every row, in full 16-row groups and in the padded last
+/// group, over one and several column tiles, is bit for bit the scalar `vec_dot`: random codes
+/// and all-set / all-clear / alternating / nibble patterns under moderate, largest, subnormal,
+/// zero and mixed scales, against quantized activations, raw bytes, all -128 and all 127 (the
+/// extremes of the table sums).
+#[test]
+fn lut_rows_match_scalar() {
+    assert_eq!(neon::LUT_GROUP_ROWS, q1_0_lut::GROUP_ROWS);
+    assert_eq!(neon::LUT_GROUP_BLOCK_BYTES, q1_0_lut::GROUP_BLOCK_BYTES);
+    assert_eq!(neon::LUT_TABLE_BLOCK_BYTES, q1_0_lut::TABLE_BLOCK_BYTES);
+    assert_eq!(neon::LUT2_TABLE_BLOCK_BYTES, q2_0_lut::TABLE_BLOCK_BYTES);
+    for k in TABLE_KERNELS {
+        let ty = k.weight;
+        let bs = ty.block_size();
+        let mut seed = 7000u64;
+        let mut rows = 0;
+        // 35 blocks: three column tiles, the last one short.
+        const { assert!(35 > 2 * neon::LUT_TILE_BLOCKS) };
+        for &n_rows in &[1usize, 5, 15, 16, 17, 33, 48, 67] {
+            for &nb in &[1usize, 2, 5, 35] {
+                for case in 0..6 {
+                    seed += 1;
+                    let n = nb * bs;
+                    let (quants, scales, act) = match case {
+                        0 => (Quants::Random, Scales::Moderate, Act::Quantized),
+                        1 => (Quants::AllOnes, Scales::Mixed, Act::AllMinus128),
+                        2 => (Quants::AllZero, Scales::Largest, Act::AllMinus128),
+                        3 => (Quants::Random, Scales::Subnormal, Act::All127),
+                        4 => (Quants::Alternating, Scales::Zero, Act::RawBytes),
+                        _ => (Quants::Nibbles, Scales::Mixed, Act::RawBytes),
+                    };
+                    let w = weight_row(ty, n_rows * nb, quants, scales, seed);
+                    let a = activation_row(GgmlType::Q8_0, n, act, seed);
+                    let mut packed = vec![0u8; (k.bytes)(n_rows, n).unwrap()];
+                    (k.repack)(&w, n_rows, n, &mut packed).unwrap();
+                    let mut table = vec![0xAAu8; (k.table_bytes)(n).unwrap()];
+                    (k.build_neon)(&a, &mut table);
+                    let mut want_table = vec![0x55u8; table.len()];
+                    (k.build_scalar)(&a, &mut want_table);
+                    let what = format!("{ty} lut: {n_rows} rows, {nb} blocks, case {case}");
+                    assert!(table == want_table, "{what}: the tables differ");
+                    let mut out = vec![f32::NAN; n_rows];
+                    (k.matvec_neon)(n, &packed, &table, &mut out);
+                    let row_bytes = nb * ty.type_size();
+                    for (r, (got, row)) in out.iter().zip(w.chunks_exact(row_bytes)).enumerate() {
+                        let want = (k.scalar)(n, row, &a);
+                        assert!(
+                            same_bits(*got, want),
+                            "{what}, row {r}: got {got}, scalar {want}"
+                        );
+                        rows += 1;
+                    }
+                    // A chunk of whole groups (as the workers get them) gives the same rows.
+                    if n_rows > 16 {
+                        let mut tail = vec![f32::NAN; n_rows - 16];
+                        let group = (k.bytes)(16, n).unwrap();
+                        (k.matvec_neon)(n, &packed[group..], &table, &mut tail);
+                        let same = tail.iter().zip(&out[16..]).all(|(a, b)| same_bits(*a, *b));
+                        assert!(same, "{what}: a chunk from row 16 differs");
+                    }
+                }
+            }
+        }
+        // Short inputs: rows the packed bytes lack get 0, and a table shorter than the row
+        // holds the blocks both hold, never a read or write past the slices.
+        let n = 4 * bs;
+        let w = weight_row(ty, 4 * 20, Quants::Random, Scales::Moderate, 1);
+        let a = activation_row(GgmlType::Q8_0, n, Act::Quantized, 2);
+        let mut packed = vec![0u8; (k.bytes)(20, n).unwrap()];
+        (k.repack)(&w, 20, n, &mut packed).unwrap();
+        let mut table = vec![0u8; (k.table_bytes)(n).unwrap()];
+        (k.build_neon)(&a, &mut table);
+        let mut out = vec![f32::NAN; 20];
+        (k.matvec_neon)(n, &packed[..(k.bytes)(16, n).unwrap()], &table, &mut out);
+        assert!(out[16..].iter().all(|&y| y == 0.0));
+        let mut short_table = vec![0u8; (k.table_bytes)(bs).unwrap()];
+        (k.build_neon)(&a, &mut short_table);
+        let mut want = vec![0u8; short_table.len()];
+        (k.build_scalar)(&a[..bs / 32 * 34], &mut want);
+        assert_eq!(short_table, want);
+        println!("neon_exact: {ty} lut16 (ARMv8.0) bit-exact on {rows} rows, tables byte-exact");
     }
 }
 

@@ -9,10 +9,10 @@
 //! (tools/test-aarch64.sh, qemu a76 and a53); the tests below check which face each set of
 //! features gets.
 
-use super::{KernelSet, RepackedKernel};
+use super::{ActTable, KernelSet, RepackedKernel, Q1_0_LUT16_SCALAR, Q2_0_LUT16_SCALAR};
 use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
 use crate::platform::CpuFeatures;
-use crate::quant::GgmlType;
+use crate::quant::{q1_0_lut, q2_0_lut, GgmlType};
 use smolrun_kernels::aarch64::{self as neon, attention as k, exp};
 
 /// Installs the ARMv8.0 NEON kernels and the NEON faces of attention and SwiGLU (one face for
@@ -44,6 +44,15 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q1_0, neon::vec_dot_q1_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q2_0, neon::vec_dot_q2_0_q8_0_neon, None, "neon");
     set.install(GgmlType::TQ1_0, neon::vec_dot_tq1_0_q8_k_neon, None, "neon");
+    // Q1_0 by table lookup (rows in groups of 16, one `tbl` per 4 weights of 16 rows), with
+    // and without dotprod: llvm-mca (tools/lowbit-asm.py mca) predicts per row and 128
+    // weights 22.4 cycles on the A53 and 5.1 on the A7 against 100 and 19.5 for the direct
+    // ARMv8.0 kernel, and 20.1 on the A55 against 74 for the direct sdot kernel. The one
+    // vec_dot of the entry stays the direct kernel (rows the repack does not cover).
+    set.add_repacked(GgmlType::Q1_0, Q1_0_LUT16);
+    // Q2_0 likewise (2-activation tables): 23.6 cycles per row and 64 weights on the A53 and
+    // 4.4 on the A7 against 83 and 11.9 direct, 20.1 on the A55 against 53 with sdot.
+    set.add_repacked(GgmlType::Q2_0, Q2_0_LUT16);
     if !features.dotprod {
         return;
     }
@@ -69,6 +78,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
             repack: neon::repack_q4_k_x4,
             rows: q4_k_x4_dotprod,
             face: "dotprod-x4",
+            act_table: None,
         },
     );
     set.add_repacked(
@@ -80,6 +90,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
             repack: neon::repack_q8_0_x4,
             rows: q8_0_x4_dotprod,
             face: "dotprod-x4",
+            act_table: None,
         },
     );
     set.add_repacked(
@@ -91,9 +102,33 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
             repack: neon::repack_q5_0_x4,
             rows: q5_0_x4_dotprod,
             face: "dotprod-x4",
+            act_table: None,
         },
     );
 }
+
+/// The Q1_0 lookup-table kernel, NEON face (ARMv8.0): the layout and tables of the scalar face
+/// `Q1_0_LUT16_SCALAR` (same layout name, so a repack cache serves both), built and dotted in asm.
+pub(super) const Q1_0_LUT16: RepackedKernel = RepackedKernel {
+    rows: neon::matvec_q1_0_lut16_neon,
+    face: "neon-lut16",
+    act_table: Some(ActTable {
+        bytes: q1_0_lut::table_bytes,
+        build: neon::build_table_q1_0_lut_neon,
+    }),
+    ..Q1_0_LUT16_SCALAR
+};
+
+/// The Q2_0 lookup-table kernel, NEON face: the layout and tables of `Q2_0_LUT16_SCALAR`.
+pub(super) const Q2_0_LUT16: RepackedKernel = RepackedKernel {
+    rows: neon::matvec_q2_0_lut16_neon,
+    face: "neon-lut16",
+    act_table: Some(ActTable {
+        bytes: q2_0_lut::table_bytes,
+        build: neon::build_table_q2_0_lut_neon,
+    }),
+    ..Q2_0_LUT16_SCALAR
+};
 
 // =============================================================================================
 // Weight kernels that need dotprod: the safe wrappers `install` puts in the set.
@@ -188,6 +223,7 @@ mod tests {
     use crate::platform::CpuFeatures;
     use crate::quant::GgmlType;
     use std::println;
+    use std::vec;
 
     /// The dotprod flag alone decides between the two aarch64 faces: without it no entry may
     /// be an sdot kernel (on the A53 under qemu one would SIGILL in the tests below).
@@ -228,6 +264,36 @@ mod tests {
         } else {
             assert_eq!(KernelSet::select(&features).name(), "aarch64-neon");
             println!("notice: this CPU has no dotprod; the sdot kernels are not selected");
+        }
+    }
+
+    /// Q1_0 and Q2_0 run through the lookup-table kernels (repacked, with activation tables)
+    /// with and without dotprod; `exactness::repacked_kernels_match_scalar_on_every_row` tests the
+    /// kernel itself.
+    #[test]
+    fn q1_0_and_q2_0_take_the_table_kernels() {
+        let neon_only = CpuFeatures {
+            neon: true,
+            ..CpuFeatures::default()
+        };
+        let mut sets = vec![KernelSet::select(&neon_only)];
+        if detected_features().dotprod {
+            sets.push(KernelSet::select(&detected_features()));
+        }
+        for set in sets {
+            for (ty, layout) in [
+                (GgmlType::Q1_0, "q1_0_lut16"),
+                (GgmlType::Q2_0, "q2_0_lut16"),
+            ] {
+                let rk = set.weight(ty).unwrap().repacked.unwrap();
+                assert_eq!(
+                    (rk.layout, rk.face, rk.group_rows),
+                    (layout, "neon-lut16", 16),
+                    "{}",
+                    set.name()
+                );
+                assert!(rk.act_table.is_some());
+            }
         }
     }
 

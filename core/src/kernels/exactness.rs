@@ -654,104 +654,160 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
     ));
 }
 
-/// Every repacked (row-interleaved) kernel this CPU has, run the way the model runs it:
-/// rows repacked once, then cut into chunks that start on group boundaries (the last one
-/// holding the tail rows that fill no group) and handed to `RepackedKernel::matvec`. Each
-/// row must match its scalar twin: bit for bit where the kernel keeps the scalar float
-/// order (Q8_0, Q5_0), else within the summation-order bound.
+/// Every repacked (row-interleaved or lookup-table) kernel this CPU has, and the scalar face
+/// of the Q1_0 and Q2_0 lookup-table kernels on every CPU, run the way the model runs it: rows repacked
+/// once, the activation's tables built once where the kernel reads tables, then rows cut into
+/// chunks that start on group boundaries (the last one holding the rows that fill no group)
+/// and handed to `RepackedKernel::matvec`. Each row must match its scalar twin: bit for bit
+/// where the kernel keeps the scalar float order (Q8_0, Q5_0, Q1_0, Q2_0), else within the
+/// summation-order bound.
 #[test]
 fn repacked_kernels_match_scalar_on_every_row() {
     let set = KernelSet::select(&detected_features());
-    let scalar = KernelSet::scalar();
     let mut tested_kernels = 0;
     for fast in set.weights.iter() {
         let Some(rk) = fast.repacked else { continue };
-        let mut tested = 0;
         tested_kernels += 1;
-        let ty = fast.weight_type;
-        let scalar_k = scalar.weight(ty).unwrap();
-        let bit_exact = matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0);
-        for (case, &(n_rows, n_blocks)) in [
-            (1, 1),
-            (3, 2),
-            (4, 1),
-            (5, 3),
-            (13, 2),
-            (37, 1),
-            (64, 2),
-            (67, 1),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let n_cols = n_blocks * ty.block_size();
-            let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
-            let w = random_blocks(ty, n_rows * n_blocks, 300 + case as u64);
-            let mut rng = XorShift(400 + case as u64);
-            let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() * 2.0 - 1.0).collect();
-            let act = quantize(fast.act_type, &x);
-            let mut packed = vec![0u8; (rk.bytes)(n_rows, n_cols).unwrap()];
-            (rk.repack)(&w, n_rows, n_cols, &mut packed).unwrap();
-            // Chunks of 8 rows, then whatever is left: starts on multiples of the group.
-            let mut out = vec![f32::NAN; n_rows];
-            let mut r0 = 0;
-            while r0 < n_rows {
-                let r1 = (r0 + 8).min(n_rows);
-                let range = rk.row_range(n_rows, n_cols, r0, r1).unwrap();
-                rk.matvec(ty, &packed[range], r1 - r0, n_cols, &act, &mut out[r0..r1])
-                    .unwrap();
-                r0 = r1;
-            }
-            for (r, &y) in out.iter().enumerate() {
-                let row = &w[r * row_bytes..(r + 1) * row_bytes];
-                let want = (scalar_k.vec_dot)(n_cols, row, &act);
-                if bit_exact {
-                    assert_eq!(
-                        y.to_bits(),
-                        want.to_bits(),
-                        "{} {n_rows} rows, row {r}",
-                        rk.layout
-                    );
-                } else {
-                    let m = magnitude(ty, fast.act_type, row, &act, n_cols);
-                    let tol = 2.0 * (n_blocks + 12) as f64 * U * m * 1.001;
-                    assert!(
-                        ((y - want) as f64).abs() <= tol,
-                        "{} {n_rows} rows, row {r}: {y} vs scalar {want} (bound {tol})",
-                        rk.layout
-                    );
-                }
-            }
-            tested += n_rows;
-        }
-        // A chunk may not split a group, and the shapes are checked.
-        assert!(rk.row_range(13, ty.block_size(), 2, 8).is_none());
-        assert!(rk.row_range(13, ty.block_size(), 4, 6).is_none());
-        assert!(rk.row_range(13, ty.block_size(), 12, 13).is_some());
-        assert!(rk.row_range(13, ty.block_size(), 0, 14).is_none());
-        let n = ty.block_size();
-        let act = vec![0u8; quant::row_bytes(fast.act_type, n).unwrap()];
-        let packed = vec![0u8; (rk.bytes)(5, n).unwrap()];
-        let mut out = [0f32; 5];
-        assert!(rk.matvec(ty, &packed[1..], 5, n, &act, &mut out).is_err());
-        assert!(rk.matvec(ty, &packed, 5, n, &act[1..], &mut out).is_err());
-        assert!(rk.matvec(ty, &packed, 5, n, &act, &mut out[1..]).is_err());
-        assert!(rk.matvec(ty, &packed, 5, n + 1, &act, &mut out).is_err());
-        println!(
-            "notice: {} ({}) matches scalar on {tested} rows",
-            rk.layout, rk.face
-        );
+        check_repacked_kernel(fast.weight_type, rk);
     }
+    check_repacked_kernel(GgmlType::Q1_0, super::Q1_0_LUT16_SCALAR);
+    check_repacked_kernel(GgmlType::Q2_0, super::Q2_0_LUT16_SCALAR);
     if tested_kernels == 0 {
         println!(
             "notice: {} has no repacked kernels on this CPU; nothing to compare",
             set.name()
         );
     }
-    // Repacked kernels only where the set says dotprod (the x4 kernels use sdot).
-    for k in set.weights.iter().filter(|k| k.repacked.is_some()) {
-        assert_eq!(set.name(), "aarch64-dotprod", "{}", k.weight_type);
+    // Row-interleaved (sdot) kernels only where the set says dotprod; the table kernel (base
+    // NEON) on every aarch64 set.
+    for k in set.weights.iter() {
+        match k.repacked {
+            Some(rk) if rk.act_table.is_some() => assert!(set.name().starts_with("aarch64")),
+            Some(_) => assert_eq!(set.name(), "aarch64-dotprod", "{}", k.weight_type),
+            None => {}
+        }
     }
+}
+
+/// One repacked kernel against the scalar twin of `ty` (see above).
+fn check_repacked_kernel(ty: GgmlType, rk: RepackedKernel) {
+    let scalar = KernelSet::scalar();
+    let scalar_k = scalar.weight(ty).unwrap();
+    let act_type = scalar_k.act_type;
+    let bit_exact = matches!(
+        ty,
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q1_0 | GgmlType::Q2_0
+    );
+    let g = rk.group_rows.max(1);
+    let chunk_rows = g.max(8);
+    // The kernel's input for one quantized activation row: the row, or its tables.
+    let input = |act: &[u8], n_cols: usize| -> Vec<u8> {
+        match rk.act_table {
+            None => act.to_vec(),
+            Some(_) => {
+                let mut table = vec![0xAAu8; rk.input_bytes(ty, n_cols).unwrap()];
+                rk.build_table(ty, n_cols, act, &mut table).unwrap();
+                table
+            }
+        }
+    };
+    let mut tested = 0;
+    for (case, &(n_rows, n_blocks)) in [
+        (1, 1),
+        (3, 2),
+        (4, 1),
+        (5, 3),
+        (13, 2),
+        (37, 1),
+        (64, 2),
+        (67, 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let n_cols = n_blocks * ty.block_size();
+        let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+        let w = random_blocks(ty, n_rows * n_blocks, 300 + case as u64);
+        let mut rng = XorShift(400 + case as u64);
+        let x: Vec<f32> = (0..n_cols).map(|_| rng.unit() * 2.0 - 1.0).collect();
+        let act = quantize(act_type, &x);
+        let kernel_input = input(&act, n_cols);
+        let mut packed = vec![0u8; (rk.bytes)(n_rows, n_cols).unwrap()];
+        (rk.repack)(&w, n_rows, n_cols, &mut packed).unwrap();
+        // Chunks of 8 rows (or one group), then whatever is left: starts on multiples of the
+        // group.
+        let mut out = vec![f32::NAN; n_rows];
+        let mut r0 = 0;
+        while r0 < n_rows {
+            let r1 = (r0 + chunk_rows).min(n_rows);
+            let range = rk.row_range(n_rows, n_cols, r0, r1).unwrap();
+            rk.matvec(
+                ty,
+                &packed[range],
+                r1 - r0,
+                n_cols,
+                &kernel_input,
+                &mut out[r0..r1],
+            )
+            .unwrap();
+            r0 = r1;
+        }
+        for (r, &y) in out.iter().enumerate() {
+            let row = &w[r * row_bytes..(r + 1) * row_bytes];
+            let want = (scalar_k.vec_dot)(n_cols, row, &act);
+            if bit_exact {
+                assert_eq!(
+                    y.to_bits(),
+                    want.to_bits(),
+                    "{} ({}) {n_rows} rows, row {r}",
+                    rk.layout,
+                    rk.face
+                );
+            } else {
+                let m = magnitude(ty, act_type, row, &act, n_cols);
+                let tol = 2.0 * (n_blocks + 12) as f64 * U * m * 1.001;
+                assert!(
+                    ((y - want) as f64).abs() <= tol,
+                    "{} {n_rows} rows, row {r}: {y} vs scalar {want} (bound {tol})",
+                    rk.layout
+                );
+            }
+        }
+        tested += n_rows;
+    }
+    // A chunk may not split a group, and the shapes are checked.
+    let bs = ty.block_size();
+    assert!(rk.row_range(13, bs, 2, 8).is_none());
+    assert!(rk.row_range(13, bs, 4, 6).is_none());
+    assert!(rk.row_range(13, bs, 13 / g * g, 13).is_some());
+    assert!(rk.row_range(13, bs, 0, 14).is_none());
+    let n = bs;
+    let act = vec![0u8; quant::row_bytes(act_type, n).unwrap()];
+    let kernel_input = input(&act, n);
+    let packed = vec![0u8; (rk.bytes)(5, n).unwrap()];
+    let mut out = [0f32; 5];
+    assert!(rk
+        .matvec(ty, &packed[1..], 5, n, &kernel_input, &mut out)
+        .is_err());
+    assert!(rk
+        .matvec(ty, &packed, 5, n, &kernel_input[1..], &mut out)
+        .is_err());
+    assert!(rk
+        .matvec(ty, &packed, 5, n, &kernel_input, &mut out[1..])
+        .is_err());
+    assert!(rk
+        .matvec(ty, &packed, 5, n + 1, &kernel_input, &mut out)
+        .is_err());
+    if rk.act_table.is_some() {
+        let mut table = kernel_input.clone();
+        assert!(rk.build_table(ty, n, &act[1..], &mut table).is_err());
+        assert!(rk.build_table(ty, n, &act, &mut table[1..]).is_err());
+        assert!(rk.build_table(ty, n + 1, &act, &mut table).is_err());
+    }
+    println!(
+        "notice: {} ({}) matches scalar on {tested} rows",
+        rk.layout, rk.face
+    );
 }
 
 /// `matmul` against the matvec of each activation row, to the bit: the generic twin for

@@ -99,9 +99,73 @@ pub struct RepackedKernel {
     pub rows: RowsFn,
     /// Which face this is ("dotprod", ...), for reports.
     pub face: &'static str,
+    /// Where set, `rows` does not read the quantized activation row but tables built from it
+    /// (a lookup-table kernel): built once per token and matrix input, then shared by every
+    /// row and worker. `None`: `rows` reads the activation row itself.
+    pub act_table: Option<ActTable>,
+}
+
+/// The tables a lookup-table kernel reads instead of the activation row (see
+/// [`RepackedKernel::act_table`]). They live in scratch the caller sizes with `bytes`
+/// (the forward pass: `State`'s table scratch), so a token allocates nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct ActTable {
+    /// Bytes of the tables of one activation row of `n_cols` elements; `None` if the kernel
+    /// cannot take that width.
+    pub bytes: fn(n_cols: usize) -> Option<usize>,
+    /// Builds the tables of one quantized activation row (`act`, exactly its row's bytes) into
+    /// `table` (exactly `bytes(n_cols)`). Called through [`RepackedKernel::build_table`].
+    pub build: fn(act: &[u8], table: &mut [u8]),
 }
 
 impl RepackedKernel {
+    /// Bytes of what `rows` reads per token for `n_cols` columns: the quantized activation row,
+    /// or its tables where the kernel has [`RepackedKernel::act_table`].
+    pub fn input_bytes(&self, weight_type: GgmlType, n_cols: usize) -> Result<usize, QuantError> {
+        match self.act_table {
+            None => quant::row_bytes(quant::vec_dot_type(weight_type)?, n_cols),
+            Some(t) => (t.bytes)(n_cols).ok_or(QuantError::NotWholeBlocks {
+                ggml_type: weight_type,
+                block_size: weight_type.block_size(),
+                n_elements: n_cols,
+            }),
+        }
+    }
+
+    /// The tables of one quantized activation row for a lookup-table kernel: checks both
+    /// lengths, then builds; allocates nothing. `Unsupported` for a kernel without tables.
+    pub fn build_table(
+        &self,
+        weight_type: GgmlType,
+        n_cols: usize,
+        act: &[u8],
+        table: &mut [u8],
+    ) -> Result<(), QuantError> {
+        let t = self.act_table.ok_or(QuantError::Unsupported {
+            ggml_type: weight_type,
+            op: "activation tables",
+        })?;
+        let act_type = quant::vec_dot_type(weight_type)?;
+        for (ty, expected, found) in [
+            (act_type, quant::row_bytes(act_type, n_cols)?, act.len()),
+            (
+                GgmlType::I8,
+                self.input_bytes(weight_type, n_cols)?,
+                table.len(),
+            ),
+        ] {
+            if expected != found {
+                return Err(QuantError::BadLength {
+                    ggml_type: ty,
+                    expected,
+                    found,
+                });
+            }
+        }
+        (t.build)(act, table);
+        Ok(())
+    }
+
     /// The bytes of rows `r0..r1` inside a repacked matrix of `n_rows` rows, or `None` unless
     /// `r0` starts a group and `r1` ends one (or is `n_rows`): a group's rows are interleaved,
     /// so a group cannot be split between two workers.
@@ -126,7 +190,9 @@ impl RepackedKernel {
     }
 
     /// `out[r] = row r . act` for `n_rows` repacked rows (`packed` is exactly their bytes, as
-    /// `row_range` cuts them). Checks every length, then runs the kernel; allocates nothing.
+    /// `row_range` cuts them). `act` is the quantized activation row, or for a kernel with
+    /// [`RepackedKernel::act_table`] the tables [`RepackedKernel::build_table`] built from it.
+    /// Checks every length, then runs the kernel; allocates nothing.
     pub fn matvec(
         &self,
         weight_type: GgmlType,
@@ -141,8 +207,11 @@ impl RepackedKernel {
             block_size: weight_type.block_size(),
             n_elements: n_cols,
         })?;
-        let act_type = quant::vec_dot_type(weight_type)?;
-        let act_expected = quant::row_bytes(act_type, n_cols)?;
+        let act_type = match self.act_table {
+            None => quant::vec_dot_type(weight_type)?,
+            Some(_) => GgmlType::I8,
+        };
+        let act_expected = self.input_bytes(weight_type, n_cols)?;
         for (ty, expected, found) in [
             (weight_type, expected, packed.len()),
             (act_type, act_expected, act.len()),
@@ -160,6 +229,38 @@ impl RepackedKernel {
         Ok(())
     }
 }
+
+/// The scalar face of the Q1_0 lookup-table kernel (`quant::q1_0_lut`): same layout and tables
+/// as the NEON face that `aarch64::install` puts in ARMv8.0 sets, same bits as `q1_0::vec_dot`.
+/// No set selects it (on a CPU without NEON it is slower than the direct dot); tests add it
+/// with [`KernelSet::add_repacked`] to run the repack, the table scratch and the pass on any CPU.
+pub const Q1_0_LUT16_SCALAR: RepackedKernel = RepackedKernel {
+    layout: "q1_0_lut16",
+    group_rows: quant::q1_0_lut::GROUP_ROWS,
+    bytes: quant::q1_0_lut::bytes,
+    repack: quant::q1_0_lut::repack,
+    rows: quant::q1_0_lut::matvec,
+    face: "scalar-lut16",
+    act_table: Some(ActTable {
+        bytes: quant::q1_0_lut::table_bytes,
+        build: quant::q1_0_lut::build_table,
+    }),
+};
+
+/// The scalar face of the Q2_0 lookup-table kernel (`quant::q2_0_lut`), as
+/// [`Q1_0_LUT16_SCALAR`] is for Q1_0.
+pub const Q2_0_LUT16_SCALAR: RepackedKernel = RepackedKernel {
+    layout: "q2_0_lut16",
+    group_rows: quant::q2_0_lut::GROUP_ROWS,
+    bytes: quant::q2_0_lut::bytes,
+    repack: quant::q2_0_lut::repack,
+    rows: quant::q2_0_lut::matvec,
+    face: "scalar-lut16",
+    act_table: Some(ActTable {
+        bytes: quant::q2_0_lut::table_bytes,
+        build: quant::q2_0_lut::build_table,
+    }),
+};
 
 /// The kernels for one weight type.
 #[derive(Clone, Copy, Debug)]

@@ -20,6 +20,7 @@ use super::hparams::HParams;
 use super::StateShape;
 use crate::gguf::TensorInfo;
 use crate::math;
+use crate::quant::GgmlType;
 
 /// Size of a page as far as residency goes: a row read from a mapped file brings in at least
 /// this much.
@@ -99,7 +100,20 @@ impl MemoryPlan {
             .map_or(0, |t| t.dims[1])
             .min(n_vocab);
         let pruned_head_rows = if head_rows < n_vocab { head_rows } else { 0 };
-        let shape = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, pruned_head_rows as usize);
+        // The Q1_0 / Q2_0 lookup-table kernels' activation tables (aarch64 sets install them;
+        // counted on every CPU, at most ~1.6 MB, so that the plan does not depend on kernels).
+        let act_tables = tensors
+            .iter()
+            .filter(|t| !is_vector(t))
+            .filter_map(|t| match t.ggml_type {
+                GgmlType::Q1_0 => crate::quant::q1_0_lut::table_bytes(t.dims[0] as usize),
+                GgmlType::Q2_0 => crate::quant::q2_0_lut::table_bytes(t.dims[0] as usize),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let shape = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, pruned_head_rows as usize)
+            .with_act_tables(act_tables);
         let kv_cache = shape.kv_cache_bytes() as u64;
         let activations = shape.activation_bytes() as u64;
         let logits = shape.logits_bytes() as u64 + SAMPLER_BYTES_PER_TOKEN * n_vocab;

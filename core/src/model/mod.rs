@@ -44,7 +44,7 @@ pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
     bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
 };
-pub use state::{State, StateShape, DEFAULT_BATCH};
+pub use state::{State, StateShape, DEFAULT_BATCH, TABLE_TOKENS};
 pub use store::{
     PreadStore, RecordingStore, RepackedWeights, ResidentStore, StoreCall, StoreError,
     StoreErrorKind, StreamStats, TensorId, TensorTable, Weight, WeightKey, WeightStore,
@@ -348,6 +348,22 @@ impl Model {
             .collect()
     }
 
+    /// Bytes of one token's activation tables for the widest matrix input whose kernel is a
+    /// lookup-table kernel (`RepackedKernel::act_table`); 0 if none is. `State` sizes its
+    /// table scratch with it.
+    pub fn act_table_bytes(&self) -> usize {
+        let mut matrices: Vec<&Matrix> = Vec::new();
+        for l in &self.layers {
+            matrices.extend(l.matrices());
+        }
+        matrices.push(&self.output);
+        matrices
+            .iter()
+            .filter_map(|m| (m.kernel.repacked?.act_table?.bytes)(m.n_cols))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Bytes of the largest weight the forward pass asks a store for at once: what a store
     /// that reads each weight into one scratch buffer must hold.
     pub fn largest_weight_bytes(&self) -> usize {
@@ -504,6 +520,7 @@ impl Model {
         let State {
             act,
             act_q,
+            act_tables,
             tile,
             layers,
             logits,
@@ -521,6 +538,7 @@ impl Model {
             self.hp.rms_eps,
             *tap,
             act_q,
+            act_tables,
             tile,
         );
         for (t, &token) in chunk.tokens.iter().enumerate() {

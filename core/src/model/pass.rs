@@ -8,6 +8,7 @@
 use super::error::ModelError;
 use super::matrix::Matrix;
 use super::store::{WeightKey, WeightStore};
+use crate::kernels::RepackedKernel;
 use crate::math::{self, AttentionKernel};
 use crate::platform::{Parallel, RowDispenser};
 use alloc::format;
@@ -34,6 +35,9 @@ pub struct Pass<'p> {
     tap: Option<TapFn>,
     /// The `n` quantized input rows of the matvec in progress.
     act_q: &'p mut [u8],
+    /// The tables a lookup-table kernel reads instead of `act_q` (`RepackedKernel::act_table`),
+    /// for as many tokens at a time as it holds (empty when no matrix has such a kernel).
+    act_tables: &'p mut [u8],
     /// The matmul workers' output before it is copied into the tokens' rows.
     tile: &'p mut [f32],
 }
@@ -50,6 +54,7 @@ impl<'p> Pass<'p> {
         rms_eps: f32,
         tap: Option<TapFn>,
         act_q: &'p mut [u8],
+        act_tables: &'p mut [u8],
         tile: &'p mut [f32],
     ) -> Pass<'p> {
         Pass {
@@ -62,6 +67,7 @@ impl<'p> Pass<'p> {
             rms_eps,
             tap,
             act_q,
+            act_tables,
             tile,
         }
     }
@@ -186,6 +192,9 @@ impl<'p> Pass<'p> {
             });
         }
         let w: &[u8] = &w;
+        if let Some(rk) = repacked_kernel {
+            return self.matmul_repacked(m, rk, w, out);
+        }
         let failed = AtomicBool::new(false);
         let n_workers = self.par.n_threads().max(1);
         let acts = &self.act_q[..n * m.act_bytes];
@@ -196,9 +205,8 @@ impl<'p> Pass<'p> {
         // the tile holds (the LM head for several tokens): each worker runs the one-token
         // kernel per token over blocks of its rows small enough to stay in cache, straight into
         // the tokens' rows. The weight is still read from the store (and from RAM) once.
-        let per_token_blocks = n > 1
-            && repacked_kernel.is_none()
-            && ((!prompt && m.kernel.cols_twin.is_some()) || self.tile.len() < n * n_rows);
+        let per_token_blocks =
+            n > 1 && ((!prompt && m.kernel.cols_twin.is_some()) || self.tile.len() < n * n_rows);
         let tile = SharedMut::new(if n > 1 && !per_token_blocks {
             &mut self.tile[..n * n_rows]
         } else {
@@ -211,20 +219,8 @@ impl<'p> Pass<'p> {
         self.par.run(&|_| {
             while let Some(chunk) = rows_left.grab() {
                 let (r0, r1, len) = (chunk.start, chunk.end, chunk.len());
-                let result = match repacked_kernel {
-                    // The repacked kernels are matvecs: one pass over the chunk per token.
-                    Some(rk) => rk
-                        .row_range(n_rows, m.n_cols, r0, r1)
-                        .and_then(|range| w.get(range))
-                        .map_or(Err(()), |rows| {
-                            (0..n).try_for_each(|t| {
-                                // SAFETY: the dispenser hands each row to exactly one worker.
-                                let o = unsafe { out.slice(t * n_rows + r0, len) };
-                                let act = &acts[t * m.act_bytes..(t + 1) * m.act_bytes];
-                                rk.matvec(m.ty, rows, len, m.n_cols, act, o).map_err(|_| ())
-                            })
-                        }),
-                    None if per_token_blocks => {
+                let result = match () {
+                    () if per_token_blocks => {
                         (r0..r1).step_by(PER_TOKEN_BLOCK_ROWS).try_for_each(|b0| {
                             let b1 = (b0 + PER_TOKEN_BLOCK_ROWS).min(r1);
                             let rows = &w[b0 * m.row_bytes..b1 * m.row_bytes];
@@ -242,7 +238,7 @@ impl<'p> Pass<'p> {
                             })
                         })
                     }
-                    None => {
+                    () => {
                         let rows = &w[r0 * m.row_bytes..r1 * m.row_bytes];
                         if n == 1 && prompt && m.kernel.cols_twin.is_some() {
                             // A one-token prompt (or prompt tail) takes the batched kernel,
@@ -289,6 +285,100 @@ impl<'p> Pass<'p> {
         Ok(())
     }
 
+    /// [`Pass::matmul`] on a repacked copy: the repacked kernels are matvecs, so each worker
+    /// runs its chunk of rows once per token. A lookup-table kernel first gets each token's
+    /// tables (built once per token, by token in parallel, into the table scratch; every worker
+    /// then reads them), as many tokens at a time as the scratch holds.
+    fn matmul_repacked(
+        &mut self,
+        m: &Matrix,
+        rk: RepackedKernel,
+        w: &[u8],
+        out: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let (n, n_rows) = (self.n, m.n_rows);
+        let quant_err = |err| ModelError::Quant {
+            tensor: m.name.clone(),
+            err,
+        };
+        let input_bytes = rk.input_bytes(m.ty, m.n_cols).map_err(quant_err)?;
+        let tokens_at_once = match rk.act_table {
+            None => n.max(1),
+            Some(_) => self.act_tables.len() / input_bytes.max(1),
+        };
+        if tokens_at_once == 0 {
+            return Err(ModelError::Store {
+                tensor: m.name.clone(),
+                reason: format!(
+                    "its {} kernel needs {input_bytes} bytes of activation tables per token and \
+                     the state has {}: make the state with State::new for this model",
+                    rk.layout,
+                    self.act_tables.len()
+                ),
+            });
+        }
+        let n_workers = self.par.n_threads().max(1);
+        let failed = AtomicBool::new(false);
+        let out = SharedMut::new(&mut out[..n * n_rows]);
+        for t0 in (0..n).step_by(tokens_at_once) {
+            let t1 = (t0 + tokens_at_once).min(n);
+            let inputs: &[u8] = match rk.act_table {
+                None => &self.act_q[t0 * m.act_bytes..t1 * m.act_bytes],
+                Some(_) => {
+                    let acts = &self.act_q[..n * m.act_bytes];
+                    let tables = SharedMut::new(&mut self.act_tables[..(t1 - t0) * input_bytes]);
+                    per_token(self.par, t1 - t0, &|_, i| {
+                        let act = &acts[(t0 + i) * m.act_bytes..][..m.act_bytes];
+                        // SAFETY: token i's tables are written by this worker only.
+                        let table = unsafe { tables.slice(i * input_bytes, input_bytes) };
+                        if rk.build_table(m.ty, m.n_cols, act, table).is_err() {
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                    });
+                    if failed.load(Ordering::Relaxed) {
+                        // Build the first token's tables again for the error to report.
+                        let table = &mut self.act_tables[..input_bytes];
+                        rk.build_table(m.ty, m.n_cols, &acts[..m.act_bytes], table)
+                            .map_err(quant_err)?;
+                    }
+                    &self.act_tables[..(t1 - t0) * input_bytes]
+                }
+            };
+            // Chunks of 16 rows: a multiple of every repacked kernel's group (4, 16).
+            let rows_left = RowDispenser::new(n_rows, n_workers, MATVEC_CHUNK_ROWS);
+            self.par.run(&|_| {
+                while let Some(chunk) = rows_left.grab() {
+                    let (r0, r1, len) = (chunk.start, chunk.end, chunk.len());
+                    let result = rk
+                        .row_range(n_rows, m.n_cols, r0, r1)
+                        .and_then(|range| w.get(range))
+                        .map_or(Err(()), |rows| {
+                            (t0..t1).try_for_each(|t| {
+                                // SAFETY: the dispenser hands each row to exactly one worker.
+                                let o = unsafe { out.slice(t * n_rows + r0, len) };
+                                let input = &inputs[(t - t0) * input_bytes..][..input_bytes];
+                                rk.matvec(m.ty, rows, len, m.n_cols, input, o)
+                                    .map_err(|_| ())
+                            })
+                        });
+                    if result.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                }
+            });
+            if failed.load(Ordering::Relaxed) {
+                return Err(ModelError::Store {
+                    tensor: m.name.clone(),
+                    reason: format!(
+                        "the {} kernel refused {n_rows} rows of {} columns for {n} tokens",
+                        rk.layout, m.n_cols
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// `out` = row `r` of `m`, read through the store into the quantized-input scratch (a row
     /// is at most `n_cols` f32s, and the scratch holds at least that) and dequantized: an
     /// embedding row, without fetching the table.
@@ -331,7 +421,7 @@ impl<'p> Pass<'p> {
     }
 }
 
-/// Rows per chunk of a parallel matvec: a multiple of every repacked kernel's group (4).
+/// Rows per chunk of a parallel matvec: a multiple of every repacked kernel's group (4, 16).
 const MATVEC_CHUNK_ROWS: usize = 16;
 
 /// Rows of a block that the per-token path of a matmul runs every token over before the next:

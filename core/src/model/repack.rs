@@ -664,6 +664,7 @@ mod tests {
         repack: reversed_rows,
         rows: |_, _, _, out| out.fill(0.0),
         face: "test",
+        act_table: None,
     };
 
     /// A GGUF with two F32 matrices and the plan that repacks both.

@@ -14,6 +14,11 @@ use alloc::vec::Vec;
 /// the batch buffers (a few MB for a 1.5B model) stay small next to the KV cache.
 pub const DEFAULT_BATCH: usize = 32;
 
+/// Tokens whose lookup tables the state holds at once: a prompt's batch builds them this many
+/// tokens at a time (a Q1_0 table is ~8 bytes per activation, so 8 tokens of a 12,288-wide
+/// FFN input take 800 KB instead of 3.2 MB for the whole batch).
+pub const TABLE_TOKENS: usize = 8;
+
 /// The element counts of every buffer a [`State`] holds for a model shape, a context and a
 /// batch: what `State::with_batch` allocates, and what `MemoryPlan` plans for before a model is
 /// loaded (one computation, so the plan cannot drift from the allocation).
@@ -31,6 +36,8 @@ pub struct StateShape {
     pub act_row_bytes: usize,
     /// f32s of the matmul tile (none when the batch is one token).
     pub tile: usize,
+    /// Bytes of the lookup-table kernels' activation tables (see [`State`]'s `act_tables`).
+    pub act_tables: usize,
     /// Bytes of every layer's state together (KV caches).
     pub layer_state_bytes: usize,
     pub n_vocab: usize,
@@ -55,6 +62,7 @@ impl StateShape {
             scores: w.n_head * n_ctx,
             act_row_bytes: widest * 4,
             tile: if b > 1 { b * most_rows } else { 0 },
+            act_tables: 0,
             layer_state_bytes: hp.layers.iter().map(|l| l.state_bytes(n_ctx)).sum(),
             n_vocab: hp.n_vocab,
             head_rows,
@@ -67,6 +75,15 @@ impl StateShape {
     pub fn with_logit_rows(self, n_logits: usize) -> StateShape {
         StateShape {
             n_logits: n_logits.clamp(1, self.n_batch),
+            ..self
+        }
+    }
+
+    /// This shape with scratch for the activation tables of [`TABLE_TOKENS`] tokens (at most
+    /// the batch), `per_token` bytes each (`Model::act_table_bytes`).
+    pub fn with_act_tables(self, per_token: usize) -> StateShape {
+        StateShape {
+            act_tables: per_token * self.n_batch.min(TABLE_TOKENS),
             ..self
         }
     }
@@ -86,6 +103,7 @@ impl StateShape {
             + self.moe_acc()
             + self.widths.router)
             + b * self.act_row_bytes
+            + self.act_tables
             + self.widths.router
     }
 
@@ -144,6 +162,9 @@ pub struct State {
     pub(super) act: Activations,
     /// `n_batch` quantized input rows, back to back.
     pub(super) act_q: Vec<u8>,
+    /// Activation tables of the lookup-table kernels (`RepackedKernel::act_table`) for up to
+    /// [`TABLE_TOKENS`] tokens; empty when no matrix of the model has such a kernel.
+    pub(super) act_tables: Vec<u8>,
     /// The matmul workers' output before it is copied into the tokens' rows: `n_batch` x the
     /// most rows of a layer matrix.
     pub(super) tile: Vec<f32>,
@@ -195,7 +216,9 @@ impl State {
             });
         }
         let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
-        let sh = StateShape::new(hp, n_ctx, n_batch, head_rows).with_logit_rows(n_logits);
+        let sh = StateShape::new(hp, n_ctx, n_batch, head_rows)
+            .with_logit_rows(n_logits)
+            .with_act_tables(model.act_table_bytes());
         let (b, w) = (sh.n_batch, sh.widths);
         Ok(State {
             n_ctx,
@@ -221,6 +244,7 @@ impl State {
                 qkv: vec![0.0; b * w.qkv],
             },
             act_q: vec![0; b * sh.act_row_bytes],
+            act_tables: vec![0; sh.act_tables],
             tile: vec![0.0; sh.tile],
             layers: hp
                 .layers
@@ -287,6 +311,7 @@ impl State {
             + self.logits.len()
             + self.head_logits.len())
             + self.act_q.len()
+            + self.act_tables.len()
             + a.moe_held.len()
             + self.layers.iter().map(LayerState::bytes).sum::<usize>()
     }

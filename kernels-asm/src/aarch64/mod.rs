@@ -31,6 +31,11 @@
 //! matrix stay in the file layout and run through the one-row dotprod kernel. Q8_0 and Q5_0
 //! x4 are bit-identical to the scalar twins, Q4_K x4 is within the bound above.
 //!
+//! Also here: the lookup-table matvecs for Q1_0 and Q2_0 in base NEON (`q1_0_lut.rs`,
+//! `q2_0_lut.rs`, T-MAC style): rows repacked in groups of 16, the activation row turned into
+//! tables of 4-activation (Q1_0) or 2-activation (Q2_0) sums once per token, then one `tbl`
+//! per 4-bit index of 16 rows; bit-identical to the scalar twins.
+//!
 //! Also here: the attention loops over the f16 KV cache (`attention.rs`: key dots, weighted
 //! value sums, the f16 accumulator), ARMv8.0 only and bit for bit the scalar code in
 //! `smolrun_core::math::attention_head`.
@@ -46,7 +51,9 @@ pub mod attention;
 pub mod exp;
 mod float;
 mod q1_0;
+mod q1_0_lut;
 mod q2_0;
+mod q2_0_lut;
 mod q2_k;
 mod q4_0;
 mod q4_k;
@@ -62,7 +69,12 @@ mod x4;
 
 pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
 pub use q1_0::{vec_dot_q1_0_q8_0_dotprod, vec_dot_q1_0_q8_0_neon};
+pub use q1_0_lut::{
+    build_table_q1_0_lut_neon, matvec_q1_0_lut16_neon, LUT_GROUP_BLOCK_BYTES, LUT_GROUP_ROWS,
+    LUT_TABLE_BLOCK_BYTES, LUT_TILE_BLOCKS,
+};
 pub use q2_0::{vec_dot_q2_0_q8_0_dotprod, vec_dot_q2_0_q8_0_neon};
+pub use q2_0_lut::{build_table_q2_0_lut_neon, matvec_q2_0_lut16_neon, LUT2_TABLE_BLOCK_BYTES};
 pub use q2_k::{vec_dot_q2_k_q8_k_dotprod, vec_dot_q2_k_q8_k_neon};
 pub use q4_0::{vec_dot_q4_0_q8_0_dotprod, vec_dot_q4_0_q8_0_neon};
 pub use q4_k::{vec_dot_q4_k_q8_k_dotprod, vec_dot_q4_k_q8_k_neon};
