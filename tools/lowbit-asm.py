@@ -248,12 +248,137 @@ def loop(tail, intp, dot):
 
 
 
+# Q8_0, Q4_0, Q5_0 (one row): block i's loads, unpacking and integer sum (into v14), its scales
+# converted (v15, v16) in the order the scalar twin multiplies them; block i - 1's float part.
+# x advances by the weight block, y by the 34-byte Q8_0 block.
+def q8_int(dot):
+    o = [op("ldr h15, [{x}]", ["v15"], ["x"], 3),
+         op("ldr h16, [{y}]", ["v16"], ["y"], 3),
+         op("ldur q0, [{x}, #2]", ["v0"], ["x"], 3),
+         op("ldur q1, [{x}, #18]", ["v1"], ["x"], 3),
+         op("ldur q2, [{y}, #2]", ["v2"], ["y"], 3),
+         op("ldur q3, [{y}, #18]", ["v3"], ["y"], 3),
+         op("fcvt s15, h15", ["v15"], ["v15"]),
+         op("fcvt s16, h16", ["v16"], ["v16"]),
+         # dx * dy, as the twin forms it before multiplying by sumi
+         op("fmul s15, s15, s16", ["v15"], ["v15", "v16"])]
+    o += int8_sum(dot, ["v0", "v1"], ["v2", "v3"])
+    o += [op("add {x}, {x}, #34", ["x"], ["x"], 1), op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def int8_sum(dot, ws, ys, i16_safe=False):
+    """sumi of the 32 products ws x ys into s14 (dotprod: sdot; else widening multiplies,
+    widened to i32 at once unless two products always fit in i16)."""
+    (w0, w1), (y0, y1) = ws, ys
+    if dot:
+        return [op("movi v4.4s, #0", ["v4"], [], 1),
+                op(f"sdot v4.4s, {w0}.16b, {y0}.16b", ["v4"], ["v4", w0, y0]),
+                op("movi v5.4s, #0", ["v5"], [], 1),
+                op(f"sdot v5.4s, {w1}.16b, {y1}.16b", ["v5"], ["v5", w1, y1]),
+                op("add v4.4s, v4.4s, v5.4s", ["v4"], ["v4", "v5"]),
+                op("addv s14, v4.4s", ["v14"], ["v4"])]
+    if i16_safe:
+        return [op(f"smull v4.8h, {w0}.8b, {y0}.8b", ["v4"], [w0, y0]),
+                op(f"smull2 v5.8h, {w0}.16b, {y0}.16b", ["v5"], [w0, y0]),
+                op(f"smlal v4.8h, {w1}.8b, {y1}.8b", ["v4"], ["v4", w1, y1]),
+                op(f"smlal2 v5.8h, {w1}.16b, {y1}.16b", ["v5"], ["v5", w1, y1]),
+                op("add v4.8h, v4.8h, v5.8h", ["v4"], ["v4", "v5"]),
+                op("saddlv s14, v4.8h", ["v14"], ["v4"])]
+    return [op(f"smull v4.8h, {w0}.8b, {y0}.8b", ["v4"], [w0, y0]),
+            op(f"smull2 v5.8h, {w0}.16b, {y0}.16b", ["v5"], [w0, y0]),
+            op(f"smull v6.8h, {w1}.8b, {y1}.8b", ["v6"], [w1, y1]),
+            op(f"smull2 v7.8h, {w1}.16b, {y1}.16b", ["v7"], [w1, y1]),
+            op("saddlp v4.4s, v4.8h", ["v4"], ["v4"]),
+            op("saddlp v5.4s, v5.8h", ["v5"], ["v5"]),
+            op("sadalp v4.4s, v6.8h", ["v4"], ["v4", "v6"]),
+            op("sadalp v5.4s, v7.8h", ["v5"], ["v5", "v7"]),
+            op("add v4.4s, v4.4s, v5.4s", ["v4"], ["v4", "v5"]),
+            op("addv s14, v4.4s", ["v14"], ["v4"])]
+
+
+def q8_tail():
+    """sumf += sumi as f32 * (dx * dy)."""
+    return [op("scvtf s24, s14", ["v24"], ["v14"]),
+            op("fmul s24, s24, s15", ["v24"], ["v24", "v15"]),
+            op("fadd s21, s21, s24", ["sumf"], ["sumf", "v24"])]
+
+
+def q4_int(dot):
+    """Q4_0: byte j holds element j (low nibble) and j + 16 (high), offset by 8 (v30 = 0x0f,
+    v31 = 8)."""
+    o = [op("ldr h15, [{x}]", ["v15"], ["x"], 3),
+         op("ldr h16, [{y}]", ["v16"], ["y"], 3),
+         op("ldur q0, [{x}, #2]", ["v0"], ["x"], 3),
+         op("ldur q2, [{y}, #2]", ["v2"], ["y"], 3),
+         op("ldur q3, [{y}, #18]", ["v3"], ["y"], 3),
+         op("fcvt s15, h15", ["v15"], ["v15"]),
+         op("fcvt s16, h16", ["v16"], ["v16"]),
+         op("and v8.16b, v0.16b, v30.16b", ["v8"], ["v0", "v30"]),
+         op("ushr v9.16b, v0.16b, #4", ["v9"], ["v0"]),
+         op("sub v8.16b, v8.16b, v31.16b", ["v8"], ["v8", "v31"]),
+         op("sub v9.16b, v9.16b, v31.16b", ["v9"], ["v9", "v31"])]
+    # |q - 8| <= 8, |y| <= 128: an i16 lane sums 4 products of at most 1024
+    o += int8_sum(dot, ["v8", "v9"], ["v2", "v3"], i16_safe=True)
+    o += [op("add {x}, {x}, #18", ["x"], ["x"], 1), op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q4_tail():
+    """sumf += sumi as f32 * dx * dy, left to right."""
+    return [op("scvtf s24, s14", ["v24"], ["v14"]),
+            op("fmul s24, s24, s15", ["v24"], ["v24", "v15"]),
+            op("fmul s24, s24, s16", ["v24"], ["v24", "v16"]),
+            op("fadd s21, s21, s24", ["sumf"], ["sumf", "v24"])]
+
+
+def q5_int(dot):
+    """Q5_0: Q4_0's nibbles (at 6) with a fifth bit from qh (u32 at 2): lane j of v10 holds
+    qh byte j / 8, of v11 byte 2 + j / 8; `cmtst` against v29 (1, 2, .. 128 twice) and the
+    0x10 of v31 make the bit; minus 16 (v31). v30 = 0x0f."""
+    o = [op("ldr h15, [{x}]", ["v15"], ["x"], 3),
+         op("ldr h16, [{y}]", ["v16"], ["y"], 3),
+         op("ldur s10, [{x}, #2]", ["v10"], ["x"], 3),
+         op("ldur q0, [{x}, #6]", ["v0"], ["x"], 3),
+         op("ldur q2, [{y}, #2]", ["v2"], ["y"], 3),
+         op("ldur q3, [{y}, #18]", ["v3"], ["y"], 3),
+         op("fcvt s15, h15", ["v15"], ["v15"]),
+         op("fcvt s16, h16", ["v16"], ["v16"]),
+         op("fmul s15, s15, s16", ["v15"], ["v15", "v16"]),
+         op("zip1 v10.16b, v10.16b, v10.16b", ["v10"], ["v10"], 2),
+         op("zip1 v10.16b, v10.16b, v10.16b", ["v10"], ["v10"], 2),
+         op("zip2 v11.16b, v10.16b, v10.16b", ["v11"], ["v10"], 2),
+         op("zip1 v10.16b, v10.16b, v10.16b", ["v10"], ["v10"], 2),
+         op("cmtst v10.16b, v10.16b, v29.16b", ["v10"], ["v10", "v29"]),
+         op("cmtst v11.16b, v11.16b, v29.16b", ["v11"], ["v11", "v29"]),
+         op("and v10.16b, v10.16b, v31.16b", ["v10"], ["v10", "v31"]),
+         op("and v11.16b, v11.16b, v31.16b", ["v11"], ["v11", "v31"]),
+         op("and v8.16b, v0.16b, v30.16b", ["v8"], ["v0", "v30"]),
+         op("ushr v9.16b, v0.16b, #4", ["v9"], ["v0"]),
+         op("orr v8.16b, v8.16b, v10.16b", ["v8"], ["v8", "v10"]),
+         op("orr v9.16b, v9.16b, v11.16b", ["v9"], ["v9", "v11"]),
+         op("sub v8.16b, v8.16b, v31.16b", ["v8"], ["v8", "v31"]),
+         op("sub v9.16b, v9.16b, v31.16b", ["v9"], ["v9", "v31"])]
+    # |q - 16| <= 16, |y| <= 128: an i16 lane sums 4 products of at most 2048
+    o += int8_sum(dot, ["v8", "v9"], ["v2", "v3"], i16_safe=True)
+    o += [op("add {x}, {x}, #22", ["x"], ["x"], 1), op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q5_tail():
+    """sumf += (dx * dy) * sumi as f32."""
+    return [op("scvtf s24, s14", ["v24"], ["v14"]),
+            op("fmul s24, s15, s24", ["v24"], ["v15", "v24"]),
+            op("fadd s21, s21, s24", ["sumf"], ["sumf", "v24"])]
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
 
-KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1_int)}
-BLOCK = {"q1": 128, "q2": 64, "tq1": 256}
+KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1_int),
+         "q8": (q8_tail, q8_int), "q4": (q4_tail, q4_int), "q5": (q5_tail, q5_int)}
+BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32}
 CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 
 

@@ -11,53 +11,45 @@ const Q5_0_BYTES: usize = 22;
 /// Byte j of a 16-byte vector tests bit j % 8 of the qh byte broadcast into it.
 const BIT_OF_LANE: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
 
-/// One asm block per 32-element block. The fifth bits: qh's 4 bytes are spread so that lane j
-/// of v20 holds byte j / 8 (elements 0..15) and lane j of v21 byte 2 + j / 8 (16..31), then
-/// `cmtst` against `BIT_OF_LANE` turns bit j into 0xFF. `$int` leaves `sumi` in s6.
+/// The whole row in one asm block. The loop body is block i's loads, unpacking and integer
+/// sum (into s14) and its scales as f32 (dx * dy in s15), interleaved with block i - 1's float part,
+/// `sumf += (dx * dy) * sumi as f32`, the twin's operations one for one: the A53 and A55 issue in order and the
+/// float part alone is a chain of dependent operations that would stall them. The order of
+/// the lines is the list scheduler's of tools/lowbit-asm.py (`tools/lowbit-asm.py emit q5
+/// neon|dot`). The first trip's "previous block" is zeros (sumf + 0 leaves sumf, which
+/// starts at +0, as it is); the last block's float part runs after the loop. sumf lives in
+/// v21, the constants in v29 (`BIT_OF_LANE`), v30 (0x0f) and v31 (0x10).
+/// The fifth bits: qh's 4 bytes are spread so that lane j of v10 holds byte j / 8 (elements
+/// 0..15) and lane j of v11 byte 2 + j / 8 (16..31), then `cmtst` against `BIT_OF_LANE`
+/// turns bit j into 0xFF.
 macro_rules! q5_0_row {
-    ($w:expr, $act:expr, $nb:expr, [$($int:literal),* $(,)?]) => {{
+    ($w:expr, $act:expr, $nb:expr, [$($ext:literal),*], [$($body:literal),* $(,)?]) => {{
         let (w, act): (&[u8], &[u8]) = ($w, $act);
         // SAFETY (of the transmute): [u8; 16] and uint8x16_t have the same size, any bits valid.
         let bit_of_lane: uint8x16_t = core::mem::transmute(BIT_OF_LANE);
         let mut sumf = 0.0f32;
-        for b in 0..$nb {
+        if $nb > 0 {
             asm!(
-                "ldr h16, [{x}]",
-                "ldr h17, [{y}]",
-                "ldur s20, [{x}, #2]",
-                "ldur q0, [{x}, #6]",
-                "ldur q2, [{y}, #2]",
-                "ldur q3, [{y}, #18]",
-                "zip1 v20.16b, v20.16b, v20.16b",
-                "zip1 v20.16b, v20.16b, v20.16b",
-                "zip2 v21.16b, v20.16b, v20.16b",
-                "zip1 v20.16b, v20.16b, v20.16b",
-                "cmtst v20.16b, v20.16b, {bits:v}.16b",
-                "cmtst v21.16b, v21.16b, {bits:v}.16b",
-                "movi v31.16b, #0x10",
+                $($ext,)*
+                "mov v29.16b, {bits:v}.16b",
                 "movi v30.16b, #0x0f",
-                "and v20.16b, v20.16b, v31.16b",
-                "and v21.16b, v21.16b, v31.16b",
-                "and v4.16b, v0.16b, v30.16b",
-                "ushr v5.16b, v0.16b, #4",
-                "orr v4.16b, v4.16b, v20.16b",
-                "orr v5.16b, v5.16b, v21.16b",
-                "sub v4.16b, v4.16b, v31.16b",
-                "sub v5.16b, v5.16b, v31.16b",
-                $($int,)*
-                "scvtf s6, s6",
-                "fcvt s16, h16",
-                "fcvt s17, h17",
-                "fmul s16, s16, s17",
-                "fmul s6, s16, s6",
-                "fadd {sumf:s}, {sumf:s}, s6",
-                x = in(reg) w.as_ptr().add(b * Q5_0_BYTES),
-                y = in(reg) act.as_ptr().add(b * Q8_0_BYTES),
+                "movi v31.16b, #0x10",
+                "movi v14.4s, #0",
+                "movi v15.4s, #0",
+                "2:",
+                $($body,)*
+                "scvtf s24, s14",
+                "fmul s24, s15, s24",
+                "fadd s21, s21, s24",
+                x = inout(reg) w.as_ptr() => _,
+                y = inout(reg) act.as_ptr() => _,
+                nb = inout(reg) $nb => _,
                 bits = in(vreg) bit_of_lane,
-                sumf = inout(vreg) sumf,
+                inout("v21") sumf,
                 out("v0") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
-                out("v6") _, out("v16") _, out("v17") _, out("v20") _, out("v21") _,
-                out("v30") _, out("v31") _,
+                out("v8") _, out("v9") _, out("v10") _, out("v11") _, out("v14") _,
+                out("v15") _, out("v16") _, out("v24") _, out("v29") _, out("v30") _,
+                out("v31") _,
                 options(nostack, readonly, pure),
             );
         }
@@ -75,12 +67,44 @@ pub fn vec_dot_q5_0_q8_0_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             w,
             act,
             nb,
+            [],
             [
-                "smull v6.8h, v4.8b, v2.8b",
-                "smlal2 v6.8h, v4.16b, v2.16b",
-                "smlal v6.8h, v5.8b, v3.8b",
-                "smlal2 v6.8h, v5.16b, v3.16b",
-                "saddlv s6, v6.8h",
+                "scvtf s24, s14",
+                "ldr h16, [{y}]",
+                "ldur s10, [{x}, #2]",
+                "ldur q0, [{x}, #6]",
+                "ldur q2, [{y}, #2]",
+                "ldur q3, [{y}, #18]",
+                "subs {nb}, {nb}, #1",
+                "fmul s24, s15, s24",
+                "fcvt s16, h16",
+                "zip1 v10.16b, v10.16b, v10.16b",
+                "add {y}, {y}, #34",
+                "and v8.16b, v0.16b, v30.16b",
+                "ushr v9.16b, v0.16b, #4",
+                "ldr h15, [{x}]",
+                "fadd s21, s21, s24",
+                "zip1 v10.16b, v10.16b, v10.16b",
+                "add {x}, {x}, #22",
+                "fcvt s15, h15",
+                "zip2 v11.16b, v10.16b, v10.16b",
+                "zip1 v10.16b, v10.16b, v10.16b",
+                "cmtst v11.16b, v11.16b, v29.16b",
+                "fmul s15, s15, s16",
+                "cmtst v10.16b, v10.16b, v29.16b",
+                "and v11.16b, v11.16b, v31.16b",
+                "and v10.16b, v10.16b, v31.16b",
+                "orr v9.16b, v9.16b, v11.16b",
+                "orr v8.16b, v8.16b, v10.16b",
+                "sub v9.16b, v9.16b, v31.16b",
+                "sub v8.16b, v8.16b, v31.16b",
+                "smull v4.8h, v8.8b, v2.8b",
+                "smull2 v5.8h, v8.16b, v2.16b",
+                "smlal v4.8h, v9.8b, v3.8b",
+                "smlal2 v5.8h, v9.16b, v3.16b",
+                "add v4.8h, v4.8h, v5.8h",
+                "saddlv s14, v4.8h",
+                "b.ne 2b",
             ]
         )
     }
@@ -98,12 +122,44 @@ pub unsafe fn vec_dot_q5_0_q8_0_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
             w,
             act,
             nb,
+            [".arch_extension dotprod"],
             [
-                ".arch_extension dotprod",
-                "movi v6.4s, #0",
-                "sdot v6.4s, v4.16b, v2.16b",
-                "sdot v6.4s, v5.16b, v3.16b",
-                "addv s6, v6.4s",
+                "scvtf s24, s14",
+                "ldr h16, [{y}]",
+                "ldur s10, [{x}, #2]",
+                "ldur q0, [{x}, #6]",
+                "ldur q2, [{y}, #2]",
+                "ldur q3, [{y}, #18]",
+                "movi v4.4s, #0",
+                "movi v5.4s, #0",
+                "subs {nb}, {nb}, #1",
+                "fmul s24, s15, s24",
+                "fcvt s16, h16",
+                "zip1 v10.16b, v10.16b, v10.16b",
+                "add {y}, {y}, #34",
+                "and v8.16b, v0.16b, v30.16b",
+                "ushr v9.16b, v0.16b, #4",
+                "ldr h15, [{x}]",
+                "fadd s21, s21, s24",
+                "zip1 v10.16b, v10.16b, v10.16b",
+                "add {x}, {x}, #22",
+                "fcvt s15, h15",
+                "zip2 v11.16b, v10.16b, v10.16b",
+                "zip1 v10.16b, v10.16b, v10.16b",
+                "cmtst v11.16b, v11.16b, v29.16b",
+                "fmul s15, s15, s16",
+                "cmtst v10.16b, v10.16b, v29.16b",
+                "and v11.16b, v11.16b, v31.16b",
+                "and v10.16b, v10.16b, v31.16b",
+                "orr v9.16b, v9.16b, v11.16b",
+                "orr v8.16b, v8.16b, v10.16b",
+                "sub v9.16b, v9.16b, v31.16b",
+                "sub v8.16b, v8.16b, v31.16b",
+                "sdot v5.4s, v9.16b, v3.16b",
+                "sdot v4.4s, v8.16b, v2.16b",
+                "add v4.4s, v4.4s, v5.4s",
+                "addv s14, v4.4s",
+                "b.ne 2b",
             ]
         )
     }

@@ -4,32 +4,35 @@
 use super::{whole_blocks, Q8_0_BYTES, QK};
 use core::arch::asm;
 
-/// One asm block per 32-element block: load both blocks, run the integer part given as
-/// `$int` (which leaves `sumi` in s4), then the float part in the scalar twin's order.
+/// The whole row in one asm block. The loop body is block i's loads and integer sum (into
+/// s14) and its dx * dy (s15), interleaved with block i - 1's float part, `sumf += sumi as f32
+/// * (dx * dy)`, the twin's operations one for one: the A53 and A55 issue in order and the
+/// float part alone is a chain of dependent operations that would stall them. The order of
+/// the lines is the list scheduler's of tools/lowbit-asm.py (`tools/lowbit-asm.py emit q8
+/// neon|dot`). The first trip's "previous block" is zeros (sumf + 0 * 0 leaves sumf, which
+/// starts at +0, as it is); the last block's float part runs after the loop. sumf lives in
+/// v21.
 macro_rules! q8_0_row {
-    ($w:expr, $act:expr, $nb:expr, [$($int:literal),* $(,)?]) => {{
+    ($w:expr, $act:expr, $nb:expr, [$($ext:literal),*], [$($body:literal),* $(,)?]) => {{
         let (w, act): (&[u8], &[u8]) = ($w, $act);
         let mut sumf = 0.0f32;
-        for b in 0..$nb {
+        if $nb > 0 {
             asm!(
-                "ldr h16, [{x}]",
-                "ldr h17, [{y}]",
-                "ldur q0, [{x}, #2]",
-                "ldur q1, [{x}, #18]",
-                "ldur q2, [{y}, #2]",
-                "ldur q3, [{y}, #18]",
-                $($int,)*
-                "scvtf s4, s4",
-                "fcvt s16, h16",
-                "fcvt s17, h17",
-                "fmul s16, s16, s17",
-                "fmul s4, s4, s16",
-                "fadd {sumf:s}, {sumf:s}, s4",
-                x = in(reg) w.as_ptr().add(b * Q8_0_BYTES),
-                y = in(reg) act.as_ptr().add(b * Q8_0_BYTES),
-                sumf = inout(vreg) sumf,
+                $($ext,)*
+                "movi v14.4s, #0",
+                "movi v15.4s, #0",
+                "2:",
+                $($body,)*
+                "scvtf s24, s14",
+                "fmul s24, s24, s15",
+                "fadd s21, s21, s24",
+                x = inout(reg) w.as_ptr() => _,
+                y = inout(reg) act.as_ptr() => _,
+                nb = inout(reg) $nb => _,
+                inout("v21") sumf,
                 out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-                out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
+                out("v5") _, out("v6") _, out("v7") _, out("v14") _, out("v15") _,
+                out("v16") _, out("v24") _,
                 options(nostack, readonly, pure),
             );
         }
@@ -48,16 +51,34 @@ pub fn vec_dot_q8_0_q8_0_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             w,
             act,
             nb,
+            [],
             [
+                "scvtf s24, s14",
+                "ldr h16, [{y}]",
+                "ldur q0, [{x}, #2]",
+                "ldur q1, [{x}, #18]",
+                "ldur q2, [{y}, #2]",
+                "ldur q3, [{y}, #18]",
+                "subs {nb}, {nb}, #1",
+                "fmul s24, s24, s15",
+                "fcvt s16, h16",
+                "add {y}, {y}, #34",
+                "ldr h15, [{x}]",
                 "smull v4.8h, v0.8b, v2.8b",
                 "smull2 v5.8h, v0.16b, v2.16b",
                 "smull v6.8h, v1.8b, v3.8b",
                 "smull2 v7.8h, v1.16b, v3.16b",
+                "add {x}, {x}, #34",
+                "fadd s21, s21, s24",
+                "fcvt s15, h15",
                 "saddlp v4.4s, v4.8h",
-                "sadalp v4.4s, v5.8h",
+                "saddlp v5.4s, v5.8h",
+                "fmul s15, s15, s16",
                 "sadalp v4.4s, v6.8h",
-                "sadalp v4.4s, v7.8h",
-                "addv s4, v4.4s",
+                "sadalp v5.4s, v7.8h",
+                "add v4.4s, v4.4s, v5.4s",
+                "addv s14, v4.4s",
+                "b.ne 2b",
             ]
         )
     }
@@ -75,12 +96,30 @@ pub unsafe fn vec_dot_q8_0_q8_0_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
             w,
             act,
             nb,
+            [".arch_extension dotprod"],
             [
-                ".arch_extension dotprod",
+                "scvtf s24, s14",
+                "ldr h16, [{y}]",
+                "ldur q0, [{x}, #2]",
+                "ldur q1, [{x}, #18]",
+                "ldur q2, [{y}, #2]",
+                "ldur q3, [{y}, #18]",
                 "movi v4.4s, #0",
+                "movi v5.4s, #0",
+                "subs {nb}, {nb}, #1",
+                "fmul s24, s24, s15",
+                "fcvt s16, h16",
+                "add {y}, {y}, #34",
                 "sdot v4.4s, v0.16b, v2.16b",
-                "sdot v4.4s, v1.16b, v3.16b",
-                "addv s4, v4.4s",
+                "sdot v5.4s, v1.16b, v3.16b",
+                "ldr h15, [{x}]",
+                "fadd s21, s21, s24",
+                "add {x}, {x}, #34",
+                "fcvt s15, h15",
+                "add v4.4s, v4.4s, v5.4s",
+                "fmul s15, s15, s16",
+                "addv s14, v4.4s",
+                "b.ne 2b",
             ]
         )
     }
