@@ -372,6 +372,106 @@ def q5_tail():
             op("fadd s21, s21, s24", ["sumf"], ["sumf", "v24"])]
 
 
+
+def q4k_block(dot):
+    """One Q4_K super-block, whole (no trip over chunks): chunk c (sub-blocks 2c, 2c + 1) in
+    one of two register sets so that chunk c + 1's loads and multiplies overlap chunk c's;
+    the scaled lane sums go to two pairs of accumulators (even and odd chunks). Scales come
+    and mins from `{sc}` as 16 bytes, widened to 8 i16 (ARMv8.0: v15, used by element, which
+    needs v0..v15) or 8 i32 (dotprod: v14, v15). Nibble mask: v14 (ARMv8.0) or v13."""
+    o = []
+    sets = [dict(w=("v0", "v1"), lo=("v2", "v3"), y=("v4", "v5", "v6", "v7"),
+                 p=("v8", "v9", "v10", "v11"), acc=("v12", "v13")),
+            dict(w=("v16", "v17"), lo=("v18", "v19"), y=("v24", "v25", "v26", "v27"),
+                 p=("v28", "v29", "v30", "v31"), acc=("v20", "v21"))]
+    mask = "v13" if dot else "v14"
+    o.append(op(f"movi {mask}.16b, #0x0f", [mask], [], 1))
+    # `{sc}`: the 8 six-bit scales, then the 8 mins, as bytes
+    if dot:
+        o.append(op("ldr d14, [{sc}]", ["v14"], ["sc"], 3))
+        o.append(op("uxtl v14.8h, v14.8b", ["v14"], ["v14"]))
+        o.append(op("uxtl2 v15.4s, v14.8h", ["v15"], ["v14"]))
+        o.append(op("uxtl v14.4s, v14.4h", ["v14"], ["v14"]))
+    else:
+        o.append(op("ldr d15, [{sc}]", ["v15"], ["sc"], 3))
+        o.append(op("uxtl v15.8h, v15.8b", ["v15"], ["v15"]))
+    for c in range(4):
+        r = sets[c % 2]
+        (w0, w1), (l0, l1), (y0, y1, y2, y3), (pa, pb, pc, pd), (a0, a1) = \
+            r["w"], r["lo"], r["y"], r["p"], r["acc"]
+        o.append(op(f"ldr q{w0[1:]}, [{{qs}}, #{32 * c}]", [w0], ["qs"], 3))
+        o.append(op(f"ldr q{w1[1:]}, [{{qs}}, #{32 * c + 16}]", [w1], ["qs"], 3))
+        for k, yv in enumerate((y0, y1, y2, y3)):
+            o.append(op(f"ldr q{yv[1:]}, [{{q8}}, #{64 * c + 16 * k}]", [yv], ["q8"], 3))
+        o.append(op(f"and {l0}.16b, {w0}.16b, {mask}.16b", [l0], [w0, mask]))
+        o.append(op(f"and {l1}.16b, {w1}.16b, {mask}.16b", [l1], [w1, mask]))
+        o.append(op(f"ushr {w0}.16b, {w0}.16b, #4", [w0], [w0]))
+        o.append(op(f"ushr {w1}.16b, {w1}.16b, #4", [w1], [w1]))
+        first = c < 2
+        if dot:
+            # sub-block 2c in pa, 2c + 1 in pc; scale j is lane j % 4 of v14 (j < 4) or v15
+            for (x0, x1, ya, yb, pr) in ((l0, l1, y0, y1, pa), (w0, w1, y2, y3, pc)):
+                o.append(op(f"movi {pr}.4s, #0", [pr], [], 1))
+                o.append(op(f"sdot {pr}.4s, {x0}.16b, {ya}.16b", [pr], [pr, x0, ya]))
+                o.append(op(f"sdot {pr}.4s, {x1}.16b, {yb}.16b", [pr], [pr, x1, yb]))
+            for j, pr in ((2 * c, pa), (2 * c + 1, pc)):
+                sreg = "v14" if j < 4 else "v15"
+                if first and j == 2 * c:
+                    o.append(op(f"mul {a0}.4s, {pr}.4s, {sreg}.s[{j % 4}]", [a0], [pr, sreg]))
+                else:
+                    o.append(op(f"mla {a0}.4s, {pr}.4s, {sreg}.s[{j % 4}]", [a0], [a0, pr, sreg]))
+        else:
+            # i16 lanes: 4 products of at most 15 * 128 each
+            for (x0, x1, ya, yb, pr, ps) in ((l0, l1, y0, y1, pa, pb), (w0, w1, y2, y3, pc, pd)):
+                o.append(op(f"smull {pr}.8h, {x0}.8b, {ya}.8b", [pr], [x0, ya]))
+                o.append(op(f"smull2 {ps}.8h, {x0}.16b, {ya}.16b", [ps], [x0, ya]))
+                o.append(op(f"smlal {pr}.8h, {x1}.8b, {yb}.8b", [pr], [pr, x1, yb]))
+                o.append(op(f"smlal2 {ps}.8h, {x1}.16b, {yb}.16b", [ps], [ps, x1, yb]))
+                o.append(op(f"add {pr}.8h, {pr}.8h, {ps}.8h", [pr], [pr, ps]))
+            for j, pr in ((2 * c, pa), (2 * c + 1, pc)):
+                if first and j == 2 * c:
+                    o.append(op(f"smull {a0}.4s, {pr}.4h, v15.h[{j}]", [a0], [pr, "v15"]))
+                    o.append(op(f"smull2 {a1}.4s, {pr}.8h, v15.h[{j}]", [a1], [pr, "v15"]))
+                else:
+                    o.append(op(f"smlal {a0}.4s, {pr}.4h, v15.h[{j}]", [a0], [a0, pr, "v15"]))
+                    o.append(op(f"smlal2 {a1}.4s, {pr}.8h, v15.h[{j}]", [a1], [a1, pr, "v15"]))
+    o.append(op("add v12.4s, v12.4s, v20.4s", ["v12"], ["v12", "v20"]))
+    if not dot:
+        o.append(op("add v13.4s, v13.4s, v21.4s", ["v13"], ["v13", "v21"]))
+    # mins: sum over sub-blocks s of (bsum[2s] + bsum[2s + 1]) * min[s], in i32
+    # (widened before adding: the i16 sums are the activation's bytes, whatever they hold)
+    o += [op("ldr q4, [{q8}, #256]", ["v4"], ["q8"], 3),
+          op("ldr q5, [{q8}, #272]", ["v5"], ["q8"], 3),
+          op("ldr d6, [{sc}, #8]", ["v6"], ["sc"], 3),
+          op("saddlp v4.4s, v4.8h", ["v4"], ["v4"]),
+          op("saddlp v5.4s, v5.8h", ["v5"], ["v5"]),
+          op("uxtl v6.8h, v6.8b", ["v6"], ["v6"]),
+          op("uxtl v7.4s, v6.4h", ["v7"], ["v6"]),
+          op("uxtl2 v6.4s, v6.8h", ["v6"], ["v6"]),
+          op("mul v4.4s, v4.4s, v7.4s", ["v4"], ["v4", "v7"]),
+          op("mla v4.4s, v5.4s, v6.4s", ["v4"], ["v4", "v5", "v6"]),
+          op("addv s5, v4.4s", ["v5"], ["v4"]),
+          op("scvtf s5, s5", ["v5"], ["v5"]),
+          # floats in the twin's order: sumf -= (dmin * dy) * mins; lanes += (d * dy) * sum
+          op("ldr s0, [{y}]", ["v0"], ["y"], 3),
+          op("ldr h1, [{x}, #2]", ["v1"], ["x"], 3),
+          op("ldr h2, [{x}]", ["v2"], ["x"], 3),
+          op("fcvt s1, h1", ["v1"], ["v1"]),
+          op("fcvt s2, h2", ["v2"], ["v2"]),
+          op("fmul s1, s1, s0", ["v1"], ["v1", "v0"]),
+          op("fmul s2, s2, s0", ["v2"], ["v2", "v0"]),
+          # dmin * mins leaves in s4; Rust subtracts it from sumf (the same one fsub)
+          op("fmul s4, s1, s5", ["v4"], ["v1", "v5"]),
+          op("scvtf v12.4s, v12.4s", ["v12"], ["v12"]),
+          op("fmul v12.4s, v12.4s, v2.s[0]", ["v12"], ["v12", "v2"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v12.4s", ["lo"], ["lo", "v12"])]
+    if not dot:
+        o += [op("scvtf v13.4s, v13.4s", ["v13"], ["v13"]),
+              op("fmul v13.4s, v13.4s, v2.s[0]", ["v13"], ["v13", "v2"]),
+              op("fadd {hi:v}.4s, {hi:v}.4s, v13.4s", ["hi"], ["hi", "v13"])]
+    return o
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
@@ -383,6 +483,8 @@ CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 
 
 def body(kind, face):
+    if kind == "q4k":
+        return schedule(q4k_block(face == "dot"))
     tail, intp = KINDS[kind]
     return loop(tail, intp, face == "dot")
 
