@@ -5,13 +5,13 @@ use super::{whole_blocks, Q8_0_BYTES, QK};
 use core::arch::asm;
 
 /// The whole row in one asm block. The loop body is block i's loads and integer sum (into
-/// s14) and its dx * dy (s15), interleaved with block i - 1's float part, `sumf += sumi as f32
-/// * (dx * dy)`, the twin's operations one for one: the A53 and A55 issue in order and the
-/// float part alone is a chain of dependent operations that would stall them. The order of
-/// the lines is the list scheduler's of tools/lowbit-asm.py (`tools/lowbit-asm.py emit q8
-/// neon|dot`). The first trip's "previous block" is zeros (sumf + 0 * 0 leaves sumf, which
-/// starts at +0, as it is); the last block's float part runs after the loop. sumf lives in
-/// v21.
+/// s14) and its dx * dy (s15), interleaved with block i - 1's float part,
+/// `sumf += sumi as f32 * (dx * dy)`, the twin's operations one for one: the A53 and A55
+/// issue in order and the float part alone is a chain of dependent operations that would
+/// stall them. The order of the lines is the list scheduler's of tools/lowbit-asm.py
+/// (`tools/lowbit-asm.py emit q8 neon|dot`). The first trip's "previous block" is zeros
+/// (sumf + 0 leaves sumf, which starts at +0, as it is); the last block's float part runs
+/// after the loop. sumf lives in v21.
 macro_rules! q8_0_row {
     ($w:expr, $act:expr, $nb:expr, [$($ext:literal),*], [$($body:literal),* $(,)?]) => {{
         let (w, act): (&[u8], &[u8]) = ($w, $act);
