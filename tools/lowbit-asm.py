@@ -472,6 +472,101 @@ def q4k_block(dot):
     return o
 
 
+
+def q6k_block(dot):
+    """One Q6_K super-block, whole: 2 halves x 4 quarters of 32 elements (2 sub-blocks of 16
+    each), quarters alternating between two register sets and two accumulator pairs (v8/v9,
+    v10/v11). Half h: ql in v0..v3, qh in v4, v5. Quarter q's quants: low nibble of ql[0..32]
+    (q = 0) or ql[32..64] (q = 1), high nibble of them (q = 2, 3), with qh bits 2q, 2q + 1
+    brought to bits 4-5, minus 32. Scales: 16 i8 at 192, widened (ARMv8.0: i16 in v14, v15,
+    used by element, which needs v0..v15; dotprod: i32 in v12..v15). v29 = 32, v30 = 0x30,
+    v31 = 0x0f."""
+    o = [op("movi v29.16b, #32", ["v29"], [], 1),
+         op("movi v30.16b, #0x30", ["v30"], [], 1),
+         op("movi v31.16b, #0x0f", ["v31"], [], 1),
+         op("ldr q14, [{x}, #192]", ["v14"], ["x"], 3)]
+    if dot:
+        o += [op("sxtl v12.8h, v14.8b", ["v12"], ["v14"]),
+              op("sxtl2 v14.8h, v14.16b", ["v14"], ["v14"]),
+              op("sxtl2 v13.4s, v12.8h", ["v13"], ["v12"]),
+              op("sxtl v12.4s, v12.4h", ["v12"], ["v12"]),
+              op("sxtl2 v15.4s, v14.8h", ["v15"], ["v14"]),
+              op("sxtl v14.4s, v14.4h", ["v14"], ["v14"])]
+    else:
+        o += [op("sxtl2 v15.8h, v14.16b", ["v15"], ["v14"]),
+              op("sxtl v14.8h, v14.8b", ["v14"], ["v14"])]
+    sets = [dict(t=("v16", "v17"), u=("v18", "v19"), y=("v20", "v21")),
+            dict(t=("v22", "v23"), u=("v24", "v25"), y=("v26", "v27"))]
+    accs = [("v8", "v9"), ("v10", "v11")]
+    started = [False, False]
+    for h in range(2):
+        for k in range(4):
+            o.append(op(f"ldr q{k}, [{{x}}, #{64 * h + 16 * k}]", [f"v{k}"], ["x"], 3))
+        o.append(op(f"ldr q4, [{{x}}, #{128 + 32 * h}]", ["v4"], ["x"], 3))
+        o.append(op(f"ldr q5, [{{x}}, #{144 + 32 * h}]", ["v5"], ["x"], 3))
+        for q in range(4):
+            r = sets[q % 2]
+            (t0, t1), (u0, u1), (y0, y1) = r["t"], r["u"], r["y"]
+            a0, a1 = accs[q % 2]
+            base = 128 * h + 32 * q
+            o.append(op(f"ldr q{y0[1:]}, [{{q8}}, #{base}]", [y0], ["q8"], 3))
+            o.append(op(f"ldr q{y1[1:]}, [{{q8}}, #{base + 16}]", [y1], ["q8"], 3))
+            src = ("v0", "v1") if q % 2 == 0 else ("v2", "v3")
+            for t, u, l, qh in ((t0, u0, src[0], "v4"), (t1, u1, src[1], "v5")):
+                if q < 2:
+                    o.append(op(f"and {t}.16b, {l}.16b, v31.16b", [t], [l, "v31"]))
+                else:
+                    o.append(op(f"ushr {t}.16b, {l}.16b, #4", [t], [l]))
+                shift = {0: "shl {u}.16b, {qh}.16b, #4", 1: "shl {u}.16b, {qh}.16b, #2",
+                         2: None, 3: "ushr {u}.16b, {qh}.16b, #2"}[q]
+                if shift:
+                    o.append(op(shift.format(u=u, qh=qh), [u], [qh]))
+                    o.append(op(f"and {u}.16b, {u}.16b, v30.16b", [u], [u, "v30"]))
+                else:
+                    o.append(op(f"and {u}.16b, {qh}.16b, v30.16b", [u], [qh, "v30"]))
+                o.append(op(f"orr {t}.16b, {t}.16b, {u}.16b", [t], [t, u]))
+                o.append(op(f"sub {t}.16b, {t}.16b, v29.16b", [t], [t, "v29"]))
+            for j, (t, yv, pr) in enumerate(((t0, y0, u0), (t1, y1, u1))):
+                i = 8 * h + 2 * q + j  # sub-block
+                if dot:
+                    sreg = f"v{12 + i // 4}"
+                    o.append(op(f"movi {pr}.4s, #0", [pr], [], 1))
+                    o.append(op(f"sdot {pr}.4s, {t}.16b, {yv}.16b", [pr], [pr, t, yv]))
+                    if not started[q % 2]:
+                        o.append(op(f"mul {a0}.4s, {pr}.4s, {sreg}.s[{i % 4}]", [a0], [pr, sreg]))
+                        started[q % 2] = True
+                    else:
+                        o.append(op(f"mla {a0}.4s, {pr}.4s, {sreg}.s[{i % 4}]", [a0], [a0, pr, sreg]))
+                else:
+                    # i16 lanes: 2 products of at most 32 * 128
+                    sreg = "v14" if i < 8 else "v15"
+                    o.append(op(f"smull {pr}.8h, {t}.8b, {yv}.8b", [pr], [t, yv]))
+                    o.append(op(f"smlal2 {pr}.8h, {t}.16b, {yv}.16b", [pr], [pr, t, yv]))
+                    if not started[q % 2]:
+                        o.append(op(f"smull {a0}.4s, {pr}.4h, {sreg}.h[{i % 8}]", [a0], [pr, sreg]))
+                        o.append(op(f"smull2 {a1}.4s, {pr}.8h, {sreg}.h[{i % 8}]", [a1], [pr, sreg]))
+                        started[q % 2] = True
+                    else:
+                        o.append(op(f"smlal {a0}.4s, {pr}.4h, {sreg}.h[{i % 8}]", [a0], [a0, pr, sreg]))
+                        o.append(op(f"smlal2 {a1}.4s, {pr}.8h, {sreg}.h[{i % 8}]", [a1], [a1, pr, sreg]))
+    o.append(op("add v8.4s, v8.4s, v10.4s", ["v8"], ["v8", "v10"]))
+    if not dot:
+        o.append(op("add v9.4s, v9.4s, v11.4s", ["v9"], ["v9", "v11"]))
+    # floats in the twin's order: lanes += (d * dy) * (integer lanes)
+    o += [op("ldr s0, [{y}]", ["v0"], ["y"], 3),
+          op("ldr h1, [{x}, #208]", ["v1"], ["x"], 3),
+          op("fcvt s1, h1", ["v1"], ["v1"]),
+          op("fmul s1, s1, s0", ["v1"], ["v1", "v0"]),
+          op("scvtf v8.4s, v8.4s", ["v8"], ["v8"]),
+          op("fmul v8.4s, v8.4s, v1.s[0]", ["v8"], ["v8", "v1"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v8.4s", ["lo"], ["lo", "v8"])]
+    if not dot:
+        o += [op("scvtf v9.4s, v9.4s", ["v9"], ["v9"]),
+              op("fmul v9.4s, v9.4s, v1.s[0]", ["v9"], ["v9", "v1"]),
+              op("fadd {hi:v}.4s, {hi:v}.4s, v9.4s", ["hi"], ["hi", "v9"])]
+    return o
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
@@ -485,6 +580,8 @@ CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 def body(kind, face):
     if kind == "q4k":
         return schedule(q4k_block(face == "dot"))
+    if kind == "q6k":
+        return schedule(q6k_block(face == "dot"))
     tail, intp = KINDS[kind]
     return loop(tail, intp, face == "dot")
 
