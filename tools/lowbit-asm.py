@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The loop bodies of the aarch64 low-bit kernels (kernels-asm/src/aarch64/q1_0.rs, q2_0.rs,
-tq1_0.rs) and their llvm-mca cycles per block.
+"""The loop bodies of the aarch64 kernels written from here (kernels-asm/src/aarch64/q1_0.rs,
+q2_0.rs, tq1_0.rs; q8_0.rs, q4_0.rs, q5_0.rs; q4_k.rs, q6_k.rs) and their llvm-mca cycles per
+block. tools/mca-table.py measures every kernel, as built, beside llama.cpp's.
 
 The Cortex-A53 and A55 issue in order, so the order of the asm lines decides their speed. Each
 kernel's loop body is written here as operations with the registers they write and read: block
@@ -10,6 +11,9 @@ write-after-write dependence on a register kept, latencies roughly the A55's), a
 prints the lines pasted into the asm! blocks.
 
     tools/lowbit-asm.py emit q1|q2|tq1 dot|neon [tail]   # the loop body (or the float tail)
+    tools/lowbit-asm.py emit q8|q4|q5 dot|neon single|pair|tail
+                     # the lone first block of an odd row, the two-block trip, the last pair's floats
+    tools/lowbit-asm.py emit q4k|q6k dot|neon            # one whole super-block
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
@@ -333,32 +337,31 @@ def q4_tail():
 
 
 def q5_int(dot):
-    """Q5_0: Q4_0's nibbles (at 6) with a fifth bit from qh (u32 at 2): lane j of v10 holds
-    qh byte j / 8, of v11 byte 2 + j / 8; `cmtst` against v29 (1, 2, .. 128 twice) and the
-    0x10 of v31 make the bit; minus 16 (v31). v30 = 0x0f."""
+    """Q5_0: Q4_0's nibbles (at 6) and a fifth bit from qh (u32 at 2): `tbl` with v28 (8 zeros,
+    8 ones) spreads qh bytes 0, 1 (v10) and 2, 3 (v11, loaded from 4) over the lanes of their
+    elements, `cmtst` against v29 (1, 2, .. 128 twice) makes the bit a mask, and the quant
+    minus 16 is the nibble minus 16 where the bit is clear (`bic` of v31 = 0x10 by the mask).
+    v30 = 0x0f."""
     o = [op("ldr h15, [{x}]", ["v15"], ["x"], 3),
          op("ldr h16, [{y}]", ["v16"], ["y"], 3),
          op("ldur s10, [{x}, #2]", ["v10"], ["x"], 3),
+         op("ldur h11, [{x}, #4]", ["v11"], ["x"], 3),
          op("ldur q0, [{x}, #6]", ["v0"], ["x"], 3),
          op("ldur q2, [{y}, #2]", ["v2"], ["y"], 3),
          op("ldur q3, [{y}, #18]", ["v3"], ["y"], 3),
          op("fcvt s15, h15", ["v15"], ["v15"]),
          op("fcvt s16, h16", ["v16"], ["v16"]),
          op("fmul s15, s15, s16", ["v15"], ["v15", "v16"]),
-         op("zip1 v10.16b, v10.16b, v10.16b", ["v10"], ["v10"], 2),
-         op("zip1 v10.16b, v10.16b, v10.16b", ["v10"], ["v10"], 2),
-         op("zip2 v11.16b, v10.16b, v10.16b", ["v11"], ["v10"], 2),
-         op("zip1 v10.16b, v10.16b, v10.16b", ["v10"], ["v10"], 2),
+         op("tbl v10.16b, {{v10.16b}}, v28.16b", ["v10"], ["v10", "v28"]),
+         op("tbl v11.16b, {{v11.16b}}, v28.16b", ["v11"], ["v11", "v28"]),
          op("cmtst v10.16b, v10.16b, v29.16b", ["v10"], ["v10", "v29"]),
          op("cmtst v11.16b, v11.16b, v29.16b", ["v11"], ["v11", "v29"]),
-         op("and v10.16b, v10.16b, v31.16b", ["v10"], ["v10", "v31"]),
-         op("and v11.16b, v11.16b, v31.16b", ["v11"], ["v11", "v31"]),
+         op("bic v10.16b, v31.16b, v10.16b", ["v10"], ["v10", "v31"]),
+         op("bic v11.16b, v31.16b, v11.16b", ["v11"], ["v11", "v31"]),
          op("and v8.16b, v0.16b, v30.16b", ["v8"], ["v0", "v30"]),
          op("ushr v9.16b, v0.16b, #4", ["v9"], ["v0"]),
-         op("orr v8.16b, v8.16b, v10.16b", ["v8"], ["v8", "v10"]),
-         op("orr v9.16b, v9.16b, v11.16b", ["v9"], ["v9", "v11"]),
-         op("sub v8.16b, v8.16b, v31.16b", ["v8"], ["v8", "v31"]),
-         op("sub v9.16b, v9.16b, v31.16b", ["v9"], ["v9", "v31"])]
+         op("sub v8.16b, v8.16b, v10.16b", ["v8"], ["v8", "v10"]),
+         op("sub v9.16b, v9.16b, v11.16b", ["v9"], ["v9", "v11"])]
     # |q - 16| <= 16, |y| <= 128: an i16 lane sums 4 products of at most 2048
     o += int8_sum(dot, ["v8", "v9"], ["v2", "v3"], i16_safe=True)
     o += [op("add {x}, {x}, #22", ["x"], ["x"], 1), op("add {y}, {y}, #34", ["y"], ["y"], 1)]
@@ -567,13 +570,94 @@ def q6k_block(dot):
     return o
 
 
+
+# Two blocks a trip for the 32-element formats (Q8_0, Q4_0, Q5_0): block B is block A's
+# operations on other registers and at the next block's offsets, the pointers advance once,
+# and the float part of the previous pair adds A then B to sumf (the scalar's order).
+WEIGHT_BYTES = {"q8": 34, "q4": 18, "q5": 22}
+FIXED = {"v21", "v28", "v29", "v30", "v31", "x", "y", "nb", "flags", "sumf"}
+
+
+def regs_of(ops):
+    return {r for _, w, rd, _ in ops for r in w + rd if r.startswith("v")} - FIXED
+
+
+def second_block(ops, kind, rename):
+    wx = WEIGHT_BYTES[kind]
+
+    def offset(text):
+        def x(m):
+            return f"[{{x}}, #{int(m.group(1) or 0) + wx}]"
+
+        def y(m):
+            return f"[{{y}}, #{int(m.group(1) or 0) + 34}]"
+        text = re.sub(r"\[\{x\}(?:, #(\d+))?\]", x, text)
+        return re.sub(r"\[\{y\}(?:, #(\d+))?\]", y, text)
+
+    def reg(text):
+        return re.sub(r"\b([vqshdb])(\d+)\b",
+                      lambda m: m.group(1) + rename.get("v" + m.group(2), "v" + m.group(2))[1:],
+                      text)
+    out = []
+    for t, w, r, lat in ops:
+        if t.startswith("add {"):
+            continue
+        out.append(op(reg(offset(t)), [rename.get(x, x) for x in w],
+                      [rename.get(x, x) for x in r], lat))
+    return out
+
+
+def pair_parts(kind, dot):
+    """(renaming of block A's registers for block B, A's and B's integer parts with the
+    pointer advance, the pair's float part)."""
+    tail, intp = KINDS[kind]
+    a = intp(dot)
+    used = regs_of(a) | regs_of(tail())
+    free = [f"v{i}" for i in range(32) if f"v{i}" not in used | FIXED]
+    rename = dict(zip(sorted(used, key=lambda r: int(r[1:])), free))
+    b = second_block(a, kind, rename)
+    adds = [o for o in a if o[0].startswith("add {")]
+    a = [o for o in a if not o[0].startswith("add {")]
+    adds = [op(t.replace("#34", "#68").replace(f"#{WEIGHT_BYTES[kind]}",
+                                                f"#{2 * WEIGHT_BYTES[kind]}"), w, r, lat)
+            for t, w, r, lat in adds]
+    tb = second_block(tail(), kind, rename)
+    return rename, a + b + adds, tail() + tb
+
+
+def pair_loop(kind, dot):
+    _, intp, tails = pair_parts(kind, dot)
+    ops = tails + intp + [op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1)]
+    return schedule(ops) + ["b.ne 2b"]
+
+
+def pair_tail(kind, dot):
+    return schedule(pair_parts(kind, dot)[2])
+
+
+def single_block(kind, dot):
+    """One block, not pipelined: the first block of a row with an odd number of them."""
+    tail, intp = KINDS[kind]
+    return schedule(intp(dot) + tail())
+
+
+def pair_carried(kind, dot):
+    """The registers the pair loop carries from one trip to the next (zeroed before it)."""
+    rename, _, _ = pair_parts(kind, dot)
+    tail, _ = KINDS[kind]
+    carried = sorted({r for _, _, rd, _ in tail() for r in rd} - FIXED - {"v24"},
+                     key=lambda r: int(r[1:]))
+    return carried + [rename[r] for r in carried]
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
 
 KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1_int),
          "q8": (q8_tail, q8_int), "q4": (q4_tail, q4_int), "q5": (q5_tail, q5_int)}
-BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32}
+BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32, "q4k": 256, "q6k": 256}
+PAIRED = {"q8", "q4", "q5"}  # two blocks a trip
 CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 
 
@@ -582,6 +666,8 @@ def body(kind, face):
         return schedule(q4k_block(face == "dot"))
     if kind == "q6k":
         return schedule(q6k_block(face == "dot"))
+    if kind in PAIRED:
+        return pair_loop(kind, face == "dot")
     tail, intp = KINDS[kind]
     return loop(tail, intp, face == "dot")
 
@@ -598,13 +684,15 @@ def mca_cycles(asm_text, cpu):
 
 def ours_asm(kind, face):
     sub = {"{{": "{", "}}": "}", "{x}": "x0", "{y}": "x1", "{nb}": "x2", "{t}": "x3",
-           "2b": ".Lloop"}
+           "{qs}": "x4", "{q8}": "x5", "{sc}": "x6", "{sumf:s}": "s21", "{lo:v}": "v6",
+           "{hi:v}": "v7", "2b": ".Lloop"}
     lines = []
     for l in body(kind, face):
         for a, b in sub.items():
             l = l.replace(a, b)
         lines.append("  " + l)
-    return ".Lloop:\n" + "\n".join(lines) + "\n"
+    back = "" if lines[-1].strip().startswith("b.ne") else "  b .Lloop\n"
+    return ".Lloop:\n" + "\n".join(lines) + "\n" + back
 
 
 def llama_loop(asm, fn):
@@ -624,17 +712,23 @@ def llama_loop(asm, fn):
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "emit":
         kind, face = sys.argv[2], sys.argv[3]
-        if len(sys.argv) > 4 and sys.argv[4] == "tail":
+        part = sys.argv[4] if len(sys.argv) > 4 else None
+        if kind in PAIRED and part in ("single", "pair", "tail"):
+            f = {"single": single_block, "pair": pair_loop, "tail": pair_tail}[part]
+            print(emit(f(kind, face == "dot")))
+        elif part == "tail":
             print(emit([t for t, *_ in KINDS[kind][0]()]))
         else:
             print(emit(body(kind, face)))
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "mca":
         print(f"{'cycles per block':<44}" + "".join(f"{c:>12}" for c in CPUS))
-        for kind in KINDS:
+        for kind in BLOCK:
+            per_trip = 2 if kind in PAIRED else 1
             for face in ["dot", "neon"]:
                 name = f"ours {kind} ({BLOCK[kind]} weights) {'dotprod' if face == 'dot' else 'ARMv8.0'}"
-                print(f"{name:<44}" + "".join(f"{mca_cycles(ours_asm(kind, face), c):>12.1f}" for c in CPUS))
+                print(f"{name:<44}" + "".join(
+                    f"{mca_cycles(ours_asm(kind, face), c) / per_trip:>12.1f}" for c in CPUS))
         if len(sys.argv) > 2:
             quants = sys.argv[2]
             src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(quants))))

@@ -16,8 +16,8 @@ repacked multi-row kernels) cross-compiled with aarch64-linux-gnu-gcc / g++ -O3,
 
 "The per-block loop body": the loop over weight blocks, with every loop nested in it unrolled
 by its fixed trip count (ours: the asm! loops over the chunks of a super-block; llama.cpp's:
-the loops gcc did not unroll itself), divided by the blocks one trip handles (llama.cpp's
-Q4_0, Q5_0 and Q8_0 loops take two blocks a trip) and, for the multi-row kernels, also by the
+the loops gcc did not unroll itself), divided by the blocks one trip handles (Q4_0, Q5_0 and
+Q8_0 loops take two blocks a trip, ours and llama.cpp's) and, for the multi-row kernels, also by the
 rows (figures per row and block). Dotprod faces are only measured on the A55: the A53 and A7
 have no `sdot`.
 
@@ -73,22 +73,22 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q6_K_q8_K", [2])), ""),
     ("Q6_K", 256, "dotprod", Side("4q6_k25vec_dot_q6_k_q8_k_dotprod", [2]),
      ("quants", Side("ggml_vec_dot_q6_K_q8_K")), ""),
-    ("Q8_0", 32, "ARMv8.0", Side("4q8_022vec_dot_q8_0_q8_0_neon"),
+    ("Q8_0", 32, "ARMv8.0", Side("4q8_022vec_dot_q8_0_q8_0_neon", blocks=2),
      ("quants", Side("ggml_vec_dot_q8_0_q8_0", blocks=2)), ""),
-    ("Q8_0", 32, "dotprod", Side("4q8_025vec_dot_q8_0_q8_0_dotprod"),
+    ("Q8_0", 32, "dotprod", Side("4q8_025vec_dot_q8_0_q8_0_dotprod", blocks=2),
      ("quants", Side("ggml_vec_dot_q8_0_q8_0", blocks=2)), ""),
     ("Q8_0 x4", 32, "dotprod", Side("7q8_0_x49group_dot", rows=4),
      ("repack", Side("ggml_gemv_q8_0_4x4_q8_0", depth=1, rows=4)), ""),
-    ("Q5_0", 32, "ARMv8.0", Side("4q5_022vec_dot_q5_0_q8_0_neon"),
+    ("Q5_0", 32, "ARMv8.0", Side("4q5_022vec_dot_q5_0_q8_0_neon", blocks=2),
      ("quants", Side("ggml_vec_dot_q5_0_q8_0", blocks=2)), ""),
-    ("Q5_0", 32, "dotprod", Side("4q5_025vec_dot_q5_0_q8_0_dotprod"),
+    ("Q5_0", 32, "dotprod", Side("4q5_025vec_dot_q5_0_q8_0_dotprod", blocks=2),
      ("quants", Side("ggml_vec_dot_q5_0_q8_0", blocks=2)), ""),
     ("Q5_0 x4", 32, "dotprod", Side("7q5_0_x49group_dot", rows=4),
      ("quants", Side("ggml_vec_dot_q5_0_q8_0", blocks=2)),
      "llama.cpp has no repacked Q5_0: its one-row kernel"),
-    ("Q4_0", 32, "ARMv8.0", Side("4q4_022vec_dot_q4_0_q8_0_neon"),
+    ("Q4_0", 32, "ARMv8.0", Side("4q4_022vec_dot_q4_0_q8_0_neon", blocks=2),
      ("quants", Side("ggml_vec_dot_q4_0_q8_0", blocks=2)), ""),
-    ("Q4_0", 32, "dotprod", Side("4q4_025vec_dot_q4_0_q8_0_dotprod"),
+    ("Q4_0", 32, "dotprod", Side("4q4_025vec_dot_q4_0_q8_0_dotprod", blocks=2),
      ("quants", Side("ggml_vec_dot_q4_0_q8_0", blocks=2)), ""),
     ("Q2_K", 256, "ARMv8.0", Side("4q2_k22vec_dot_q2_k_q8_k_neon"),
      ("quants", Side("ggml_vec_dot_q2_K_q8_K")), ""),
