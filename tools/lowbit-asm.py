@@ -650,13 +650,47 @@ def pair_carried(kind, dot):
     return carried + [rename[r] for r in carried]
 
 
+
+def q8x4_int(dot=True):
+    """Q8_0 x4 (q8_0_x4.rs): one group block, 4 rows' d at {x}, 8 vectors of 4 rows x 4
+    bytes at {x} + 8; two accumulators of 4 `sdot`s each (v20, v22), summed into v14; the
+    rows' dx * dy into v15."""
+    o = [op("ldr d16, [{x}]", ["v16"], ["x"], 3),
+         op("ldr h17, [{y}]", ["v17"], ["y"], 3)]
+    for j in range(8):
+        o.append(op(f"ldur q{j}, [{{x}}, #{8 + 16 * j}]", [f"v{j}"], ["x"], 3))
+    o += [op("ldur q18, [{y}, #2]", ["v18"], ["y"], 3),
+          op("ldur q19, [{y}, #18]", ["v19"], ["y"], 3),
+          op("fcvtl v16.4s, v16.4h", ["v16"], ["v16"]),
+          op("fcvt s17, h17", ["v17"], ["v17"]),
+          op("fmul v15.4s, v16.4s, v17.s[0]", ["v15"], ["v16", "v17"]),
+          op("movi v20.4s, #0", ["v20"], [], 1),
+          op("movi v22.4s, #0", ["v22"], [], 1)]
+    for j in range(8):
+        a, yv = ("v20", "v18") if j < 4 else ("v22", "v19")
+        o.append(op(f"sdot {a}.4s, v{j}.16b, {yv}.4b[{j % 4}]", [a], [a, f"v{j}", yv]))
+    o += [op("add v14.4s, v20.4s, v22.4s", ["v14"], ["v20", "v22"]),
+          op("add {x}, {x}, #136", ["x"], ["x"], 1),
+          op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q8x4_tail():
+    """Each row: sumf += sumi as f32 * (dx * dy)."""
+    return [op("scvtf v24.4s, v14.4s", ["v24"], ["v14"]),
+            op("fmul v24.4s, v24.4s, v15.4s", ["v24"], ["v24", "v15"]),
+            op("fadd {sums:v}.4s, {sums:v}.4s, v24.4s", ["sums"], ["sums", "v24"])]
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
 
 KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1_int),
-         "q8": (q8_tail, q8_int), "q4": (q4_tail, q4_int), "q5": (q5_tail, q5_int)}
-BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32, "q4k": 256, "q6k": 256}
+         "q8": (q8_tail, q8_int), "q4": (q4_tail, q4_int), "q5": (q5_tail, q5_int),
+         "q8x4": (q8x4_tail, q8x4_int)}
+BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32, "q4k": 256, "q6k": 256,
+         "q8x4": 32}
 PAIRED = {"q8", "q4", "q5"}  # two blocks a trip
 CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 
@@ -685,7 +719,7 @@ def mca_cycles(asm_text, cpu):
 def ours_asm(kind, face):
     sub = {"{{": "{", "}}": "}", "{x}": "x0", "{y}": "x1", "{nb}": "x2", "{t}": "x3",
            "{qs}": "x4", "{q8}": "x5", "{sc}": "x6", "{sumf:s}": "s21", "{lo:v}": "v6",
-           "{hi:v}": "v7", "2b": ".Lloop"}
+           "{hi:v}": "v7", "{sums:v}": "v6", "2b": ".Lloop"}
     lines = []
     for l in body(kind, face):
         for a, b in sub.items():
