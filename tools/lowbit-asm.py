@@ -682,15 +682,65 @@ def q8x4_tail():
             op("fadd {sums:v}.4s, {sums:v}.4s, v24.4s", ["sums"], ["sums", "v24"])]
 
 
+
+def q5x4_int(dot=True):
+    """Q5_0 x4 (q5_0_x4.rs): one group block: 4 rows' d at {x}, their fifth bits at {x} + 8
+    (v21), 4 nibble vectors at {x} + 24. Vector v's quants minus 16: the nibble minus 16 where
+    its fifth bit (bit v for the low nibble, 4 + v for the high one, shifted to bit 4) is clear
+    (`bic` of v30 = 0x10 by it); v31 = 0x0f. Low-nibble sdots into v20, high into v22, summed
+    into v14; the rows' dx * dy into v15. Three sets of temporaries, taken in turn."""
+    o = [op("ldr d16, [{x}]", ["v16"], ["x"], 3),
+         op("ldur q21, [{x}, #8]", ["v21"], ["x"], 3),
+         op("ldr h17, [{y}]", ["v17"], ["y"], 3),
+         op("ldur q18, [{y}, #2]", ["v18"], ["y"], 3),
+         op("ldur q19, [{y}, #18]", ["v19"], ["y"], 3)]
+    for v in range(4):
+        o.append(op(f"ldur q{v}, [{{x}}, #{24 + 16 * v}]", [f"v{v}"], ["x"], 3))
+    o += [op("fcvtl v16.4s, v16.4h", ["v16"], ["v16"]),
+          op("fcvt s17, h17", ["v17"], ["v17"]),
+          op("fmul v15.4s, v16.4s, v17.s[0]", ["v15"], ["v16", "v17"]),
+          op("movi v20.4s, #0", ["v20"], [], 1),
+          op("movi v22.4s, #0", ["v22"], [], 1)]
+    sets = [("v4", "v5", "v6", "v7"), ("v8", "v9", "v10", "v11"),
+            ("v12", "v13", "v23", "v25")]
+    for v in range(4):
+        lo, hi, b1, b2 = sets[v % 3]
+        q = f"v{v}"
+        o.append(op(f"and {lo}.16b, {q}.16b, v31.16b", [lo], [q, "v31"]))
+        o.append(op(f"ushr {hi}.16b, {q}.16b, #4", [hi], [q]))
+        o.append(op(f"shl {b1}.16b, v21.16b, #{4 - v}", [b1], ["v21"]))
+        o.append(op(f"bic {b1}.16b, v30.16b, {b1}.16b", [b1], [b1, "v30"]))
+        if v == 0:
+            o.append(op(f"bic {b2}.16b, v30.16b, v21.16b", [b2], ["v21", "v30"]))
+        else:
+            o.append(op(f"ushr {b2}.16b, v21.16b, #{v}", [b2], ["v21"]))
+            o.append(op(f"bic {b2}.16b, v30.16b, {b2}.16b", [b2], [b2, "v30"]))
+        o.append(op(f"sub {lo}.16b, {lo}.16b, {b1}.16b", [lo], [lo, b1]))
+        o.append(op(f"sub {hi}.16b, {hi}.16b, {b2}.16b", [hi], [hi, b2]))
+        o.append(op(f"sdot v20.4s, {lo}.16b, v18.4b[{v}]", ["v20"], ["v20", lo, "v18"]))
+        o.append(op(f"sdot v22.4s, {hi}.16b, v19.4b[{v}]", ["v22"], ["v22", hi, "v19"]))
+    o += [op("add v14.4s, v20.4s, v22.4s", ["v14"], ["v20", "v22"]),
+          op("add {x}, {x}, #88", ["x"], ["x"], 1),
+          op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q5x4_tail():
+    """Each row: sumf += (dx * dy) * sumi as f32."""
+    return [op("scvtf v24.4s, v14.4s", ["v24"], ["v14"]),
+            op("fmul v24.4s, v15.4s, v24.4s", ["v24"], ["v15", "v24"]),
+            op("fadd {sums:v}.4s, {sums:v}.4s, v24.4s", ["sums"], ["sums", "v24"])]
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
 
 KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1_int),
          "q8": (q8_tail, q8_int), "q4": (q4_tail, q4_int), "q5": (q5_tail, q5_int),
-         "q8x4": (q8x4_tail, q8x4_int)}
+         "q8x4": (q8x4_tail, q8x4_int), "q5x4": (q5x4_tail, q5x4_int)}
 BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32, "q4k": 256, "q6k": 256,
-         "q8x4": 32}
+         "q8x4": 32, "q5x4": 32}
 PAIRED = {"q8", "q4", "q5"}  # two blocks a trip
 CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 
