@@ -732,6 +732,78 @@ def q5x4_tail():
             op("fadd {sums:v}.4s, {sums:v}.4s, v24.4s", ["sums"], ["sums", "v24"])]
 
 
+
+def q4kx4_block(dot=True):
+    """Q4_K x4 (q4_k_x4.rs): one super-block of a 4-row group, whole. Chunk c (sub-blocks 2c,
+    2c + 1) takes its 64 activation bytes into v0..v3 or v4..v7 (c even / odd); its 8 weight
+    vectors rotate through v8..v11, their low nibbles through v12..v14; 4 accumulators
+    (v15, v16: sub-block 2c, v17, v18: 2c + 1) so that no `sdot` waits for the one before;
+    scaled by the rows' scales (v20, v21) into v19. Mins into v24 (bsum pairs v25, v26).
+    v23 = 0x0f."""
+    o = [op("movi v23.16b, #0x0f", ["v23"], [], 1)]
+    for c in range(4):
+        a = [f"v{4 * (c % 2) + k}" for k in range(4)]
+        for k in range(4):
+            o.append(op(f"ldr q{a[k][1:]}, [{{q8}}, #{64 * c + 16 * k}]", [a[k]], ["q8"], 3))
+        o += [op(f"ldr d20, [{{x}}, #{16 + 8 * c}]", ["v20"], ["x"], 3),
+              op("uxtl v22.8h, v20.8b", ["v22"], ["v20"]),
+              op("uxtl v20.4s, v22.4h", ["v20"], ["v22"]),
+              op("uxtl2 v21.4s, v22.8h", ["v21"], ["v22"])]
+        for acc in ("v15", "v16", "v17", "v18"):
+            o.append(op(f"movi {acc}.4s, #0", [acc], [], 1))
+        for j in range(8):
+            w, lo = f"v{8 + j % 4}", f"v{12 + j % 3}"
+            o.append(op(f"ldr q{w[1:]}, [{{x}}, #{80 + 16 * (8 * c + j)}]", [w], ["x"], 3))
+            o.append(op(f"and {lo}.16b, {w}.16b, v23.16b", [lo], [w, "v23"]))
+            o.append(op(f"ushr {w}.16b, {w}.16b, #4", [w], [w]))
+            al, ah = ("v15", "v17") if j < 4 else ("v16", "v18")
+            yl, yh = (a[0], a[2]) if j < 4 else (a[1], a[3])
+            o.append(op(f"sdot {al}.4s, {lo}.16b, {yl}.4b[{j % 4}]", [al], [al, lo, yl]))
+            o.append(op(f"sdot {ah}.4s, {w}.16b, {yh}.4b[{j % 4}]", [ah], [ah, w, yh]))
+        o += [op("add v15.4s, v15.4s, v16.4s", ["v15"], ["v15", "v16"]),
+              op("add v17.4s, v17.4s, v18.4s", ["v17"], ["v17", "v18"])]
+        if c == 0:
+            o.append(op("mul v19.4s, v15.4s, v20.4s", ["v19"], ["v15", "v20"]))
+        else:
+            o.append(op("mla v19.4s, v15.4s, v20.4s", ["v19"], ["v19", "v15", "v20"]))
+        o.append(op("mla v19.4s, v17.4s, v21.4s", ["v19"], ["v19", "v17", "v21"]))
+    # mins: per row, sum over sub-blocks s of min[s][row] * (bsum[2s] + bsum[2s + 1]), in i32
+    o += [op("ldr q25, [{q8}, #256]", ["v25"], ["q8"], 3),
+          op("ldr q26, [{q8}, #272]", ["v26"], ["q8"], 3),
+          op("saddlp v25.4s, v25.8h", ["v25"], ["v25"]),
+          op("saddlp v26.4s, v26.8h", ["v26"], ["v26"])]
+    for h in range(2):
+        o.append(op(f"ldr q27, [{{x}}, #{48 + 16 * h}]", ["v27"], ["x"], 3))
+        for pp in range(2):
+            wide = "uxtl2 v28.8h, v27.16b" if pp else "uxtl v28.8h, v27.8b"
+            o.append(op(wide, ["v28"], ["v27"]))
+            for e in range(2):
+                sb = 4 * h + 2 * pp + e
+                o.append(op("uxtl2 v29.4s, v28.8h" if e else "uxtl v29.4s, v28.4h",
+                            ["v29"], ["v28"]))
+                bs = "v25" if sb < 4 else "v26"
+                if sb == 0:
+                    o.append(op(f"mul v24.4s, v29.4s, {bs}.s[{sb % 4}]", ["v24"], ["v29", bs]))
+                else:
+                    o.append(op(f"mla v24.4s, v29.4s, {bs}.s[{sb % 4}]", ["v24"],
+                                ["v24", "v29", bs]))
+    # floats: d_r * dy and dmin_r * dy as the scalar twin forms them
+    o += [op("ldr d20, [{x}]", ["v20"], ["x"], 3),
+          op("ldr d21, [{x}, #8]", ["v21"], ["x"], 3),
+          op("ldr s22, [{y}]", ["v22"], ["y"], 3),
+          op("fcvtl v20.4s, v20.4h", ["v20"], ["v20"]),
+          op("fcvtl v21.4s, v21.4h", ["v21"], ["v21"]),
+          op("fmul v20.4s, v20.4s, v22.s[0]", ["v20"], ["v20", "v22"]),
+          op("fmul v21.4s, v21.4s, v22.s[0]", ["v21"], ["v21", "v22"]),
+          op("scvtf v19.4s, v19.4s", ["v19"], ["v19"]),
+          op("scvtf v24.4s, v24.4s", ["v24"], ["v24"]),
+          op("fmul v19.4s, v20.4s, v19.4s", ["v19"], ["v20", "v19"]),
+          op("fmul v24.4s, v21.4s, v24.4s", ["v24"], ["v21", "v24"]),
+          op("fadd {sums:v}.4s, {sums:v}.4s, v19.4s", ["sums"], ["sums", "v19"]),
+          op("fadd {mins:v}.4s, {mins:v}.4s, v24.4s", ["mins"], ["mins", "v24"])]
+    return o
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
@@ -740,7 +812,7 @@ KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1
          "q8": (q8_tail, q8_int), "q4": (q4_tail, q4_int), "q5": (q5_tail, q5_int),
          "q8x4": (q8x4_tail, q8x4_int), "q5x4": (q5x4_tail, q5x4_int)}
 BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32, "q4k": 256, "q6k": 256,
-         "q8x4": 32, "q5x4": 32}
+         "q8x4": 32, "q5x4": 32, "q4kx4": 256}
 PAIRED = {"q8", "q4", "q5"}  # two blocks a trip
 CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 
@@ -750,6 +822,8 @@ def body(kind, face):
         return schedule(q4k_block(face == "dot"))
     if kind == "q6k":
         return schedule(q6k_block(face == "dot"))
+    if kind == "q4kx4":
+        return schedule(q4kx4_block())
     if kind in PAIRED:
         return pair_loop(kind, face == "dot")
     tail, intp = KINDS[kind]
@@ -769,7 +843,7 @@ def mca_cycles(asm_text, cpu):
 def ours_asm(kind, face):
     sub = {"{{": "{", "}}": "}", "{x}": "x0", "{y}": "x1", "{nb}": "x2", "{t}": "x3",
            "{qs}": "x4", "{q8}": "x5", "{sc}": "x6", "{sumf:s}": "s21", "{lo:v}": "v6",
-           "{hi:v}": "v7", "{sums:v}": "v6", "2b": ".Lloop"}
+           "{hi:v}": "v7", "{sums:v}": "v30", "{mins:v}": "v31", "2b": ".Lloop"}
     lines = []
     for l in body(kind, face):
         for a, b in sub.items():
