@@ -21,6 +21,10 @@ Q8_0 loops take two blocks a trip, ours and llama.cpp's) and, for the multi-row 
 rows (figures per row and block). Dotprod faces are only measured on the A55: the A53 and A7
 have no `sdot`.
 
+With --md, the markdown also carries tools/insn-per-token.md if it is there: guest
+instructions per generated token under qemu-user (tools/insn-per-token.sh; that takes
+minutes, so it is run by hand and its table pasted there).
+
 Runs in well under a minute with no network: one cargo build (incremental), three gcc runs,
 llvm-mca. Needs the Debian packages llvm, gcc-aarch64-linux-gnu, g++-aarch64-linux-gnu and
 the rustup target aarch64-unknown-linux-gnu.
@@ -267,8 +271,13 @@ def main():
     text = table(rows)
     print(text)
     if args.md:
+        insn = os.path.join(HERE, "insn-per-token.md")
+        tail = MD_TAIL
+        if os.path.exists(insn):
+            with open(insn) as f:
+                tail += "\n" + f.read()
         with open(args.md, "w") as f:
-            f.write(MD_HEAD + text + MD_TAIL)
+            f.write(MD_HEAD + text + tail)
 
 
 def cell(v):
@@ -311,6 +320,9 @@ A ratio above 1 (**slower**) is a kernel of ours that predicts more cycles than 
 """
 
 MD_TAIL = """
+Dotprod kernels run on the A55 only; the ARMv8.0 faces are what an A53 or an Apple A7 runs (an
+A55 could run them too). llama.cpp's figures are its NEON code as gcc compiles it; its
+`-march=armv8-a` build has no repacked gemv (they need dotprod).
 """
 
 if __name__ == "__main__":
