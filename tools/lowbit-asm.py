@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The loop bodies of the aarch64 low-bit kernels (kernels-asm/src/aarch64/q1_0.rs, q2_0.rs,
-tq1_0.rs) and their llvm-mca cycles per block.
+"""The loop bodies of the aarch64 kernels written from here (kernels-asm/src/aarch64/q1_0.rs,
+q2_0.rs, tq1_0.rs; q8_0.rs, q4_0.rs, q5_0.rs; q4_k.rs, q6_k.rs) and their llvm-mca cycles per
+block. tools/mca-table.py measures every kernel, as built, beside llama.cpp's.
 
 The Cortex-A53 and A55 issue in order, so the order of the asm lines decides their speed. Each
 kernel's loop body is written here as operations with the registers they write and read: block
@@ -11,6 +12,9 @@ prints the lines pasted into the asm! blocks.
 
     tools/lowbit-asm.py emit q1|q2|tq1 dot|neon [tail]   # the loop body (or the float tail)
     tools/lowbit-asm.py emit lut|lut-build [q1|q2]       # the Q1_0 / Q2_0 lookup-table loops
+    tools/lowbit-asm.py emit q8|q4|q5 dot|neon single|pair|tail
+                     # the lone first block of an odd row, the two-block trip, the last pair's floats
+    tools/lowbit-asm.py emit q4k|q6k dot|neon            # one whole super-block
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
@@ -251,16 +255,580 @@ def loop(tail, intp, dot):
 
 
 
+# Q8_0, Q4_0, Q5_0 (one row): block i's loads, unpacking and integer sum (into v14), its scales
+# converted (v15, v16) in the order the scalar twin multiplies them; block i - 1's float part.
+# x advances by the weight block, y by the 34-byte Q8_0 block.
+def q8_int(dot):
+    o = [op("ldr h15, [{x}]", ["v15"], ["x"], 3),
+         op("ldr h16, [{y}]", ["v16"], ["y"], 3),
+         op("ldur q0, [{x}, #2]", ["v0"], ["x"], 3),
+         op("ldur q1, [{x}, #18]", ["v1"], ["x"], 3),
+         op("ldur q2, [{y}, #2]", ["v2"], ["y"], 3),
+         op("ldur q3, [{y}, #18]", ["v3"], ["y"], 3),
+         op("fcvt s15, h15", ["v15"], ["v15"]),
+         op("fcvt s16, h16", ["v16"], ["v16"]),
+         # dx * dy, as the twin forms it before multiplying by sumi
+         op("fmul s15, s15, s16", ["v15"], ["v15", "v16"])]
+    o += int8_sum(dot, ["v0", "v1"], ["v2", "v3"])
+    o += [op("add {x}, {x}, #34", ["x"], ["x"], 1), op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def int8_sum(dot, ws, ys, i16_safe=False):
+    """sumi of the 32 products ws x ys into s14 (dotprod: sdot; else widening multiplies,
+    widened to i32 at once unless two products always fit in i16)."""
+    (w0, w1), (y0, y1) = ws, ys
+    if dot:
+        return [op("movi v4.4s, #0", ["v4"], [], 1),
+                op(f"sdot v4.4s, {w0}.16b, {y0}.16b", ["v4"], ["v4", w0, y0]),
+                op("movi v5.4s, #0", ["v5"], [], 1),
+                op(f"sdot v5.4s, {w1}.16b, {y1}.16b", ["v5"], ["v5", w1, y1]),
+                op("add v4.4s, v4.4s, v5.4s", ["v4"], ["v4", "v5"]),
+                op("addv s14, v4.4s", ["v14"], ["v4"])]
+    if i16_safe:
+        return [op(f"smull v4.8h, {w0}.8b, {y0}.8b", ["v4"], [w0, y0]),
+                op(f"smull2 v5.8h, {w0}.16b, {y0}.16b", ["v5"], [w0, y0]),
+                op(f"smlal v4.8h, {w1}.8b, {y1}.8b", ["v4"], ["v4", w1, y1]),
+                op(f"smlal2 v5.8h, {w1}.16b, {y1}.16b", ["v5"], ["v5", w1, y1]),
+                op("add v4.8h, v4.8h, v5.8h", ["v4"], ["v4", "v5"]),
+                op("saddlv s14, v4.8h", ["v14"], ["v4"])]
+    return [op(f"smull v4.8h, {w0}.8b, {y0}.8b", ["v4"], [w0, y0]),
+            op(f"smull2 v5.8h, {w0}.16b, {y0}.16b", ["v5"], [w0, y0]),
+            op(f"smull v6.8h, {w1}.8b, {y1}.8b", ["v6"], [w1, y1]),
+            op(f"smull2 v7.8h, {w1}.16b, {y1}.16b", ["v7"], [w1, y1]),
+            op("saddlp v4.4s, v4.8h", ["v4"], ["v4"]),
+            op("saddlp v5.4s, v5.8h", ["v5"], ["v5"]),
+            op("sadalp v4.4s, v6.8h", ["v4"], ["v4", "v6"]),
+            op("sadalp v5.4s, v7.8h", ["v5"], ["v5", "v7"]),
+            op("add v4.4s, v4.4s, v5.4s", ["v4"], ["v4", "v5"]),
+            op("addv s14, v4.4s", ["v14"], ["v4"])]
+
+
+def q8_tail():
+    """sumf += sumi as f32 * (dx * dy)."""
+    return [op("scvtf s24, s14", ["v24"], ["v14"]),
+            op("fmul s24, s24, s15", ["v24"], ["v24", "v15"]),
+            op("fadd s21, s21, s24", ["sumf"], ["sumf", "v24"])]
+
+
+def q4_int(dot):
+    """Q4_0: byte j holds element j (low nibble) and j + 16 (high), offset by 8 (v30 = 0x0f,
+    v31 = 8)."""
+    o = [op("ldr h15, [{x}]", ["v15"], ["x"], 3),
+         op("ldr h16, [{y}]", ["v16"], ["y"], 3),
+         op("ldur q0, [{x}, #2]", ["v0"], ["x"], 3),
+         op("ldur q2, [{y}, #2]", ["v2"], ["y"], 3),
+         op("ldur q3, [{y}, #18]", ["v3"], ["y"], 3),
+         op("fcvt s15, h15", ["v15"], ["v15"]),
+         op("fcvt s16, h16", ["v16"], ["v16"]),
+         op("and v8.16b, v0.16b, v30.16b", ["v8"], ["v0", "v30"]),
+         op("ushr v9.16b, v0.16b, #4", ["v9"], ["v0"]),
+         op("sub v8.16b, v8.16b, v31.16b", ["v8"], ["v8", "v31"]),
+         op("sub v9.16b, v9.16b, v31.16b", ["v9"], ["v9", "v31"])]
+    # |q - 8| <= 8, |y| <= 128: an i16 lane sums 4 products of at most 1024
+    o += int8_sum(dot, ["v8", "v9"], ["v2", "v3"], i16_safe=True)
+    o += [op("add {x}, {x}, #18", ["x"], ["x"], 1), op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q4_tail():
+    """sumf += sumi as f32 * dx * dy, left to right."""
+    return [op("scvtf s24, s14", ["v24"], ["v14"]),
+            op("fmul s24, s24, s15", ["v24"], ["v24", "v15"]),
+            op("fmul s24, s24, s16", ["v24"], ["v24", "v16"]),
+            op("fadd s21, s21, s24", ["sumf"], ["sumf", "v24"])]
+
+
+def q5_int(dot):
+    """Q5_0: Q4_0's nibbles (at 6) and a fifth bit from qh (u32 at 2): `tbl` with v28 (8 zeros,
+    8 ones) spreads qh bytes 0, 1 (v10) and 2, 3 (v11, loaded from 4) over the lanes of their
+    elements, `cmtst` against v29 (1, 2, .. 128 twice) makes the bit a mask, and the quant
+    minus 16 is the nibble minus 16 where the bit is clear (`bic` of v31 = 0x10 by the mask).
+    v30 = 0x0f."""
+    o = [op("ldr h15, [{x}]", ["v15"], ["x"], 3),
+         op("ldr h16, [{y}]", ["v16"], ["y"], 3),
+         op("ldur s10, [{x}, #2]", ["v10"], ["x"], 3),
+         op("ldur h11, [{x}, #4]", ["v11"], ["x"], 3),
+         op("ldur q0, [{x}, #6]", ["v0"], ["x"], 3),
+         op("ldur q2, [{y}, #2]", ["v2"], ["y"], 3),
+         op("ldur q3, [{y}, #18]", ["v3"], ["y"], 3),
+         op("fcvt s15, h15", ["v15"], ["v15"]),
+         op("fcvt s16, h16", ["v16"], ["v16"]),
+         op("fmul s15, s15, s16", ["v15"], ["v15", "v16"]),
+         op("tbl v10.16b, {{v10.16b}}, v28.16b", ["v10"], ["v10", "v28"]),
+         op("tbl v11.16b, {{v11.16b}}, v28.16b", ["v11"], ["v11", "v28"]),
+         op("cmtst v10.16b, v10.16b, v29.16b", ["v10"], ["v10", "v29"]),
+         op("cmtst v11.16b, v11.16b, v29.16b", ["v11"], ["v11", "v29"]),
+         op("bic v10.16b, v31.16b, v10.16b", ["v10"], ["v10", "v31"]),
+         op("bic v11.16b, v31.16b, v11.16b", ["v11"], ["v11", "v31"]),
+         op("and v8.16b, v0.16b, v30.16b", ["v8"], ["v0", "v30"]),
+         op("ushr v9.16b, v0.16b, #4", ["v9"], ["v0"]),
+         op("sub v8.16b, v8.16b, v10.16b", ["v8"], ["v8", "v10"]),
+         op("sub v9.16b, v9.16b, v11.16b", ["v9"], ["v9", "v11"])]
+    # |q - 16| <= 16, |y| <= 128: an i16 lane sums 4 products of at most 2048
+    o += int8_sum(dot, ["v8", "v9"], ["v2", "v3"], i16_safe=True)
+    o += [op("add {x}, {x}, #22", ["x"], ["x"], 1), op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q5_tail():
+    """sumf += (dx * dy) * sumi as f32."""
+    return [op("scvtf s24, s14", ["v24"], ["v14"]),
+            op("fmul s24, s15, s24", ["v24"], ["v15", "v24"]),
+            op("fadd s21, s21, s24", ["sumf"], ["sumf", "v24"])]
+
+
+
+def q4k_block(dot):
+    """One Q4_K super-block, whole (no trip over chunks): chunk c (sub-blocks 2c, 2c + 1) in
+    one of two register sets so that chunk c + 1's loads and multiplies overlap chunk c's;
+    the scaled lane sums go to two pairs of accumulators (even and odd chunks). Scales come
+    and mins from `{sc}` as 16 bytes, widened to 8 i16 (ARMv8.0: v15, used by element, which
+    needs v0..v15) or 8 i32 (dotprod: v14, v15). Nibble mask: v14 (ARMv8.0) or v13."""
+    o = []
+    sets = [dict(w=("v0", "v1"), lo=("v2", "v3"), y=("v4", "v5", "v6", "v7"),
+                 p=("v8", "v9", "v10", "v11"), acc=("v12", "v13")),
+            dict(w=("v16", "v17"), lo=("v18", "v19"), y=("v24", "v25", "v26", "v27"),
+                 p=("v28", "v29", "v30", "v31"), acc=("v20", "v21"))]
+    mask = "v13" if dot else "v14"
+    o.append(op(f"movi {mask}.16b, #0x0f", [mask], [], 1))
+    # `{sc}`: the 8 six-bit scales, then the 8 mins, as bytes
+    if dot:
+        o.append(op("ldr d14, [{sc}]", ["v14"], ["sc"], 3))
+        o.append(op("uxtl v14.8h, v14.8b", ["v14"], ["v14"]))
+        o.append(op("uxtl2 v15.4s, v14.8h", ["v15"], ["v14"]))
+        o.append(op("uxtl v14.4s, v14.4h", ["v14"], ["v14"]))
+    else:
+        o.append(op("ldr d15, [{sc}]", ["v15"], ["sc"], 3))
+        o.append(op("uxtl v15.8h, v15.8b", ["v15"], ["v15"]))
+    for c in range(4):
+        r = sets[c % 2]
+        (w0, w1), (l0, l1), (y0, y1, y2, y3), (pa, pb, pc, pd), (a0, a1) = \
+            r["w"], r["lo"], r["y"], r["p"], r["acc"]
+        o.append(op(f"ldr q{w0[1:]}, [{{qs}}, #{32 * c}]", [w0], ["qs"], 3))
+        o.append(op(f"ldr q{w1[1:]}, [{{qs}}, #{32 * c + 16}]", [w1], ["qs"], 3))
+        for k, yv in enumerate((y0, y1, y2, y3)):
+            o.append(op(f"ldr q{yv[1:]}, [{{q8}}, #{64 * c + 16 * k}]", [yv], ["q8"], 3))
+        o.append(op(f"and {l0}.16b, {w0}.16b, {mask}.16b", [l0], [w0, mask]))
+        o.append(op(f"and {l1}.16b, {w1}.16b, {mask}.16b", [l1], [w1, mask]))
+        o.append(op(f"ushr {w0}.16b, {w0}.16b, #4", [w0], [w0]))
+        o.append(op(f"ushr {w1}.16b, {w1}.16b, #4", [w1], [w1]))
+        first = c < 2
+        if dot:
+            # sub-block 2c in pa, 2c + 1 in pc; scale j is lane j % 4 of v14 (j < 4) or v15
+            for (x0, x1, ya, yb, pr) in ((l0, l1, y0, y1, pa), (w0, w1, y2, y3, pc)):
+                o.append(op(f"movi {pr}.4s, #0", [pr], [], 1))
+                o.append(op(f"sdot {pr}.4s, {x0}.16b, {ya}.16b", [pr], [pr, x0, ya]))
+                o.append(op(f"sdot {pr}.4s, {x1}.16b, {yb}.16b", [pr], [pr, x1, yb]))
+            for j, pr in ((2 * c, pa), (2 * c + 1, pc)):
+                sreg = "v14" if j < 4 else "v15"
+                if first and j == 2 * c:
+                    o.append(op(f"mul {a0}.4s, {pr}.4s, {sreg}.s[{j % 4}]", [a0], [pr, sreg]))
+                else:
+                    o.append(op(f"mla {a0}.4s, {pr}.4s, {sreg}.s[{j % 4}]", [a0], [a0, pr, sreg]))
+        else:
+            # i16 lanes: 4 products of at most 15 * 128 each
+            for (x0, x1, ya, yb, pr, ps) in ((l0, l1, y0, y1, pa, pb), (w0, w1, y2, y3, pc, pd)):
+                o.append(op(f"smull {pr}.8h, {x0}.8b, {ya}.8b", [pr], [x0, ya]))
+                o.append(op(f"smull2 {ps}.8h, {x0}.16b, {ya}.16b", [ps], [x0, ya]))
+                o.append(op(f"smlal {pr}.8h, {x1}.8b, {yb}.8b", [pr], [pr, x1, yb]))
+                o.append(op(f"smlal2 {ps}.8h, {x1}.16b, {yb}.16b", [ps], [ps, x1, yb]))
+                o.append(op(f"add {pr}.8h, {pr}.8h, {ps}.8h", [pr], [pr, ps]))
+            for j, pr in ((2 * c, pa), (2 * c + 1, pc)):
+                if first and j == 2 * c:
+                    o.append(op(f"smull {a0}.4s, {pr}.4h, v15.h[{j}]", [a0], [pr, "v15"]))
+                    o.append(op(f"smull2 {a1}.4s, {pr}.8h, v15.h[{j}]", [a1], [pr, "v15"]))
+                else:
+                    o.append(op(f"smlal {a0}.4s, {pr}.4h, v15.h[{j}]", [a0], [a0, pr, "v15"]))
+                    o.append(op(f"smlal2 {a1}.4s, {pr}.8h, v15.h[{j}]", [a1], [a1, pr, "v15"]))
+    o.append(op("add v12.4s, v12.4s, v20.4s", ["v12"], ["v12", "v20"]))
+    if not dot:
+        o.append(op("add v13.4s, v13.4s, v21.4s", ["v13"], ["v13", "v21"]))
+    # mins: sum over sub-blocks s of (bsum[2s] + bsum[2s + 1]) * min[s], in i32
+    # (widened before adding: the i16 sums are the activation's bytes, whatever they hold)
+    o += [op("ldr q4, [{q8}, #256]", ["v4"], ["q8"], 3),
+          op("ldr q5, [{q8}, #272]", ["v5"], ["q8"], 3),
+          op("ldr d6, [{sc}, #8]", ["v6"], ["sc"], 3),
+          op("saddlp v4.4s, v4.8h", ["v4"], ["v4"]),
+          op("saddlp v5.4s, v5.8h", ["v5"], ["v5"]),
+          op("uxtl v6.8h, v6.8b", ["v6"], ["v6"]),
+          op("uxtl v7.4s, v6.4h", ["v7"], ["v6"]),
+          op("uxtl2 v6.4s, v6.8h", ["v6"], ["v6"]),
+          op("mul v4.4s, v4.4s, v7.4s", ["v4"], ["v4", "v7"]),
+          op("mla v4.4s, v5.4s, v6.4s", ["v4"], ["v4", "v5", "v6"]),
+          op("addv s5, v4.4s", ["v5"], ["v4"]),
+          op("scvtf s5, s5", ["v5"], ["v5"]),
+          # floats in the twin's order: sumf -= (dmin * dy) * mins; lanes += (d * dy) * sum
+          op("ldr s0, [{y}]", ["v0"], ["y"], 3),
+          op("ldr h1, [{x}, #2]", ["v1"], ["x"], 3),
+          op("ldr h2, [{x}]", ["v2"], ["x"], 3),
+          op("fcvt s1, h1", ["v1"], ["v1"]),
+          op("fcvt s2, h2", ["v2"], ["v2"]),
+          op("fmul s1, s1, s0", ["v1"], ["v1", "v0"]),
+          op("fmul s2, s2, s0", ["v2"], ["v2", "v0"]),
+          # dmin * mins leaves in s4; Rust subtracts it from sumf (the same one fsub)
+          op("fmul s4, s1, s5", ["v4"], ["v1", "v5"]),
+          op("scvtf v12.4s, v12.4s", ["v12"], ["v12"]),
+          op("fmul v12.4s, v12.4s, v2.s[0]", ["v12"], ["v12", "v2"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v12.4s", ["lo"], ["lo", "v12"])]
+    if not dot:
+        o += [op("scvtf v13.4s, v13.4s", ["v13"], ["v13"]),
+              op("fmul v13.4s, v13.4s, v2.s[0]", ["v13"], ["v13", "v2"]),
+              op("fadd {hi:v}.4s, {hi:v}.4s, v13.4s", ["hi"], ["hi", "v13"])]
+    return o
+
+
+
+def q6k_block(dot):
+    """One Q6_K super-block, whole: 2 halves x 4 quarters of 32 elements (2 sub-blocks of 16
+    each), quarters alternating between two register sets and two accumulator pairs (v8/v9,
+    v10/v11). Half h: ql in v0..v3, qh in v4, v5. Quarter q's quants: low nibble of ql[0..32]
+    (q = 0) or ql[32..64] (q = 1), high nibble of them (q = 2, 3), with qh bits 2q, 2q + 1
+    brought to bits 4-5, minus 32. Scales: 16 i8 at 192, widened (ARMv8.0: i16 in v14, v15,
+    used by element, which needs v0..v15; dotprod: i32 in v12..v15). v29 = 32, v30 = 0x30,
+    v31 = 0x0f."""
+    o = [op("movi v29.16b, #32", ["v29"], [], 1),
+         op("movi v30.16b, #0x30", ["v30"], [], 1),
+         op("movi v31.16b, #0x0f", ["v31"], [], 1),
+         op("ldr q14, [{x}, #192]", ["v14"], ["x"], 3)]
+    if dot:
+        o += [op("sxtl v12.8h, v14.8b", ["v12"], ["v14"]),
+              op("sxtl2 v14.8h, v14.16b", ["v14"], ["v14"]),
+              op("sxtl2 v13.4s, v12.8h", ["v13"], ["v12"]),
+              op("sxtl v12.4s, v12.4h", ["v12"], ["v12"]),
+              op("sxtl2 v15.4s, v14.8h", ["v15"], ["v14"]),
+              op("sxtl v14.4s, v14.4h", ["v14"], ["v14"])]
+    else:
+        o += [op("sxtl2 v15.8h, v14.16b", ["v15"], ["v14"]),
+              op("sxtl v14.8h, v14.8b", ["v14"], ["v14"])]
+    sets = [dict(t=("v16", "v17"), u=("v18", "v19"), y=("v20", "v21")),
+            dict(t=("v22", "v23"), u=("v24", "v25"), y=("v26", "v27"))]
+    accs = [("v8", "v9"), ("v10", "v11")]
+    started = [False, False]
+    for h in range(2):
+        for k in range(4):
+            o.append(op(f"ldr q{k}, [{{x}}, #{64 * h + 16 * k}]", [f"v{k}"], ["x"], 3))
+        o.append(op(f"ldr q4, [{{x}}, #{128 + 32 * h}]", ["v4"], ["x"], 3))
+        o.append(op(f"ldr q5, [{{x}}, #{144 + 32 * h}]", ["v5"], ["x"], 3))
+        for q in range(4):
+            r = sets[q % 2]
+            (t0, t1), (u0, u1), (y0, y1) = r["t"], r["u"], r["y"]
+            a0, a1 = accs[q % 2]
+            base = 128 * h + 32 * q
+            o.append(op(f"ldr q{y0[1:]}, [{{q8}}, #{base}]", [y0], ["q8"], 3))
+            o.append(op(f"ldr q{y1[1:]}, [{{q8}}, #{base + 16}]", [y1], ["q8"], 3))
+            src = ("v0", "v1") if q % 2 == 0 else ("v2", "v3")
+            for t, u, l, qh in ((t0, u0, src[0], "v4"), (t1, u1, src[1], "v5")):
+                if q < 2:
+                    o.append(op(f"and {t}.16b, {l}.16b, v31.16b", [t], [l, "v31"]))
+                else:
+                    o.append(op(f"ushr {t}.16b, {l}.16b, #4", [t], [l]))
+                shift = {0: "shl {u}.16b, {qh}.16b, #4", 1: "shl {u}.16b, {qh}.16b, #2",
+                         2: None, 3: "ushr {u}.16b, {qh}.16b, #2"}[q]
+                if shift:
+                    o.append(op(shift.format(u=u, qh=qh), [u], [qh]))
+                    o.append(op(f"and {u}.16b, {u}.16b, v30.16b", [u], [u, "v30"]))
+                else:
+                    o.append(op(f"and {u}.16b, {qh}.16b, v30.16b", [u], [qh, "v30"]))
+                o.append(op(f"orr {t}.16b, {t}.16b, {u}.16b", [t], [t, u]))
+                o.append(op(f"sub {t}.16b, {t}.16b, v29.16b", [t], [t, "v29"]))
+            for j, (t, yv, pr) in enumerate(((t0, y0, u0), (t1, y1, u1))):
+                i = 8 * h + 2 * q + j  # sub-block
+                if dot:
+                    sreg = f"v{12 + i // 4}"
+                    o.append(op(f"movi {pr}.4s, #0", [pr], [], 1))
+                    o.append(op(f"sdot {pr}.4s, {t}.16b, {yv}.16b", [pr], [pr, t, yv]))
+                    if not started[q % 2]:
+                        o.append(op(f"mul {a0}.4s, {pr}.4s, {sreg}.s[{i % 4}]", [a0], [pr, sreg]))
+                        started[q % 2] = True
+                    else:
+                        o.append(op(f"mla {a0}.4s, {pr}.4s, {sreg}.s[{i % 4}]", [a0], [a0, pr, sreg]))
+                else:
+                    # i16 lanes: 2 products of at most 32 * 128
+                    sreg = "v14" if i < 8 else "v15"
+                    o.append(op(f"smull {pr}.8h, {t}.8b, {yv}.8b", [pr], [t, yv]))
+                    o.append(op(f"smlal2 {pr}.8h, {t}.16b, {yv}.16b", [pr], [pr, t, yv]))
+                    if not started[q % 2]:
+                        o.append(op(f"smull {a0}.4s, {pr}.4h, {sreg}.h[{i % 8}]", [a0], [pr, sreg]))
+                        o.append(op(f"smull2 {a1}.4s, {pr}.8h, {sreg}.h[{i % 8}]", [a1], [pr, sreg]))
+                        started[q % 2] = True
+                    else:
+                        o.append(op(f"smlal {a0}.4s, {pr}.4h, {sreg}.h[{i % 8}]", [a0], [a0, pr, sreg]))
+                        o.append(op(f"smlal2 {a1}.4s, {pr}.8h, {sreg}.h[{i % 8}]", [a1], [a1, pr, sreg]))
+    o.append(op("add v8.4s, v8.4s, v10.4s", ["v8"], ["v8", "v10"]))
+    if not dot:
+        o.append(op("add v9.4s, v9.4s, v11.4s", ["v9"], ["v9", "v11"]))
+    # floats in the twin's order: lanes += (d * dy) * (integer lanes)
+    o += [op("ldr s0, [{y}]", ["v0"], ["y"], 3),
+          op("ldr h1, [{x}, #208]", ["v1"], ["x"], 3),
+          op("fcvt s1, h1", ["v1"], ["v1"]),
+          op("fmul s1, s1, s0", ["v1"], ["v1", "v0"]),
+          op("scvtf v8.4s, v8.4s", ["v8"], ["v8"]),
+          op("fmul v8.4s, v8.4s, v1.s[0]", ["v8"], ["v8", "v1"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v8.4s", ["lo"], ["lo", "v8"])]
+    if not dot:
+        o += [op("scvtf v9.4s, v9.4s", ["v9"], ["v9"]),
+              op("fmul v9.4s, v9.4s, v1.s[0]", ["v9"], ["v9", "v1"]),
+              op("fadd {hi:v}.4s, {hi:v}.4s, v9.4s", ["hi"], ["hi", "v9"])]
+    return o
+
+
+
+# Two blocks a trip for the 32-element formats (Q8_0, Q4_0, Q5_0): block B is block A's
+# operations on other registers and at the next block's offsets, the pointers advance once,
+# and the float part of the previous pair adds A then B to sumf (the scalar's order).
+WEIGHT_BYTES = {"q8": 34, "q4": 18, "q5": 22}
+FIXED = {"v21", "v28", "v29", "v30", "v31", "x", "y", "nb", "flags", "sumf"}
+
+
+def regs_of(ops):
+    return {r for _, w, rd, _ in ops for r in w + rd if r.startswith("v")} - FIXED
+
+
+def second_block(ops, kind, rename):
+    wx = WEIGHT_BYTES[kind]
+
+    def offset(text):
+        def x(m):
+            return f"[{{x}}, #{int(m.group(1) or 0) + wx}]"
+
+        def y(m):
+            return f"[{{y}}, #{int(m.group(1) or 0) + 34}]"
+        text = re.sub(r"\[\{x\}(?:, #(\d+))?\]", x, text)
+        return re.sub(r"\[\{y\}(?:, #(\d+))?\]", y, text)
+
+    def reg(text):
+        return re.sub(r"\b([vqshdb])(\d+)\b",
+                      lambda m: m.group(1) + rename.get("v" + m.group(2), "v" + m.group(2))[1:],
+                      text)
+    out = []
+    for t, w, r, lat in ops:
+        if t.startswith("add {"):
+            continue
+        out.append(op(reg(offset(t)), [rename.get(x, x) for x in w],
+                      [rename.get(x, x) for x in r], lat))
+    return out
+
+
+def pair_parts(kind, dot):
+    """(renaming of block A's registers for block B, A's and B's integer parts with the
+    pointer advance, the pair's float part)."""
+    tail, intp = KINDS[kind]
+    a = intp(dot)
+    used = regs_of(a) | regs_of(tail())
+    free = [f"v{i}" for i in range(32) if f"v{i}" not in used | FIXED]
+    rename = dict(zip(sorted(used, key=lambda r: int(r[1:])), free))
+    b = second_block(a, kind, rename)
+    adds = [o for o in a if o[0].startswith("add {")]
+    a = [o for o in a if not o[0].startswith("add {")]
+    adds = [op(t.replace("#34", "#68").replace(f"#{WEIGHT_BYTES[kind]}",
+                                                f"#{2 * WEIGHT_BYTES[kind]}"), w, r, lat)
+            for t, w, r, lat in adds]
+    tb = second_block(tail(), kind, rename)
+    return rename, a + b + adds, tail() + tb
+
+
+def pair_loop(kind, dot):
+    _, intp, tails = pair_parts(kind, dot)
+    ops = tails + intp + [op("subs {nb}, {nb}, #1", ["nb", "flags"], ["nb"], 1)]
+    return schedule(ops) + ["b.ne 2b"]
+
+
+def pair_tail(kind, dot):
+    return schedule(pair_parts(kind, dot)[2])
+
+
+def single_block(kind, dot):
+    """One block, not pipelined: the first block of a row with an odd number of them."""
+    tail, intp = KINDS[kind]
+    return schedule(intp(dot) + tail())
+
+
+def pair_carried(kind, dot):
+    """The registers the pair loop carries from one trip to the next (zeroed before it)."""
+    rename, _, _ = pair_parts(kind, dot)
+    tail, _ = KINDS[kind]
+    carried = sorted({r for _, _, rd, _ in tail() for r in rd} - FIXED - {"v24"},
+                     key=lambda r: int(r[1:]))
+    return carried + [rename[r] for r in carried]
+
+
+
+def q8x4_int(dot=True):
+    """Q8_0 x4 (q8_0_x4.rs): one group block, 4 rows' d at {x}, 8 vectors of 4 rows x 4
+    bytes at {x} + 8; two accumulators of 4 `sdot`s each (v20, v22), summed into v14; the
+    rows' dx * dy into v15."""
+    o = [op("ldr d16, [{x}]", ["v16"], ["x"], 3),
+         op("ldr h17, [{y}]", ["v17"], ["y"], 3)]
+    for j in range(8):
+        o.append(op(f"ldur q{j}, [{{x}}, #{8 + 16 * j}]", [f"v{j}"], ["x"], 3))
+    o += [op("ldur q18, [{y}, #2]", ["v18"], ["y"], 3),
+          op("ldur q19, [{y}, #18]", ["v19"], ["y"], 3),
+          op("fcvtl v16.4s, v16.4h", ["v16"], ["v16"]),
+          op("fcvt s17, h17", ["v17"], ["v17"]),
+          op("fmul v15.4s, v16.4s, v17.s[0]", ["v15"], ["v16", "v17"]),
+          op("movi v20.4s, #0", ["v20"], [], 1),
+          op("movi v22.4s, #0", ["v22"], [], 1)]
+    for j in range(8):
+        a, yv = ("v20", "v18") if j < 4 else ("v22", "v19")
+        o.append(op(f"sdot {a}.4s, v{j}.16b, {yv}.4b[{j % 4}]", [a], [a, f"v{j}", yv]))
+    o += [op("add v14.4s, v20.4s, v22.4s", ["v14"], ["v20", "v22"]),
+          op("add {x}, {x}, #136", ["x"], ["x"], 1),
+          op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q8x4_tail():
+    """Each row: sumf += sumi as f32 * (dx * dy)."""
+    return [op("scvtf v24.4s, v14.4s", ["v24"], ["v14"]),
+            op("fmul v24.4s, v24.4s, v15.4s", ["v24"], ["v24", "v15"]),
+            op("fadd {sums:v}.4s, {sums:v}.4s, v24.4s", ["sums"], ["sums", "v24"])]
+
+
+
+def q5x4_int(dot=True):
+    """Q5_0 x4 (q5_0_x4.rs): one group block: 4 rows' d at {x}, their fifth bits at {x} + 8
+    (v21), 4 nibble vectors at {x} + 24. Vector v's quants minus 16: the nibble minus 16 where
+    its fifth bit (bit v for the low nibble, 4 + v for the high one, shifted to bit 4) is clear
+    (`bic` of v30 = 0x10 by it); v31 = 0x0f. Low-nibble sdots into v20, high into v22, summed
+    into v14; the rows' dx * dy into v15. Three sets of temporaries, taken in turn."""
+    o = [op("ldr d16, [{x}]", ["v16"], ["x"], 3),
+         op("ldur q21, [{x}, #8]", ["v21"], ["x"], 3),
+         op("ldr h17, [{y}]", ["v17"], ["y"], 3),
+         op("ldur q18, [{y}, #2]", ["v18"], ["y"], 3),
+         op("ldur q19, [{y}, #18]", ["v19"], ["y"], 3)]
+    for v in range(4):
+        o.append(op(f"ldur q{v}, [{{x}}, #{24 + 16 * v}]", [f"v{v}"], ["x"], 3))
+    o += [op("fcvtl v16.4s, v16.4h", ["v16"], ["v16"]),
+          op("fcvt s17, h17", ["v17"], ["v17"]),
+          op("fmul v15.4s, v16.4s, v17.s[0]", ["v15"], ["v16", "v17"]),
+          op("movi v20.4s, #0", ["v20"], [], 1),
+          op("movi v22.4s, #0", ["v22"], [], 1)]
+    sets = [("v4", "v5", "v6", "v7"), ("v8", "v9", "v10", "v11"),
+            ("v12", "v13", "v23", "v25")]
+    for v in range(4):
+        lo, hi, b1, b2 = sets[v % 3]
+        q = f"v{v}"
+        o.append(op(f"and {lo}.16b, {q}.16b, v31.16b", [lo], [q, "v31"]))
+        o.append(op(f"ushr {hi}.16b, {q}.16b, #4", [hi], [q]))
+        o.append(op(f"shl {b1}.16b, v21.16b, #{4 - v}", [b1], ["v21"]))
+        o.append(op(f"bic {b1}.16b, v30.16b, {b1}.16b", [b1], [b1, "v30"]))
+        if v == 0:
+            o.append(op(f"bic {b2}.16b, v30.16b, v21.16b", [b2], ["v21", "v30"]))
+        else:
+            o.append(op(f"ushr {b2}.16b, v21.16b, #{v}", [b2], ["v21"]))
+            o.append(op(f"bic {b2}.16b, v30.16b, {b2}.16b", [b2], [b2, "v30"]))
+        o.append(op(f"sub {lo}.16b, {lo}.16b, {b1}.16b", [lo], [lo, b1]))
+        o.append(op(f"sub {hi}.16b, {hi}.16b, {b2}.16b", [hi], [hi, b2]))
+        o.append(op(f"sdot v20.4s, {lo}.16b, v18.4b[{v}]", ["v20"], ["v20", lo, "v18"]))
+        o.append(op(f"sdot v22.4s, {hi}.16b, v19.4b[{v}]", ["v22"], ["v22", hi, "v19"]))
+    o += [op("add v14.4s, v20.4s, v22.4s", ["v14"], ["v20", "v22"]),
+          op("add {x}, {x}, #88", ["x"], ["x"], 1),
+          op("add {y}, {y}, #34", ["y"], ["y"], 1)]
+    return o
+
+
+def q5x4_tail():
+    """Each row: sumf += (dx * dy) * sumi as f32."""
+    return [op("scvtf v24.4s, v14.4s", ["v24"], ["v14"]),
+            op("fmul v24.4s, v15.4s, v24.4s", ["v24"], ["v15", "v24"]),
+            op("fadd {sums:v}.4s, {sums:v}.4s, v24.4s", ["sums"], ["sums", "v24"])]
+
+
+
+def q4kx4_block(dot=True):
+    """Q4_K x4 (q4_k_x4.rs): one super-block of a 4-row group, whole. Chunk c (sub-blocks 2c,
+    2c + 1) takes its 64 activation bytes into v0..v3 or v4..v7 (c even / odd); its 8 weight
+    vectors rotate through v8..v11, their low nibbles through v12..v14; 4 accumulators
+    (v15, v16: sub-block 2c, v17, v18: 2c + 1) so that no `sdot` waits for the one before;
+    scaled by the rows' scales (v20, v21) into v19. Mins into v24 (bsum pairs v25, v26).
+    v23 = 0x0f."""
+    o = [op("movi v23.16b, #0x0f", ["v23"], [], 1)]
+    for c in range(4):
+        a = [f"v{4 * (c % 2) + k}" for k in range(4)]
+        for k in range(4):
+            o.append(op(f"ldr q{a[k][1:]}, [{{q8}}, #{64 * c + 16 * k}]", [a[k]], ["q8"], 3))
+        o += [op(f"ldr d20, [{{x}}, #{16 + 8 * c}]", ["v20"], ["x"], 3),
+              op("uxtl v22.8h, v20.8b", ["v22"], ["v20"]),
+              op("uxtl v20.4s, v22.4h", ["v20"], ["v22"]),
+              op("uxtl2 v21.4s, v22.8h", ["v21"], ["v22"])]
+        for acc in ("v15", "v16", "v17", "v18"):
+            o.append(op(f"movi {acc}.4s, #0", [acc], [], 1))
+        for j in range(8):
+            w, lo = f"v{8 + j % 4}", f"v{12 + j % 3}"
+            o.append(op(f"ldr q{w[1:]}, [{{x}}, #{80 + 16 * (8 * c + j)}]", [w], ["x"], 3))
+            o.append(op(f"and {lo}.16b, {w}.16b, v23.16b", [lo], [w, "v23"]))
+            o.append(op(f"ushr {w}.16b, {w}.16b, #4", [w], [w]))
+            al, ah = ("v15", "v17") if j < 4 else ("v16", "v18")
+            yl, yh = (a[0], a[2]) if j < 4 else (a[1], a[3])
+            o.append(op(f"sdot {al}.4s, {lo}.16b, {yl}.4b[{j % 4}]", [al], [al, lo, yl]))
+            o.append(op(f"sdot {ah}.4s, {w}.16b, {yh}.4b[{j % 4}]", [ah], [ah, w, yh]))
+        o += [op("add v15.4s, v15.4s, v16.4s", ["v15"], ["v15", "v16"]),
+              op("add v17.4s, v17.4s, v18.4s", ["v17"], ["v17", "v18"])]
+        if c == 0:
+            o.append(op("mul v19.4s, v15.4s, v20.4s", ["v19"], ["v15", "v20"]))
+        else:
+            o.append(op("mla v19.4s, v15.4s, v20.4s", ["v19"], ["v19", "v15", "v20"]))
+        o.append(op("mla v19.4s, v17.4s, v21.4s", ["v19"], ["v19", "v17", "v21"]))
+    # mins: per row, sum over sub-blocks s of min[s][row] * (bsum[2s] + bsum[2s + 1]), in i32
+    o += [op("ldr q25, [{q8}, #256]", ["v25"], ["q8"], 3),
+          op("ldr q26, [{q8}, #272]", ["v26"], ["q8"], 3),
+          op("saddlp v25.4s, v25.8h", ["v25"], ["v25"]),
+          op("saddlp v26.4s, v26.8h", ["v26"], ["v26"])]
+    for h in range(2):
+        o.append(op(f"ldr q27, [{{x}}, #{48 + 16 * h}]", ["v27"], ["x"], 3))
+        for pp in range(2):
+            wide = "uxtl2 v28.8h, v27.16b" if pp else "uxtl v28.8h, v27.8b"
+            o.append(op(wide, ["v28"], ["v27"]))
+            for e in range(2):
+                sb = 4 * h + 2 * pp + e
+                o.append(op("uxtl2 v29.4s, v28.8h" if e else "uxtl v29.4s, v28.4h",
+                            ["v29"], ["v28"]))
+                bs = "v25" if sb < 4 else "v26"
+                if sb == 0:
+                    o.append(op(f"mul v24.4s, v29.4s, {bs}.s[{sb % 4}]", ["v24"], ["v29", bs]))
+                else:
+                    o.append(op(f"mla v24.4s, v29.4s, {bs}.s[{sb % 4}]", ["v24"],
+                                ["v24", "v29", bs]))
+    # floats: d_r * dy and dmin_r * dy as the scalar twin forms them
+    o += [op("ldr d20, [{x}]", ["v20"], ["x"], 3),
+          op("ldr d21, [{x}, #8]", ["v21"], ["x"], 3),
+          op("ldr s22, [{y}]", ["v22"], ["y"], 3),
+          op("fcvtl v20.4s, v20.4h", ["v20"], ["v20"]),
+          op("fcvtl v21.4s, v21.4h", ["v21"], ["v21"]),
+          op("fmul v20.4s, v20.4s, v22.s[0]", ["v20"], ["v20", "v22"]),
+          op("fmul v21.4s, v21.4s, v22.s[0]", ["v21"], ["v21", "v22"]),
+          op("scvtf v19.4s, v19.4s", ["v19"], ["v19"]),
+          op("scvtf v24.4s, v24.4s", ["v24"], ["v24"]),
+          op("fmul v19.4s, v20.4s, v19.4s", ["v19"], ["v20", "v19"]),
+          op("fmul v24.4s, v21.4s, v24.4s", ["v24"], ["v21", "v24"]),
+          op("fadd {sums:v}.4s, {sums:v}.4s, v19.4s", ["sums"], ["sums", "v19"]),
+          op("fadd {mins:v}.4s, {mins:v}.4s, v24.4s", ["mins"], ["mins", "v24"])]
+    return o
+
+
 def emit(lines):
     return "\n".join(f'                "{l}",' for l in lines)
 
 
-KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1_int)}
-BLOCK = {"q1": 128, "q2": 64, "tq1": 256}
+KINDS = {"q1": (q1_tail, q1_int), "q2": (q2_tail, q2_int), "tq1": (tq1_tail, tq1_int),
+         "q8": (q8_tail, q8_int), "q4": (q4_tail, q4_int), "q5": (q5_tail, q5_int),
+         "q8x4": (q8x4_tail, q8x4_int), "q5x4": (q5x4_tail, q5x4_int)}
+BLOCK = {"q1": 128, "q2": 64, "tq1": 256, "q8": 32, "q4": 32, "q5": 32, "q4k": 256, "q6k": 256,
+         "q8x4": 32, "q5x4": 32, "q4kx4": 256}
+PAIRED = {"q8", "q4", "q5"}  # two blocks a trip
 CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 
 
 def body(kind, face):
+    if kind == "q4k":
+        return schedule(q4k_block(face == "dot"))
+    if kind == "q6k":
+        return schedule(q6k_block(face == "dot"))
+    if kind == "q4kx4":
+        return schedule(q4kx4_block())
+    if kind in PAIRED:
+        return pair_loop(kind, face == "dot")
     tail, intp = KINDS[kind]
     return loop(tail, intp, face == "dot")
 
@@ -277,13 +845,15 @@ def mca_cycles(asm_text, cpu):
 
 def ours_asm(kind, face):
     sub = {"{{": "{", "}}": "}", "{x}": "x0", "{y}": "x1", "{nb}": "x2", "{t}": "x3",
-           "2b": ".Lloop"}
+           "{qs}": "x4", "{q8}": "x5", "{sc}": "x6", "{sumf:s}": "s21", "{lo:v}": "v6",
+           "{hi:v}": "v7", "{sums:v}": "v30", "{mins:v}": "v31", "2b": ".Lloop"}
     lines = []
     for l in body(kind, face):
         for a, b in sub.items():
             l = l.replace(a, b)
         lines.append("  " + l)
-    return ".Lloop:\n" + "\n".join(lines) + "\n"
+    back = "" if lines[-1].strip().startswith("b.ne") else "  b .Lloop\n"
+    return ".Lloop:\n" + "\n".join(lines) + "\n" + back
 
 
 def llama_loop(asm, fn):
@@ -587,17 +1157,23 @@ def main():
         return
     if len(sys.argv) >= 4 and sys.argv[1] == "emit":
         kind, face = sys.argv[2], sys.argv[3]
-        if len(sys.argv) > 4 and sys.argv[4] == "tail":
+        part = sys.argv[4] if len(sys.argv) > 4 else None
+        if kind in PAIRED and part in ("single", "pair", "tail"):
+            f = {"single": single_block, "pair": pair_loop, "tail": pair_tail}[part]
+            print(emit(f(kind, face == "dot")))
+        elif part == "tail":
             print(emit([t for t, *_ in KINDS[kind][0]()]))
         else:
             print(emit(body(kind, face)))
         return
     if len(sys.argv) >= 2 and sys.argv[1] == "mca":
         print(f"{'cycles per block':<44}" + "".join(f"{c:>12}" for c in CPUS))
-        for kind in KINDS:
+        for kind in BLOCK:
+            per_trip = 2 if kind in PAIRED else 1
             for face in ["dot", "neon"]:
                 name = f"ours {kind} ({BLOCK[kind]} weights) {'dotprod' if face == 'dot' else 'ARMv8.0'}"
-                print(f"{name:<44}" + "".join(f"{mca_cycles(ours_asm(kind, face), c):>12.1f}" for c in CPUS))
+                print(f"{name:<44}" + "".join(
+                    f"{mca_cycles(ours_asm(kind, face), c) / per_trip:>12.1f}" for c in CPUS))
         # The lookup-table kernel: one trip is 16 rows x 128 weights; the tables are built once
         # per token and matrix input (one trip: 32 activations), whatever the row count.
         lut = lut_asm(lut_loop())

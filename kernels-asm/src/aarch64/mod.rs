@@ -47,6 +47,54 @@
 //! No input can make a kernel read out of bounds: the number of blocks is the smallest of
 //! what `n`, the weight row and the activation row hold (like the scalar twins' `zip`).
 
+/// The row loop of the 32-element formats (Q8_0, Q4_0, Q5_0), the whole row in one asm block:
+/// two blocks a trip, the trip's integer parts (block A's and block B's on other registers)
+/// interleaved with the float part of the previous pair, which adds A's then B's product to
+/// sumf (v21), the scalar twin's operations in its order: the A53 and A55 issue in order, and
+/// the float part alone is a chain of dependent operations that would stall them. A row with
+/// an odd number of blocks runs its first block alone (`$single`) before the pairs. The first
+/// trip's "previous pair" is the zeros of `$zero` (sumf + 0 leaves sumf, which starts at +0,
+/// as it is); the last pair's float part (`$tail`) runs after the loop. The lines come from
+/// the list scheduler of tools/lowbit-asm.py (`emit q8|q4|q5 neon|dot single|pair|tail`);
+/// `$pre` sets the constants the kernel needs, `$operands` passes what they are read from.
+macro_rules! pair_row {
+    ($w:expr, $act:expr, $nb:expr, [$($pre:literal),*], [$($single:literal),* $(,)?],
+     [$($zero:literal),* $(,)?], [$($pair:literal),* $(,)?], [$($tail:literal),* $(,)?]
+     $(, $($operands:tt)*)?) => {{
+        let (w, act): (&[u8], &[u8]) = ($w, $act);
+        let mut sumf = 0.0f32;
+        if $nb > 0 {
+            core::arch::asm!(
+                $($pre,)*
+                "tbz {nb}, #0, 3f",
+                $($single,)*
+                "3:",
+                $($zero,)*
+                "lsr {nb}, {nb}, #1",
+                "cbz {nb}, 4f",
+                "2:",
+                $($pair,)*
+                $($tail,)*
+                "4:",
+                x = inout(reg) w.as_ptr() => _,
+                y = inout(reg) act.as_ptr() => _,
+                nb = inout(reg) $nb => _,
+                $($($operands)*)?
+                inout("v21") sumf,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+                out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+                out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+                out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                out("v20") _, out("v22") _, out("v23") _, out("v24") _, out("v25") _,
+                out("v26") _, out("v27") _, out("v28") _, out("v29") _, out("v30") _,
+                out("v31") _,
+                options(nostack, readonly, pure),
+            );
+        }
+        sumf
+    }};
+}
+
 pub mod attention;
 pub mod exp;
 mod float;

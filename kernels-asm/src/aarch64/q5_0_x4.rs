@@ -75,39 +75,16 @@ pub unsafe fn matvec_q5_0_x4_dotprod(n_cols: usize, packed: &[u8], act: &[u8], o
     }
 }
 
-/// Nibble vector `$q` (index `$v`): 5-bit quants minus 16 for elements 4v..4v+3 (v4) and
-/// 16+4v.. (v5) of the 4 rows, fifth bits from v21 (bit v -> bit 4 by `$lo_bit`, bit 4 + v ->
-/// bit 4 by `$hi_bit`), then `sdot` with activation lanes v of v18 and v19.
-macro_rules! vector {
-    ($q:literal, $v:literal, $lo_bit:literal, $hi_bit:literal) => {
-        concat!(
-            "and v4.16b, ",
-            $q,
-            ".16b, v31.16b\n",
-            "ushr v5.16b, ",
-            $q,
-            ".16b, #4\n",
-            $lo_bit,
-            "\n",
-            $hi_bit,
-            "\n",
-            "and v6.16b, v6.16b, v30.16b\n",
-            "and v7.16b, v7.16b, v30.16b\n",
-            "orr v4.16b, v4.16b, v6.16b\n",
-            "orr v5.16b, v5.16b, v7.16b\n",
-            "sub v4.16b, v4.16b, v30.16b\n",
-            "sub v5.16b, v5.16b, v30.16b\n",
-            "sdot v20.4s, v4.16b, v18.4b[",
-            $v,
-            "]\n",
-            "sdot v20.4s, v5.16b, v19.4b[",
-            $v,
-            "]\n",
-        )
-    };
-}
-
-/// One group: `nb` (> 0) block records of `group` against `nb` activation blocks.
+/// One group: `nb` (> 0) block records of `group` against `nb` activation blocks. Nibble
+/// vector v's quants minus 16 (elements 4v..4v+3 and 16+4v.. of the 4 rows) are the nibble
+/// minus 16 where its fifth bit (bit v of v21 for the low nibble, bit 4 + v for the high one,
+/// shifted to bit 4) is clear: `bic` of 0x10 (v30) by the shifted bits, then `sub`. The loop
+/// body is block i's unpacking and `sdot`s (low nibbles into v20, high into v22, summed into
+/// v14) and its rows' dx * dy (v15), interleaved with block i - 1's float part: the A55
+/// issues in order, and each block's float part is a chain of dependent operations. The first
+/// trip's "previous block" is zeros (+0 added to +0 sums); the last block's float part runs
+/// after the loop. The order of the lines is the list scheduler's of tools/lowbit-asm.py
+/// (`tools/lowbit-asm.py emit q5x4 dot`).
 unsafe fn group_dot(nb: usize, group: &[u8], act: &[u8]) -> [f32; 4] {
     debug_assert!(nb > 0 && group.len() >= nb * 4 * Q5_0_BYTES && act.len() >= nb * Q8_0_BYTES);
     // SAFETY (of the transmutes): float32x4_t is four f32s, any bits valid.
@@ -118,33 +95,83 @@ unsafe fn group_dot(nb: usize, group: &[u8], act: &[u8]) -> [f32; 4] {
             ".arch_extension dotprod",
             "movi v31.16b, #0x0f",
             "movi v30.16b, #0x10",
+            "movi v14.4s, #0",
+            "movi v15.4s, #0",
             "2:",
-            "ldr d16, [{x}], #8",
-            "ld1 {{v21.16b}}, [{x}], #16",
-            "ld1 {{v0.16b, v1.16b, v2.16b, v3.16b}}, [{x}], #64",
-            "ldr h17, [{y}], #2",
-            "ld1 {{v18.16b, v19.16b}}, [{y}], #32",
+            "scvtf v24.4s, v14.4s",
+            "ldr d16, [{x}]",
+            "ldur q21, [{x}, #8]",
+            "ldr h17, [{y}]",
+            "ldur q18, [{y}, #2]",
+            "ldur q19, [{y}, #18]",
+            "ldur q0, [{x}, #24]",
+            "ldur q1, [{x}, #40]",
+            "ldur q2, [{x}, #56]",
+            "ldur q3, [{x}, #72]",
             "movi v20.4s, #0",
-            vector!("v0", 0, "shl v6.16b, v21.16b, #4", "mov v7.16b, v21.16b"),
-            vector!("v1", 1, "shl v6.16b, v21.16b, #3", "ushr v7.16b, v21.16b, #1"),
-            vector!("v2", 2, "shl v6.16b, v21.16b, #2", "ushr v7.16b, v21.16b, #2"),
-            vector!("v3", 3, "shl v6.16b, v21.16b, #1", "ushr v7.16b, v21.16b, #3"),
+            "movi v22.4s, #0",
+            "subs {nb}, {nb}, #1",
+            "fmul v24.4s, v15.4s, v24.4s",
             "fcvtl v16.4s, v16.4h",
+            "shl v6.16b, v21.16b, #4",
+            "bic v7.16b, v30.16b, v21.16b",
+            "shl v10.16b, v21.16b, #3",
+            "ushr v11.16b, v21.16b, #1",
+            "shl v23.16b, v21.16b, #2",
+            "ushr v25.16b, v21.16b, #2",
+            "add {y}, {y}, #34",
             "fcvt s17, h17",
-            "fmul v16.4s, v16.4s, v17.s[0]",
-            "scvtf v20.4s, v20.4s",
-            "fmul v20.4s, v16.4s, v20.4s",
-            "fadd {sums:v}.4s, {sums:v}.4s, v20.4s",
-            "subs {cnt}, {cnt}, #1",
+            "and v4.16b, v0.16b, v31.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "add {x}, {x}, #88",
+            "and v8.16b, v1.16b, v31.16b",
+            "ushr v9.16b, v1.16b, #4",
+            "and v12.16b, v2.16b, v31.16b",
+            "ushr v13.16b, v2.16b, #4",
+            "fadd {sums:v}.4s, {sums:v}.4s, v24.4s",
+            "bic v6.16b, v30.16b, v6.16b",
+            "bic v10.16b, v30.16b, v10.16b",
+            "bic v11.16b, v30.16b, v11.16b",
+            "bic v23.16b, v30.16b, v23.16b",
+            "bic v25.16b, v30.16b, v25.16b",
+            "fmul v15.4s, v16.4s, v17.s[0]",
+            "sub v5.16b, v5.16b, v7.16b",
+            "sub v4.16b, v4.16b, v6.16b",
+            "sub v8.16b, v8.16b, v10.16b",
+            "sub v9.16b, v9.16b, v11.16b",
+            "ushr v7.16b, v21.16b, #3",
+            "sub v12.16b, v12.16b, v23.16b",
+            "shl v6.16b, v21.16b, #1",
+            "sub v13.16b, v13.16b, v25.16b",
+            "sdot v22.4s, v5.16b, v19.4b[0]",
+            "sdot v20.4s, v4.16b, v18.4b[0]",
+            "ushr v5.16b, v3.16b, #4",
+            "bic v7.16b, v30.16b, v7.16b",
+            "and v4.16b, v3.16b, v31.16b",
+            "bic v6.16b, v30.16b, v6.16b",
+            "sdot v22.4s, v9.16b, v19.4b[1]",
+            "sdot v20.4s, v8.16b, v18.4b[1]",
+            "sub v5.16b, v5.16b, v7.16b",
+            "sub v4.16b, v4.16b, v6.16b",
+            "sdot v22.4s, v13.16b, v19.4b[2]",
+            "sdot v20.4s, v12.16b, v18.4b[2]",
+            "sdot v22.4s, v5.16b, v19.4b[3]",
+            "sdot v20.4s, v4.16b, v18.4b[3]",
+            "add v14.4s, v20.4s, v22.4s",
             "b.ne 2b",
+            "scvtf v24.4s, v14.4s",
+            "fmul v24.4s, v15.4s, v24.4s",
+            "fadd {sums:v}.4s, {sums:v}.4s, v24.4s",
             x = inout(reg) group.as_ptr() => _,
             y = inout(reg) act.as_ptr() => _,
-            cnt = inout(reg) nb => _,
+            nb = inout(reg) nb => _,
             sums = inout(vreg) sums,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
-            out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v30") _,
-            out("v31") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+            out("v25") _, out("v30") _, out("v31") _,
             options(nostack, readonly, pure),
         );
     }

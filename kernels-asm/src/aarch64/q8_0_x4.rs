@@ -57,7 +57,13 @@ pub unsafe fn matvec_q8_0_x4_dotprod(n_cols: usize, packed: &[u8], act: &[u8], o
     }
 }
 
-/// One group: `nb` (> 0) block records of `group` against `nb` activation blocks.
+/// One group: `nb` (> 0) block records of `group` against `nb` activation blocks. The loop
+/// body is block i's loads and `sdot`s (two accumulators of 4, summed into v14) and its
+/// rows' dx * dy (v15), interleaved with block i - 1's float part (v14, v15 of the trip
+/// before): the A55 issues in order, and each block's float part is a chain of dependent
+/// operations. The first trip's "previous block" is zeros (+0 added to +0 sums); the last
+/// block's float part runs after the loop. The order of the lines is the list scheduler's of
+/// tools/lowbit-asm.py (`tools/lowbit-asm.py emit q8x4 dot`).
 unsafe fn group_dot(nb: usize, group: &[u8], act: &[u8]) -> [f32; 4] {
     debug_assert!(nb > 0 && group.len() >= nb * 4 * Q8_0_BYTES && act.len() >= nb * Q8_0_BYTES);
     // SAFETY (of the transmutes): float32x4_t is four f32s, any bits valid.
@@ -66,36 +72,53 @@ unsafe fn group_dot(nb: usize, group: &[u8], act: &[u8]) -> [f32; 4] {
     unsafe {
         asm!(
             ".arch_extension dotprod",
+            "movi v14.4s, #0",
+            "movi v15.4s, #0",
             "2:",
-            "ldr d16, [{x}], #8",
-            "ld1 {{v0.16b, v1.16b, v2.16b, v3.16b}}, [{x}], #64",
-            "ld1 {{v4.16b, v5.16b, v6.16b, v7.16b}}, [{x}], #64",
-            "ldr h17, [{y}], #2",
-            "ld1 {{v18.16b, v19.16b}}, [{y}], #32",
+            "scvtf v24.4s, v14.4s",
+            "ldr d16, [{x}]",
+            "ldr h17, [{y}]",
+            "ldur q0, [{x}, #8]",
+            "ldur q1, [{x}, #24]",
+            "ldur q2, [{x}, #40]",
+            "ldur q3, [{x}, #56]",
+            "ldur q4, [{x}, #72]",
+            "ldur q5, [{x}, #88]",
+            "ldur q6, [{x}, #104]",
+            "ldur q7, [{x}, #120]",
+            "ldur q18, [{y}, #2]",
+            "ldur q19, [{y}, #18]",
             "movi v20.4s, #0",
-            "sdot v20.4s, v0.16b, v18.4b[0]",
-            "sdot v20.4s, v1.16b, v18.4b[1]",
-            "sdot v20.4s, v2.16b, v18.4b[2]",
-            "sdot v20.4s, v3.16b, v18.4b[3]",
-            "sdot v20.4s, v4.16b, v19.4b[0]",
-            "sdot v20.4s, v5.16b, v19.4b[1]",
-            "sdot v20.4s, v6.16b, v19.4b[2]",
-            "sdot v20.4s, v7.16b, v19.4b[3]",
+            "movi v22.4s, #0",
+            "subs {nb}, {nb}, #1",
+            "fmul v24.4s, v24.4s, v15.4s",
             "fcvtl v16.4s, v16.4h",
             "fcvt s17, h17",
-            "fmul v16.4s, v16.4s, v17.s[0]",
-            "scvtf v20.4s, v20.4s",
-            "fmul v20.4s, v20.4s, v16.4s",
-            "fadd {sums:v}.4s, {sums:v}.4s, v20.4s",
-            "subs {cnt}, {cnt}, #1",
+            "add {x}, {x}, #136",
+            "add {y}, {y}, #34",
+            "sdot v20.4s, v0.16b, v18.4b[0]",
+            "sdot v22.4s, v4.16b, v19.4b[0]",
+            "fadd {sums:v}.4s, {sums:v}.4s, v24.4s",
+            "fmul v15.4s, v16.4s, v17.s[0]",
+            "sdot v20.4s, v1.16b, v18.4b[1]",
+            "sdot v22.4s, v5.16b, v19.4b[1]",
+            "sdot v20.4s, v2.16b, v18.4b[2]",
+            "sdot v22.4s, v6.16b, v19.4b[2]",
+            "sdot v20.4s, v3.16b, v18.4b[3]",
+            "sdot v22.4s, v7.16b, v19.4b[3]",
+            "add v14.4s, v20.4s, v22.4s",
             "b.ne 2b",
+            "scvtf v24.4s, v14.4s",
+            "fmul v24.4s, v24.4s, v15.4s",
+            "fadd {sums:v}.4s, {sums:v}.4s, v24.4s",
             x = inout(reg) group.as_ptr() => _,
             y = inout(reg) act.as_ptr() => _,
-            cnt = inout(reg) nb => _,
+            nb = inout(reg) nb => _,
             sums = inout(vreg) sums,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
-            out("v18") _, out("v19") _, out("v20") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v22") _, out("v24") _,
             options(nostack, readonly, pure),
         );
     }
