@@ -207,9 +207,11 @@ fn plan(
             n_fallback += 1;
             eprintln!(
                 "warning: {:<36} - ncols {row_len:6} not divisible by {:3} (required for type \
-                 {target:>7}) -> falling back to {fallback:>7}",
+                 {:>7}) -> falling back to {:>7}",
                 t.name,
-                target.block_size()
+                target.block_size(),
+                target.name(),
+                fallback.name()
             );
             ty = fallback;
         }
