@@ -247,7 +247,7 @@ pub(crate) fn make_qkx2_quants<const N: usize>(
     let mut scale = 1.0 / iscale;
     let mut best_error = 0.0f32;
     for i in 0..n {
-        let q = nearest_int(iscale * (x[i] - min)).min(nmax).max(0);
+        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
         l[i] = q as u8;
         let diff = scale * l[i] as f32 + min - x[i];
         best_error += weights[i] * error(diff);
@@ -259,7 +259,7 @@ pub(crate) fn make_qkx2_quants<const N: usize>(
         iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
         for i in 0..n {
-            let q = nearest_int(iscale * (x[i] - min)).min(nmax).max(0);
+            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
             laux[i] = q as u8;
             let w = weights[i];
             let lf = q as f32;
