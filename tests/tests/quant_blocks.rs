@@ -7,11 +7,16 @@
 //! - activation quantization must be byte-identical to ggml's reference quantizers, and the
 //!   engine's (the kernel set's) to what ggml's CPU quantizer gives on the x86 machine that
 //!   wrote the golden, where the golden records that;
-//! - dot products must agree with ggml's within a bound on f32 summation-order error (below).
+//! - dot products must agree with ggml's within a bound on f32 summation-order error (below);
+//! - weight quantization (`quantize_weights`, what `smolrun gguf requant` writes) must be
+//!   byte-identical to what llama-quantize's `ggml_quantize_chunk` gives without an importance
+//!   matrix, on edge-case rows (zero blocks, negative only, one huge value, ties, f16 extremes).
 
 use serde_json::Value;
 use smolrun_core::kernels::KernelSet;
-use smolrun_core::quant::{dequantize_row, quantize_row, vec_dot_fn, vec_dot_type, GgmlType};
+use smolrun_core::quant::{
+    dequantize_row, quantize_row, quantize_weights, vec_dot_fn, vec_dot_type, GgmlType,
+};
 use std::path::PathBuf;
 
 fn golden() -> Value {
@@ -83,6 +88,35 @@ fn activation_quantizers_match_ggml_reference_byte_for_byte() {
     // Informational: where llama.cpp's SIMD quantizer on the generating machine departs from
     // its own reference (ties rounded to even instead of away from zero).
     eprintln!("cases where ggml's CPU from_float differs from its reference: {cpu_differs:?}");
+}
+
+#[test]
+fn weight_quantizers_match_ggml_byte_for_byte() {
+    let g = golden();
+    let cases = g["weight_quantizers"].as_array().unwrap();
+    let mut types = Vec::new();
+    for c in cases {
+        let ty = ggml_type(c["type"].as_str().unwrap());
+        let case = c["case"].as_str().unwrap();
+        let x = f32s(&hex(&c["x"]));
+        let want = hex(&c["q"]);
+        let mut got = vec![0u8; want.len()];
+        quantize_weights(ty, &x, &mut got).unwrap();
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            let block = i / ty.type_size();
+            panic!(
+                "{ty} weight case {case}: block {block} differs at byte {} (offset {i}): {} \
+                 vs ggml {}",
+                i % ty.type_size(),
+                got[i],
+                want[i]
+            );
+        }
+        if !types.contains(&ty) {
+            types.push(ty);
+        }
+    }
+    assert_eq!(types.len(), 11, "types covered: {types:?}");
 }
 
 /// The quantizers the engine runs (the kernel set's) against the same golden. For F32, F16,

@@ -7,7 +7,9 @@
 // type's vec_dot_type by ggml's reference quantizer, and the vec_dot of each row with it: both
 // the one llama.cpp really runs on this CPU (SIMD) and ggml's scalar *_generic where exported.
 // A separate list covers the activation quantizers on edge-case rows (zero blocks, ties,
-// large values). Floats are written as hex of their little-endian f32 bytes, so they compare
+// large values). A third list, "weight_quantizers", covers the quantizers llama-quantize runs
+// without an importance matrix (ggml_quantize_chunk) on edge-case rows: what
+// `smolrun gguf requant` must reproduce byte for byte. Floats are written as hex of their little-endian f32 bytes, so they compare
 // bit for bit; dot results as decimal (they are compared with a tolerance).
 //
 // Built and run by tools/oracle/ggml_ref.sh quant_ref. Our own code: it only calls ggml's public API
@@ -273,7 +275,58 @@ static void weight_cases(void) {
         free(blocks);
         free(act);
     }
-    fprintf(out, " ]\n");
+    fprintf(out, " ],\n");
+}
+
+// The weight quantizers llama-quantize calls (ggml_quantize_chunk, no importance matrix) on
+// rows of 512: random, zero blocks beside tiny values, negative only, one huge value, values on
+// the quant grid's ties, and large values near f16's range. Its own generator, so the lists
+// above keep their bytes.
+static void weight_quantizer_cases(void) {
+    const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
+                                    GGML_TYPE_Q2_K, GGML_TYPE_Q2_0, GGML_TYPE_Q1_0, GGML_TYPE_TQ2_0,
+                                    GGML_TYPE_TQ1_0, GGML_TYPE_F16, GGML_TYPE_BF16};
+    static const char * names[] = {"random", "zeros_and_tiny", "negative_only", "one_huge", "ties", "extremes"};
+    uint64_t rng = 0x5eed1234abcdULL;
+    #define RNG_UNIT() (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, (float)(rng >> 40) / (float)(1u << 24))
+    fprintf(out, " \"weight_quantizers\": [\n");
+    int first = 1;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const enum ggml_type t = types[ti];
+        const int n = 512;
+        float x[512];
+        for (int c = 0; c < 6; c++) {
+            for (int i = 0; i < n; i++) x[i] = (RNG_UNIT() + RNG_UNIT() + RNG_UNIT() - 1.5f) * 0.05f;
+            if (c == 1) {
+                for (int i = 0; i < n; i++) x[i] = i < 256 ? 0.0f : x[i] * 1e-5f;
+                for (int i = 256; i < 288; i++) x[i] = 0.0f;
+            } else if (c == 2) {
+                for (int i = 0; i < n; i++) x[i] = -fabsf(x[i]) - 0.01f;
+            } else if (c == 3) {
+                x[3] = 40.0f; x[300] = -1000.0f;
+            } else if (c == 4) {
+                // Integers and half-integers up to +-8: exact ties of round(x / d) for d = 1.
+                for (int i = 0; i < n; i++) x[i] = (float)((int)(RNG_UNIT() * 33.0f) - 16) * 0.5f;
+                for (int b = 0; b < n; b += 32) x[b] = (b / 32) % 2 ? -8.0f : 8.0f;
+            } else if (c == 5) {
+                for (int i = 0; i < n; i++) x[i] *= 6e5f;
+                x[0] = 65504.0f; x[1] = -65519.0f; x[2] = 1e-7f;
+            }
+            const size_t sz = ggml_row_size(t, n);
+            uint8_t * q = calloc(1, sz);
+            ggml_quantize_chunk(t, x, q, 0, 1, n, NULL);
+            if (!first) fprintf(out, ",\n");
+            first = 0;
+            fprintf(out, "  {\"type\": \"%s\", \"case\": \"%s\", \"n\": %d, \"x\": ", ggml_type_name(t), names[c], n);
+            put_hex(x, (size_t) n * 4);
+            fprintf(out, ", \"q\": ");
+            put_hex(q, sz);
+            fprintf(out, "}");
+            free(q);
+        }
+    }
+    #undef RNG_UNIT
+    fprintf(out, "\n ]\n");
 }
 
 int main(int argc, char ** argv) {
@@ -290,6 +343,7 @@ int main(int argc, char ** argv) {
     fprintf(out, "{\n \"producer\": \"tools/oracle/quant_ref.c against ggml (llama.cpp b11434)\",\n");
     activation_cases();
     weight_cases();
+    weight_quantizer_cases();
     fprintf(out, "}\n");
     fclose(out);
     return 0;

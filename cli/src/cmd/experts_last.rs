@@ -12,15 +12,15 @@
 //! the whole file. The output is written to `OUT.tmp`, parsed back and checked, then renamed;
 //! on any error the partial file is removed.
 
+use super::gguf_out::{refuse_same_file, PartialFile, TensorStream};
 use smolrun_core::gguf::{
     expert_data_offset, is_expert_tensor, Gguf, GgufWriter, MetaValue, TensorInfo,
     EXPERT_DATA_OFFSET_KEY,
 };
 use smolrun_linux::MappedFile;
 use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Bytes copied per read: large reads for flash, a bounded amount of RAM for any file size.
 const COPY_BUFFER: usize = 8 << 20;
@@ -88,34 +88,10 @@ fn plan(g: &Gguf, path: &Path, offset: u64) -> Result<Plan, String> {
     })
 }
 
-/// Removes the temporary output unless it was renamed to its final name.
-struct PartialFile {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for PartialFile {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
 /// `smolrun gguf experts-last -m IN -o OUT`.
 pub fn experts_last(input: &str, out: &Path) -> Result<(), String> {
     let in_path = crate::models::resolve(input)?;
-    let same_file = match (in_path.canonicalize(), out.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    };
-    if same_file {
-        return Err(format!(
-            "-o {} is the input file: write to another file (the input is read while the \
-             output is written)",
-            out.display()
-        ));
-    }
+    refuse_same_file(&in_path, out)?;
     // The header is parsed from the mapped file; tensor bytes are read with pread, so only the
     // header's pages and one buffer are ever in RAM.
     let mapped = MappedFile::open(&in_path)?;
@@ -128,16 +104,9 @@ pub fn experts_last(input: &str, out: &Path) -> Result<(), String> {
     drop(g);
     drop(mapped);
 
-    let mut tmp_name = out.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    let partial = PartialFile {
-        path: PathBuf::from(tmp_name),
-        keep: false,
-    };
+    let partial = PartialFile::for_output(out);
     let tmp = &partial.path;
-    let header = plan.writer.header();
-    let total = header.len() as u64 + plan.writer.data_len();
-    copy_tensors(&in_path, tmp, &plan, &header)?;
+    let total = copy_tensors(&in_path, tmp, &plan)?;
 
     // Parse the result back and check its layout before it takes the final name.
     let check = MappedFile::open(tmp)?;
@@ -163,10 +132,7 @@ pub fn experts_last(input: &str, out: &Path) -> Result<(), String> {
     }
     drop(written);
     drop(check);
-    std::fs::rename(tmp, out)
-        .map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), out.display()))?;
-    let mut partial = partial;
-    partial.keep = true;
+    partial.commit(out)?;
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     eprintln!(
         "wrote {} ({:.1} MiB): {n_experts} expert tensors last; the non-expert weights are \
@@ -178,34 +144,23 @@ pub fn experts_last(input: &str, out: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `header`, then every tensor of `plan` from `in_path` at its aligned offset.
-fn copy_tensors(in_path: &Path, tmp: &Path, plan: &Plan, header: &[u8]) -> Result<(), String> {
+/// Writes the header, then every tensor of `plan` from `in_path` at its aligned offset;
+/// returns the file's length.
+fn copy_tensors(in_path: &Path, tmp: &Path, plan: &Plan) -> Result<u64, String> {
     let src = File::open(in_path).map_err(|e| format!("cannot open {}: {e}", in_path.display()))?;
-    let dst = File::create(tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, dst);
-    let write_error = |e: std::io::Error| format!("writing {}: {e}", tmp.display());
-    w.write_all(header).map_err(write_error)?;
-    let mut written = 0u64; // bytes of the data section so far
+    let mut out = TensorStream::create(tmp, &plan.writer)?;
     let mut buf = vec![0u8; COPY_BUFFER];
-    let zeros = vec![0u8; plan.writer.alignment() as usize];
     for (i, source) in plan.sources.iter().enumerate() {
-        let start = plan.writer.tensor_offset(i);
-        w.write_all(&zeros[..(start - written) as usize])
-            .map_err(write_error)?;
+        out.begin_tensor(i)?;
         let mut done = 0u64;
         while done < source.len {
             let n = (source.len - done).min(COPY_BUFFER as u64) as usize;
             let at = source.offset + done;
             src.read_exact_at(&mut buf[..n], at)
                 .map_err(|e| format!("reading {} at byte {at}: {e}", in_path.display()))?;
-            w.write_all(&buf[..n]).map_err(write_error)?;
+            out.write(&buf[..n])?;
             done += n as u64;
         }
-        written = start + source.len;
     }
-    w.write_all(&zeros[..(plan.writer.data_len() - written) as usize])
-        .map_err(write_error)?;
-    let dst = w.into_inner().map_err(|e| write_error(e.into_error()))?;
-    dst.sync_all()
-        .map_err(|e| format!("syncing {}: {e}", tmp.display()))
+    out.finish()
 }

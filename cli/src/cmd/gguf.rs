@@ -6,6 +6,8 @@
 //! `experts-last` moves a mixture-of-experts model's expert tensors to the end (see
 //! [`super::experts_last`]).
 //! `moefy` makes a mixture of experts (qwen2moe) of a dense Qwen2 model (see [`super::moefy`]).
+//! `requant` rewrites weight tensors to another type, as llama-quantize does (see
+//! [`super::requant`]).
 
 use smolrun_core::gguf::{ArrayRef, Gguf, Value};
 use smolrun_core::quant::GgmlType;
@@ -88,6 +90,9 @@ pub enum GgufCommand {
     /// dense Qwen2/Qwen2.5 model: each FFN's neurons clustered into experts by co-activation on
     /// a calibration text, a router fitted to the clusters' activation mass.
     Moefy(super::moefy::MoefyArgs),
+    /// Rewrite weight tensors to another type (Q8_0, Q4_K, Q2_K, Q1_0, TQ1_0, ...) in one
+    /// streamed pass; tensor data byte-identical to `llama-quantize --allow-requantize --pure`.
+    Requant(super::requant::RequantArgs),
 }
 
 pub fn run(c: GgufCommand) -> Result<(), String> {
@@ -120,6 +125,7 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
         GgufCommand::PruneHead { model, ids, out } => super::head::prune_head(&model, &ids, &out),
         GgufCommand::ExpertsLast { model, out } => super::experts_last::experts_last(&model, &out),
         GgufCommand::Moefy(args) => super::moefy::moefy(&args),
+        GgufCommand::Requant(args) => super::requant::requant(&args),
     }
 }
 

@@ -167,6 +167,145 @@ pub(crate) fn accumulate_lanes(aux32: &mut [i32; 8], scale: i32, q8: &[u8], w: &
     }
 }
 
+/// C's `(int8_t)f` on x86-64 as GCC compiles it (ggml's Q4_0/Q5_0 quantizers): `cvttss2si`
+/// to a 32-bit int, truncating toward zero, then the low byte; a NaN or a value outside the
+/// i32 range gives 0x80000000, whose low byte is 0.
+#[inline(always)]
+pub(crate) fn c_f32_to_i8(v: f32) -> i32 {
+    c_f32_to_i32(v) as i8 as i32
+}
+
+/// C's `(int)f` on x86-64 (`cvttss2si`): truncation toward zero; NaN and out-of-range values
+/// give i32::MIN (Rust's `as` would saturate and map NaN to 0).
+#[inline(always)]
+pub(crate) fn c_f32_to_i32(v: f32) -> i32 {
+    if v > -2_147_483_904.0 && v < 2_147_483_648.0 {
+        v as i32
+    } else {
+        i32::MIN
+    }
+}
+
+/// C's `(int)lroundf(f)` on x86-64 glibc (ggml's TQ1_0/TQ2_0 quantizers): round half away from
+/// zero; NaN and values beyond the long range give LONG_MIN, whose low 32 bits are 0.
+#[inline(always)]
+pub(crate) fn c_lroundf_as_int(v: f32) -> i32 {
+    let r = libm::roundf(v);
+    if (-9.223_372e18..9.223_372e18).contains(&r) {
+        r as i64 as i32
+    } else {
+        0
+    }
+}
+
+/// ggml's `make_qkx2_quants`: the scale and min of one sub-block of `x` for quants 0..=nmax,
+/// minimising the `weights`-weighted error (absolute when `use_mad`, else squared) over the
+/// plain min/max fit and `nstep + 1` nudged scales (rmin + rdelta * is). Writes the quants to
+/// `l` (`laux` is scratch) and returns (scale, -min). N is the sub-block (16 or 32): fixed
+/// sizes let the loops run without bounds checks.
+///
+/// Every float operation is in ggml's order (C evaluates `a * b * c` as `(a * b) * c`, ints
+/// are converted where C converts them) because llama-quantize's output is the contract: the
+/// oracle's ggml-base is compiled for baseline x86-64 (SSE2, no FMA), so none of it is fused.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn make_qkx2_quants<const N: usize>(
+    nmax: i32,
+    x: &[f32; N],
+    weights: &[f32; N],
+    l: &mut [u8; N],
+    laux: &mut [u8; N],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> (f32, f32) {
+    let n = N;
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l.fill(0);
+        return (0.0, -min);
+    }
+    let error = |diff: f32| if use_mad { diff.abs() } else { diff * diff };
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+        l[i] = q as u8;
+        let diff = scale * l[i] as f32 + min - x[i];
+        best_error += weights[i] * error(diff);
+    }
+    if nstep < 1 {
+        return (scale, -min);
+    }
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            laux[i] = q as u8;
+            let w = weights[i];
+            let lf = q as f32;
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let diff = this_scale * laux[i] as f32 + this_min - x[i];
+                cur_error += weights[i] * error(diff);
+            }
+            if cur_error < best_error {
+                *l = *laux;
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// The index of the first element of largest magnitude and that element (ggml's Q4_0/Q5_0
+/// loop `if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`): the signed value, so that the
+/// scale's sign puts the extreme element on the quant range's longer side.
+#[inline(always)]
+pub(crate) fn signed_absmax(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

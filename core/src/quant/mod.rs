@@ -344,6 +344,53 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), Quant
     Ok(())
 }
 
+/// The weight types [`quantize_weights`] writes: ggml's reference quantizers, the ones
+/// llama-quantize runs when it has no importance matrix. Q4_0 and Q5_0 are there as the
+/// fallbacks of the 256-block types for rows that are not whole super-blocks.
+pub const WEIGHT_QUANTIZERS: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q2_K,
+    GgmlType::Q2_0,
+    GgmlType::Q1_0,
+    GgmlType::TQ2_0,
+    GgmlType::TQ1_0,
+];
+
+/// Quantizes an f32 row of weights into `ty` exactly as ggml's `quantize_row_*_ref` does
+/// (byte for byte: llama-quantize's output without an importance matrix). `x` must be whole
+/// blocks of `ty` and `out` exactly their size.
+pub fn quantize_weights(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    let quantize: fn(&[f32], &mut [u8]) = match ty {
+        GgmlType::F32 => f32::quantize_row,
+        GgmlType::F16 => f16::quantize_row,
+        GgmlType::BF16 => bf16::quantize_row,
+        GgmlType::Q8_0 => q8_0::quantize_row,
+        GgmlType::Q5_0 => q5_0::quantize_row,
+        GgmlType::Q4_0 => q4_0::quantize_row,
+        GgmlType::Q4_K => q4_k::quantize_row,
+        GgmlType::Q2_K => q2_k::quantize_row,
+        GgmlType::Q2_0 => q2_0::quantize_row,
+        GgmlType::Q1_0 => q1_0::quantize_row,
+        GgmlType::TQ2_0 => tq2_0::quantize_row,
+        GgmlType::TQ1_0 => tq1_0::quantize_row,
+        _ => {
+            return Err(QuantError::Unsupported {
+                ggml_type: ty,
+                op: "weight quantization",
+            })
+        }
+    };
+    check_len(ty, row_bytes(ty, x.len())?, out.len())?;
+    quantize(x, out);
+    Ok(())
+}
+
 /// Expands packed data of type `ty` into f32, exactly as ggml's `dequantize_row_*` does.
 /// `src` must hold whole blocks and `out` exactly the elements they decode to.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
@@ -464,6 +511,7 @@ mod dispatch_tests {
     use super::testutil::*;
     use super::*;
     use alloc::vec;
+    use alloc::vec::Vec;
 
     const WEIGHT_TYPES: [GgmlType; 17] = [
         GgmlType::F32,
@@ -532,6 +580,117 @@ mod dispatch_tests {
                 Err(QuantError::BadLength { .. })
             ));
         }
+    }
+
+    /// The weight quantizers that pack (not the float types), with the largest reconstruction
+    /// error allowed, as a share of the block's largest |x|: half a step of each format's grid,
+    /// plus the rounding of its 6- or 4-bit sub-scales for the K types. Q1_0 keeps only signs
+    /// (x = +-mean|x|), so its bound is the whole range.
+    const PACKING_QUANTIZERS: [(GgmlType, f32); 9] = [
+        (GgmlType::Q8_0, 0.5 / 127.0 + 1e-3),
+        // A whole step: the extreme opposite to the signed max is clipped to the last level.
+        (GgmlType::Q5_0, 1.0 / 16.0 + 1e-3),
+        (GgmlType::Q4_0, 1.0 / 8.0 + 1e-3),
+        (GgmlType::Q4_K, 0.1),
+        (GgmlType::Q2_K, 0.4),
+        (GgmlType::Q2_0, 0.5 + 1e-3),
+        (GgmlType::TQ2_0, 0.5 + 1e-3),
+        (GgmlType::TQ1_0, 0.5 + 1e-3),
+        (GgmlType::Q1_0, 1.0 + 1e-3),
+    ];
+
+    /// Quantizes `x` to `ty` and back.
+    fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+        let mut q = vec![0u8; row_bytes(ty, x.len()).unwrap()];
+        quantize_weights(ty, x, &mut q).unwrap();
+        let mut y = vec![0f32; x.len()];
+        dequantize_row(ty, &q, &mut y).unwrap();
+        y
+    }
+
+    /// Largest |x - y| per 256 elements (every block size divides 256) as a share of that
+    /// stretch's largest |x|.
+    fn worst_relative_error(x: &[f32], y: &[f32]) -> f32 {
+        x.chunks(256)
+            .zip(y.chunks(256))
+            .map(|(x, y)| {
+                let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let err = x.iter().zip(y).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                if amax > 0.0 {
+                    err / amax
+                } else {
+                    err
+                }
+            })
+            .fold(0.0, f32::max)
+    }
+
+    #[test]
+    fn weight_quantizers_round_trip_within_half_a_step() {
+        for (ty, bound) in PACKING_QUANTIZERS {
+            let x = ramp(1024, 0.37);
+            let err = worst_relative_error(&x, &round_trip(ty, &x));
+            assert!(
+                err <= bound,
+                "{ty}: error {err} of the block's range, bound {bound}"
+            );
+        }
+    }
+
+    #[test]
+    fn weight_quantizers_on_edge_blocks() {
+        for (ty, bound) in PACKING_QUANTIZERS {
+            // All zeros: every quant and scale zero, decoded exactly.
+            let y = round_trip(ty, &[0.0; 512]);
+            assert!(y.iter().all(|&v| v == 0.0), "{ty}: zeros decode as {y:?}");
+
+            // Negative only: no sign flips beyond the format's error.
+            let x: Vec<f32> = ramp(512, 0.11).iter().map(|v| -v.abs() - 0.25).collect();
+            let y = round_trip(ty, &x);
+            let err = worst_relative_error(&x, &y);
+            assert!(
+                err <= bound,
+                "{ty}: negative-only error {err}, bound {bound}"
+            );
+            if ty != GgmlType::Q1_0 {
+                assert!(y.iter().all(|&v| v <= 0.0), "{ty}: {y:?}");
+            }
+
+            // One huge value among small ones: the scale follows it, so it survives (within
+            // f16's rounding of the scale); Q1_0 keeps only its sign.
+            let mut x = ramp(512, 0.23);
+            x[300] = -1.0e4;
+            let y = round_trip(ty, &x);
+            if ty == GgmlType::Q1_0 {
+                assert!(y[300] < 0.0, "{ty}");
+            } else {
+                assert!(
+                    (y[300] - x[300]).abs() <= 1.0e4 * 2e-3,
+                    "{ty}: huge value decodes as {}",
+                    y[300]
+                );
+            }
+            assert!(y.iter().all(|v| v.is_finite()), "{ty}");
+        }
+    }
+
+    #[test]
+    fn weight_quantizers_check_lengths() {
+        let x = [0f32; 256];
+        let mut out = [0u8; 84];
+        assert!(quantize_weights(GgmlType::Q2_K, &x, &mut out).is_ok());
+        assert!(matches!(
+            quantize_weights(GgmlType::Q2_K, &x[..128], &mut out),
+            Err(QuantError::NotWholeBlocks { .. })
+        ));
+        assert!(matches!(
+            quantize_weights(GgmlType::Q2_K, &x, &mut out[..80]),
+            Err(QuantError::BadLength { .. })
+        ));
+        assert!(matches!(
+            quantize_weights(GgmlType::Q3_K, &x, &mut out),
+            Err(QuantError::Unsupported { .. })
+        ));
     }
 
     #[test]

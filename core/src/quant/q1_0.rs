@@ -4,7 +4,7 @@
 //!
 //! Layout (18 bytes): `d: f16` at 0, `qs: [u8; 16]` at 2.
 
-use super::common::f16_at;
+use super::common::{f16_at, put_f16};
 use super::q8_0;
 
 pub const BLOCK_ELEMS: usize = 128;
@@ -22,6 +22,26 @@ pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
         for (j, y) in y.iter_mut().enumerate() {
             let bit = (b[OFF_QS + j / 8] >> (j % 8)) & 1;
             *y = if bit != 0 { d } else { -d };
+        }
+    }
+}
+
+/// ggml's `quantize_row_q1_0_ref`: d = mean |x| over the block (summed in element order),
+/// bit set where x >= 0 (so -0.0 and +0.0 both count as positive, a NaN as negative).
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let sum_abs = x.iter().fold(0.0f32, |s, v| s + v.abs());
+        put_f16(b, OFF_D, sum_abs / BLOCK_ELEMS as f32);
+        let qs = &mut b[OFF_QS..OFF_QS + BLOCK_ELEMS / 8];
+        qs.fill(0);
+        for (j, &v) in x.iter().enumerate() {
+            if v >= 0.0 {
+                qs[j / 8] |= 1 << (j % 8);
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Layout (18 bytes): `d: f16` at 0, `qs: [u8; 16]` at 2.
 
-use super::common::f16_at;
+use super::common::{c_f32_to_i32, f16_at, put_f16, roundf};
 use super::q8_0;
 
 pub const BLOCK_ELEMS: usize = 64;
@@ -26,6 +26,31 @@ pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
         let d = f16_at(b, OFF_D);
         for (j, y) in y.iter_mut().enumerate() {
             *y = code(b, j) as f32 * d;
+        }
+    }
+}
+
+/// ggml's `quantize_row_q2_0_ref`: d = max |x|, code = clamp((int)roundf(x / d) + 1, 0, 3);
+/// the code 3 (+2d) is never reached from |x| <= d, but the clamp is ggml's.
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let mut amax = 0.0f32;
+        for v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+            }
+        }
+        let id = if amax > 0.0 { 1.0 / amax } else { 0.0 };
+        put_f16(b, OFF_D, amax);
+        let qs = &mut b[OFF_QS..OFF_QS + BLOCK_ELEMS / 4];
+        qs.fill(0);
+        for (j, &v) in x.iter().enumerate() {
+            let q = c_f32_to_i32(roundf(v * id)).wrapping_add(1).clamp(0, 3);
+            qs[j / 4] |= (q as u8) << (2 * (j % 4));
         }
     }
 }

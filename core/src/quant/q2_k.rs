@@ -9,7 +9,7 @@
 //! Layout (84 bytes): `scales: [u8; 16]` at 0, `qs: [u8; 64]` at 16, `d: f16` at 80,
 //! `dmin: f16` at 82.
 
-use super::common::f16_at;
+use super::common::{f16_at, make_qkx2_quants, nearest_int, put_f16};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -42,6 +42,82 @@ pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
                         yi += 1;
                     }
                 }
+            }
+        }
+    }
+}
+
+/// ggml's `quantize_row_q2_K_ref` (no importance matrix, what llama-quantize writes then):
+/// per 16-element sub-block, a scale and min fitted by `make_qkx2_quants` (weights |x|,
+/// absolute error); both quantized to 4 bits against the largest of each (d = max_scale / 15,
+/// dmin = max_min / 15); then every element re-quantized against the *stored* values:
+/// q = clamp(round((x + dmin * m) / (d * sc)), 0, 3). A sub-block whose stored d * sc is 0
+/// keeps the quants of its fit.
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    const Q4SCALE: f32 = 15.0;
+    let mut l = [0u8; BLOCK_ELEMS];
+    let mut laux = [0u8; 16];
+    let mut weights = [0f32; 16];
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let mut scales = [0f32; 16];
+        let mut mins = [0f32; 16];
+        let (mut max_scale, mut max_min) = (0f32, 0f32);
+        let subs = x.as_chunks::<16>().0.iter().zip(l.as_chunks_mut::<16>().0);
+        for (j, (xs, sub)) in subs.enumerate() {
+            for (w, v) in weights.iter_mut().zip(xs) {
+                *w = v.abs();
+            }
+            (scales[j], mins[j]) =
+                make_qkx2_quants(3, xs, &weights, sub, &mut laux, -0.5, 0.1, 15, true);
+            if scales[j] > max_scale {
+                max_scale = scales[j];
+            }
+            if mins[j] > max_min {
+                max_min = mins[j];
+            }
+        }
+        let sc = &mut b[OFF_SCALES..OFF_SCALES + 16];
+        if max_scale > 0.0 {
+            let iscale = Q4SCALE / max_scale;
+            for j in 0..16 {
+                sc[j] = nearest_int(iscale * scales[j]) as u8;
+            }
+            put_f16(b, OFF_D, max_scale / Q4SCALE);
+        } else {
+            sc.fill(0);
+            put_f16(b, OFF_D, 0.0);
+        }
+        if max_min > 0.0 {
+            let iscale = Q4SCALE / max_min;
+            for j in 0..16 {
+                let m = nearest_int(iscale * mins[j]);
+                b[OFF_SCALES + j] |= (m << 4) as u8;
+            }
+            put_f16(b, OFF_DMIN, max_min / Q4SCALE);
+        } else {
+            put_f16(b, OFF_DMIN, 0.0);
+        }
+        let (d_all, dmin_all) = (f16_at(b, OFF_D), f16_at(b, OFF_DMIN));
+        for j in 0..16 {
+            let s = b[OFF_SCALES + j];
+            let d = d_all * (s & 0xF) as f32;
+            if d == 0.0 {
+                continue;
+            }
+            let dm = dmin_all * (s >> 4) as f32;
+            for i in 16 * j..16 * j + 16 {
+                l[i] = nearest_int((x[i] + dm) / d).clamp(0, 3) as u8;
+            }
+        }
+        for h in 0..2 {
+            for i in 0..32 {
+                let e = 128 * h + i;
+                b[OFF_QS + 32 * h + i] =
+                    l[e] | (l[e + 32] << 2) | (l[e + 64] << 4) | (l[e + 96] << 6);
             }
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! Layout (18 bytes): `d: f16` at 0, `qs: [u8; 16]` at 2.
 
-use super::common::f16_at;
+use super::common::{c_f32_to_i8, f16_at, put_f16, signed_absmax};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 18;
@@ -22,6 +22,26 @@ pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
             let q = b[OFF_QS + j];
             y[j] = ((q & 0x0F) as i32 - 8) as f32 * d;
             y[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
+        }
+    }
+}
+
+/// ggml's `quantize_row_q4_0_ref`: d = -max / 8 where max is the element of largest magnitude
+/// (signed), so it maps to quant 0 and the other side gets 15 levels; q = min(15, (int8)(x/d +
+/// 8.5)), which truncates, i.e. rounds half up.
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let d = signed_absmax(x) / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, OFF_D, d);
+        for j in 0..16 {
+            let q0 = c_f32_to_i8(x[j] * id + 8.5).min(15) as u8;
+            let q1 = c_f32_to_i8(x[j + 16] * id + 8.5).min(15) as u8;
+            b[OFF_QS + j] = q0 | (q1 << 4);
         }
     }
 }

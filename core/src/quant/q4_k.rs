@@ -7,7 +7,10 @@
 //! Layout (144 bytes): `d: f16` at 0, `dmin: f16` at 2, `scales: [u8; 12]` at 4,
 //! `qs: [u8; 128]` at 16.
 
-use super::common::{accumulate_lanes, dequantize_row_scale_min, f16_at, f32_at, scale_min_k4};
+use super::common::{
+    accumulate_lanes, dequantize_row_scale_min, f16_at, f32_at, make_qkx2_quants, nearest_int,
+    put_f16, scale_min_k4,
+};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -25,6 +28,82 @@ fn quant(b: &[u8], e: usize) -> u8 {
 
 pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
     dequantize_row_scale_min(src, out, BLOCK_BYTES, quant);
+}
+
+/// ggml's `quantize_row_q4_K_ref` (no importance matrix, what llama-quantize writes then):
+/// per 32-element sub-block, a scale and min fitted by `make_qkx2_quants` with weights
+/// av_x + |x| (av_x the sub-block's RMS); the 8 scales and 8 mins are quantized to 6 bits against
+/// the largest of each (d = max_scale / 63, dmin = max_min / 63); then every element is
+/// re-quantized against the *stored* scales: q = clamp(round((x + dmin * m) / (d * sc)), 0, 15).
+/// A sub-block whose stored d * sc is 0 keeps the quants of its fit.
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    let mut l = [0u8; BLOCK_ELEMS];
+    let mut laux = [0u8; 32];
+    let mut weights = [0f32; 32];
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let mut scales = [0f32; 8];
+        let mut mins = [0f32; 8];
+        let (mut max_scale, mut max_min) = (0f32, 0f32);
+        let subs = x.as_chunks::<32>().0.iter().zip(l.as_chunks_mut::<32>().0);
+        for (j, (xs, sub)) in subs.enumerate() {
+            let sum_x2 = xs.iter().fold(0f32, |s, &v| s + v * v);
+            let av_x = libm::sqrtf(sum_x2 / 32.0);
+            for (w, v) in weights.iter_mut().zip(xs) {
+                *w = av_x + v.abs();
+            }
+            (scales[j], mins[j]) =
+                make_qkx2_quants(15, xs, &weights, sub, &mut laux, -1.0, 0.1, 20, false);
+            if scales[j] > max_scale {
+                max_scale = scales[j];
+            }
+            if mins[j] > max_min {
+                max_min = mins[j];
+            }
+        }
+        let inv_scale = if max_scale > 0.0 {
+            63.0 / max_scale
+        } else {
+            0.0
+        };
+        let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+        let sc = &mut b[OFF_SCALES..OFF_SCALES + 12];
+        for j in 0..8 {
+            // C stores nearest_int's int in a uint8_t (mod 256) before the MIN.
+            let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+            let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+            if j < 4 {
+                sc[j] = ls;
+                sc[j + 4] = lm;
+            } else {
+                sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+                sc[j - 4] |= (ls >> 4) << 6;
+                sc[j] |= (lm >> 4) << 6;
+            }
+        }
+        put_f16(b, OFF_D, max_scale / 63.0);
+        put_f16(b, OFF_DMIN, max_min / 63.0);
+        let (d_all, dmin_all) = (f16_at(b, OFF_D), f16_at(b, OFF_DMIN));
+        for j in 0..8 {
+            let (s, m) = scale_min_k4(j, &b[OFF_SCALES..OFF_SCALES + 12]);
+            let d = d_all * s as f32;
+            if d == 0.0 {
+                continue;
+            }
+            let dm = dmin_all * m as f32;
+            for i in 32 * j..32 * j + 32 {
+                l[i] = nearest_int((x[i] + dm) / d).clamp(0, 15) as u8;
+            }
+        }
+        for (c, q) in b[OFF_QS..OFF_QS + 128].chunks_exact_mut(32).enumerate() {
+            for (i, q) in q.iter_mut().enumerate() {
+                *q = l[64 * c + i] | (l[64 * c + 32 + i] << 4);
+            }
+        }
+    }
 }
 
 /// Q4_K . Q8_K (ggml's `ggml_vec_dot_q4_K_q8_K_generic`): quants times activations in 8

@@ -4,7 +4,7 @@
 //! Layout (22 bytes): `d: f16` at 0, `qh: u32 (LE)` at 2 (bit j = high bit of element j),
 //! `qs: [u8; 16]` at 6.
 
-use super::common::{f16_at, u32_at};
+use super::common::{c_f32_to_i8, f16_at, put_f16, signed_absmax, u32_at};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 22;
@@ -34,6 +34,29 @@ pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
             y[j] = (q0 - 16) as f32 * d;
             y[j + 16] = (q1 - 16) as f32 * d;
         }
+    }
+}
+
+/// ggml's `quantize_row_q5_0_ref`: Q4_0's rule with 32 levels: d = -max / 16,
+/// q = min(31, (int8)(x/d + 16.5)); bit 4 of element j goes to bit j of `qh`.
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let d = signed_absmax(x) / -16.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, OFF_D, d);
+        let mut qh = 0u32;
+        for j in 0..16 {
+            let q0 = c_f32_to_i8(x[j] * id + 16.5).min(31) as u8;
+            let q1 = c_f32_to_i8(x[j + 16] * id + 16.5).min(31) as u8;
+            b[OFF_QS + j] = (q0 & 0x0F) | ((q1 & 0x0F) << 4);
+            qh |= (((q0 & 0x10) >> 4) as u32) << j;
+            qh |= (((q1 & 0x10) >> 4) as u32) << (j + 16);
+        }
+        b[OFF_QH..OFF_QH + 4].copy_from_slice(&qh.to_le_bytes());
     }
 }
 

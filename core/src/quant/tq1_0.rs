@@ -9,7 +9,7 @@
 //!
 //! Layout (54 bytes): `qs: [u8; 48]` at 0, `qh: [u8; 4]` at 48, `d: f16` at 52.
 
-use super::common::{f16_at, f32_at};
+use super::common::{c_lroundf_as_int, c_max, f16_at, f32_at, put_f16};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -55,6 +55,40 @@ pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
     {
         let d = f16_at(b, OFF_D);
         for_each_trit(b, |e, t| y[e] = t as f32 * d);
+    }
+}
+
+/// ggml's `quantize_row_tq1_0_ref`: d = max |x|, trit = lroundf(x / d) in -1..=1, stored + 1;
+/// five trits (four in `qh`, shifted up one digit) make a base-3 number t, stored as
+/// ceil(t * 256 / 243). Element order as [`for_each_trit`] reads it.
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let amax = x.iter().fold(0.0f32, |m, v| c_max(m, v.abs()));
+        let id = if amax != 0.0 { 1.0 / amax } else { 0.0 };
+        put_f16(b, OFF_D, amax);
+        // The trits of elements first, first + step, ... as one byte (u8 arithmetic, as in C).
+        let pack = |first: usize, step: usize, count: usize| -> u8 {
+            let mut q = 0u8;
+            for n in 0..count {
+                let t = c_lroundf_as_int(x[first + n * step] * id) + 1;
+                q = q.wrapping_mul(3).wrapping_add(t as u8);
+            }
+            q
+        };
+        let ceil_256_243 = |q: u8| (q as u16 * 256).div_ceil(243) as u8;
+        for m in 0..32 {
+            b[OFF_QS + m] = ceil_256_243(pack(m, 32, 5));
+        }
+        for m in 0..16 {
+            b[OFF_QS + 32 + m] = ceil_256_243(pack(160 + m, 16, 5));
+        }
+        for j in 0..4 {
+            b[OFF_QH + j] = ceil_256_243(pack(240 + j, 4, 4).wrapping_mul(3));
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Layout (66 bytes): `qs: [u8; 64]` at 0, `d: f16` at 64.
 
-use super::common::{f16_at, f32_at};
+use super::common::{c_lroundf_as_int, c_max, f16_at, f32_at, put_f16};
 use super::q8_k;
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -27,6 +27,30 @@ pub fn dequantize_row(src: &[u8], out: &mut [f32]) {
         let d = f16_at(b, OFF_D);
         for (e, y) in y.iter_mut().enumerate() {
             *y = code(b, e) as f32 * d;
+        }
+    }
+}
+
+/// ggml's `quantize_row_tq2_0_ref`: d = max |x|, code = lroundf(x / d) + 1 in 0..=2, two bits
+/// each, element 128h + 32l + m at bits 2l of qs[32h + m].
+pub fn quantize_row(x: &[f32], out: &mut [u8]) {
+    debug_assert_eq!(x.len() / BLOCK_ELEMS * BLOCK_BYTES, out.len());
+    for (b, x) in out
+        .chunks_exact_mut(BLOCK_BYTES)
+        .zip(x.chunks_exact(BLOCK_ELEMS))
+    {
+        let amax = x.iter().fold(0.0f32, |m, v| c_max(m, v.abs()));
+        let id = if amax != 0.0 { 1.0 / amax } else { 0.0 };
+        put_f16(b, OFF_D, amax);
+        for h in 0..2 {
+            for m in 0..32 {
+                let mut q = 0u8;
+                for l in 0..4 {
+                    let c = c_lroundf_as_int(x[128 * h + 32 * l + m] * id) + 1;
+                    q = q.wrapping_add(((c & 3) as u8) << (2 * l));
+                }
+                b[OFF_QS + 32 * h + m] = q;
+            }
         }
     }
 }
