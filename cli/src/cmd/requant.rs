@@ -3,7 +3,7 @@
 //! `llama-quantize --allow-requantize --pure IN OUT T` (no importance matrix).
 //!
 //! ```text
-//! per tensor, in file order:
+//! per tensor, in llama-quantize's order (`llama_order`: by layer, then name):
 //!   left alone      1-D tensors, norms, and the other names llama-quantize never quantizes
 //!                   (`llama_quantizes`), and tensors the --tensors regex does not match
 //!   same type       a tensor already of its target type: bytes copied unchanged
@@ -19,9 +19,10 @@
 //! RAM: the header (mapped) plus one slab of rows (about [`SLAB_BYTES`] of f32) at a time, so a
 //! model much bigger than RAM requantizes too.
 //!
-//! What differs from llama-quantize's file, on purpose: the tensors keep the input's order
-//! (llama-quantize sorts them by layer, then name) and so their offsets differ; everything else
-//! in the header is the same: every metadata entry in order, with `general.quantization_version`
+//! The tensors are written in llama-quantize's order (its loader keeps them in a map sorted by
+//! layer number, tensors outside the blocks first, then by name), so the whole tensor data
+//! section is byte-identical to llama-quantize's, offsets included; so is the header: every
+//! metadata entry in order, with `general.quantization_version`
 //! (2) and `general.file_type` (llama.cpp's ftype for T, e.g. 15 = Q4_K_M for Q4_K, as
 //! llama-quantize writes for "Q4_K") moved to the end. With --tensors, `general.file_type` is
 //! kept as it was: the file is then a mix, not one type.
@@ -234,12 +235,34 @@ fn plan(
     Ok((actions, n_fallback))
 }
 
+/// The order llama-quantize writes tensors in: its loader's map compares the layer number of
+/// `blk.N.` names (-1 for the rest) and then the names as byte strings.
+fn llama_order(g: &Gguf) -> Vec<usize> {
+    let layer = |name: &str| -> i64 {
+        name.strip_prefix("blk.")
+            .map(|rest| {
+                let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+                rest[..digits].parse::<i64>().unwrap_or(-1)
+            })
+            .unwrap_or(-1)
+    };
+    let mut order: Vec<usize> = (0..g.tensors.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (na, nb) = (g.tensors[a].name, g.tensors[b].name);
+        layer(na)
+            .cmp(&layer(nb))
+            .then(na.as_bytes().cmp(nb.as_bytes()))
+    });
+    order
+}
+
 /// The output header: the input's metadata (with llama-quantize's two keys moved to the end)
-/// and its tensors in order, each with its new type.
+/// and its tensors in `order`, each with its new type.
 fn layout(
     g: &Gguf,
     path: &Path,
     actions: &[Action],
+    order: &[usize],
     file_type: Option<u32>,
 ) -> Result<GgufWriter, String> {
     let bad = |e: smolrun_core::gguf::GgufError| format!("{}: {e}", path.display());
@@ -257,7 +280,8 @@ fn layout(
     if let Some(ft) = file_type {
         w.add(FTYPE_KEY, ft).map_err(bad)?;
     }
-    for (t, a) in g.tensors.iter().zip(actions) {
+    for &j in order {
+        let (t, a) = (&g.tensors[j], &actions[j]);
         let ty = match *a {
             Action::Copy => t.ggml_type,
             Action::Convert(ty) => ty,
@@ -291,7 +315,8 @@ pub fn requant(a: &RequantArgs) -> Result<(), String> {
     let g = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", in_path.display()))?;
     let (actions, n_fallback) = plan(&g, &in_path, target, only.as_ref())?;
     let file_type = only.is_none().then(|| file_type(target));
-    let w = layout(&g, &in_path, &actions, file_type)?;
+    let order = llama_order(&g);
+    let w = layout(&g, &in_path, &actions, &order, file_type)?;
 
     let partial = PartialFile::for_output(&a.out);
     let src =
@@ -300,7 +325,8 @@ pub fn requant(a: &RequantArgs) -> Result<(), String> {
     let n = g.tensors.len();
     let (mut bytes_in, mut bytes_out, mut n_converted) = (0u64, 0u64, 0usize);
     let mut slab = Slab::default();
-    for (i, (t, action)) in g.tensors.iter().zip(&actions).enumerate() {
+    for (i, &j) in order.iter().enumerate() {
+        let (t, action) = (&g.tensors[j], &actions[j]);
         out.begin_tensor(i)?;
         let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
         let line = format!(
@@ -345,7 +371,8 @@ pub fn requant(a: &RequantArgs) -> Result<(), String> {
     }
     let written = Gguf::parse(check.bytes())
         .map_err(|e| format!("{} does not parse back: {e}", partial.path.display()))?;
-    for (i, (t, a)) in g.tensors.iter().zip(&actions).enumerate() {
+    for (i, &j) in order.iter().enumerate() {
+        let (t, a) = (&g.tensors[j], &actions[j]);
         let want = match *a {
             Action::Copy => t.ggml_type,
             Action::Convert(ty) => ty,
