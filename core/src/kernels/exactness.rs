@@ -1299,3 +1299,43 @@ fn lowbit_kernels_give_the_scalar_bits() {
     }
     println!("notice: {tested} low-bit rows compared to the bit");
 }
+
+/// The Q1_0 several-rows kernel (x86-64: eight rows in the lanes of one float chain) gives
+/// every row its own vec_dot's bits: distinct random rows (a swapped lane would show), row
+/// counts below, at and past the group of eight, raw -128/127 activations and random ones.
+#[test]
+fn q1_0_rows_kernel_gives_each_rows_vec_dot_bits() {
+    for (ty, fast, scalar) in simd_kernels() {
+        if ty != GgmlType::Q1_0 {
+            continue;
+        }
+        let Some(rows) = fast.rows else { continue };
+        for (case, n_blocks, n_rows) in [("one block", 1, 8), ("tail", 3, 19), ("short", 2, 5)] {
+            let n = n_blocks * ty.block_size();
+            let w = random_blocks(ty, n_blocks * n_rows, 7000 + n_rows as u64);
+            let mut rng = XorShift(31 + n_rows as u64);
+            let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+            let q: Vec<i8> = (0..n)
+                .map(|i| if i % 3 == 0 { -128 } else { 127 })
+                .collect();
+            for act in [
+                quantize(fast.act_type, &x),
+                act_from_quants(fast.act_type, 0.02, &q),
+            ] {
+                let mut out = vec![f32::NAN; n_rows];
+                rows(n, &w, &act, &mut out);
+                let row_bytes = w.len() / n_rows;
+                for (r, got) in out.iter().enumerate() {
+                    let want = (scalar.vec_dot)(n, &w[r * row_bytes..(r + 1) * row_bytes], &act);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "Q1_0 {case}: row {r} of {n_rows} from the {} rows kernel is {got}, \
+                         the scalar vec_dot {want}",
+                        fast.face
+                    );
+                }
+            }
+        }
+    }
+}

@@ -45,7 +45,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
     set.install(GgmlType::F32, f32, None, "avx2");
     // 1-bit, 2-bit and ternary (avx2_lowbit): bit for bit the scalar twins.
-    set.install(GgmlType::Q1_0, q1_0, None, "avx2");
+    set.install(GgmlType::Q1_0, q1_0, Some(q1_0_rows), "avx2");
     set.install(GgmlType::Q2_0, q2_0, None, "avx2");
     set.install(GgmlType::TQ1_0, tq1_0, None, "avx2");
     // Prompts: each weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
@@ -113,6 +113,9 @@ fn f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q1_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_lowbit::vec_dot_q1_0_q8_0(n, w, a) }
+}
+fn q1_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_lowbit::matvec_q1_0_q8_0(n, w, a, out) }
 }
 fn q2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_lowbit::vec_dot_q2_0_q8_0(n, w, a) }

@@ -94,6 +94,95 @@ pub unsafe fn vec_dot_q1_0_q8_0(n: usize, w: &[u8], act: &[u8]) -> f32 {
     sumf
 }
 
+/// Q1_0 weight rows . one Q8_0 activation row (`out.len()` rows of `n` elements back to back in
+/// `w`). Bit-identical to `vec_dot_q1_0_q8_0` on every row.
+///
+/// Eight rows at a time, with row r in lane r of every float vector: each lane runs the scalar
+/// twin's float operations in its order (`sumi += d8 * isum`, then `sumf += d * sumi`), so the
+/// serial float chain that bounds the one-row kernel (four dependent adds per 128 weights) is
+/// paid once per eight rows, and the activation's loads, its scales and its per-block sums
+/// `maddubs(1, y)` are shared by the eight rows. The integer sums of the eight rows reach their
+/// lanes through one hadd tree per Q8_0 block. Rows past the last eight run the one-row kernel.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matvec_q1_0_q8_0(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    let nb = n / Q1_0_ELEMS;
+    let w_row = nb * Q1_0_BYTES;
+    let n_rows = out.len();
+    if w.len() < n_rows * w_row || act.len() < nb * 4 * Q8_0_BYTES {
+        return;
+    }
+    let mut r = 0;
+    while r + 8 <= n_rows {
+        let v = rows8_q1_0(nb, w.as_ptr().add(r * w_row), w_row, act.as_ptr());
+        _mm256_storeu_ps(out.as_mut_ptr().add(r), v);
+        r += 8;
+    }
+    while r < n_rows {
+        out[r] = vec_dot_q1_0_q8_0(n, &w[r * w_row..(r + 1) * w_row], act);
+        r += 1;
+    }
+}
+
+/// The eight row sums of one Q8_0 block, lane r = sum of the eight i32 lanes of `m[r]`.
+#[inline(always)]
+unsafe fn row_sums8(m: [__m256i; 8]) -> __m256i {
+    let h01 = _mm256_hadd_epi32(m[0], m[1]);
+    let h23 = _mm256_hadd_epi32(m[2], m[3]);
+    let h45 = _mm256_hadd_epi32(m[4], m[5]);
+    let h67 = _mm256_hadd_epi32(m[6], m[7]);
+    // per 128-bit half: the half's sums of rows 0..3 (and 4..7)
+    let h0123 = _mm256_hadd_epi32(h01, h23);
+    let h4567 = _mm256_hadd_epi32(h45, h67);
+    let lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
+    let hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
+    _mm256_add_epi32(lo, hi)
+}
+
+/// Eight Q1_0 rows starting at `x0`, `stride` bytes apart, against the activation row `y`.
+#[inline(always)]
+unsafe fn rows8_q1_0(nb: usize, x0: *const u8, stride: usize, y: *const u8) -> __m256 {
+    let ones8 = _mm256_set1_epi8(1);
+    let ones16 = _mm256_set1_epi16(1);
+    let mut sumf = _mm256_setzero_ps();
+    for i in 0..nb {
+        let ys = y.add(i * 4 * Q8_0_BYTES);
+        let xs = x0.add(i * Q1_0_BYTES);
+        let mut sumi = _mm256_setzero_ps();
+        for k in 0..4 {
+            let yk = load256(ys.add(k * Q8_0_BYTES + 2));
+            // sum (2 bit - 1) y = maddubs(2 bit, y) - maddubs(1, y); the second is the row's
+            // activation alone, shared by the eight rows
+            let ysum = _mm256_maddubs_epi16(ones8, yk);
+            let mut m = [_mm256_setzero_si256(); 8];
+            for (r, m) in m.iter_mut().enumerate() {
+                let bits = u32::from_le_bytes(*(xs.add(r * stride + 2 + 4 * k) as *const [u8; 4]));
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(bits_to_twos(bits), yk), ysum);
+                *m = _mm256_madd_epi16(p, ones16);
+            }
+            let isum = _mm256_cvtepi32_ps(row_sums8(m));
+            let d8 = _mm256_set1_ps(f16_at(ys.add(k * Q8_0_BYTES)));
+            sumi = _mm256_add_ps(sumi, _mm256_mul_ps(d8, isum));
+        }
+        let dw = |r: usize| *(xs.add(r * stride) as *const [u8; 2]);
+        let h = |r: usize| i16::from_le_bytes(dw(r));
+        let d = _mm256_cvtph_ps(_mm_setr_epi16(
+            h(0),
+            h(1),
+            h(2),
+            h(3),
+            h(4),
+            h(5),
+            h(6),
+            h(7),
+        ));
+        sumf = _mm256_add_ps(sumf, _mm256_mul_ps(d, sumi));
+    }
+    sumf
+}
+
 /// The exact integer sums of the four i16 vectors, each converted to f32 and multiplied by
 /// its f16 scale (one rounding, as the scalar `d8 * sumi_block as f32`), in 4 lanes: the
 /// reductions share their horizontal adds instead of running one after another.
