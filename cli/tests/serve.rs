@@ -672,3 +672,73 @@ fn metrics_count_requests_and_tokens() {
     assert!(delta("smolrun_generated_tokens_total") >= 1.0, "{after}");
     assert!(delta("smolrun_prompt_tokens_total") >= 1.0, "{after}");
 }
+
+fn dot(a: &Value, b: &Value) -> f64 {
+    let (a, b) = (a.as_array().unwrap(), b.as_array().unwrap());
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x.as_f64().unwrap() * y.as_f64().unwrap())
+        .sum()
+}
+
+#[test]
+fn embeddings_have_openai_shape_and_unit_length() {
+    let server = Server::start(&[]);
+    let r = post(
+        server.addr,
+        "/v1/embeddings",
+        &json!({"model": "any", "input": ["abc", "abcabc", "xyz"], "encoding_format": "float"}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], "fake-echo");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["object"], "embedding");
+        assert_eq!(d["index"], i);
+        assert_eq!(d["embedding"].as_array().unwrap().len(), 16);
+        assert!((dot(&d["embedding"], &d["embedding"]) - 1.0).abs() < 1e-5);
+    }
+    // The fake embeds byte histograms: "abc" and "abcabc" point the same way.
+    assert!((dot(&data[0]["embedding"], &data[1]["embedding"]) - 1.0).abs() < 1e-5);
+    assert!(dot(&data[0]["embedding"], &data[2]["embedding"]) < 0.5);
+    // 3 + 6 + 3 bytes in 3-byte tokens.
+    assert_eq!(v["usage"], json!({"prompt_tokens": 4, "total_tokens": 4}));
+
+    // Token ids, and base64 (little-endian f32) as the Python client asks by default.
+    let r = post(
+        server.addr,
+        "/v1/embeddings",
+        &json!({"input": [1, 2], "encoding_format": "base64"}),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.json()["data"][0]["embedding"].is_string());
+
+    let r = post(
+        server.addr,
+        "/v1/embeddings",
+        &json!({"input": "x".repeat(800)}),
+    );
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        Some("context_length_exceeded"),
+    );
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/embeddings",
+        &[("Content-Type", "application/json")],
+        b"{\"input\": ",
+    );
+    assert_error(&r, 400, "invalid_request_error", None);
+    let r = post(server.addr, "/v1/embeddings", &json!({"input": []}));
+    assert_error(&r, 400, "invalid_request_error", None);
+    // After embeddings, generation still answers.
+    let r = post(server.addr, "/v1/chat/completions", &chat_body("hi"));
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "echo: hi");
+}

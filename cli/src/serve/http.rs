@@ -3,7 +3,9 @@
 use super::error::ApiError;
 use super::openai::{self, Endpoint, ResponseHead, Writer};
 use super::state::{system_json, CpuMeter};
-use super::worker::{self, Event, Job, JobError, Summary, WorkerHandle};
+use super::worker::{
+    self, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, Summary, WorkerHandle,
+};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -20,6 +22,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::sync::oneshot;
 
 /// Request bodies above this are refused with 413: a prompt that fills even a large context
 /// is far smaller, and a TV box should not buffer arbitrary uploads.
@@ -62,6 +65,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/state", get(state))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -290,8 +294,59 @@ fn job_error(e: JobError) -> ApiError {
             prompt_tokens,
             n_ctx,
         } => ApiError::context_length_exceeded(prompt_tokens, n_ctx),
+        JobError::InputTooLong {
+            index,
+            tokens,
+            n_ctx,
+        } => ApiError::input_too_long(index, tokens, n_ctx),
         JobError::Engine(m) => ApiError::internal(format!("generation failed: {m}")),
     }
+}
+
+/// The body, or a 400/413 that says why it could not be read.
+fn request_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::body_too_large(BODY_LIMIT)
+        } else {
+            ApiError::invalid_request(format!("cannot read the request body: {rejection}"))
+        }
+    })
+}
+
+/// Run `inputs` through the worker's queue and wait for their vectors.
+async fn run_embeddings(app: &App, inputs: Vec<EmbedInput>) -> Result<Embeddings, ApiError> {
+    let (reply, answer) = oneshot::channel();
+    app.worker
+        .submit_embed(EmbedJob { inputs, reply })
+        .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
+    match answer.await {
+        Ok(result) => result.map_err(job_error),
+        Err(_) => Err(ApiError::internal(
+            "the generation thread stopped without finishing the embeddings",
+        )),
+    }
+}
+
+async fn embeddings(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let mut log = RequestLog::new(Method::POST, "/v1/embeddings");
+    let result = async {
+        let request = openai::parse_embeddings(&request_body(body)?)?;
+        let e = run_embeddings(&app, request.inputs).await?;
+        log.prompt_tokens = e.prompt_tokens;
+        let model = &app.worker.info.name;
+        Ok::<_, ApiError>(openai::embeddings_response(model, &e, request.encoding))
+    }
+    .await;
+    let mut response = match result {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => {
+            log.status = e.status;
+            e.into_response()
+        }
+    };
+    response.extensions_mut().insert(LoggedByHandler);
+    response
 }
 
 async fn generate(
@@ -326,14 +381,7 @@ async fn start_generation(
     let Some(log) = log_slot.as_mut() else {
         return Err(ApiError::internal("request log missing"));
     };
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::body_too_large(BODY_LIMIT)
-        } else {
-            ApiError::invalid_request(format!("cannot read the request body: {rejection}"))
-        }
-    })?;
-    let request = openai::parse_request(endpoint, &body)?;
+    let request = openai::parse_request(endpoint, &request_body(body)?)?;
     let (events_tx, mut events) = mpsc::unbounded_channel();
     app.worker
         .submit(Job {
