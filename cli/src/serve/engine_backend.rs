@@ -122,14 +122,20 @@ fn model_details(path: &std::path::Path, gguf: &Gguf, file: &ModelFile) -> Model
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
-    let n_params: u64 = gguf.tensors.iter().map(|t| t.n_elements()).sum();
+    // The converter's count when it wrote one; else every tensor in the file (an untied
+    // output matrix counts, as llama.cpp's llama_model_n_params counts it).
+    let n_params = gguf
+        .get_u64("general.parameter_count")
+        .unwrap_or_else(|_| gguf.tensors.iter().map(|t| t.n_elements()).sum());
     let mut model_info: serde_json::Map<String, serde_json::Value> = gguf
         .metadata
         .iter()
         .filter_map(|e| Some((e.key.to_string(), meta_json(&e.value)?)))
         .filter(|(k, _)| k != "tokenizer.chat_template")
         .collect();
-    model_info.insert("general.parameter_count".into(), n_params.into());
+    model_info
+        .entry("general.parameter_count")
+        .or_insert(n_params.into());
     ModelDetails {
         size: file.len(),
         digest: format!("sha256:{digest}"),

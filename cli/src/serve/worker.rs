@@ -42,6 +42,8 @@ pub enum EmbedInput {
 /// Embed each input in turn, each on a fresh cache.
 pub struct EmbedJob {
     pub inputs: Vec<EmbedInput>,
+    /// Cut an input longer than the context to the context's length instead of refusing it.
+    pub truncate: bool,
     pub reply: oneshot::Sender<Result<Embeddings, JobError>>,
 }
 
@@ -50,8 +52,6 @@ pub struct Embeddings {
     pub vectors: Vec<Vec<f32>>,
     /// Tokens over all inputs.
     pub prompt_tokens: usize,
-    /// From the job leaving the queue to the last vector.
-    pub duration: std::time::Duration,
 }
 
 /// What the queue carries: a generation or a batch of embeddings.
@@ -229,7 +229,8 @@ where
                 match work {
                     Work::Generate(job) => run_job(backend.as_mut(), job, &worker_status),
                     Work::Embed(job) => {
-                        let result = run_embed(backend.as_mut(), job.inputs, &worker_status);
+                        let result =
+                            run_embed(backend.as_mut(), job.inputs, job.truncate, &worker_status);
                         let _ = job.reply.send(result);
                     }
                 }
@@ -278,17 +279,20 @@ fn prompt_tokens(backend: &dyn Backend, prompt: Prompt) -> Result<Vec<u32>, JobE
 fn run_embed(
     backend: &mut dyn Backend,
     inputs: Vec<EmbedInput>,
+    truncate: bool,
     status: &Status,
 ) -> Result<Embeddings, JobError> {
-    let started = Instant::now();
     let mut token_lists = Vec::with_capacity(inputs.len());
     for (i, input) in inputs.into_iter().enumerate() {
-        let tokens = match input {
+        let mut tokens = match input {
             EmbedInput::Text(text) => backend.tokenize(&text).map_err(JobError::BadPrompt)?,
             EmbedInput::Tokens(tokens) => tokens,
         };
         if tokens.is_empty() {
             return Err(JobError::BadPrompt(format!("input {i} is empty")));
+        }
+        if truncate {
+            tokens.truncate(backend.n_ctx());
         }
         if tokens.len() > backend.n_ctx() {
             return Err(JobError::InputTooLong {
@@ -308,7 +312,6 @@ fn run_embed(
     Ok(Embeddings {
         vectors,
         prompt_tokens: token_lists.iter().map(Vec::len).sum(),
-        duration: started.elapsed(),
     })
 }
 
@@ -551,17 +554,23 @@ mod tests {
             EmbedInput::Text("abcdef".into()),
             EmbedInput::Tokens(vec![1, 2, 3, 4]), // exactly the context: fits
         ];
-        let e = run_embed(&mut fake, inputs, &status).ok().unwrap();
+        let e = run_embed(&mut fake, inputs, false, &status).ok().unwrap();
         assert_eq!((e.vectors.len(), e.prompt_tokens), (2, 6));
-        let long = vec![EmbedInput::Text("a".into()), EmbedInput::Text("x".repeat(13))];
+        let long = vec![
+            EmbedInput::Text("a".into()),
+            EmbedInput::Text("x".repeat(13)),
+        ];
         assert_eq!(
-            run_embed(&mut fake, long, &status).err(),
+            run_embed(&mut fake, long, false, &status).err(),
             Some(JobError::InputTooLong {
                 index: 1,
                 tokens: 5,
                 n_ctx: 4
             })
         );
+        let long = vec![EmbedInput::Text("x".repeat(13))];
+        let e = run_embed(&mut fake, long, true, &status).ok().unwrap();
+        assert_eq!(e.prompt_tokens, 4);
     }
 
     #[test]
