@@ -12,6 +12,7 @@ use crate::moe::{MoeReport, PagerHandle};
 use crate::speculative::{DraftArgs, DraftChoice, DraftModel, DraftSource, Drafter, SpecStats};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
+use smolrun_core::model::embedding::{Pooler, Pooling};
 use smolrun_core::model::pager::MoeStats;
 pub use smolrun_core::model::stream::MIN_ZONE_BYTES;
 use smolrun_core::model::{
@@ -1191,6 +1192,46 @@ impl<'g> Engine<'g> {
             self.store.as_ref(),
             self.par.as_ref(),
         )
+    }
+
+    /// The embedding of `tokens`: every position's final normed hidden state (no LM head),
+    /// pooled as `pooling` says and scaled to unit length. The tokens run on a fresh cache, so
+    /// an embedding never depends on what ran before; the cache is left empty.
+    pub fn embed(&mut self, tokens: &[u32], pooling: Pooling) -> Result<Vec<f32>, String> {
+        if tokens.is_empty() {
+            return Err("nothing to embed: the input has no tokens".into());
+        }
+        if tokens.len() > self.n_ctx() {
+            return Err(format!(
+                "the input is {} tokens but the context holds {} (-c {}): shorten it or raise -c",
+                tokens.len(),
+                self.n_ctx(),
+                self.n_ctx()
+            ));
+        }
+        self.check_memory_floor()?;
+        self.cached.clear();
+        self.state.reset();
+        let mut pooler = Pooler::new(pooling, self.model.hp.n_embd);
+        let result = self.model.forward_batch_hidden(
+            &mut self.state,
+            self.store.as_ref(),
+            self.par.as_ref(),
+            tokens,
+            0,
+            &mut |t, hidden| pooler.add(t, hidden),
+        );
+        // The cache now holds the input, which no generation asked for: forget it.
+        self.state.reset();
+        result.map_err(|e| self.forward_error(e))?;
+        let embedding = pooler.finish();
+        if embedding.iter().any(|v| !v.is_finite()) {
+            return Err(format!(
+                "{}: the embedding is not finite; run `smolrun perplexity` on this file to check it",
+                self.path.display()
+            ));
+        }
+        Ok(embedding)
     }
 
     /// How many tokens the cache holds.

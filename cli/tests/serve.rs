@@ -672,3 +672,277 @@ fn metrics_count_requests_and_tokens() {
     assert!(delta("smolrun_generated_tokens_total") >= 1.0, "{after}");
     assert!(delta("smolrun_prompt_tokens_total") >= 1.0, "{after}");
 }
+
+fn dot(a: &Value, b: &Value) -> f64 {
+    let (a, b) = (a.as_array().unwrap(), b.as_array().unwrap());
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x.as_f64().unwrap() * y.as_f64().unwrap())
+        .sum()
+}
+
+#[test]
+fn embeddings_have_openai_shape_and_unit_length() {
+    let server = Server::start(&[]);
+    let r = post(
+        server.addr,
+        "/v1/embeddings",
+        &json!({"model": "any", "input": ["abc", "abcabc", "xyz"], "encoding_format": "float"}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], "fake-echo");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["object"], "embedding");
+        assert_eq!(d["index"], i);
+        assert_eq!(d["embedding"].as_array().unwrap().len(), 16);
+        assert!((dot(&d["embedding"], &d["embedding"]) - 1.0).abs() < 1e-5);
+    }
+    // The fake embeds byte histograms: "abc" and "abcabc" point the same way.
+    assert!((dot(&data[0]["embedding"], &data[1]["embedding"]) - 1.0).abs() < 1e-5);
+    assert!(dot(&data[0]["embedding"], &data[2]["embedding"]) < 0.5);
+    // 3 + 6 + 3 bytes in 3-byte tokens.
+    assert_eq!(v["usage"], json!({"prompt_tokens": 4, "total_tokens": 4}));
+
+    // Token ids, and base64 (little-endian f32) as the Python client asks by default.
+    let r = post(
+        server.addr,
+        "/v1/embeddings",
+        &json!({"input": [1, 2], "encoding_format": "base64"}),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.json()["data"][0]["embedding"].is_string());
+
+    let r = post(
+        server.addr,
+        "/v1/embeddings",
+        &json!({"input": "x".repeat(800)}),
+    );
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        Some("context_length_exceeded"),
+    );
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/embeddings",
+        &[("Content-Type", "application/json")],
+        b"{\"input\": ",
+    );
+    assert_error(&r, 400, "invalid_request_error", None);
+    let r = post(server.addr, "/v1/embeddings", &json!({"input": []}));
+    assert_error(&r, 400, "invalid_request_error", None);
+    // After embeddings, generation still answers.
+    let r = post(server.addr, "/v1/chat/completions", &chat_body("hi"));
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "echo: hi");
+}
+
+/// The JSON objects of an NDJSON body, in order.
+fn ndjson(body: &[u8]) -> Vec<Value> {
+    std::str::from_utf8(body)
+        .expect("NDJSON body is UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("line {l:?}: {e}")))
+        .collect()
+}
+
+fn assert_ollama_error(r: &Response, status: u16) -> String {
+    assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    let message = v["error"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(!message.is_empty());
+    message.to_string()
+}
+
+fn assert_done_object(v: &Value) {
+    assert_eq!(v["done"], true, "{v}");
+    assert_eq!(v["model"], "fake-echo:latest");
+    assert!(v["created_at"].as_str().unwrap().ends_with('Z'));
+    for key in [
+        "total_duration",
+        "load_duration",
+        "prompt_eval_count",
+        "prompt_eval_duration",
+        "eval_count",
+        "eval_duration",
+    ] {
+        assert!(v[key].is_u64(), "{key} in {v}");
+    }
+}
+
+#[test]
+fn ollama_model_endpoints() {
+    let server = Server::start(&[]);
+    let v = request(server.addr, "GET", "/api/version", &[], b"").json();
+    assert!(v["version"].is_string());
+    let tags = request(server.addr, "GET", "/api/tags", &[], b"").json();
+    let m = &tags["models"][0];
+    assert_eq!(m["name"], "fake-echo:latest");
+    assert_eq!(m["size"], 1234);
+    assert_eq!(m["digest"].as_str().unwrap().len(), 64);
+    assert_eq!(m["details"]["format"], "gguf");
+    assert_eq!(m["details"]["family"], "fake");
+    assert_eq!(m["details"]["quantization_level"], "F32");
+    let ps = request(server.addr, "GET", "/api/ps", &[], b"").json();
+    assert_eq!(ps["models"][0]["name"], "fake-echo:latest");
+    let show = post(server.addr, "/api/show", &json!({"model": "fake-echo"})).json();
+    assert_eq!(show["details"]["family"], "fake");
+    assert_eq!(show["model_info"]["fake.context_length"], 256);
+    assert!(show["template"].as_str().unwrap().contains("messages"));
+    let r = request(server.addr, "POST", "/api/show", &[], b"{nope");
+    assert_ollama_error(&r, 400);
+}
+
+#[test]
+fn ollama_chat_streams_ndjson_and_answers_whole() {
+    let server = Server::start(&[]);
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "é漢字 ok"}]});
+    let r = post(server.addr, "/api/chat", &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/x-ndjson"));
+    let lines = ndjson(&r.body);
+    let (last, pieces) = lines.split_last().unwrap();
+    let mut text = String::new();
+    for p in pieces {
+        assert_eq!(p["done"], false);
+        assert_eq!(p["message"]["role"], "assistant");
+        text.push_str(p["message"]["content"].as_str().unwrap());
+    }
+    assert_eq!(text, "echo: é漢字 ok");
+    assert_done_object(last);
+    assert_eq!(last["done_reason"], "stop");
+    assert_eq!(last["eval_count"], 6); // "echo: é漢字 ok" is 17 bytes
+
+    let mut body = body;
+    body["stream"] = json!(false);
+    body["options"] = json!({"num_predict": 2, "temperature": 0, "seed": 1});
+    let r = post(server.addr, "/api/chat", &body);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = r.json();
+    assert_eq!(v["message"]["content"], "echo: ");
+    assert_eq!(v["done_reason"], "length");
+    assert_done_object(&v);
+    server.wait_for_log("POST /api/chat 200", Duration::from_secs(5));
+}
+
+#[test]
+fn ollama_generate_with_stop_and_load_only() {
+    let server = Server::start(&[]);
+    let r = post(
+        server.addr,
+        "/api/generate",
+        &json!({"model": "m", "prompt": "one two three", "stream": false,
+                "options": {"stop": ["three"]}}),
+    );
+    let v = r.json();
+    assert_eq!(v["response"], "echo: one two ");
+    assert_eq!(v["done_reason"], "stop");
+    assert_done_object(&v);
+    // raw: the prompt goes to the model as it is (the fake echoes all of it).
+    let r = post(
+        server.addr,
+        "/api/generate",
+        &json!({"prompt": "<|user|>\nraw", "raw": true, "stream": false}),
+    );
+    assert_eq!(r.json()["response"], "echo: raw");
+    // An empty prompt only "loads" the model.
+    let r = post(server.addr, "/api/generate", &json!({"model": "m"}));
+    let lines = ndjson(&r.body);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["done_reason"], "load");
+}
+
+#[test]
+fn ollama_embed() {
+    let server = Server::start(&[]);
+    let r = post(
+        server.addr,
+        "/api/embed",
+        &json!({"model": "m", "input": ["abc", "abcabc"]}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["model"], "fake-echo:latest");
+    let e = v["embeddings"].as_array().unwrap();
+    assert_eq!(e.len(), 2);
+    assert!((dot(&e[0], &e[1]) - 1.0).abs() < 1e-5);
+    assert_eq!(v["prompt_eval_count"], 3);
+    // Ollama truncates to the context by default; truncate: false refuses.
+    let long = "x".repeat(800);
+    let r = post(server.addr, "/api/embed", &json!({"input": long}));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["prompt_eval_count"], 256);
+    let r = post(
+        server.addr,
+        "/api/embed",
+        &json!({"input": long, "truncate": false}),
+    );
+    assert!(assert_ollama_error(&r, 400).contains("context"));
+    let r = post(server.addr, "/api/embeddings", &json!({"prompt": "abc"}));
+    assert_eq!(r.json()["embedding"].as_array().unwrap().len(), 16);
+}
+
+#[test]
+fn ollama_errors_are_ollama_shaped() {
+    let server = Server::start(&["--api-key", "sesame"]);
+    let json_type = ("Content-Type", "application/json");
+    let key = ("Authorization", "Bearer sesame");
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "stream": false});
+    let r = request(
+        server.addr,
+        "POST",
+        "/api/chat",
+        &[json_type],
+        chat.to_string().as_bytes(),
+    );
+    assert_ollama_error(&r, 401);
+    let r = request(server.addr, "GET", "/api/tags", &[], b"");
+    assert_ollama_error(&r, 401);
+    for (path, body) in [
+        ("/api/chat", "{\"messages\": ["),
+        ("/api/generate", "[1]"),
+        ("/api/embed", "not json"),
+        ("/api/generate", r#"{"prompt":"x","format":"json"}"#),
+        (
+            "/api/chat",
+            r#"{"messages":[{"role":"user","content":"x"}],"options":{"top_p":2}}"#,
+        ),
+    ] {
+        let r = request(
+            server.addr,
+            "POST",
+            path,
+            &[json_type, key],
+            body.as_bytes(),
+        );
+        let message = assert_ollama_error(&r, 400);
+        assert!(!message.contains('{'), "{path} {body}: {message}");
+    }
+    let r = request(
+        server.addr,
+        "POST",
+        "/api/chat",
+        &[json_type, key],
+        chat.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["message"]["content"], "echo: hi");
+    // An engine failure after the headers is an error line.
+    let mut failing = chat;
+    failing["messages"][0]["content"] = json!("[fail]");
+    failing["stream"] = json!(true);
+    let r = request(
+        server.addr,
+        "POST",
+        "/api/chat",
+        &[json_type, key],
+        failing.to_string().as_bytes(),
+    );
+    let lines = ndjson(&r.body);
+    assert!(lines.last().unwrap()["error"].is_string(), "{lines:?}");
+}

@@ -98,14 +98,18 @@ fn describe(path: &Path) -> (String, String) {
         Err(e) => return ("?".to_string(), format!("not a usable GGUF file: {e}")),
     };
     let arch = g.architecture().unwrap_or("?").to_string();
-    let quant = g
-        .get_u64("general.file_type")
+    (arch, quantization(&g))
+}
+
+/// The quantization of a model: its `general.file_type` name ("Q4_K_M"), else the tensor
+/// type holding the most bytes, else "?".
+pub fn quantization(g: &Gguf<'_>) -> String {
+    g.get_u64("general.file_type")
         .ok()
         .and_then(file_type_name)
         .map(str::to_string)
-        .or_else(|| dominant_type(&g).map(|t| t.name().to_string()))
-        .unwrap_or_else(|| "?".to_string());
-    (arch, quant)
+        .or_else(|| dominant_type(g).map(|t| t.name().to_string()))
+        .unwrap_or_else(|| "?".to_string())
 }
 
 /// llama.cpp's `general.file_type` (enum llama_ftype in llama.h, b11434) names.

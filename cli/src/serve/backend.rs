@@ -96,6 +96,27 @@ pub enum Finish {
     ContextFull,
 }
 
+/// What Ollama's /api/tags and /api/show report about the loaded model.
+#[derive(Clone, Debug, Default)]
+pub struct ModelDetails {
+    /// Size of the model file in bytes.
+    pub size: u64,
+    /// "sha256:<hex>" naming the file (see `EngineBackend::load` for what is hashed).
+    pub digest: String,
+    /// Seconds since the epoch at which the file was last modified.
+    pub modified_unix: u64,
+    /// The GGUF architecture ("qwen2", "llama", ...).
+    pub family: String,
+    /// Ollama's short form of the parameter count: "494.03M", "1.54B".
+    pub parameter_size: String,
+    /// "Q4_K_M", "Q8_0", ...
+    pub quantization_level: String,
+    /// The chat template's source, as the file holds it.
+    pub template: String,
+    /// The file's scalar metadata (arrays such as the vocabulary left out), for /api/show.
+    pub model_info: serde_json::Map<String, serde_json::Value>,
+}
+
 pub trait Backend {
     /// The name reported by /v1/models and in every response.
     fn model_name(&self) -> &str;
@@ -122,4 +143,9 @@ pub trait Backend {
         params: &SamplingParams,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
     ) -> Result<Finish, String>;
+    /// The model file's details for the Ollama API.
+    fn details(&self) -> ModelDetails;
+    /// The embedding of `tokens` (at most `n_ctx` of them): pooled over the positions and at
+    /// unit length. It runs on a fresh cache; the next `generate` starts from nothing.
+    fn embed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, String>;
 }

@@ -5,11 +5,13 @@
 //! parameters, and each token as a `TokenEvent`.
 
 use super::backend::{
-    Alternative, Backend, ChatMessage, Control, Finish, SamplingParams, TokenEvent,
+    Alternative, Backend, ChatMessage, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
 };
 use crate::chat_template::{self, ChatTemplate};
 use crate::engine::{self, Engine, GenerateOptions, ModelFile, StopReason, TokenStep};
-use smolrun_core::gguf::Gguf;
+use sha2::{Digest, Sha256};
+use smolrun_core::gguf::{Gguf, Value};
+use smolrun_core::model::embedding::Pooling;
 use smolrun_core::sampler::SamplerParams;
 use std::ops::ControlFlow;
 
@@ -22,6 +24,10 @@ pub struct EngineBackend {
     template: ChatTemplate,
     name: String,
     threads: usize,
+    details: ModelDetails,
+    /// The file's pooling, or why it gives no embeddings (a rank model): said per request, so
+    /// that such a model still generates.
+    pooling: Result<Pooling, String>,
 }
 
 impl EngineBackend {
@@ -50,12 +56,98 @@ impl EngineBackend {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| model.to_string());
+        let details = model_details(&path, gguf, file);
+        let pooling = Pooling::from_gguf(gguf).map_err(|e| format!("{}: {e}", path.display()));
         Ok(EngineBackend {
             engine,
             template,
             name,
             threads,
+            details,
+            pooling,
         })
+    }
+}
+
+/// Ollama's `HumanNumber`: "494.03M", "1.5B", "7B".
+fn human_number(n: u64) -> String {
+    let (scale, suffix, decimals) = match n {
+        1_000_000_000.. => (1e9, "B", 1),
+        1_000_000.. => (1e6, "M", 2),
+        1_000.. => (1e3, "K", 0),
+        _ => return n.to_string(),
+    };
+    let x = n as f64 / scale;
+    if x == x.floor() {
+        format!("{x:.0}{suffix}")
+    } else {
+        format!("{x:.decimals$}{suffix}")
+    }
+}
+
+/// A scalar metadata value as JSON; arrays (the vocabulary, merges) are left out: /api/show
+/// would otherwise send megabytes.
+fn meta_json(v: &Value<'_>) -> Option<serde_json::Value> {
+    Some(match *v {
+        Value::U8(x) => x.into(),
+        Value::I8(x) => x.into(),
+        Value::U16(x) => x.into(),
+        Value::I16(x) => x.into(),
+        Value::U32(x) => x.into(),
+        Value::I32(x) => x.into(),
+        Value::U64(x) => x.into(),
+        Value::I64(x) => x.into(),
+        Value::F32(x) => serde_json::Value::from(x as f64),
+        Value::F64(x) => x.into(),
+        Value::Bool(x) => x.into(),
+        Value::Str(x) => x.into(),
+        Value::Array(_) => return None,
+    })
+}
+
+/// The details /api/tags and /api/show report. The digest is the SHA-256 of the GGUF header
+/// (metadata and tensor table, every tensor's type, shape and offset): hashing the whole file
+/// would cost seconds of flash reads at every start on a TV box, and the header already changes
+/// with any requantization or other model. Two files that differ only in weight values share
+/// it, which a server that holds one model can live with.
+fn model_details(path: &std::path::Path, gguf: &Gguf, file: &ModelFile) -> ModelDetails {
+    let header = file.header_bytes();
+    let header = &header[..(gguf.data_offset as usize).min(header.len())];
+    let digest: String = Sha256::digest(header)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let modified_unix = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    // The converter's count when it wrote one; else every tensor in the file (an untied
+    // output matrix counts, as llama.cpp's llama_model_n_params counts it).
+    let n_params = gguf
+        .get_u64("general.parameter_count")
+        .unwrap_or_else(|_| gguf.tensors.iter().map(|t| t.n_elements()).sum());
+    let mut model_info: serde_json::Map<String, serde_json::Value> = gguf
+        .metadata
+        .iter()
+        .filter_map(|e| Some((e.key.to_string(), meta_json(&e.value)?)))
+        .filter(|(k, _)| k != "tokenizer.chat_template")
+        .collect();
+    model_info
+        .entry("general.parameter_count")
+        .or_insert(n_params.into());
+    ModelDetails {
+        size: file.len(),
+        digest: format!("sha256:{digest}"),
+        modified_unix,
+        family: gguf.architecture().unwrap_or("").to_string(),
+        parameter_size: human_number(n_params),
+        quantization_level: crate::cmd::list::quantization(gguf),
+        template: gguf
+            .get_str("tokenizer.chat_template")
+            .unwrap_or("")
+            .to_string(),
+        model_info,
     }
 }
 
@@ -154,5 +246,28 @@ impl Backend for EngineBackend {
                 Ok(Finish::Stopped)
             }
         }
+    }
+
+    fn details(&self) -> ModelDetails {
+        self.details.clone()
+    }
+
+    fn embed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, String> {
+        let pooling = self.pooling.clone()?;
+        self.engine.embed(tokens, pooling)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_number;
+
+    #[test]
+    fn parameter_sizes_as_ollama_prints_them() {
+        assert_eq!(human_number(494_032_768), "494.03M");
+        assert_eq!(human_number(1_543_714_304), "1.5B");
+        assert_eq!(human_number(7_000_000_000), "7B");
+        assert_eq!(human_number(268_000_000), "268M");
+        assert_eq!(human_number(999), "999");
     }
 }

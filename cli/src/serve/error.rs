@@ -48,6 +48,19 @@ impl ApiError {
         )
     }
 
+    pub fn input_too_long(index: usize, tokens: usize, n_ctx: usize) -> Self {
+        Self::new(
+            400,
+            "invalid_request_error",
+            Some("context_length_exceeded"),
+            format!(
+                "input {index} is {tokens} tokens long but the context holds {n_ctx}: shorten \
+                 or split it, or restart the server with a larger -c"
+            ),
+        )
+        .with_param("input")
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             401,
@@ -109,6 +122,26 @@ impl ApiError {
             "param": self.param,
             "code": self.code,
         }})
+    }
+}
+
+impl ApiError {
+    /// The same error in Ollama's shape, `{"error": "message"}`, which its clients raise as
+    /// `ResponseError(message)`.
+    pub fn into_ollama_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({"error": self.message}).to_string(),
+        )
+            .into_response();
+        if self.status == 503 {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 

@@ -5,14 +5,18 @@
 //! last user message (or the whole prompt when there is no chat template in it) with
 //! `echo: <that text>`, then ends. Markers in that text change its behaviour:
 //! `[loop]` repeats the answer until told to stop or the context is full; `[fail]` makes
-//! `generate` fail after the first token.
+//! `generate` fail after the first token. Its embedding of a text is the histogram of the
+//! text's bytes over 16 buckets (byte mod 16), at unit length: texts that share letters point
+//! the same way.
 
 use super::backend::{
-    Alternative, Backend, ChatMessage, Control, Finish, SamplingParams, TokenEvent,
+    Alternative, Backend, ChatMessage, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
 };
 use std::time::Duration;
 
 const BYTES_PER_TOKEN: usize = 3;
+/// Width of the fake's embeddings.
+pub const EMBEDDING_WIDTH: usize = 16;
 
 pub struct FakeBackend {
     n_ctx: usize,
@@ -155,6 +159,44 @@ impl Backend for FakeBackend {
                 return Ok(Finish::EndOfGeneration);
             }
         }
+    }
+
+    fn details(&self) -> ModelDetails {
+        ModelDetails {
+            size: 1234,
+            digest: format!("sha256:{}", "0".repeat(64)),
+            modified_unix: 0,
+            family: "fake".into(),
+            parameter_size: "1K".into(),
+            quantization_level: "F32".into(),
+            template: "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
+                .into(),
+            model_info: [
+                ("general.architecture".to_string(), "fake".into()),
+                ("fake.context_length".to_string(), self.n_ctx.into()),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    fn embed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, String> {
+        if tokens.is_empty() || tokens.len() > self.n_ctx {
+            return Err(format!(
+                "cannot embed {} tokens with a context of {}",
+                tokens.len(),
+                self.n_ctx
+            ));
+        }
+        let mut v = vec![0.0f32; EMBEDDING_WIDTH];
+        for b in tokens.iter().flat_map(|&id| token_bytes(id)) {
+            v[b as usize % EMBEDDING_WIDTH] += 1.0;
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        Ok(v)
     }
 }
 

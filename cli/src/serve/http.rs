@@ -1,9 +1,12 @@
 //! Routes, the front door (API key, one log line per request), and the streaming body.
 
 use super::error::ApiError;
+use super::ollama;
 use super::openai::{self, Endpoint, ResponseHead, Writer};
 use super::state::{system_json, CpuMeter};
-use super::worker::{self, Event, Job, JobError, Summary, WorkerHandle};
+use super::worker::{
+    self, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, Summary, WorkerHandle,
+};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -20,6 +23,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::sync::oneshot;
 
 /// Request bodies above this are refused with 413: a prompt that fills even a large context
 /// is far smaller, and a TV box should not buffer arbitrary uploads.
@@ -62,6 +66,15 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/state", get(state))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/api/version", get(ollama_version))
+        .route("/api/tags", get(ollama_tags))
+        .route("/api/ps", get(ollama_ps))
+        .route("/api/show", post(ollama_show))
+        .route("/api/generate", post(ollama_generate))
+        .route("/api/chat", post(ollama_chat))
+        .route("/api/embed", post(ollama_embed))
+        .route("/api/embeddings", post(ollama_embeddings))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -83,12 +96,20 @@ async fn front_door(State(app): State<Arc<App>>, request: Request, next: Next) -
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let response = if path.starts_with("/v1/") && !authorized(&app, request.headers()) {
-        ApiError::unauthorized().into_response()
+    let ollama = path.starts_with("/api/");
+    let respond = |e: ApiError| {
+        if ollama {
+            e.into_ollama_response()
+        } else {
+            e.into_response()
+        }
+    };
+    let response = if (ollama || path.starts_with("/v1/")) && !authorized(&app, request.headers()) {
+        respond(ApiError::unauthorized())
     } else if declared_length.is_some_and(|n| n > BODY_LIMIT as u64) {
         // Refuse from the header instead of reading a megabyte first (the body limit
         // below still catches chunked uploads without a length).
-        ApiError::body_too_large(BODY_LIMIT).into_response()
+        respond(ApiError::body_too_large(BODY_LIMIT))
     } else {
         next.run(request).await
     };
@@ -290,8 +311,67 @@ fn job_error(e: JobError) -> ApiError {
             prompt_tokens,
             n_ctx,
         } => ApiError::context_length_exceeded(prompt_tokens, n_ctx),
+        JobError::InputTooLong {
+            index,
+            tokens,
+            n_ctx,
+        } => ApiError::input_too_long(index, tokens, n_ctx),
         JobError::Engine(m) => ApiError::internal(format!("generation failed: {m}")),
     }
+}
+
+/// The body, or a 400/413 that says why it could not be read.
+fn request_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::body_too_large(BODY_LIMIT)
+        } else {
+            ApiError::invalid_request(format!("cannot read the request body: {rejection}"))
+        }
+    })
+}
+
+/// Run `inputs` through the worker's queue and wait for their vectors.
+async fn run_embeddings(
+    app: &App,
+    inputs: Vec<EmbedInput>,
+    truncate: bool,
+) -> Result<Embeddings, ApiError> {
+    let (reply, answer) = oneshot::channel();
+    app.worker
+        .submit_embed(EmbedJob {
+            inputs,
+            truncate,
+            reply,
+        })
+        .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
+    match answer.await {
+        Ok(result) => result.map_err(job_error),
+        Err(_) => Err(ApiError::internal(
+            "the generation thread stopped without finishing the embeddings",
+        )),
+    }
+}
+
+async fn embeddings(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let mut log = RequestLog::new(Method::POST, "/v1/embeddings");
+    let result = async {
+        let request = openai::parse_embeddings(&request_body(body)?)?;
+        let e = run_embeddings(&app, request.inputs, false).await?;
+        log.prompt_tokens = e.prompt_tokens;
+        let model = &app.worker.info.name;
+        Ok::<_, ApiError>(openai::embeddings_response(model, &e, request.encoding))
+    }
+    .await;
+    let mut response = match result {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => {
+            log.status = e.status;
+            e.into_response()
+        }
+    };
+    response.extensions_mut().insert(LoggedByHandler);
+    response
 }
 
 async fn generate(
@@ -326,36 +406,15 @@ async fn start_generation(
     let Some(log) = log_slot.as_mut() else {
         return Err(ApiError::internal("request log missing"));
     };
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::body_too_large(BODY_LIMIT)
-        } else {
-            ApiError::invalid_request(format!("cannot read the request body: {rejection}"))
-        }
-    })?;
-    let request = openai::parse_request(endpoint, &body)?;
-    let (events_tx, mut events) = mpsc::unbounded_channel();
-    app.worker
-        .submit(Job {
-            prompt: request.prompt,
-            params: request.params,
-            max_tokens: request.max_tokens,
-            stop: request.stop,
-            events: events_tx,
-        })
-        .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
-
-    // Wait for the job to leave the queue: a prompt that does not fit is still a clean 400.
-    log.generating = true;
-    match events.recv().await {
-        Some(Event::Started { prompt_tokens }) => log.prompt_tokens = prompt_tokens,
-        Some(Event::Failed(e)) => return Err(job_error(e)),
-        Some(_) | None => {
-            return Err(ApiError::internal(
-                "the generation thread ended the job before starting it",
-            ))
-        }
-    }
+    let request = openai::parse_request(endpoint, &request_body(body)?)?;
+    let job = Job {
+        prompt: request.prompt,
+        params: request.params,
+        max_tokens: request.max_tokens,
+        stop: request.stop,
+        events: mpsc::unbounded_channel().0,
+    };
+    let mut events = start_job(app, job, log).await?;
 
     let id_number = app.next_id.fetch_add(1, Ordering::Relaxed);
     let head = ResponseHead {
@@ -397,6 +456,31 @@ async fn start_generation(
         Body::from_stream(stream),
     )
         .into_response())
+}
+
+/// Queue `job` (its `events` sender is replaced) and wait until it leaves the queue, so that a
+/// prompt that does not fit is still a clean 400 before any header is sent.
+async fn start_job(
+    app: &App,
+    mut job: Job,
+    log: &mut RequestLog,
+) -> Result<UnboundedReceiver<Event>, ApiError> {
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    job.events = events_tx;
+    app.worker
+        .submit(job)
+        .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
+    log.generating = true;
+    match events.recv().await {
+        Some(Event::Started { prompt_tokens }) => log.prompt_tokens = prompt_tokens,
+        Some(Event::Failed(e)) => return Err(job_error(e)),
+        Some(_) | None => {
+            return Err(ApiError::internal(
+                "the generation thread ended the job before starting it",
+            ))
+        }
+    }
+    Ok(events)
 }
 
 fn sse_data(value: &Value) -> Bytes {
@@ -477,4 +561,244 @@ impl futures_core::Stream for SseStream {
         };
         Poll::Ready(Some(Ok(bytes)))
     }
+}
+
+// ---- The Ollama API ----------------------------------------------------------------------
+
+fn ollama_json(value: &Value) -> Response {
+    json_response(StatusCode::OK, value)
+}
+
+async fn ollama_version() -> Response {
+    ollama_json(&json!({
+        "version": ollama::API_VERSION,
+        "server": concat!("smolrun-", env!("CARGO_PKG_VERSION")),
+    }))
+}
+
+async fn ollama_tags(State(app): State<Arc<App>>) -> Response {
+    ollama_json(&ollama::tags(&app.worker.info))
+}
+
+async fn ollama_ps(State(app): State<Arc<App>>) -> Response {
+    ollama_json(&ollama::ps(&app.worker.info))
+}
+
+/// POST /api/show: any model name gets the one loaded model; the body must still be JSON.
+async fn ollama_show(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let checked = request_body(body).and_then(|b| {
+        serde_json::from_slice::<Value>(&b)
+            .ok()
+            .filter(Value::is_object)
+            .map(|_| ())
+            .ok_or_else(|| ApiError::invalid_request("the request body must be a JSON object"))
+    });
+    match checked {
+        Ok(()) => ollama_json(&ollama::show(&app.worker.info)),
+        Err(e) => e.into_ollama_response(),
+    }
+}
+
+async fn ollama_generate(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    ollama_generation(app, ollama::Endpoint::Generate, "/api/generate", body).await
+}
+
+async fn ollama_chat(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
+    ollama_generation(app, ollama::Endpoint::Chat, "/api/chat", body).await
+}
+
+async fn ollama_generation(
+    app: Arc<App>,
+    endpoint: ollama::Endpoint,
+    path: &str,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let mut log = Some(RequestLog::new(Method::POST, path));
+    let mut response = match start_ollama_generation(&app, endpoint, body, &mut log).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(log) = &mut log {
+                log.status = e.status;
+                log.generating = false;
+            }
+            e.into_ollama_response()
+        }
+    };
+    response.extensions_mut().insert(LoggedByHandler);
+    response
+}
+
+fn ndjson_response(body: Body) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn ndjson_line(value: &Value) -> Bytes {
+    Bytes::from(format!("{value}\n"))
+}
+
+async fn start_ollama_generation(
+    app: &App,
+    endpoint: ollama::Endpoint,
+    body: Result<Bytes, BytesRejection>,
+    log_slot: &mut Option<RequestLog>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let Some(log) = log_slot.as_mut() else {
+        return Err(ApiError::internal("request log missing"));
+    };
+    let writer = ollama::Writer {
+        endpoint,
+        model: ollama::model_name(&app.worker.info),
+    };
+    let request = match ollama::parse_request(endpoint, &request_body(body)?)? {
+        ollama::Parsed::Generate(r) => r,
+        ollama::Parsed::LoadOnly { stream } => {
+            let value = writer.load_only();
+            return Ok(if stream {
+                ndjson_response(Body::from(ndjson_line(&value)))
+            } else {
+                ollama_json(&value)
+            });
+        }
+    };
+    let job = Job {
+        prompt: request.prompt,
+        params: request.params,
+        max_tokens: request.max_tokens,
+        stop: request.stop,
+        events: mpsc::unbounded_channel().0,
+    };
+    let mut events = start_job(app, job, log).await?;
+    if !request.stream {
+        let collected = worker::collect(&mut events).await.map_err(job_error)?;
+        log.completion_tokens = collected.summary.completion_tokens;
+        let value = writer.done(&collected.text, &collected.summary, started.elapsed());
+        log.summary = Some(collected.summary);
+        return Ok(ollama_json(&value));
+    }
+    let stream = NdjsonStream {
+        events,
+        writer,
+        started,
+        log: log_slot.take(),
+        done: false,
+    };
+    Ok(ndjson_response(Body::from_stream(stream)))
+}
+
+/// The body of a streamed Ollama answer: one JSON object per line, per piece of text, then
+/// the `done: true` object. Dropping it (the client went away) stops the worker, as for SSE.
+struct NdjsonStream {
+    events: UnboundedReceiver<Event>,
+    writer: ollama::Writer,
+    started: Instant,
+    log: Option<RequestLog>,
+    done: bool,
+}
+
+impl futures_core::Stream for NdjsonStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let event = match self.events.poll_recv(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(e) => e,
+        };
+        let line = match event {
+            Some(Event::Piece { text, tokens }) => {
+                if let Some(log) = &mut self.log {
+                    log.completion_tokens += tokens.len();
+                }
+                ndjson_line(&Value::Object(self.writer.piece(&text)))
+            }
+            Some(Event::Done(summary)) => {
+                let value = self.writer.done("", &summary, self.started.elapsed());
+                if let Some(log) = &mut self.log {
+                    log.summary = Some(summary);
+                }
+                self.done = true;
+                self.log.take(); // the request is over: print its line now
+                ndjson_line(&value)
+            }
+            Some(Event::Failed(e)) => {
+                // Headers are sent; Ollama's clients raise an `error` line as an exception.
+                let error = job_error(e);
+                if let Some(log) = &mut self.log {
+                    log.status = error.status;
+                    log.generating = false;
+                }
+                self.done = true;
+                self.log.take();
+                ndjson_line(&json!({"error": error.message}))
+            }
+            Some(Event::Started { .. }) | None => {
+                self.done = true;
+                return Poll::Ready(None);
+            }
+        };
+        Poll::Ready(Some(Ok(line)))
+    }
+}
+
+/// POST /api/embed: `input` a string or a list; `{"model", "embeddings": [[...]]}`.
+async fn ollama_embed(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    ollama_embedding(app, "/api/embed", "input", body).await
+}
+
+/// POST /api/embeddings, Ollama's older endpoint: `prompt` one string; `{"embedding": [...]}`
+/// (at unit length here, where Ollama's is raw: cosine similarity, what it is used for, is the
+/// same either way).
+async fn ollama_embeddings(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    ollama_embedding(app, "/api/embeddings", "prompt", body).await
+}
+
+async fn ollama_embedding(
+    app: Arc<App>,
+    path: &str,
+    key: &str,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let mut log = RequestLog::new(Method::POST, path);
+    let result = async {
+        let request = ollama::parse_embed(&request_body(body)?, key)?;
+        let e = run_embeddings(&app, request.inputs, request.truncate).await?;
+        log.prompt_tokens = e.prompt_tokens;
+        let model = ollama::model_name(&app.worker.info);
+        Ok::<_, ApiError>(if key == "prompt" {
+            json!({"embedding": e.vectors.first()})
+        } else {
+            ollama::embed_response(&model, &e, started.elapsed())
+        })
+    }
+    .await;
+    let mut response = match result {
+        Ok(v) => ollama_json(&v),
+        Err(e) => {
+            log.status = e.status;
+            e.into_ollama_response()
+        }
+    };
+    response.extensions_mut().insert(LoggedByHandler);
+    response
 }

@@ -1,13 +1,13 @@
-//! `smolrun serve`: an OpenAI-compatible HTTP server and a live chat page.
+//! `smolrun serve`: an OpenAI- and Ollama-compatible HTTP server and a live chat page.
 //!
 //! ```text
 //! clients ──HTTP──> http.rs (axum on one current-thread tokio runtime)
-//!                     │ parse (openai.rs), check key, queue or 503
+//!                     │ parse (openai.rs, ollama.rs), check key, queue or 503
 //!                     ▼
 //!                   worker.rs: bounded queue ──> one thread that owns the Backend
 //!                     │ tokens -> text.rs (UTF-8 and stop-string hold-back) -> events
 //!                     ▼
-//!                   JSON answer or SSE stream back to the client
+//!                   JSON answer, SSE (OpenAI) or NDJSON (Ollama) stream back to the client
 //! ```
 //! The engine sits behind `backend::Backend`; `fake::FakeBackend` stands in for it in tests.
 
@@ -17,6 +17,7 @@ mod error;
 pub mod fake;
 mod http;
 mod metrics;
+mod ollama;
 mod openai;
 mod state;
 mod text;

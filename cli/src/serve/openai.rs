@@ -3,7 +3,7 @@
 
 use super::backend::{ChatMessage, SamplingParams, TokenEvent};
 use super::error::ApiError;
-use super::worker::{Prompt, Summary};
+use super::worker::{EmbedInput, Embeddings, Prompt, Summary};
 use serde_json::{json, Map, Value};
 
 /// Which endpoint a request came in on: they share options but not the wire format.
@@ -32,11 +32,11 @@ pub struct GenerationRequest {
 const MAX_STOP_STRINGS: usize = 16;
 const MAX_TOP_LOGPROBS: usize = 20;
 
-fn bad(message: impl Into<String>, param: &str) -> ApiError {
+pub(super) fn bad(message: impl Into<String>, param: &str) -> ApiError {
     ApiError::invalid_request(message).with_param(param)
 }
 
-fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid_request(format!("the request body is not valid JSON: {e}"))
     })?;
@@ -49,11 +49,16 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 /// Read an optional field; `null` counts as absent, like in OpenAI's API.
-fn field<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+pub(super) fn field<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     m.get(key).filter(|v| !v.is_null())
 }
 
-fn number(m: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
+pub(super) fn number(
+    m: &Map<String, Value>,
+    key: &str,
+    min: f64,
+    max: f64,
+) -> Result<Option<f64>, ApiError> {
     match field(m, key) {
         None => Ok(None),
         Some(v) => match v.as_f64() {
@@ -67,7 +72,12 @@ fn number(m: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Optio
     }
 }
 
-fn integer(m: &Map<String, Value>, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+pub(super) fn integer(
+    m: &Map<String, Value>,
+    key: &str,
+    min: i64,
+    max: i64,
+) -> Result<Option<i64>, ApiError> {
     match field(m, key) {
         None => Ok(None),
         Some(v) => match v.as_i64() {
@@ -81,7 +91,7 @@ fn integer(m: &Map<String, Value>, key: &str, min: i64, max: i64) -> Result<Opti
     }
 }
 
-fn boolean(m: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
+pub(super) fn boolean(m: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
     match field(m, key) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -89,7 +99,7 @@ fn boolean(m: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> 
     }
 }
 
-fn stop_strings(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+pub(super) fn stop_strings(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     let list = match field(m, "stop") {
         None => return Ok(Vec::new()),
         Some(Value::String(s)) => vec![s.clone()],
@@ -118,7 +128,7 @@ fn stop_strings(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
 }
 
 /// A message's content: a string, or a list of parts of which only text parts are supported.
-fn message_content(v: Option<&Value>, index: usize) -> Result<String, ApiError> {
+pub(super) fn message_content(v: Option<&Value>, index: usize) -> Result<String, ApiError> {
     let param = format!("messages[{index}].content");
     match v {
         None | Some(Value::Null) => Ok(String::new()),
@@ -300,6 +310,152 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<GenerationReques
         stream,
         include_usage,
         logprobs,
+    })
+}
+
+/// Inputs of one embeddings request, at most this many.
+pub const MAX_EMBEDDING_INPUTS: usize = 256;
+
+/// How /v1/embeddings sends each vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodingFormat {
+    /// A JSON list of numbers.
+    Float,
+    /// Base64 of the little-endian f32 bytes (what the official Python client asks for by
+    /// default, a third of the size).
+    Base64,
+}
+
+pub struct EmbeddingsRequest {
+    pub inputs: Vec<EmbedInput>,
+    pub encoding: EncodingFormat,
+}
+
+/// `input` of /v1/embeddings and Ollama's /api/embed: a string, a list of strings, a list of
+/// token ids, or a list of lists of token ids.
+pub fn embedding_inputs(m: &Map<String, Value>, key: &str) -> Result<Vec<EmbedInput>, ApiError> {
+    let what = format!("'{key}' must be a string, a list of strings, or token ids");
+    let token_ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
+        items
+            .iter()
+            .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| {
+                bad(
+                    format!("'{key}' token ids must be non-negative integers"),
+                    key,
+                )
+            })
+    };
+    let inputs = match field(m, key) {
+        None => return Err(bad(format!("'{key}' is required"), key)),
+        Some(Value::String(s)) => vec![EmbedInput::Text(s.clone())],
+        Some(Value::Array(items)) => match items.first() {
+            None => return Err(bad(format!("'{key}' must not be empty"), key)),
+            Some(Value::Number(_)) => vec![EmbedInput::Tokens(token_ids(items)?)],
+            Some(_) => {
+                let mut inputs = Vec::with_capacity(items.len());
+                for item in items {
+                    inputs.push(match item {
+                        Value::String(s) => EmbedInput::Text(s.clone()),
+                        Value::Array(ids) => EmbedInput::Tokens(token_ids(ids)?),
+                        _ => return Err(bad(what.clone(), key)),
+                    });
+                }
+                inputs
+            }
+        },
+        Some(_) => return Err(bad(what, key)),
+    };
+    if inputs.len() > MAX_EMBEDDING_INPUTS {
+        return Err(bad(
+            format!(
+                "'{key}' holds at most {MAX_EMBEDDING_INPUTS} inputs per request, got {}",
+                inputs.len()
+            ),
+            key,
+        ));
+    }
+    for (i, input) in inputs.iter().enumerate() {
+        let empty = match input {
+            EmbedInput::Text(t) => t.is_empty(),
+            EmbedInput::Tokens(t) => t.is_empty(),
+        };
+        if empty {
+            return Err(bad(format!("'{key}'[{i}] is empty"), key));
+        }
+    }
+    Ok(inputs)
+}
+
+/// Parse the body of POST /v1/embeddings.
+pub fn parse_embeddings(body: &[u8]) -> Result<EmbeddingsRequest, ApiError> {
+    let m = parse_object(body)?;
+    let inputs = embedding_inputs(&m, "input")?;
+    let encoding = match field(&m, "encoding_format") {
+        None => EncodingFormat::Float,
+        Some(Value::String(f)) if f == "float" => EncodingFormat::Float,
+        Some(Value::String(f)) if f == "base64" => EncodingFormat::Base64,
+        Some(v) => {
+            return Err(bad(
+                format!("'encoding_format' must be \"float\" or \"base64\", got {v}"),
+                "encoding_format",
+            ))
+        }
+    };
+    if field(&m, "dimensions").is_some() {
+        return Err(bad(
+            "'dimensions' is not supported: the vectors have the model's width",
+            "dimensions",
+        ));
+    }
+    Ok(EmbeddingsRequest { inputs, encoding })
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let b = [
+            group[0],
+            *group.get(1).unwrap_or(&0),
+            *group.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= group.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The /v1/embeddings answer.
+pub fn embeddings_response(model: &str, e: &Embeddings, encoding: EncodingFormat) -> Value {
+    let data: Vec<Value> = e
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = match encoding {
+                EncodingFormat::Float => json!(v),
+                EncodingFormat::Base64 => {
+                    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    json!(base64(&bytes))
+                }
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": e.prompt_tokens, "total_tokens": e.prompt_tokens},
     })
 }
 
@@ -718,6 +874,55 @@ mod tests {
                 logprob,
             }],
         }
+    }
+
+    #[test]
+    fn embedding_input_forms() {
+        let kinds = |body: &str| -> Vec<String> {
+            parse_embeddings(body.as_bytes())
+                .unwrap()
+                .inputs
+                .iter()
+                .map(|i| match i {
+                    EmbedInput::Text(t) => format!("text {t}"),
+                    EmbedInput::Tokens(t) => format!("tokens {t:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(kinds(r#"{"input":"a"}"#), ["text a"]);
+        assert_eq!(kinds(r#"{"input":["a","b"]}"#), ["text a", "text b"]);
+        assert_eq!(kinds(r#"{"input":[1,2]}"#), ["tokens [1, 2]"]);
+        assert_eq!(
+            kinds(r#"{"input":[[1],[2,3]]}"#),
+            ["tokens [1]", "tokens [2, 3]"]
+        );
+        let r = parse_embeddings(br#"{"input":"a","encoding_format":"base64"}"#).unwrap();
+        assert_eq!(r.encoding, EncodingFormat::Base64);
+        for body in [
+            "{oops",
+            r#"{"model":"m"}"#,
+            r#"{"input":[]}"#,
+            r#"{"input":""}"#,
+            r#"{"input":["a",""]}"#,
+            r#"{"input":[1,-1]}"#,
+            r#"{"input":7}"#,
+            r#"{"input":"a","encoding_format":"int8"}"#,
+            r#"{"input":"a","dimensions":8}"#,
+        ] {
+            let e = parse_embeddings(body.as_bytes())
+                .err()
+                .unwrap_or_else(|| panic!("{body} should be refused"));
+            assert_eq!(e.status, 400, "{body}");
+        }
+    }
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_and_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(&1.0f32.to_le_bytes()), "AACAPw==");
     }
 
     #[test]

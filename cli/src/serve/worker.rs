@@ -6,13 +6,16 @@
 //! token. A client that went away has dropped its receiver: the next send fails and the
 //! worker stops at that token; a job whose client left while it was queued is skipped.
 
-use super::backend::{Backend, ChatMessage, Control, Finish, SamplingParams, TokenEvent};
+use super::backend::{
+    Backend, ChatMessage, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
+};
 use super::text::TextStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self as std_mpsc, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
 
 pub enum Prompt {
     /// Rendered through the chat template, ending with the assistant's turn.
@@ -28,6 +31,33 @@ pub struct Job {
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
     pub events: UnboundedSender<Event>,
+}
+
+/// One input of an embedding request.
+pub enum EmbedInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// Embed each input in turn, each on a fresh cache.
+pub struct EmbedJob {
+    pub inputs: Vec<EmbedInput>,
+    /// Cut an input longer than the context to the context's length instead of refusing it.
+    pub truncate: bool,
+    pub reply: oneshot::Sender<Result<Embeddings, JobError>>,
+}
+
+pub struct Embeddings {
+    /// One unit-length vector per input, in order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens over all inputs.
+    pub prompt_tokens: usize,
+}
+
+/// What the queue carries: a generation or a batch of embeddings.
+pub enum Work {
+    Generate(Job),
+    Embed(EmbedJob),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +104,12 @@ pub enum JobError {
         prompt_tokens: usize,
         n_ctx: usize,
     },
+    /// An embedding input longer than the context (400).
+    InputTooLong {
+        index: usize,
+        tokens: usize,
+        n_ctx: usize,
+    },
     /// The engine failed (500).
     Engine(String),
 }
@@ -98,6 +134,7 @@ pub struct ModelInfo {
     pub name: String,
     pub n_ctx: usize,
     pub n_threads: usize,
+    pub details: ModelDetails,
 }
 
 /// Live counters for the status endpoint, written by the worker and the queue.
@@ -123,7 +160,7 @@ pub struct QueueFull;
 
 /// The handlers' side of the worker: submit jobs, read the model's info and the live status.
 pub struct WorkerHandle {
-    queue: SyncSender<Job>,
+    queue: SyncSender<Work>,
     pub capacity: usize,
     pub info: ModelInfo,
     pub status: Arc<Status>,
@@ -132,8 +169,17 @@ pub struct WorkerHandle {
 impl WorkerHandle {
     /// Queue a job, or refuse it at once when `capacity` jobs are already waiting.
     pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+        self.submit_work(Work::Generate(job))
+    }
+
+    /// Queue an embedding job, refused like `submit` when the queue is full.
+    pub fn submit_embed(&self, job: EmbedJob) -> Result<(), QueueFull> {
+        self.submit_work(Work::Embed(job))
+    }
+
+    fn submit_work(&self, work: Work) -> Result<(), QueueFull> {
         self.status.queued.fetch_add(1, Ordering::SeqCst);
-        match self.queue.try_send(job) {
+        match self.queue.try_send(work) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.status.queued.fetch_sub(1, Ordering::SeqCst);
@@ -149,7 +195,7 @@ pub fn start<F>(load: F, queue_capacity: usize) -> Result<WorkerHandle, String>
 where
     F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
 {
-    let (queue, jobs) = std_mpsc::sync_channel::<Job>(queue_capacity);
+    let (queue, jobs) = std_mpsc::sync_channel::<Work>(queue_capacity);
     let (loaded_tx, loaded_rx) = std_mpsc::channel::<Result<ModelInfo, String>>();
     let status = Arc::new(Status::default());
     let worker_status = status.clone();
@@ -167,14 +213,27 @@ where
                 name: backend.model_name().to_string(),
                 n_ctx: backend.n_ctx(),
                 n_threads: backend.n_threads(),
+                details: backend.details(),
             }));
-            for job in jobs {
+            for work in jobs {
                 worker_status.queued.fetch_sub(1, Ordering::SeqCst);
-                if job.events.is_closed() {
-                    continue; // the client left while the job was waiting
+                // Skip a job whose client left while it was waiting.
+                let gone = match &work {
+                    Work::Generate(job) => job.events.is_closed(),
+                    Work::Embed(job) => job.reply.is_closed(),
+                };
+                if gone {
+                    continue;
                 }
                 worker_status.busy.store(true, Ordering::SeqCst);
-                run_job(backend.as_mut(), job, &worker_status);
+                match work {
+                    Work::Generate(job) => run_job(backend.as_mut(), job, &worker_status),
+                    Work::Embed(job) => {
+                        let result =
+                            run_embed(backend.as_mut(), job.inputs, job.truncate, &worker_status);
+                        let _ = job.reply.send(result);
+                    }
+                }
                 worker_status.busy.store(false, Ordering::SeqCst);
             }
         })
@@ -212,6 +271,48 @@ fn prompt_tokens(backend: &dyn Backend, prompt: Prompt) -> Result<Vec<u32>, JobE
         });
     }
     Ok(tokens)
+}
+
+/// Tokenize and embed every input, one after another, each on a fresh cache. An input longer
+/// than the context is refused before anything runs (embeddings need no room for an answer,
+/// so a context-long input fits).
+fn run_embed(
+    backend: &mut dyn Backend,
+    inputs: Vec<EmbedInput>,
+    truncate: bool,
+    status: &Status,
+) -> Result<Embeddings, JobError> {
+    let mut token_lists = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.into_iter().enumerate() {
+        let mut tokens = match input {
+            EmbedInput::Text(text) => backend.tokenize(&text).map_err(JobError::BadPrompt)?,
+            EmbedInput::Tokens(tokens) => tokens,
+        };
+        if tokens.is_empty() {
+            return Err(JobError::BadPrompt(format!("input {i} is empty")));
+        }
+        if truncate {
+            tokens.truncate(backend.n_ctx());
+        }
+        if tokens.len() > backend.n_ctx() {
+            return Err(JobError::InputTooLong {
+                index: i,
+                tokens: tokens.len(),
+                n_ctx: backend.n_ctx(),
+            });
+        }
+        token_lists.push(tokens);
+    }
+    let mut vectors = Vec::with_capacity(token_lists.len());
+    for tokens in &token_lists {
+        status.ctx_used.store(tokens.len(), Ordering::Relaxed);
+        vectors.push(backend.embed(tokens).map_err(JobError::Engine)?);
+    }
+    status.jobs_done.fetch_add(1, Ordering::Relaxed);
+    Ok(Embeddings {
+        vectors,
+        prompt_tokens: token_lists.iter().map(Vec::len).sum(),
+    })
 }
 
 /// Why the callback told the backend to stop.
@@ -443,6 +544,33 @@ mod tests {
                 n_ctx: 20
             })
         );
+    }
+
+    #[test]
+    fn embeddings_run_each_input_and_refuse_one_longer_than_the_context() {
+        let mut fake = FakeBackend::new(4, Duration::ZERO);
+        let status = Status::default();
+        let inputs = vec![
+            EmbedInput::Text("abcdef".into()),
+            EmbedInput::Tokens(vec![1, 2, 3, 4]), // exactly the context: fits
+        ];
+        let e = run_embed(&mut fake, inputs, false, &status).ok().unwrap();
+        assert_eq!((e.vectors.len(), e.prompt_tokens), (2, 6));
+        let long = vec![
+            EmbedInput::Text("a".into()),
+            EmbedInput::Text("x".repeat(13)),
+        ];
+        assert_eq!(
+            run_embed(&mut fake, long, false, &status).err(),
+            Some(JobError::InputTooLong {
+                index: 1,
+                tokens: 5,
+                n_ctx: 4
+            })
+        );
+        let long = vec![EmbedInput::Text("x".repeat(13))];
+        let e = run_embed(&mut fake, long, true, &status).ok().unwrap();
+        assert_eq!(e.prompt_tokens, 4);
     }
 
     #[test]

@@ -16,6 +16,7 @@
 
 pub mod attention;
 pub mod dense_ffn;
+pub mod embedding;
 mod error;
 pub mod expert_cache;
 pub mod head;
@@ -393,7 +394,7 @@ impl Model {
             kernel,
             prompt: false,
         };
-        self.forward_chunk(state, store, par, chunk, &mut no_logits)?;
+        self.forward_chunk(state, store, par, chunk, Output::Logits(&mut no_logits))?;
         Ok(state.logits())
     }
 
@@ -427,7 +428,7 @@ impl Model {
                 kernel,
                 prompt: true,
             };
-            self.forward_chunk(state, store, par, chunk, &mut |_, _| {})?;
+            self.forward_chunk(state, store, par, chunk, Output::Logits(&mut |_, _| {}))?;
         }
         Ok(state.logits())
     }
@@ -463,7 +464,7 @@ impl Model {
             kernel: AttentionKernel::F16Accumulator,
             prompt: false,
         };
-        self.forward_chunk(state, store, par, chunk, &mut |_, _| {})
+        self.forward_chunk(state, store, par, chunk, Output::Logits(&mut |_, _| {}))
     }
 
     /// Like [`Model::forward_batch`], but computes the logits at every position from
@@ -491,9 +492,48 @@ impl Model {
                 kernel,
                 prompt: true,
             };
-            self.forward_chunk(state, store, par, chunk, &mut |t, l| {
-                on_logits(first + t, l)
-            })?;
+            self.forward_chunk(
+                state,
+                store,
+                par,
+                chunk,
+                Output::Logits(&mut |t, l| on_logits(first + t, l)),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Runs a prompt from position `pos` like [`Model::forward_batch`], but instead of logits
+    /// hands every position's final hidden state after the output norm (what the LM head would
+    /// multiply) to `on_hidden(i, row)`, `i` counting from 0 in order; the LM head never runs.
+    /// For embeddings ([`embedding`]).
+    pub fn forward_batch_hidden(
+        &self,
+        state: &mut State,
+        store: &dyn WeightStore,
+        par: &dyn Parallel,
+        tokens: &[u32],
+        pos: usize,
+        on_hidden: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<(), ModelError> {
+        let kernel = pass::batch_attention_kernel(tokens.len());
+        let n_batch = state.n_batch;
+        for (c, chunk) in tokens.chunks(n_batch).enumerate() {
+            let first = c * n_batch;
+            let chunk = Chunk {
+                tokens: chunk,
+                pos: pos + first,
+                logits_rows: 0..chunk.len(),
+                kernel,
+                prompt: true,
+            };
+            self.forward_chunk(
+                state,
+                store,
+                par,
+                chunk,
+                Output::NormedHidden(&mut |t, h| on_hidden(first + t, h)),
+            )?;
         }
         Ok(())
     }
@@ -506,7 +546,7 @@ impl Model {
         store: &dyn WeightStore,
         par: &dyn Parallel,
         chunk: Chunk,
-        on_logits: &mut dyn FnMut(usize, &[f32]),
+        out: Output<'_>,
     ) -> Result<(), ModelError> {
         let (n, pos) = (chunk.tokens.len(), chunk.pos);
         debug_assert!(n <= s.n_batch);
@@ -561,6 +601,24 @@ impl Model {
             layer.forward(&mut p, l, act, state, pos, predict)?;
         }
         s.pos = pos + n;
+        let on_logits = match out {
+            Output::Logits(f) => f,
+            Output::NormedHidden(on_hidden) => {
+                // The output norm only, row by row into the (now free) matvec input scratch.
+                let width = self.hp.n_embd;
+                let xb = &mut act.xb[..width];
+                for t in chunk.logits_rows {
+                    math::rms_norm(
+                        xb,
+                        row(&act.x, width, t),
+                        &self.output_norm,
+                        self.hp.rms_eps,
+                    );
+                    on_hidden(t, xb);
+                }
+                return Ok(());
+            }
+        };
         // The head runs for up to `n_logits` tokens at a time, its weight read once for them.
         let mut rows = chunk.logits_rows;
         while !rows.is_empty() {
@@ -642,6 +700,14 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// What `forward_chunk` hands over for the tokens of `Chunk::logits_rows`.
+enum Output<'f> {
+    /// The LM head's logits.
+    Logits(&'f mut dyn FnMut(usize, &[f32])),
+    /// The final hidden state after the output norm; the LM head is skipped.
+    NormedHidden(&'f mut dyn FnMut(usize, &[f32])),
 }
 
 /// The tokens one `forward_chunk` runs, where, and what it computes logits for.
