@@ -1063,9 +1063,11 @@ impl<'g> Engine<'g> {
     /// over the logits per token; only when it fails is the file searched for the tensor to
     /// name.
     fn check_logits_finite(&self) -> Result<(), String> {
+        // -inf is a real logit: a pruned head gives it to the tokens it dropped.
         let logits = self.state.logits();
         let first = logits.first().copied().unwrap_or(0.0);
-        if logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != first) {
+        let poisoned = logits.iter().any(|v| v.is_nan() || *v == f32::INFINITY);
+        if !poisoned && logits.iter().any(|&v| v != first) {
             return Ok(());
         }
         let culprit = match first_nonfinite_scale_in_file(&self.path, self.gguf) {
