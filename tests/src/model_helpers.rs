@@ -74,6 +74,13 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3moe" => "synthetic-qwen3moe.gguf",
         "synthetic-qwen2moe" => "synthetic-qwen2moe.gguf",
         "synthetic-bailingmoe2" => "synthetic-bailingmoe2.gguf",
+        "qwen2.5-coder-0.5b-q1_0" => "qwen2.5-coder-0.5b-q1_0.gguf",
+        "qwen2.5-coder-0.5b-q2_0" => "qwen2.5-coder-0.5b-q2_0.gguf",
+        "qwen2.5-coder-0.5b-q2_k" => "qwen2.5-coder-0.5b-q2_k.gguf",
+        "synthetic-qwen3-q2_0" => "synthetic-qwen3-q2_0.gguf",
+        "synthetic-qwen3-tq1_0" => "synthetic-qwen3-tq1_0.gguf",
+        "synthetic-qwen3-tq2_0" => "synthetic-qwen3-tq2_0.gguf",
+        "synthetic-qwen3-q2_k" => "synthetic-qwen3-q2_k.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }
@@ -88,7 +95,9 @@ pub fn optional_model(model: &str) -> bool {
 /// goldens were made from (tests/golden/<model>/model.json); real models that are
 /// absent fail the test (or return `None` for the optional 1.5B model, after a notice).
 pub fn model_path(model: &str) -> Option<PathBuf> {
-    if model.starts_with("synthetic-") {
+    let lowbit =
+        crate::golden::LOWBIT_MODELS.contains(&model) || model == "qwen2.5-coder-0.5b-q2_0";
+    if model.starts_with("synthetic-") && !lowbit {
         // written when absent or when it is not the file the goldens were made from
         return Some(crate::golden::synthetic_model(model).unwrap_or_else(|e| panic!("{e}")));
     }
@@ -102,6 +111,14 @@ pub fn model_path(model: &str) -> Option<PathBuf> {
             p.display()
         );
         return None;
+    }
+    if lowbit {
+        panic!(
+            "model {model} not found at {}: run tools/fetch-models.sh lowbit (it requantizes \
+             qwen2.5-coder-0.5b and synthetic-qwen3 with smolrun gguf requant), or set \
+             SMOLRUN_MODELS",
+            p.display()
+        );
     }
     panic!(
         "model {model} not found at {}: run tools/fetch-models.sh (or set SMOLRUN_MODELS)",

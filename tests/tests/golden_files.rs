@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const MODELS: [&str; 8] = [
+const MODELS: [&str; 14] = [
     "gemma3-270m",
     "qwen2.5-coder-0.5b",
     "qwen2.5-coder-1.5b",
@@ -17,6 +17,12 @@ const MODELS: [&str; 8] = [
     "synthetic-qwen3moe",
     "synthetic-qwen2moe",
     "synthetic-bailingmoe2",
+    "qwen2.5-coder-0.5b-q1_0",
+    "qwen2.5-coder-0.5b-q2_k",
+    "synthetic-qwen3-q2_0",
+    "synthetic-qwen3-tq1_0",
+    "synthetic-qwen3-tq2_0",
+    "synthetic-qwen3-q2_k",
 ];
 
 /// The synthetic models with Qwen2.5-Coder's very tokenizer, whose tokenize.json would repeat
@@ -25,7 +31,7 @@ fn has_own_tokenizer_golden(model: &str) -> bool {
     !matches!(
         model,
         "synthetic-qwen3" | "synthetic-qwen3moe" | "synthetic-qwen2moe" | "synthetic-bailingmoe2"
-    )
+    ) && !smolrun_tests::golden::LOWBIT_MODELS.contains(&model)
 }
 const TOP_K: usize = 20;
 const N_PREDICT: usize = 32;
@@ -288,7 +294,10 @@ fn golden_files_parse_and_have_the_declared_shapes() {
         if has_own_tokenizer_golden(model) {
             check_tokenize(model, &dir, corpus);
         }
-        if !model.starts_with("synthetic-") {
+        // the low-bit models' perplexity goldens are optional (tools/oracle/regen.sh,
+        // SMOLRUN_REGEN_NO_PPL)
+        let lowbit = smolrun_tests::golden::LOWBIT_MODELS.contains(&model);
+        if !model.starts_with("synthetic-") && (!lowbit || dir.join("perplexity.json").is_file()) {
             check_perplexity(model, &dir);
         }
     }
@@ -325,6 +334,47 @@ fn golden_data_stays_small() {
         "oracle goldens and ppl-text.txt take {} bytes, over 2 MB",
         total + ppl_text
     );
+}
+
+/// The low-bit models' goldens were made on llama-quantize's files; the tests run on the ones
+/// `smolrun gguf requant` writes (tools/fetch-models.sh lowbit). Their tensor data must be the
+/// same bytes, or the goldens say nothing about ours.
+#[test]
+fn lowbit_model_files_hold_the_goldens_tensor_bytes() {
+    use smolrun_tests::golden;
+    for model in golden::LOWBIT_MODELS {
+        let recorded = read_json(
+            &repo_root()
+                .join("tests/golden")
+                .join(model)
+                .join("model.json"),
+        );
+        let want = field(&recorded, "tensor_data_sha256", model)
+            .as_str()
+            .unwrap();
+        let path = smolrun_tests::model_path(model).unwrap();
+        // from the file's own data offset: its header may differ from llama-quantize's
+        let out = Command::new("python3")
+            .arg(repo_root().join("tools/oracle/tensor_data_sha256.py"))
+            .arg(&path)
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed = String::from_utf8_lossy(&out.stdout).to_string();
+        let (offset, got) = printed.trim().split_once(' ').expect("offset and hash");
+        assert_eq!(
+            got,
+            want,
+            "{model}: {} holds other tensor bytes (from offset {offset}) than the file the goldens \
+             were made from ({}); remake it with tools/fetch-models.sh lowbit, or {REGEN}",
+            path.display(),
+            field(&recorded, "made_by", model)
+        );
+    }
 }
 
 /// python3 with numpy and gguf, or None (the check is then skipped with a notice)
@@ -407,7 +457,11 @@ fn synthetic_models_are_written_byte_identically() {
 #[test]
 fn typed_loaders_read_every_golden_file() {
     use smolrun_tests::golden;
-    for model in golden::REAL_MODELS.iter().chain(&golden::SYNTHETIC_MODELS) {
+    for model in golden::REAL_MODELS
+        .iter()
+        .chain(&golden::SYNTHETIC_MODELS)
+        .chain(&golden::LOWBIT_MODELS)
+    {
         let logits = golden::load_logits(model).unwrap();
         assert_eq!(logits.texts.len(), 3, "{model}");
         assert!(logits.n_vocab > 0 && logits.n_ctx > 0, "{model}");
@@ -422,7 +476,10 @@ fn typed_loaders_read_every_golden_file() {
         if has_own_tokenizer_golden(model) {
             assert!(!golden::load_tokenize(model).unwrap().is_empty(), "{model}");
         }
-        if !model.starts_with("synthetic-") {
+        let lowbit = golden::LOWBIT_MODELS.contains(model);
+        if !model.starts_with("synthetic-")
+            && (!lowbit || golden::golden_dir(model).join("perplexity.json").is_file())
+        {
             let ppl = golden::load_perplexity(model).unwrap();
             assert!(
                 ppl.text_file.is_file() && ppl.n_ctx == 128 && ppl.n_chunks >= 1 && ppl.ppl > 1.0

@@ -1,6 +1,7 @@
 //! The Q1_0 and Q2_0 lookup-table kernels through the forward pass, on real files
 //! (qwen2.5-coder-0.5b-q1_0.gguf and -q2_0.gguf: Qwen2.5-Coder-0.5B requantized by
-//! llama-quantize --pure; skipped with a notice when absent): the weights repacked into 16-row groups as the
+//! llama-quantize --pure, or by `smolrun gguf requant` to the same bytes: tools/fetch-models.sh
+//! lowbit): the weights repacked into 16-row groups as the
 //! repack cache would hold them, the activation tables built once per token into the state's
 //! table scratch, a prompt's batch of more tokens than that scratch holds (`TABLE_TOKENS`)
 //! run a few tokens at a time, and decoding token by token. Every logit must be the
@@ -21,32 +22,17 @@ use smolrun_tests::*;
 
 #[test]
 fn q1_0_table_kernel_gives_the_direct_kernels_logits() {
-    check_file(
-        "qwen2.5-coder-0.5b-q1_0.gguf",
-        GgmlType::Q1_0,
-        Q1_0_LUT16_SCALAR,
-    );
+    check_file("qwen2.5-coder-0.5b-q1_0", GgmlType::Q1_0, Q1_0_LUT16_SCALAR);
 }
 
 #[test]
 fn q2_0_table_kernel_gives_the_direct_kernels_logits() {
-    check_file(
-        "qwen2.5-coder-0.5b-q2_0.gguf",
-        GgmlType::Q2_0,
-        Q2_0_LUT16_SCALAR,
-    );
+    check_file("qwen2.5-coder-0.5b-q2_0", GgmlType::Q2_0, Q2_0_LUT16_SCALAR);
 }
 
-fn check_file(name: &str, ty: GgmlType, scalar_face: RepackedKernel) {
-    let path = models_dir().join(name);
-    if !path.exists() {
-        eprintln!(
-            "NOTICE: skipping: {} is absent (llama-quantize --allow-requantize --pure the \
-             0.5B Q4_K_M file to {ty})",
-            path.display()
-        );
-        return;
-    }
+fn check_file(model: &str, ty: GgmlType, scalar_face: RepackedKernel) {
+    // a missing file fails the test and says how to make it
+    let path = model_path(model).expect("a low-bit test model");
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).expect("parse");
     // The scalar face on every CPU; this CPU's own table kernel where it has one (aarch64:

@@ -163,6 +163,23 @@ fn qwen25_coder_15b() {
     check_perplexity("qwen2.5-coder-1.5b");
 }
 
+// The 1-bit, 2-bit and ternary kernels on real shapes (golden::LOWBIT_MODELS), one test for the
+// files so they share the machine's two cores in turn. Only those with a perplexity golden:
+// llama.cpp b11434 has no x86 SIMD kernel for Q2_0 (0.55 tok/s decoding the 1.5B), so
+// tools/oracle/regen.sh can skip the low-bit perplexity runs (SMOLRUN_REGEN_NO_PPL); their
+// logits goldens are always written.
+#[test]
+fn qwen25_coder_05b_lowbit() {
+    let mut checked = 0;
+    for model in smolrun_tests::golden::LOWBIT_MODELS {
+        if golden_dir(model).join("perplexity.json").is_file() {
+            check_perplexity(model);
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no low-bit model has a perplexity golden");
+}
+
 /// `perplexity_strided` (llama-perplexity's --ppl-stride, and a last window for the tail): every
 /// token from `n_ctx - stride` to the end of the text is scored exactly once, and a window that
 /// starts where a chunk starts gives the chunk method's log-likelihoods to the bit (the same

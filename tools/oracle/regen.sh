@@ -13,7 +13,9 @@
 #                                                         must equal the one ppl-tokens.json adds up to)
 #   tests/golden/<model>/model.json                      (synthetic models: the file's sha256)
 # Env: SMOLRUN_ORACLE (llama.cpp cache, default ~/.cache/smolrun/oracle),
-#      SMOLRUN_MODELS (models, default ~/.cache/smolrun/models).
+#      SMOLRUN_MODELS (models, default ~/.cache/smolrun/models),
+#      SMOLRUN_REGEN_NO_PPL=1: no perplexity goldens for the low-bit models (llama.cpp b11434 has
+#      no x86 SIMD kernel for Q2_0: its 5,376 perplexity tokens take ~40 minutes there).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${SMOLRUN_ORACLE:-$HOME/.cache/smolrun/oracle}
@@ -23,7 +25,13 @@ bin=$cache/build/bin
 golden_dir=$repo/tests/golden
 threads=2
 
-all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2)
+# the low-bit files: Qwen2.5-Coder-0.5B requantized by llama-quantize --allow-requantize --pure
+# (real shapes, poor text; tests make the same files with `smolrun gguf requant`)
+# Q2_0 and the ternary types make the 0.5B chaotic (its text degenerates and a last-bit change in
+# an activation moves the logits by whole units: llama.cpp's own F16 copy of the Q2_0 file scores
+# 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
+lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k)
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -37,6 +45,7 @@ model_file() {
     synthetic-qwen3moe) echo "$models/synthetic-qwen3moe.gguf" ;;
     synthetic-qwen2moe) echo "$models/synthetic-qwen2moe.gguf" ;;
     synthetic-bailingmoe2) echo "$models/synthetic-bailingmoe2.gguf" ;;
+    qwen2.5-coder-0.5b-* | synthetic-qwen3-*) echo "$models/$1.gguf" ;;
     *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
   esac
 }
@@ -59,14 +68,40 @@ fi
 for m in "${want[@]}"; do
   file=$(model_file "$m")
   out=$golden_dir/$m
+  lowbit_type=
+  case $m in
+    qwen2.5-coder-0.5b-* | synthetic-qwen3-*)
+      lowbit_type=$(echo "${m##*-}" | tr a-z A-Z)
+      lowbit_src=$(model_file "${m%-*}")
+      [[ -f $file ]] || "$bin/llama-quantize" --allow-requantize --pure "$lowbit_src" "$file" "$lowbit_type" 2 \
+        >"$cache/quantize-$m.log" 2>&1 || { echo "regen: llama-quantize failed for $m; see $cache/quantize-$m.log" >&2; exit 1; }
+      ;;
+  esac
   mkdir -p "$out"
   echo "regen: $m"
   corpus=(--corpus "$repo/tools/oracle/corpus.json")
   # synthetic-qwen3 has the very tokenizer of qwen2.5-coder (same vocab, merges and pre-type), so
   # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
-  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 ]] && corpus=()
+  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || -n $lowbit_type ]] && corpus=()
   (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
 
+  if [[ -n $lowbit_type ]]; then
+    # which file the goldens belong to: its tensor data's sha256 (the bytes `smolrun gguf requant`
+    # must reproduce) and the whole file's
+    read -r data_offset data_sha < <(python3 "$repo/tools/oracle/tensor_data_sha256.py" "$file")
+    python3 - "$file" "$m" "$lowbit_type" "$data_offset" "$data_sha" "$out/model.json" "$(basename "$lowbit_src")" <<'PY'
+import hashlib, json, os, sys
+path, name, ty, data_offset, data_sha, out, src = sys.argv[1:]
+whole = hashlib.sha256(open(path, "rb").read()).hexdigest()
+json.dump({"model": name, "file": os.path.basename(path), "bytes": os.path.getsize(path), "sha256": whole,
+           "tensor_data_sha256": data_sha, "tensor_data_offset": int(data_offset),
+           "made_by": f"llama-quantize --allow-requantize --pure {src} OUT {ty} (b11434)"},
+          open(out, "w"), indent=1)
+open(out, "a").write("\n")
+PY
+    # the synthetic ones: logits goldens only (their model.json is the one just written)
+    [[ $m == synthetic-* ]] && continue
+  fi
   case $m in
     synthetic-*)
       python3 - "$file" "$m" "$out/model.json" <<'PY'
@@ -85,6 +120,7 @@ PY
       # the same logits without repacked weights: how often llama.cpp's top-1 changes with its
       # own CPU layout, the yardstick tests/tests/logits.rs holds us to
       (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json --no-repack --out "$out")
+      [[ -n $lowbit_type && -n ${SMOLRUN_REGEN_NO_PPL:-} ]] && continue
       (cd "$repo" && "$golden" --model "$file" --name "$m" --ppl-text tests/golden/ppl-text.txt --ppl-ctx 128 --out "$out")
       log=$cache/perplexity-$m.log
       (cd "$repo" && "$bin/llama-perplexity" -m "$file" -f tests/golden/ppl-text.txt -c 128 -t $threads) >"$log" 2>&1 \
