@@ -63,6 +63,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q8_0, q8_0_512, Some(q8_0_rows_512), "avx512");
     set.install(GgmlType::Q4_0, q4_0_512, Some(q4_0_rows_512), "avx512");
     set.install(GgmlType::Q5_0, q5_0_512, Some(q5_0_rows_512), "avx512");
+    // Q1_0: the AVX2 one-row dot, eight rows at a time by masked moves and vpdpbusd (same bits)
+    set.install(GgmlType::Q1_0, q1_0, Some(q1_0_rows_512), "avx512");
     set.install_cols(GgmlType::Q8_0, q8_0_cols_512);
     set.install_cols(GgmlType::Q4_0, q4_0_cols_512);
     set.install_cols(GgmlType::Q5_0, q5_0_cols_512);
@@ -113,6 +115,9 @@ fn f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q1_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_lowbit::vec_dot_q1_0_q8_0(n, w, a) }
+}
+fn q1_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_lowbit::matvec_q1_0_q8_0_vnni(n, w, a, out) }
 }
 fn q1_0_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     unsafe { avx2_lowbit::matvec_q1_0_q8_0(n, w, a, out) }
