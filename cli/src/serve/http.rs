@@ -383,14 +383,25 @@ async fn generate(
     // Taken by the stream when the answer is streamed; printed when this function returns
     // (or is dropped because the client left) otherwise.
     let mut log = Some(RequestLog::new(Method::POST, path));
-    let mut response = match start_generation(&app, endpoint, body, &mut log).await {
+    let started = start_generation(&app, endpoint, body, &mut log).await;
+    generation_response(started, &mut log, ApiError::into_response)
+}
+
+/// A generation's response, or its error in the API's shape; either way marked as logged here
+/// (the log goes with the stream, or records the error status).
+fn generation_response(
+    started: Result<Response, ApiError>,
+    log: &mut Option<RequestLog>,
+    error_response: fn(ApiError) -> Response,
+) -> Response {
+    let mut response = match started {
         Ok(r) => r,
         Err(e) => {
-            if let Some(log) = &mut log {
+            if let Some(log) = log {
                 log.status = e.status;
                 log.generating = false;
             }
-            e.into_response()
+            error_response(e)
         }
     };
     response.extensions_mut().insert(LoggedByHandler);
@@ -617,18 +628,8 @@ async fn ollama_generation(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let mut log = Some(RequestLog::new(Method::POST, path));
-    let mut response = match start_ollama_generation(&app, endpoint, body, &mut log).await {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(log) = &mut log {
-                log.status = e.status;
-                log.generating = false;
-            }
-            e.into_ollama_response()
-        }
-    };
-    response.extensions_mut().insert(LoggedByHandler);
-    response
+    let started = start_ollama_generation(&app, endpoint, body, &mut log).await;
+    generation_response(started, &mut log, ApiError::into_ollama_response)
 }
 
 fn ndjson_response(body: Body) -> Response {

@@ -187,20 +187,25 @@ unsafe fn rows8_q1_0_vnni(nb: usize, x0: *const u8, stride: usize, y: *const u8)
             let d8 = _mm256_set1_ps(f16_at(ys.add(k * Q8_0_BYTES)));
             sumi = _mm256_add_ps(sumi, _mm256_mul_ps(d8, _mm256_cvtepi32_ps(isum)));
         }
-        let h = |r: usize| i16::from_le_bytes(*(xs.add(r * stride) as *const [u8; 2]));
-        let d = _mm256_cvtph_ps(_mm_setr_epi16(
-            h(0),
-            h(1),
-            h(2),
-            h(3),
-            h(4),
-            h(5),
-            h(6),
-            h(7),
-        ));
-        sumf = _mm256_add_ps(sumf, _mm256_mul_ps(d, sumi));
+        sumf = _mm256_add_ps(sumf, _mm256_mul_ps(row_scales8(xs, stride), sumi));
     }
     sumf
+}
+
+/// The f16 scales of eight blocks `stride` bytes apart (one per row), as f32 in lanes 0..8.
+#[inline(always)]
+unsafe fn row_scales8(xs: *const u8, stride: usize) -> __m256 {
+    let h = |r: usize| i16::from_le_bytes(*(xs.add(r * stride) as *const [u8; 2]));
+    _mm256_cvtph_ps(_mm_setr_epi16(
+        h(0),
+        h(1),
+        h(2),
+        h(3),
+        h(4),
+        h(5),
+        h(6),
+        h(7),
+    ))
 }
 
 /// The eight row sums of one Q8_0 block, lane r = sum of the eight i32 lanes of `m[r]`.
@@ -243,19 +248,7 @@ unsafe fn rows8_q1_0(nb: usize, x0: *const u8, stride: usize, y: *const u8) -> _
             let d8 = _mm256_set1_ps(f16_at(ys.add(k * Q8_0_BYTES)));
             sumi = _mm256_add_ps(sumi, _mm256_mul_ps(d8, isum));
         }
-        let dw = |r: usize| *(xs.add(r * stride) as *const [u8; 2]);
-        let h = |r: usize| i16::from_le_bytes(dw(r));
-        let d = _mm256_cvtph_ps(_mm_setr_epi16(
-            h(0),
-            h(1),
-            h(2),
-            h(3),
-            h(4),
-            h(5),
-            h(6),
-            h(7),
-        ));
-        sumf = _mm256_add_ps(sumf, _mm256_mul_ps(d, sumi));
+        sumf = _mm256_add_ps(sumf, _mm256_mul_ps(row_scales8(xs, stride), sumi));
     }
     sumf
 }
