@@ -11,6 +11,7 @@ use super::store::{WeightKey, WeightStore};
 use crate::kernels::RepackedKernel;
 use crate::math::{self, AttentionKernel};
 use crate::platform::{Parallel, RowDispenser};
+use crate::quant::GgmlType;
 use alloc::format;
 use alloc::string::String;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,10 @@ pub struct Pass<'p> {
     /// The tables a lookup-table kernel reads instead of `act_q` (`RepackedKernel::act_table`),
     /// for as many tokens at a time as it holds (empty when no matrix has such a kernel).
     act_tables: &'p mut [u8],
+    /// Which kernel layout, weight type and width `act_tables` holds the whole pass's tables
+    /// for, built from the current `act_q`: matrices that share an input (q, k, v; gate, up)
+    /// read them without building them again. Cleared whenever `act_q` is written.
+    tables_of: Option<(&'static str, GgmlType, usize)>,
     /// The matmul workers' output before it is copied into the tokens' rows.
     tile: &'p mut [f32],
 }
@@ -68,6 +73,7 @@ impl<'p> Pass<'p> {
             tap,
             act_q,
             act_tables,
+            tables_of: None,
             tile,
         }
     }
@@ -138,6 +144,7 @@ impl<'p> Pass<'p> {
         let quantize =
             |t: usize, out: &mut [u8]| m.kernel.quantize_activation(row(x, width, t), out);
         let failed = AtomicBool::new(false);
+        self.tables_of = None;
         let shared = SharedMut::new(&mut self.act_q[..n * m.act_bytes]);
         per_token(self.par, n, &|_, t| {
             // SAFETY: token t's row is written by this worker only.
@@ -320,10 +327,15 @@ impl<'p> Pass<'p> {
         let n_workers = self.par.n_threads().max(1);
         let failed = AtomicBool::new(false);
         let out = SharedMut::new(&mut out[..n * n_rows]);
+        let whole_pass = tokens_at_once >= n;
+        let table_key = (rk.layout, m.ty, m.n_cols);
         for t0 in (0..n).step_by(tokens_at_once) {
             let t1 = (t0 + tokens_at_once).min(n);
             let inputs: &[u8] = match rk.act_table {
                 None => &self.act_q[t0 * m.act_bytes..t1 * m.act_bytes],
+                Some(_) if whole_pass && self.tables_of == Some(table_key) => {
+                    &self.act_tables[..n * input_bytes]
+                }
                 Some(_) => {
                     let acts = &self.act_q[..n * m.act_bytes];
                     let tables = SharedMut::new(&mut self.act_tables[..(t1 - t0) * input_bytes]);
@@ -341,6 +353,7 @@ impl<'p> Pass<'p> {
                         rk.build_table(m.ty, m.n_cols, &acts[..m.act_bytes], table)
                             .map_err(quant_err)?;
                     }
+                    self.tables_of = whole_pass.then_some(table_key);
                     &self.act_tables[..(t1 - t0) * input_bytes]
                 }
             };
@@ -383,6 +396,7 @@ impl<'p> Pass<'p> {
     /// is at most `n_cols` f32s, and the scratch holds at least that) and dequantized: an
     /// embedding row, without fetching the table.
     pub fn read_row(&mut self, m: &Matrix, r: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        self.tables_of = None;
         let raw = &mut self.act_q[..m.row_bytes];
         self.store.read_rows(m.key, r, 1, raw)?;
         crate::quant::dequantize_row(m.ty, raw, out).map_err(|err| ModelError::Quant {
