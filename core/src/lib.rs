@@ -11,6 +11,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod gguf;
+pub mod grammar;
 pub mod kernels;
 pub mod math;
 pub mod model;
