@@ -144,6 +144,18 @@ class Nginx:
                     out[m.group(1)] = (int(m.group(2)), split(m.group(3)), split(m.group(4)))
         return out
 
+    def entries_for(self, results):
+        """entries() once every one of `results` is logged: nginx writes a request's line
+        after its last byte is sent, so a client can be done a moment before the line is."""
+        deadline = time.time() + 5
+        while True:
+            entries = self.entries()
+            missing = [r.id for r in results if r.id not in entries]
+            if not missing:
+                return entries
+            assert time.time() < deadline, "not in nginx's access log: %r" % missing[:5]
+            time.sleep(0.05)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGQUIT)  # graceful: the workers finish and exit
@@ -297,7 +309,7 @@ def main():
             for t in threads:
                 t.join(REQUEST_TIMEOUT_S + 5)
             bad = [(r.id, r.outcome) for r in results if r.outcome != "ok"]
-            counts = tally(results, nginx.entries(), (a, b))
+            counts = tally(results, nginx.entries_for(results), (a, b))
             print("      overflow: %r" % counts, flush=True)
             assert not bad, bad
             assert counts["after 503"] >= 1, "no request was passed on after a 503: %r" % counts
@@ -318,7 +330,7 @@ def main():
                 killed.append(time.time())
 
             results, _ = load(front, "kill", 11, [(6.5, kill_b)])
-            entries = nginx.entries()
+            entries = nginx.entries_for(results)
             counts = tally(results, entries, (a, b))
             after = [r for r in results if r.started > killed[0]]
             slowest = max(r.elapsed for r in results)
@@ -363,7 +375,7 @@ def main():
                 sent.append(time.time())
 
             results, _ = load(front, "drain", 9, [(0.5, wait_for_b_then_sigterm_a)])
-            counts = tally(results, nginx.entries(), (a, b2))
+            counts = tally(results, nginx.entries_for(results), (a, b2))
             after = [r for r in results if r.started > sent[0]]
             print("      drain: %d requests, %d after SIGTERM to A: %r"
                   % (len(results), len(after), counts), flush=True)
