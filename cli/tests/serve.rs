@@ -522,6 +522,112 @@ fn a_full_queue_answers_503_and_the_queue_drains() {
     assert_eq!(r.json()["choices"][0]["message"]["content"], "echo: after");
 }
 
+fn sigterm(server: &Server) {
+    // SAFETY: kill(2) on the pid of our own child.
+    let rc = unsafe { libc::kill(server.child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0, "kill -TERM failed");
+}
+
+/// Wait for the server to exit, at most `timeout`.
+fn wait_exit(server: &mut Server, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = server.child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running {timeout:?} after SIGTERM; log: {:#?}",
+            server.log_lines()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_stops_listening_finishes_accepted_requests_then_exits() {
+    let mut server = Server::start(&["--queue", "2", "--fake-token-ms", "30"]);
+    let addr = server.addr;
+
+    // A streams (40 tokens, about 1.2 s), B waits in the queue, C is an idle keep-alive
+    // connection with no request on it.
+    let mut a_body = chat_body("[loop]");
+    a_body["stream"] = json!(true);
+    a_body["max_tokens"] = json!(40);
+    let a_text = a_body.to_string();
+    let mut a = connect(addr);
+    send_head(&mut a, "POST", "/v1/chat/completions", &[], a_text.len());
+    a.write_all(a_text.as_bytes()).unwrap();
+    let mut a_reader = BufReader::new(a);
+    assert_eq!(read_head(&mut a_reader).0, 200);
+    assert!(read_chunk(&mut a_reader).is_some());
+    let b = std::thread::spawn(move || {
+        let mut body = chat_body("queued");
+        body["max_tokens"] = json!(3);
+        post(addr, "/v1/chat/completions", &body)
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while request(addr, "GET", "/v1/state", &[], b"").json()["generation"]["queued"] != 1 {
+        assert!(Instant::now() < deadline, "job B never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut idle = connect(addr);
+
+    sigterm(&server);
+    server.wait_for_log("SIGTERM", Duration::from_secs(5));
+    // New connections are refused (a load balancer tries the next box at once)...
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "still accepting after SIGTERM"
+    );
+    // ...an idle connection is closed rather than kept open...
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut idle, &mut byte).unwrap_or(0),
+        0,
+        "idle connection left open"
+    );
+    // ...and what was accepted is answered in full: the stream in flight and the queued job.
+    let mut a_rest = Vec::new();
+    while let Some(c) = read_chunk(&mut a_reader) {
+        a_rest.extend(c);
+    }
+    assert_eq!(
+        sse_events(&a_rest).last().map(String::as_str),
+        Some("[DONE]")
+    );
+    let b = b.join().unwrap();
+    assert_eq!(b.status, 200);
+    assert_eq!(b.json()["choices"][0]["message"]["content"], "echo: que");
+
+    let status = wait_exit(&mut server, Duration::from_secs(10));
+    assert!(status.success(), "{status}");
+    server.wait_for_log("every request answered", Duration::from_secs(5));
+}
+
+#[test]
+fn a_second_sigterm_stops_without_waiting() {
+    // Left alone, this stream would run for 1000 * 20 ms = 20 s.
+    let mut server = Server::start(&["--fake-token-ms", "20", "-c", "1000"]);
+    let mut body = chat_body("[loop]");
+    body["stream"] = json!(true);
+    let text = body.to_string();
+    let mut s = connect(server.addr);
+    send_head(&mut s, "POST", "/v1/chat/completions", &[], text.len());
+    s.write_all(text.as_bytes()).unwrap();
+    let mut reader = BufReader::new(s);
+    assert_eq!(read_head(&mut reader).0, 200);
+    assert!(read_chunk(&mut reader).is_some());
+
+    sigterm(&server);
+    server.wait_for_log("SIGTERM", Duration::from_secs(5));
+    let started = Instant::now();
+    sigterm(&server);
+    wait_exit(&mut server, Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    server.wait_for_log("second SIGTERM", Duration::from_secs(5));
+}
+
 #[test]
 fn a_client_that_leaves_cancels_its_generation() {
     // 20 ms per token and no token limit: left alone, each job would run for 1000 * 20 ms = 20 s.

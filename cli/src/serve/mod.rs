@@ -25,10 +25,15 @@ mod worker;
 
 use backend::Backend;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use std::future::{poll_fn, Future};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 pub struct ServeConfig {
     pub host: String,
@@ -41,7 +46,7 @@ pub struct ServeConfig {
 /// A slow or idle client gets this long to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Load the model on the generation thread (with `load`), then serve until the process ends.
+/// Load the model on the generation thread (with `load`), then serve until SIGTERM and drain.
 pub fn run<F>(config: ServeConfig, load: F) -> Result<(), String>
 where
     F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
@@ -82,26 +87,78 @@ where
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("cannot register the socket: {e}"))?;
-        loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _peer)) => stream,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait instead of spinning.
-                    eprintln!("smolrun serve: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true); // one small write per token: send it now
-            let service = TowerToHyperService::new(router.clone());
-            tokio::spawn(async move {
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service);
-                // A connection error only concerns that client (it went away, sent garbage).
-                let _ = connection.await;
-            });
-        }
+        let terminate = signal(SignalKind::terminate())
+            .map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
+        serve_until_terminated(listener, router, terminate).await;
+        Ok(())
     })
+}
+
+enum Next {
+    Connection(std::io::Result<tokio::net::TcpStream>),
+    Terminate,
+}
+
+/// Accept connections until SIGTERM, then drain: close the listening socket (new connections
+/// are refused, so a load balancer in front sends them to another box at once), let every
+/// request already accepted finish, the queued ones included, close idle keep-alive
+/// connections, and return. A second SIGTERM returns at once; SIGINT (Ctrl-C) still stops the
+/// process at once.
+async fn serve_until_terminated(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    mut terminate: Signal,
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let next = poll_fn(|cx| {
+            if terminate.poll_recv(cx).is_ready() {
+                return Poll::Ready(Next::Terminate);
+            }
+            listener
+                .poll_accept(cx)
+                .map(|r| Next::Connection(r.map(|(stream, _peer)| stream)))
+        })
+        .await;
+        let stream = match next {
+            Next::Terminate => break,
+            Next::Connection(Ok(stream)) => stream,
+            Next::Connection(Err(e)) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                eprintln!("smolrun serve: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true); // one small write per token: send it now
+        let service = TowerToHyperService::new(router.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        // A connection error only concerns that client (it went away, sent garbage).
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    eprintln!(
+        "smolrun serve: SIGTERM: not listening any more; finishing the requests of {} open \
+         connection(s) (SIGTERM again to stop now)",
+        graceful.count()
+    );
+    let mut drained = pin!(graceful.shutdown());
+    let drained = poll_fn(|cx| {
+        if drained.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(true);
+        }
+        terminate.poll_recv(cx).map(|_| false)
+    })
+    .await;
+    if drained {
+        eprintln!("smolrun serve: every request answered; exiting");
+    } else {
+        eprintln!("smolrun serve: second SIGTERM: exiting with requests unfinished");
+    }
 }
