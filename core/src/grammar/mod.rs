@@ -230,6 +230,9 @@ pub struct Grammar {
     pub(crate) first: Vec<ByteSet>,
     /// Whether the rest of the alternative from this position can match the empty string.
     pub(crate) nullable: Vec<bool>,
+    /// Bytes in the same class are in exactly the same sets, so every step treats them alike:
+    /// the token-mask walk reuses a sibling's result for a byte of the same class.
+    pub(crate) byte_class: [u8; 256],
     names: Vec<String>,
 }
 
@@ -401,13 +404,43 @@ impl GrammarBuilder {
             alt_starts,
             rule_first: vec![ByteSet::EMPTY; n_rules],
             rule_nullable: vec![false; n_rules],
+            byte_class: [0; 256],
             names: self.names,
         };
+        grammar.byte_class = byte_classes(&grammar.sets);
         grammar.compute_first_sets();
         grammar.check_productive()?;
         grammar.check_left_recursion()?;
         Ok(grammar)
     }
+}
+
+/// Numbers the bytes by which sets hold them: equal numbers, equal membership everywhere. (At
+/// most 256 classes, so the number fits a byte.)
+fn byte_classes(sets: &[ByteSet]) -> [u8; 256] {
+    let words = sets.len().div_ceil(64);
+    let signature = |b: u8| -> Vec<u64> {
+        let mut bits = vec![0u64; words];
+        for (i, set) in sets.iter().enumerate() {
+            if set.contains(b) {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        bits
+    };
+    let mut seen: Vec<Vec<u64>> = Vec::new();
+    let mut classes = [0u8; 256];
+    for b in 0..=255u8 {
+        let sig = signature(b);
+        classes[b as usize] = match seen.iter().position(|s| *s == sig) {
+            Some(c) => c as u8,
+            None => {
+                seen.push(sig);
+                (seen.len() - 1) as u8
+            }
+        };
+    }
+    classes
 }
 
 impl Grammar {
