@@ -7,7 +7,7 @@
 //! [`Element`]s: a literal byte string, one byte out of a [`ByteSet`], or a reference to a
 //! rule. It works on bytes, not characters: where UTF-8 validity matters (JSON strings) the
 //! grammar spells out the well-formed multi-byte sequences itself. [`GrammarBuilder`] compiles
-//! the rules into one flat array of positions ([`Op`]s: "one byte of set s", "call rule r",
+//! the rules into one flat array of positions (`Op`s: "one byte of set s", "call rule r",
 //! "end of alternative"), and computes for every position the bytes that can start what
 //! follows it in its alternative (`first`) and whether that rest can be empty (`nullable`).
 //! It refuses undefined rules, rules that derive no finite string, and left recursion (a rule
