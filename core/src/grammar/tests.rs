@@ -222,3 +222,55 @@ fn token_masks() {
         assert_eq!(allowed[0] >> i & 1 == 1, expected, "token {i}");
     }
 }
+
+/// The mask walk's shortcuts (a sibling's set reused for a byte of the same class, a string's
+/// loop recognised as mapping a set to itself) against `allows`, token by token, on every
+/// token of four letters or fewer over a small alphabet, in several states.
+#[test]
+fn token_masks_match_allows_everywhere() {
+    // root ::= "\"" [a-z ]* "\"" [0-9] ("x" | "")
+    let mut b = GrammarBuilder::new();
+    let chars = b.repeat(vec![Element::set(&[(b'a', b'z'), (b' ', b' ')])], 0, None);
+    let tail = b.rule("tail", vec![vec![lit("x")], vec![]]).unwrap();
+    let root = b
+        .rule(
+            "root",
+            vec![vec![
+                lit("\""),
+                chars,
+                lit("\""),
+                Element::range(b'0', b'9'),
+                Element::rule(tail),
+            ]],
+        )
+        .unwrap();
+    let g = Arc::new(b.build(root).unwrap());
+    let alphabet = b"ab \"1x";
+    let mut vocab: Vec<Vec<u8>> = Vec::new();
+    for len in 1..=4u32 {
+        for mut k in 0..alphabet.len().pow(len) {
+            let mut t = Vec::new();
+            for _ in 0..len {
+                t.push(alphabet[k % alphabet.len()]);
+                k /= alphabet.len();
+            }
+            vocab.push(t);
+        }
+    }
+    let trie = TokenTrie::new(vocab.iter().enumerate().map(|(i, t)| (i as u32, &t[..])));
+    let mut allowed = vec![0u64; vocab.len().div_ceil(64)];
+    for prefix in ["", "\"", "\"ab", "\"a b\"", "\"a\"1"] {
+        let mut m = Matcher::new(g.clone());
+        assert!(m.advance(prefix.as_bytes()));
+        m.fill_allowed(&trie, &mut allowed);
+        for (i, t) in vocab.iter().enumerate() {
+            let bit = allowed[i / 64] >> (i % 64) & 1 == 1;
+            assert_eq!(
+                bit,
+                m.allows(t),
+                "after {prefix:?}: {:?}",
+                core::str::from_utf8(t)
+            );
+        }
+    }
+}
