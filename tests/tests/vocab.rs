@@ -17,13 +17,14 @@ fn vocab_dir() -> PathBuf {
 /// by "\n__ggml_vocab_test__\n" (text after the last separator, empty in these files, is a case
 /// only if non-empty); the ids are one line per text, stripped, separated by single spaces (an
 /// empty line is no ids).
-fn cases(vocab: &str) -> Vec<(Vec<u8>, Vec<u32>)> {
-    let path = |ext: &str| vocab_dir().join(format!("{vocab}.{ext}"));
-    let read = |ext: &str| {
-        std::fs::read(path(ext)).unwrap_or_else(|e| panic!("{}: {e}", path(ext).display()))
+fn cases(inp: &str, out: &str) -> Vec<(Vec<u8>, Vec<u32>)> {
+    let read = |name: &str| {
+        let path = vocab_dir().join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     };
-    let inp = read("inp");
-    let out = String::from_utf8(read("out")).expect(".out is ASCII");
+    let vocab = out;
+    let inp = read(inp);
+    let out = String::from_utf8(read(out)).expect(".out is ASCII");
 
     const SEP: &[u8] = b"\n__ggml_vocab_test__\n";
     let mut texts = Vec::new();
@@ -61,8 +62,9 @@ fn cases(vocab: &str) -> Vec<(Vec<u8>, Vec<u32>)> {
 
 /// Encodes every case with `tok` as test-tokenizer-0 does; fails listing each mismatch.
 /// Returns the number of cases.
-fn check(vocab: &str, tok: &Tokenizer) -> usize {
-    let cases = cases(vocab);
+fn check(inp: &str, out: &str, tok: &Tokenizer) -> usize {
+    let vocab = out;
+    let cases = cases(inp, out);
     assert!(!cases.is_empty(), "{vocab}: no cases");
     let mut failures = Vec::new();
     let mut ids = Vec::new();
@@ -104,7 +106,11 @@ fn qwen35_vocab_matches_llama_cpp_test_vectors() {
     assert_eq!(gguf.get_str("tokenizer.ggml.pre").unwrap(), "qwen35");
     let tok = tokenizer(map.bytes(), QWEN35);
     assert!(!tok.adds_bos(), "qwen35 adds no BOS");
-    let n = check(QWEN35, &tok);
+    let n = check(
+        "ggml-vocab-qwen35.gguf.inp",
+        "ggml-vocab-qwen35.gguf.out",
+        &tok,
+    );
     assert_eq!(n, 50, "the b11434 vectors have 50 cases");
 }
 
@@ -139,5 +145,33 @@ fn qwen2_from_qwen35(qwen35: &[u8]) -> Vec<u8> {
 fn qwen2_vocab_matches_llama_cpp_test_vectors() {
     let map = qwen35_file();
     let tok = tokenizer(&qwen2_from_qwen35(map.bytes()), "ggml-vocab-qwen2.gguf");
-    assert_eq!(check("ggml-vocab-qwen2.gguf", &tok), 46);
+    let n = check(
+        "ggml-vocab-qwen2.gguf.inp",
+        "ggml-vocab-qwen2.gguf.out",
+        &tok,
+    );
+    assert_eq!(n, 46, "the b11434 vectors have 46 cases");
+}
+
+/// Texts with combining marks in many scripts and places (tests/golden/vocab/qwen35-marks.inp),
+/// with llama.cpp b11434's ids on the qwen35 vocabulary and on the same vocabulary as qwen2
+/// (tools/oracle/vocab_marks.py): llama.cpp's own qwen35 vectors give the same ids under
+/// Qwen2's pre-tokenizer, these do not.
+#[test]
+fn combining_marks_match_llama_cpp_for_qwen35_and_qwen2() {
+    const INP: &str = "qwen35-marks.inp";
+    let map = qwen35_file();
+    let qwen35 = tokenizer(map.bytes(), QWEN35);
+    let qwen2 = tokenizer(&qwen2_from_qwen35(map.bytes()), "ggml-vocab-qwen2.gguf");
+    let n = check(INP, "qwen35-marks.qwen35.out", &qwen35);
+    assert_eq!(check(INP, "qwen35-marks.qwen2.out", &qwen2), n);
+    let differ = cases(INP, "qwen35-marks.qwen35.out")
+        .iter()
+        .zip(cases(INP, "qwen35-marks.qwen2.out"))
+        .filter(|(a, b)| a.1 != b.1)
+        .count();
+    assert!(
+        differ > 0,
+        "the reference gives the same ids for qwen35 and qwen2 on every text"
+    );
 }
