@@ -73,8 +73,8 @@ impl fmt::Display for TokenizerError {
             UnknownPre { found } => write!(
                 f,
                 "tokenizer.ggml.pre is \"{found}\", a pre-tokenizer smolrun does not implement \
-                 (it knows qwen2, llama-bpe/llama3, gpt-2, starcoder and default families); \
-                 this model cannot be tokenized correctly"
+                 (it knows qwen2, qwen35, llama-bpe/llama3, gpt-2, starcoder and default \
+                 families); this model cannot be tokenized correctly"
             ),
         }
     }

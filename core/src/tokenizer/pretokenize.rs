@@ -8,7 +8,9 @@
 //! A stage turns a list of pieces (lengths in code points) into a finer list; a pre-tokenizer
 //! is a sequence of stages, each applied to every piece the previous one produced.
 
-use super::unicode::{flags_of, GROUP_LETTER, GROUP_NUMBER, GROUP_PUNCTUATION, WHITESPACE};
+use super::unicode::{
+    flags_of, GROUP_LETTER, GROUP_MARK, GROUP_NUMBER, GROUP_PUNCTUATION, WHITESPACE,
+};
 use alloc::vec::Vec;
 
 /// A pre-tokenizer and the BPE options that come with its name.
@@ -31,6 +33,10 @@ pub enum PreTokenizer {
     Llama3,
     /// Qwen2: as Llama 3 but one digit per word (`\p{N}`).
     Qwen2,
+    /// Qwen3.5: as Qwen2, but combining marks count as letters: `[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+`
+    /// and ` ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*` (Qwen2 cuts a mark such as U+0301 off the word
+    /// before it).
+    Qwen35,
     /// StarCoder and others: `\p{N}` first (every digit alone), then GPT-2.
     Starcoder,
     /// What llama.cpp uses when `tokenizer.ggml.pre` is "default" or missing:
@@ -55,6 +61,7 @@ impl PreTokenizer {
             "dbrx" | "smaug-bpe" => setup(PreTokenizer::Llama3, false),
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "hunyuan"
             | "solar-open" => setup(PreTokenizer::Qwen2, false),
+            "qwen35" => setup(PreTokenizer::Qwen35, false),
             "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
             | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais"
             | "trillion" | "granite-docling" => setup(PreTokenizer::Gpt2, false),
@@ -83,8 +90,15 @@ impl PreTokenizer {
             };
         match self {
             PreTokenizer::Gpt2 => run_stage(&mut pieces, &|a, b, o| text.gpt2(a, b, o)),
-            PreTokenizer::Llama3 => run_stage(&mut pieces, &|a, b, o| text.llama3(a, b, 3, o)),
-            PreTokenizer::Qwen2 => run_stage(&mut pieces, &|a, b, o| text.llama3(a, b, 1, o)),
+            PreTokenizer::Llama3 => run_stage(&mut pieces, &|a, b, o| {
+                text.llama3(a, b, 3, GROUP_LETTER, o)
+            }),
+            PreTokenizer::Qwen2 => run_stage(&mut pieces, &|a, b, o| {
+                text.llama3(a, b, 1, GROUP_LETTER, o)
+            }),
+            PreTokenizer::Qwen35 => run_stage(&mut pieces, &|a, b, o| {
+                text.llama3(a, b, 1, GROUP_LETTER | GROUP_MARK, o)
+            }),
             PreTokenizer::Starcoder => {
                 run_stage(&mut pieces, &|a, b, o| text.each_alone(a, b, is_number, o));
                 run_stage(&mut pieces, &|a, b, o| text.gpt2(a, b, o));
@@ -264,9 +278,11 @@ impl Text<'_> {
         }
     }
 
-    /// The Llama 3 regex (`max_digits` 3) and Qwen2's (`max_digits` 1), as llama.cpp scans
-    /// them.
-    fn llama3(&self, ini: usize, end: usize, max_digits: usize, out: &mut Vec<usize>) {
+    /// The Llama 3 regex (`max_digits` 3), Qwen2's (`max_digits` 1) and Qwen3.5's (`max_digits`
+    /// 1, `word` also taking marks), as llama.cpp scans them. `word` is the class a word is a run
+    /// of: `\p{L}` (`GROUP_LETTER`), or `[\p{L}\p{M}]` for Qwen3.5, whose punctuation class
+    /// leaves marks out as well.
+    fn llama3(&self, ini: usize, end: usize, max_digits: usize, word: u16, out: &mut Vec<usize>) {
         let cpt = |p: usize| {
             if p >= ini && p < end {
                 self.cps[p]
@@ -309,12 +325,12 @@ impl Text<'_> {
                 }
             }
 
-            // [^\r\n\p{L}\p{N}]?\p{L}+
+            // [^\r\n\p{L}\p{N}]?\p{L}+ (or [\p{L}\p{M}]+)
             if !(is_cr_lf(c) || f & GROUP_NUMBER != 0)
-                && (f & GROUP_LETTER != 0 || flags(pos + 1) & GROUP_LETTER != 0)
+                && (f & word != 0 || flags(pos + 1) & word != 0)
             {
                 pos += 1;
-                while flags(pos) & GROUP_LETTER != 0 {
+                while flags(pos) & word != 0 {
                     pos += 1;
                 }
                 e.add(pos);
@@ -335,11 +351,11 @@ impl Text<'_> {
                 continue;
             }
 
-            // ' ?[^\s\p{L}\p{N}]+[\r\n]*'. The reference tests that the *current* code point
+            // ' ?[^\s\p{L}\p{N}]+[\r\n]*' (or [^\s\p{L}\p{M}\p{N}]). The reference tests that the *current* code point
             // is in range here (not the one after the space); kept as is.
             let space = c == ' ' as u32;
             let mut f2 = if space { flags(pos + 1) } else { f };
-            let is_other = |f: u16| f & (WHITESPACE | GROUP_LETTER | GROUP_NUMBER) == 0;
+            let is_other = |f: u16| f & (WHITESPACE | word | GROUP_NUMBER) == 0;
             if is_other(f2) && f != 0 {
                 pos += space as usize;
                 while is_other(f2) && f2 != 0 {
@@ -446,6 +462,31 @@ mod tests {
     }
 
     #[test]
+    fn qwen35_keeps_combining_marks_in_words() {
+        // U+0301 (combining acute, category Mn): Qwen2 cuts it off the word before it (it opens
+        // the next word as its optional prefix, or joins the punctuation after it); Qwen3.5
+        // keeps it in the word, and a space before a mark opens a word.
+        let text = "re\u{301}sume\u{301}! \u{301}a 12";
+        assert_eq!(
+            words(PreTokenizer::Qwen2, text),
+            [
+                "re",
+                "\u{301}sume",
+                "\u{301}!",
+                " \u{301}",
+                "a",
+                " ",
+                "1",
+                "2"
+            ]
+        );
+        assert_eq!(
+            words(PreTokenizer::Qwen35, text),
+            ["re\u{301}sume\u{301}", "!", " \u{301}a", " ", "1", "2"]
+        );
+    }
+
+    #[test]
     fn llama3_groups_three_digits_and_lowercases_contractions() {
         assert_eq!(
             words(PreTokenizer::Llama3, "I'M 1234567"),
@@ -477,6 +518,9 @@ mod tests {
         let qwen2 = PreTokenizer::from_name("qwen2").unwrap();
         assert_eq!(qwen2.pre, PreTokenizer::Qwen2);
         assert!(!qwen2.ignore_merges && !qwen2.add_bos_default);
+        let qwen35 = PreTokenizer::from_name("qwen35").unwrap();
+        assert_eq!(qwen35.pre, PreTokenizer::Qwen35);
+        assert!(!qwen35.ignore_merges && !qwen35.add_bos_default);
         assert_eq!(
             PreTokenizer::from_name("gpt-2").unwrap().pre,
             PreTokenizer::Gpt2

@@ -1,0 +1,177 @@
+//! llama.cpp's own tokenizer test vectors (tests/golden/vocab/, from its models/ directory; see
+//! tests/golden/README.md): a vocabulary-only GGUF `ggml-vocab-NAME.gguf` with
+//! `ggml-vocab-NAME.gguf.inp` (the texts) and `.out` (their ids), as llama.cpp's
+//! tests/test-tokenizer-0 reads and runs them: no BOS or other added tokens, special tokens not
+//! parsed, and every case must give exactly the ids of the file.
+
+use smolrun_core::gguf::Gguf;
+use smolrun_core::tokenizer::Tokenizer;
+use smolrun_linux::MappedFile;
+use std::path::PathBuf;
+
+fn vocab_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden/vocab")
+}
+
+/// The cases of `NAME.inp`/`NAME.out` as test-tokenizer-0 splits them: the texts are separated
+/// by "\n__ggml_vocab_test__\n" (text after the last separator, empty in these files, is a case
+/// only if non-empty); the ids are one line per text, stripped, separated by single spaces (an
+/// empty line is no ids).
+fn cases(inp: &str, out: &str) -> Vec<(Vec<u8>, Vec<u32>)> {
+    let read = |name: &str| {
+        let path = vocab_dir().join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let vocab = out;
+    let inp = read(inp);
+    let out = String::from_utf8(read(out)).expect(".out is ASCII");
+
+    const SEP: &[u8] = b"\n__ggml_vocab_test__\n";
+    let mut texts = Vec::new();
+    let mut pos = 0;
+    while pos < inp.len() {
+        match inp[pos..].windows(SEP.len()).position(|w| w == SEP) {
+            Some(n) => {
+                texts.push(inp[pos..pos + n].to_vec());
+                pos += n + SEP.len();
+            }
+            None => {
+                texts.push(inp[pos..].to_vec());
+                break;
+            }
+        }
+    }
+    let ids: Vec<Vec<u32>> = out
+        .lines()
+        .map(|line| {
+            line.split_whitespace()
+                .map(|t| {
+                    t.parse()
+                        .unwrap_or_else(|e| panic!("{vocab}.out: {t:?}: {e}"))
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        texts.len(),
+        ids.len(),
+        "{vocab}: .inp and .out have different numbers of cases"
+    );
+    texts.into_iter().zip(ids).collect()
+}
+
+/// Encodes every case with `tok` as test-tokenizer-0 does; fails listing each mismatch.
+/// Returns the number of cases.
+fn check(inp: &str, out: &str, tok: &Tokenizer) -> usize {
+    let vocab = out;
+    let cases = cases(inp, out);
+    assert!(!cases.is_empty(), "{vocab}: no cases");
+    let mut failures = Vec::new();
+    let mut ids = Vec::new();
+    for (text, want) in &cases {
+        ids.clear();
+        tok.encode_bytes(text, false, false, &mut ids);
+        if &ids != want {
+            failures.push(format!(
+                "{:?}\n  llama.cpp: {want:?}\n  smolrun:   {ids:?}",
+                String::from_utf8_lossy(text)
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{vocab}: {} of {} cases differ:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    cases.len()
+}
+
+fn tokenizer(bytes: &[u8], what: &str) -> Tokenizer {
+    let gguf = Gguf::parse(bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+    Tokenizer::from_gguf(&gguf).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+const QWEN35: &str = "ggml-vocab-qwen35.gguf";
+
+fn qwen35_file() -> MappedFile {
+    MappedFile::open(&vocab_dir().join(QWEN35)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn qwen35_vocab_matches_llama_cpp_test_vectors() {
+    let map = qwen35_file();
+    let gguf = Gguf::parse(map.bytes()).unwrap();
+    assert_eq!(gguf.get_str("tokenizer.ggml.pre").unwrap(), "qwen35");
+    let tok = tokenizer(map.bytes(), QWEN35);
+    assert!(!tok.adds_bos(), "qwen35 adds no BOS");
+    let n = check(
+        "ggml-vocab-qwen35.gguf.inp",
+        "ggml-vocab-qwen35.gguf.out",
+        &tok,
+    );
+    assert_eq!(n, 50, "the b11434 vectors have 50 cases");
+}
+
+/// llama.cpp's ggml-vocab-qwen2.gguf is, byte for byte, ggml-vocab-qwen35.gguf with
+/// `tokenizer.ggml.pre` "qwen2" (checked when the files were added), so only the qwen35 file is
+/// kept and the qwen2 one is made from it here.
+fn qwen2_from_qwen35(qwen35: &[u8]) -> Vec<u8> {
+    let value = |name: &str| {
+        let mut v = Vec::new();
+        v.extend_from_slice(&18u64.to_le_bytes());
+        v.extend_from_slice(b"tokenizer.ggml.pre");
+        v.extend_from_slice(&8u32.to_le_bytes()); // a string
+        v.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        v.extend_from_slice(name.as_bytes());
+        v
+    };
+    let (from, to) = (value("qwen35"), value("qwen2"));
+    let at: Vec<usize> = qwen35
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, w)| *w == from.as_slice())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "one tokenizer.ggml.pre entry");
+    let mut qwen2 = qwen35[..at[0]].to_vec();
+    qwen2.extend_from_slice(&to);
+    qwen2.extend_from_slice(&qwen35[at[0] + from.len()..]);
+    qwen2
+}
+
+#[test]
+fn qwen2_vocab_matches_llama_cpp_test_vectors() {
+    let map = qwen35_file();
+    let tok = tokenizer(&qwen2_from_qwen35(map.bytes()), "ggml-vocab-qwen2.gguf");
+    let n = check(
+        "ggml-vocab-qwen2.gguf.inp",
+        "ggml-vocab-qwen2.gguf.out",
+        &tok,
+    );
+    assert_eq!(n, 46, "the b11434 vectors have 46 cases");
+}
+
+/// Texts with combining marks in many scripts and places (tests/golden/vocab/qwen35-marks.inp),
+/// with llama.cpp b11434's ids on the qwen35 vocabulary and on the same vocabulary as qwen2
+/// (tools/oracle/vocab_marks.py): llama.cpp's own qwen35 vectors give the same ids under
+/// Qwen2's pre-tokenizer, these do not.
+#[test]
+fn combining_marks_match_llama_cpp_for_qwen35_and_qwen2() {
+    const INP: &str = "qwen35-marks.inp";
+    let map = qwen35_file();
+    let qwen35 = tokenizer(map.bytes(), QWEN35);
+    let qwen2 = tokenizer(&qwen2_from_qwen35(map.bytes()), "ggml-vocab-qwen2.gguf");
+    let n = check(INP, "qwen35-marks.qwen35.out", &qwen35);
+    assert_eq!(check(INP, "qwen35-marks.qwen2.out", &qwen2), n);
+    let differ = cases(INP, "qwen35-marks.qwen35.out")
+        .iter()
+        .zip(cases(INP, "qwen35-marks.qwen2.out"))
+        .filter(|(a, b)| a.1 != b.1)
+        .count();
+    assert!(
+        differ > 0,
+        "the reference gives the same ids for qwen35 and qwen2 on every text"
+    );
+}
