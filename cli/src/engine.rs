@@ -433,6 +433,20 @@ pub struct GenerateOptions<'a> {
     pub penalize_prompt: bool,
 }
 
+/// Restricts which tokens may come next: a grammar (a JSON schema, tool calls). See
+/// [`Engine::generate_with`] for how the generation loop asks it.
+pub trait TokenFilter {
+    /// May `token` come next? For an end-of-generation token: may the text end here?
+    fn allows(&mut self, tokenizer: &Tokenizer, token: u32) -> bool;
+    /// `logits` with every token that may not come next set to -inf (a buffer the filter
+    /// owns, sized once).
+    fn masked(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> &[f32];
+    /// `token` was chosen.
+    fn accept(&mut self, tokenizer: &Tokenizer, token: u32);
+    /// Nothing may follow what was accepted.
+    fn finished(&self) -> bool;
+}
+
 /// One generated token, as the generation loop hands it to its caller: sampled, not yet run.
 /// An end-of-generation token is not handed over (it ends the loop).
 #[derive(Clone, Copy)]
@@ -1248,6 +1262,7 @@ impl<'g> Engine<'g> {
         prompt: &[u32],
         sampler: &mut Sampler,
         options: GenerateOptions<'_>,
+        filter: Option<&mut dyn TokenFilter>,
         mut on_text: impl FnMut(&str),
     ) -> Result<(Generation, String), String> {
         let mut decoder = StreamDecoder::new();
@@ -1259,7 +1274,7 @@ impl<'g> Engine<'g> {
                 text.push_str(piece);
             }
         };
-        let gen = self.generate_with(prompt, sampler, options, &mut |step| {
+        let gen = self.generate_with(prompt, sampler, options, filter, &mut |step| {
             piece.clear();
             decoder.push(step.tokenizer, step.token(), &mut piece);
             emit(&piece);
@@ -1277,11 +1292,16 @@ impl<'g> Engine<'g> {
     /// runs it, until an end-of-generation token, `options`' limits, a full context, low memory
     /// ([`low_memory_message`](Self::low_memory_message) says why) or `on_token` breaking.
     /// After warm-up, a token allocates nothing here (its lists are reserved up front).
+    /// With a `filter` (a grammar), the token drawn is checked, and only when the filter
+    /// refuses it are the logits masked and a token drawn again from what it allows (llama.cpp's common sampler does the same: one
+    /// check per token in the common case instead of a pass over the vocabulary). A filter
+    /// that says nothing may follow ends generation as an end-of-generation token would.
     pub fn generate_with(
         &mut self,
         prompt: &[u32],
         sampler: &mut Sampler,
         options: GenerateOptions<'_>,
+        mut filter: Option<&mut dyn TokenFilter>,
         on_token: &mut dyn FnMut(TokenStep<'_>) -> ControlFlow<()>,
     ) -> Result<Generation, String> {
         let t0 = Instant::now();
@@ -1327,13 +1347,29 @@ impl<'g> Engine<'g> {
             let sampling_error = |e: smolrun_core::sampler::SamplerError| {
                 format!("{}: sampling failed: {e}", self.path.display())
             };
-            let (sampled, accepted) = match drafted {
+            let mut pick = match drafted {
                 Some(d) => sampler.sample_draft(logits, Draft::Token(d)),
                 None => sampler.sample(logits).map(|s| (s, false)),
             }
             .map_err(sampling_error)?;
+            if let Some(f) = filter.as_deref_mut() {
+                if !f.allows(&self.tokenizer, pick.0.token) {
+                    let masked = f.masked(&self.tokenizer, logits);
+                    pick = match drafted {
+                        Some(d) => sampler.sample_draft(masked, Draft::Token(d)),
+                        None => sampler.sample(masked).map(|s| (s, false)),
+                    }
+                    .map_err(sampling_error)?;
+                }
+            }
+            let (sampled, accepted) = pick;
             let token = sampled.token;
+            if let Some(f) = filter.as_deref_mut() {
+                f.accept(&self.tokenizer, token);
+            }
             let end = self.tokenizer.is_eog(token);
+            // The grammar is complete and allows nothing more: this token is the last one.
+            let last = !end && filter.as_deref().is_some_and(|f| f.finished());
             let flow = if end {
                 ControlFlow::Continue(())
             } else {
@@ -1359,7 +1395,7 @@ impl<'g> Engine<'g> {
                     verifying = None;
                 }
             }
-            if end {
+            if end || last {
                 break StopReason::EndOfText;
             }
             if flow.is_break() {
@@ -1734,7 +1770,7 @@ pub(crate) mod tests {
         let mut seen = [0usize; N];
         let mut n = 0;
         let gen = engine
-            .generate_with(&prompt, &mut sampler, options, &mut |step| {
+            .generate_with(&prompt, &mut sampler, options, None, &mut |step| {
                 assert_eq!(step.sampled.top.len(), 3);
                 seen[n] = counting::allocations();
                 n += 1;
@@ -1787,7 +1823,7 @@ pub(crate) mod tests {
             let mut seen = [0usize; N];
             let mut n = 0;
             let gen = engine
-                .generate_with(&prompt, &mut sampler, options, &mut |_| {
+                .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
                     seen[n] = counting::allocations();
                     n += 1;
                     ControlFlow::Continue(())
@@ -1825,7 +1861,7 @@ pub(crate) mod tests {
                 ..GenerateOptions::default()
             };
             engine
-                .generate_with(&prompt, &mut sampler, options, &mut |_| {
+                .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
                     n += 1;
                     if n > stop_at {
                         ControlFlow::Break(())

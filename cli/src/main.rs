@@ -2,10 +2,9 @@
 
 mod chat_template;
 mod cmd;
+mod constrained;
 mod download;
 mod engine;
-// Used by the server's response_format and tool-call wiring, which lands separately.
-#[allow(dead_code)]
 mod json_schema;
 mod memory_guard;
 mod models;

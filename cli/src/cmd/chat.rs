@@ -161,7 +161,7 @@ pub fn run(args: Args) -> Result<(), String> {
             interrupt: Some(&INTERRUPTED),
             penalize_prompt: false,
         };
-        let (gen, text) = engine.generate(&prompt, &mut sampler, options, |p| {
+        let (gen, text) = engine.generate(&prompt, &mut sampler, options, None, |p| {
             print!("{p}");
             let _ = std::io::stdout().flush();
         })?;

@@ -126,7 +126,7 @@ pub fn run(args: Args) -> Result<(), String> {
             max_tokens: Some(args.n_predict),
             ..GenerateOptions::default()
         };
-        let (g, text) = engine.generate(&tokens, &mut sampler, options, |_| {})?;
+        let (g, text) = engine.generate(&tokens, &mut sampler, options, None, |_| {})?;
         n_tokens += g.tokens.len();
         let found = find_loop(&g.tokens);
         if found.is_some() {

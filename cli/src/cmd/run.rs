@@ -30,6 +30,38 @@ pub struct Args {
     /// Print one JSON object at the end (text, tokens, prompt_tokens, speeds) instead of streaming.
     #[arg(long)]
     pub json: bool,
+    /// Constrain the output to JSON this schema accepts (the schema inline, as llama.cpp's
+    /// --json-schema takes it; `{}` for any JSON object).
+    #[arg(
+        long = "json-schema",
+        value_name = "SCHEMA",
+        conflicts_with = "json_schema_file"
+    )]
+    pub json_schema: Option<String>,
+    /// The same, the schema read from a file.
+    #[arg(long = "json-schema-file", value_name = "FILE")]
+    pub json_schema_file: Option<std::path::PathBuf>,
+}
+
+/// The grammar of `--json-schema` / `--json-schema-file`, if one was given.
+fn schema_grammar(args: &Args) -> Result<Option<smolrun_core::grammar::Grammar>, String> {
+    let (text, source) = match (&args.json_schema, &args.json_schema_file) {
+        (Some(s), _) => (s.clone(), "--json-schema".to_string()),
+        (None, Some(path)) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the schema file {}: {e}", path.display()))?,
+            path.display().to_string(),
+        ),
+        (None, None) => return Ok(None),
+    };
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{source}: the schema is not valid JSON: {e}"))?;
+    let grammar = if schema.as_object().is_some_and(|o| o.is_empty()) {
+        crate::json_schema::grammar_for_any_json()
+    } else {
+        crate::json_schema::grammar_for_schema(&schema).map_err(|e| format!("{source}: {e}"))?
+    };
+    Ok(Some(grammar))
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -58,6 +90,19 @@ pub fn run(args: Args) -> Result<(), String> {
     // From opening the file until the engine can run a prompt (llama.cpp's "load time"):
     // weights are mapped, not read, so this is the header, the tokenizer and the repack.
     let load_s = load_start.elapsed().as_secs_f64();
+    let grammar = schema_grammar(&args)?;
+    let trie = grammar
+        .as_ref()
+        .map(|_| crate::constrained::token_trie(&engine.tokenizer));
+    let mut filter = match (grammar, &trie) {
+        (Some(g), Some(trie)) => Some(crate::constrained::GrammarFilter::new(
+            std::sync::Arc::new(g),
+            None,
+            trie,
+            engine.tokenizer.n_vocab(),
+        )),
+        _ => None,
+    };
     engine.set_join_pieces(args.sampling.join_pieces);
     let drafting = engine.set_draft(&args.draft)?;
     let mut sampler = engine.sampler(args.sampling.params())?;
@@ -85,7 +130,10 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut stdout = std::io::stdout().lock();
     let streaming = !args.json;
     let mut write_error = None;
-    let (gen, text) = engine.generate(&prompt, &mut sampler, options, |piece| {
+    let filter_ref = filter
+        .as_mut()
+        .map(|f| f as &mut dyn crate::engine::TokenFilter);
+    let (gen, text) = engine.generate(&prompt, &mut sampler, options, filter_ref, |piece| {
         if streaming && write_error.is_none() {
             if let Err(e) = stdout
                 .write_all(piece.as_bytes())
@@ -152,6 +200,13 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     if let Some(report) = &moe {
         eprintln!("{}", report.line());
+    }
+    if let Some(f) = &filter {
+        // Each refused token cost one pass of the grammar over the vocabulary.
+        eprintln!(
+            "grammar: {} tokens checked, {} refused and drawn again from the masked logits",
+            f.checked, f.refused
+        );
     }
     if let (Some(draft), Some(rate), Some(per_pass)) = (
         &drafting,
