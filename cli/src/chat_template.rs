@@ -75,6 +75,9 @@ const PLAIN_TEMPLATE: &str = "\
 pub struct ChatTemplate {
     env: Environment<'static>,
     kind: TemplateKind,
+    /// The template reads `tools` (Qwen2.5's does); else tools are described in a system
+    /// message of our own (see `render_json`).
+    takes_tools: bool,
     bos_token: String,
     eos_token: String,
 }
@@ -136,6 +139,7 @@ impl ChatTemplate {
         Ok(ChatTemplate {
             env,
             kind,
+            takes_tools: source.contains("tools"),
             bos_token: bos.to_string(),
             eos_token: eos.to_string(),
         })
@@ -179,6 +183,14 @@ impl ChatTemplate {
             .env
             .get_template("chat")
             .map_err(|e| format!("chat template: {e:#}"))?;
+        let rewritten;
+        let (messages, tools) = match tools {
+            Some(tools) if !self.takes_tools => {
+                rewritten = tools_in_messages(messages, tools);
+                (&rewritten, None)
+            }
+            _ => (messages, tools),
+        };
         let ctx = minijinja::context! {
             messages => Value::from_serialize(messages),
             tools => tools.map(Value::from_serialize),
@@ -190,6 +202,63 @@ impl ChatTemplate {
             .render(ctx)
             .map_err(|e| format!("the chat template failed to render: {e:#}"))
     }
+}
+
+/// For a template that knows nothing of tools: the tools described in the system message the
+/// way Qwen2.5's template describes them (the Hermes format, which the server reads back),
+/// earlier calls written into the assistant's text, and tool answers sent as user turns.
+fn tools_in_messages(messages: &serde_json::Value, tools: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    let mut system = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+         You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for tool in tools.as_array().into_iter().flatten() {
+        system.push('\n');
+        system.push_str(&tool.to_string());
+    }
+    system.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and \
+         arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n\
+         {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    let mut out = Vec::new();
+    let items = messages.as_array().map(Vec::as_slice).unwrap_or_default();
+    let content = |m: &J| {
+        m.get("content")
+            .and_then(J::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    match items.first() {
+        Some(first) if first.get("role").and_then(J::as_str) == Some("system") => {
+            out.push(
+                json!({"role": "system", "content": format!("{}\n\n{system}", content(first))}),
+            );
+        }
+        _ => out.push(json!({"role": "system", "content": system})),
+    }
+    for (i, m) in items.iter().enumerate() {
+        let role = m.get("role").and_then(J::as_str).unwrap_or("");
+        if i == 0 && role == "system" {
+            continue;
+        }
+        match role {
+            "tool" => out.push(json!({"role": "user", "content":
+                format!("<tool_response>\n{}\n</tool_response>", content(m))})),
+            "assistant" if m.get("tool_calls").is_some() => {
+                let mut text = content(m);
+                for call in m["tool_calls"].as_array().into_iter().flatten() {
+                    let f = call.get("function").unwrap_or(call);
+                    let call = json!({"name": f.get("name"), "arguments": f.get("arguments")});
+                    text.push_str(&format!("\n<tool_call>\n{call}\n</tool_call>"));
+                }
+                out.push(json!({"role": "assistant", "content": text.trim_start()}));
+            }
+            _ => out.push(m.clone()),
+        }
+    }
+    J::Array(out)
 }
 
 impl TemplateKind {
@@ -321,6 +390,33 @@ mod tests {
             t.render(&[ChatMessage::new("user", "Hi")], false).unwrap(),
             "<start_of_turn>user\nHi<end_of_turn>\n"
         );
+    }
+
+    #[test]
+    fn a_template_without_tools_gets_them_in_the_system_message() {
+        let t = ChatTemplate::builtin(TemplateKind::ChatMl, "", "").unwrap();
+        let tools = json!([{"type": "function", "function": {"name": "get_weather"}}]);
+        let messages = json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "22 C"},
+        ]);
+        let text = t.render_json(&messages, Some(&tools), true).unwrap();
+        assert!(
+            text.starts_with("<|im_start|>system\nBe brief.\n\n# Tools"),
+            "{text}"
+        );
+        assert!(text.contains("<tools>\n{\"type\":\"function\""), "{text}");
+        assert!(text.contains("<|im_start|>assistant\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call><|im_end|>"), "{text}");
+        assert!(
+            text.contains("<|im_start|>user\n<tool_response>\n22 C\n</tool_response><|im_end|>"),
+            "{text}"
+        );
+        // Without tools, the conversation is rendered as it is.
+        let plain = t.render_json(&messages, None, true).unwrap();
+        assert!(!plain.contains("<tools>"));
     }
 
     #[test]

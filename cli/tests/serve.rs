@@ -1014,7 +1014,7 @@ fn ollama_errors_are_ollama_shaped() {
         ("/api/chat", "{\"messages\": ["),
         ("/api/generate", "[1]"),
         ("/api/embed", "not json"),
-        ("/api/generate", r#"{"prompt":"x","format":"json"}"#),
+        ("/api/generate", r#"{"prompt":"x","format":"xml"}"#),
         (
             "/api/chat",
             r#"{"messages":[{"role":"user","content":"x"}],"options":{"top_p":2}}"#,
@@ -1051,4 +1051,106 @@ fn ollama_errors_are_ollama_shaped() {
     );
     let lines = ndjson(&r.body);
     assert!(lines.last().unwrap()["error"].is_string(), "{lines:?}");
+}
+
+/// The fake answers `[tool]` with a Hermes-format call (as Qwen2.5 writes one); with `tools`
+/// in the request it comes back as OpenAI's `tool_calls` (whole and streamed) and Ollama's,
+/// and without `tools` as plain text.
+#[test]
+fn tool_calls_are_read_out_of_the_answer() {
+    let server = Server::start(&[]);
+    let tools = json!([{"type": "function", "function": {"name": "echo",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}}]);
+    let mut body = chat_body("[tool] hi");
+    body["tools"] = tools.clone();
+    let v = post(server.addr, "/v1/chat/completions", &body).json();
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    assert_eq!(choice["message"]["content"], Value::Null, "{v}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "echo");
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"text": "[tool] hi"}));
+    assert!(call["id"].as_str().unwrap().starts_with("call_"));
+
+    // Streamed: no text of the call leaks as content; the call comes whole before the end.
+    body["stream"] = json!(true);
+    let r = post(server.addr, "/v1/chat/completions", &body);
+    let chunks: Vec<Value> = sse_events(&r.body)
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "", "{chunks:?}");
+    let calls: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"]["tool_calls"].is_array())
+        .collect();
+    assert_eq!(calls.len(), 1, "{chunks:?}");
+    assert_eq!(calls[0]["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "tool_calls");
+
+    // Cut short by max_tokens: length, and no half call anywhere.
+    body["stream"] = json!(false);
+    body["max_tokens"] = json!(5);
+    let v = post(server.addr, "/v1/chat/completions", &body).json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    assert!(
+        v["choices"][0]["message"].get("tool_calls").is_none(),
+        "{v}"
+    );
+    assert_eq!(v["choices"][0]["message"]["content"], "", "{v}");
+
+    // Without tools the same answer is text.
+    let v = post(server.addr, "/v1/chat/completions", &chat_body("[tool] hi")).json();
+    assert!(v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("<tool_call>"));
+
+    // Ollama: the call's arguments are an object.
+    let body = json!({"model": "x", "stream": false, "tools": tools,
+                      "messages": [{"role": "user", "content": "[tool] hi"}]});
+    let v = post(server.addr, "/api/chat", &body).json();
+    assert_eq!(
+        v["message"]["tool_calls"][0]["function"],
+        json!({"name": "echo", "arguments": {"text": "[tool] hi"}}),
+        "{v}"
+    );
+    assert_eq!(v["message"]["content"], "");
+}
+
+#[test]
+fn response_format_and_tools_are_checked() {
+    let server = Server::start(&[]);
+    let mut body = chat_body("hi");
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "x",
+        "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}}});
+    let r = post(server.addr, "/v1/chat/completions", &body);
+    assert_error(&r, 400, "invalid_request_error", None);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("pattern") && message.contains("/properties/a"),
+        "{message}"
+    );
+
+    let mut body = chat_body("hi");
+    body["tools"] = json!([{"type": "function", "function": {"name": "f"}}]);
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "g"}});
+    assert_error(
+        &post(server.addr, "/v1/chat/completions", &body),
+        400,
+        "invalid_request_error",
+        None,
+    );
+    let body = json!({"model": "x", "messages": [{"role": "user", "content": "hi"}],
+                      "format": {"type": "string", "format": "hostname-ish"}});
+    assert_ollama_error(&post(server.addr, "/api/chat", &body), 400);
 }

@@ -5,12 +5,85 @@
 //! not be `Send`. The real engine implements this trait; `fake.rs` implements it
 //! deterministically for tests.
 
+use smolrun_core::grammar::Grammar;
+use std::sync::Arc;
+
 /// One message of a chat, as the chat template sees it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Default)]
 pub struct ChatMessage {
-    /// "system", "user", "assistant", or whatever role the client sent.
+    /// "system", "user", "assistant", "tool", or whatever role the client sent.
     pub role: String,
     pub content: String,
+    /// The calls an assistant's turn made (an earlier step of a tool-call conversation).
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool's answer: which call it answers, and the tool's name.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn text(role: &str, content: &str) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+            ..ChatMessage::default()
+        }
+    }
+
+    /// The message as Hugging Face templates read it: a call's arguments are an object (the
+    /// templates write them with `tojson`), not the string OpenAI sends.
+    pub fn template_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("role".into(), self.role.clone().into());
+        m.insert("content".into(), self.content.clone().into());
+        if !self.tool_calls.is_empty() {
+            let calls = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    })
+                })
+                .collect();
+            m.insert("tool_calls".into(), serde_json::Value::Array(calls));
+        }
+        if let Some(id) = &self.tool_call_id {
+            m.insert("tool_call_id".into(), id.clone().into());
+        }
+        if let Some(name) = &self.name {
+            m.insert("name".into(), name.clone().into());
+        }
+        serde_json::Value::Object(m)
+    }
+}
+
+/// A function call, as a chat's history holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Parsed from OpenAI's JSON string when it is JSON (else the string itself).
+    pub arguments: serde_json::Value,
+}
+
+/// What the answer must be: a grammar enforced while sampling (a JSON schema, tool calls).
+#[derive(Clone)]
+pub struct Constraint {
+    pub grammar: Arc<Grammar>,
+    /// The grammar applies from where this text first appears in the answer (tool calls the
+    /// model may or may not make, `tool_choice: auto`); None: from the first token.
+    pub trigger: Option<String>,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("trigger", &self.trigger)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How to pick the next token. The server fills it from the request; the backend applies it.
@@ -129,6 +202,7 @@ pub trait Backend {
     fn render_chat(
         &self,
         messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, String>;
     /// Token ids of a prompt: special tokens written in the text (e.g. `<|im_start|>`) are
@@ -137,10 +211,13 @@ pub trait Backend {
     /// Evaluate `prompt` and generate until end-of-generation, a full context or `Stop`.
     /// `on_token` is called once per generated token, right after it is sampled. The backend
     /// may reuse cached state from the previous call when the prompts share a prefix.
+    /// With a `constraint`, only text its grammar allows is generated; the grammar's end
+    /// ends the answer (`Finish::EndOfGeneration`).
     fn generate(
         &mut self,
         prompt: &[u32],
         params: &SamplingParams,
+        constraint: Option<&Constraint>,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
     ) -> Result<Finish, String>;
     /// The model file's details for the Ollama API.

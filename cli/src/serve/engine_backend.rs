@@ -5,12 +5,15 @@
 //! parameters, and each token as a `TokenEvent`.
 
 use super::backend::{
-    Alternative, Backend, ChatMessage, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
+    Alternative, Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams,
+    TokenEvent,
 };
-use crate::chat_template::{self, ChatTemplate};
+use crate::chat_template::ChatTemplate;
+use crate::constrained::{token_trie, GrammarFilter};
 use crate::engine::{self, Engine, GenerateOptions, ModelFile, StopReason, TokenStep};
 use sha2::{Digest, Sha256};
 use smolrun_core::gguf::{Gguf, Value};
+use smolrun_core::grammar::TokenTrie;
 use smolrun_core::model::embedding::Pooling;
 use smolrun_core::sampler::SamplerParams;
 use std::ops::ControlFlow;
@@ -28,6 +31,8 @@ pub struct EngineBackend {
     /// The file's pooling, or why it gives no embeddings (a rank model): said per request, so
     /// that such a model still generates.
     pooling: Result<Pooling, String>,
+    /// The vocabulary by bytes, for grammars: built by the first request that has one.
+    trie: Option<TokenTrie>,
 }
 
 impl EngineBackend {
@@ -65,6 +70,7 @@ impl EngineBackend {
             threads,
             details,
             pooling,
+            trie: None,
         })
     }
 }
@@ -192,13 +198,16 @@ impl Backend for EngineBackend {
     fn render_chat(
         &self,
         messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, String> {
-        let messages: Vec<chat_template::ChatMessage> = messages
-            .iter()
-            .map(|m| chat_template::ChatMessage::new(&m.role, &m.content))
-            .collect();
-        self.template.render(&messages, add_generation_prompt)
+        let messages: Vec<serde_json::Value> =
+            messages.iter().map(ChatMessage::template_json).collect();
+        self.template.render_json(
+            &serde_json::Value::Array(messages),
+            tools,
+            add_generation_prompt,
+        )
     }
 
     fn tokenize(&self, text: &str) -> Result<Vec<u32>, String> {
@@ -209,8 +218,22 @@ impl Backend for EngineBackend {
         &mut self,
         prompt: &[u32],
         params: &SamplingParams,
+        constraint: Option<&Constraint>,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
     ) -> Result<Finish, String> {
+        if constraint.is_some() && self.trie.is_none() {
+            self.trie = Some(token_trie(&self.engine.tokenizer));
+        }
+        let n_vocab = self.engine.tokenizer.n_vocab();
+        let mut filter = match (constraint, &self.trie) {
+            (Some(c), Some(trie)) => Some(GrammarFilter::new(
+                c.grammar.clone(),
+                c.trigger.as_deref(),
+                trie,
+                n_vocab,
+            )),
+            _ => None,
+        };
         let mut sampler = self.engine.sampler(SamplerParams {
             temperature: params.temperature,
             top_k: params.top_k,
@@ -228,6 +251,9 @@ impl Backend for EngineBackend {
             prompt,
             &mut sampler,
             GenerateOptions::default(),
+            filter
+                .as_mut()
+                .map(|f| f as &mut dyn crate::engine::TokenFilter),
             &mut |step| match on_token(token_event(step)) {
                 Control::Continue => ControlFlow::Continue(()),
                 Control::Stop => ControlFlow::Break(()),

@@ -5,12 +5,14 @@
 //! last user message (or the whole prompt when there is no chat template in it) with
 //! `echo: <that text>`, then ends. Markers in that text change its behaviour:
 //! `[loop]` repeats the answer until told to stop or the context is full; `[fail]` makes
-//! `generate` fail after the first token. Its embedding of a text is the histogram of the
+//! `generate` fail after the first token; `[tool]` answers with a Hermes-format call of `echo`
+//! with the text as its argument (as Qwen2.5 writes one), for the tool-call plumbing. Its embedding of a text is the histogram of the
 //! text's bytes over 16 buckets (byte mod 16), at unit length: texts that share letters point
 //! the same way.
 
 use super::backend::{
-    Alternative, Backend, ChatMessage, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
+    Alternative, Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams,
+    TokenEvent,
 };
 use std::time::Duration;
 
@@ -75,6 +77,7 @@ impl Backend for FakeBackend {
     fn render_chat(
         &self,
         messages: &[ChatMessage],
+        _tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, String> {
         let mut out = String::new();
@@ -99,6 +102,8 @@ impl Backend for FakeBackend {
         &mut self,
         prompt: &[u32],
         params: &SamplingParams,
+        // The fake echoes; it has no vocabulary for a grammar to choose from.
+        _constraint: Option<&Constraint>,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
     ) -> Result<Finish, String> {
         if prompt.len() >= self.n_ctx {
@@ -111,7 +116,12 @@ impl Backend for FakeBackend {
         let prompt_bytes: Vec<u8> = prompt.iter().flat_map(|&id| token_bytes(id)).collect();
         let prompt_text = String::from_utf8_lossy(&prompt_bytes);
         let subject = subject_of(&prompt_text);
-        let answer = format!("echo: {subject}");
+        let answer = if subject.contains("[tool]") {
+            let call = serde_json::json!({"name": "echo", "arguments": {"text": subject}});
+            format!("<tool_call>\n{call}\n</tool_call>")
+        } else {
+            format!("echo: {subject}")
+        };
         let looping = subject.contains("[loop]");
         let failing = subject.contains("[fail]");
 
@@ -215,24 +225,15 @@ mod tests {
     fn echoes_the_last_user_message() {
         let mut fake = FakeBackend::new(512, Duration::ZERO);
         let messages = [
-            ChatMessage {
-                role: "user".into(),
-                content: "first".into(),
-            },
-            ChatMessage {
-                role: "assistant".into(),
-                content: "ok".into(),
-            },
-            ChatMessage {
-                role: "user".into(),
-                content: "héllo".into(),
-            },
+            ChatMessage::text("user", "first"),
+            ChatMessage::text("assistant", "ok"),
+            ChatMessage::text("user", "héllo"),
         ];
-        let prompt = fake.render_chat(&messages, true).unwrap();
+        let prompt = fake.render_chat(&messages, None, true).unwrap();
         let tokens = fake.tokenize(&prompt).unwrap();
         let mut out = Vec::new();
         let finish = fake
-            .generate(&tokens, &SamplingParams::default(), &mut |t| {
+            .generate(&tokens, &SamplingParams::default(), None, &mut |t| {
                 out.extend_from_slice(&t.bytes);
                 Control::Continue
             })
@@ -247,7 +248,7 @@ mod tests {
         let tokens = fake.tokenize("[loop]").unwrap();
         let mut n = 0;
         let finish = fake
-            .generate(&tokens, &SamplingParams::default(), &mut |_| {
+            .generate(&tokens, &SamplingParams::default(), None, &mut |_| {
                 n += 1;
                 Control::Continue
             })

@@ -4,6 +4,7 @@ use super::error::ApiError;
 use super::ollama;
 use super::openai::{self, Endpoint, ResponseHead, Writer};
 use super::state::{system_json, CpuMeter};
+use super::tools::ToolCallStream;
 use super::worker::{
     self, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, Summary, WorkerHandle,
 };
@@ -418,11 +419,13 @@ async fn start_generation(
         return Err(ApiError::internal("request log missing"));
     };
     let request = openai::parse_request(endpoint, &request_body(body)?)?;
+    let tool_calls = request.structured.tool_calls;
     let job = Job {
         prompt: request.prompt,
         params: request.params,
         max_tokens: request.max_tokens,
         stop: request.stop,
+        constraint: request.structured.constraint,
         events: mpsc::unbounded_channel().0,
     };
     let mut events = start_job(app, job, log).await?;
@@ -438,6 +441,9 @@ async fn start_generation(
         model: app.worker.info.name.clone(),
     };
     let mut writer = Writer::new(head, request.logprobs);
+    if let Some(tools) = tool_calls {
+        writer = writer.with_tool_calls(tools);
+    }
 
     if !request.stream {
         let collected = worker::collect(&mut events).await.map_err(job_error)?;
@@ -513,9 +519,9 @@ struct SseStream {
 impl SseStream {
     fn finish(&mut self, summary: Summary) -> Bytes {
         let mut out = Vec::new();
-        out.extend_from_slice(&sse_data(
-            &self.writer.final_chunk(&summary, self.include_usage),
-        ));
+        for chunk in self.writer.final_chunks(&summary, self.include_usage) {
+            out.extend_from_slice(&sse_data(&chunk));
+        }
         if self.include_usage {
             out.extend_from_slice(&sse_data(&self.writer.usage_chunk(&summary)));
         }
@@ -658,9 +664,10 @@ async fn start_ollama_generation(
     let Some(log) = log_slot.as_mut() else {
         return Err(ApiError::internal("request log missing"));
     };
-    let writer = ollama::Writer {
+    let mut writer = ollama::Writer {
         endpoint,
         model: ollama::model_name(&app.worker.info),
+        tool_calls: None,
     };
     let request = match ollama::parse_request(endpoint, &request_body(body)?)? {
         ollama::Parsed::Generate(r) => r,
@@ -673,11 +680,15 @@ async fn start_ollama_generation(
             });
         }
     };
+    if let Some(tools) = request.tool_calls {
+        writer.tool_calls = Some(ToolCallStream::new(tools));
+    }
     let job = Job {
         prompt: request.prompt,
         params: request.params,
         max_tokens: request.max_tokens,
         stop: request.stop,
+        constraint: request.constraint,
         events: mpsc::unbounded_channel().0,
     };
     let mut events = start_job(app, job, log).await?;
@@ -727,7 +738,8 @@ impl futures_core::Stream for NdjsonStream {
                 ndjson_line(&Value::Object(self.writer.piece(&text)))
             }
             Some(Event::Done(summary)) => {
-                let value = self.writer.done("", &summary, self.started.elapsed());
+                let elapsed = self.started.elapsed();
+                let value = self.writer.done("", &summary, elapsed);
                 if let Some(log) = &mut self.log {
                     log.summary = Some(summary);
                 }

@@ -21,6 +21,7 @@ mod ollama;
 mod openai;
 mod state;
 mod text;
+mod tools;
 mod worker;
 
 use backend::Backend;

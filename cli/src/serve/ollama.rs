@@ -3,12 +3,12 @@
 //! worker jobs as the OpenAI endpoints' (one generation path); only parsing and the answer's
 //! shape are Ollama's. Field names follow Ollama's docs/api.md.
 
-use super::backend::{ChatMessage, ModelDetails, SamplingParams};
+use super::backend::{ChatMessage, Constraint, ModelDetails, SamplingParams};
 use super::error::ApiError;
 use super::openai::{
-    bad, boolean, embedding_inputs, field, integer, message_content, number, parse_object,
-    stop_strings,
+    bad, boolean, embedding_inputs, field, integer, number, parse_object, stop_strings,
 };
+use super::tools::{self, ToolCallStream};
 use super::worker::{EmbedInput, Embeddings, FinishReason, ModelInfo, Prompt, Summary};
 use serde_json::{json, Map, Value};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -30,12 +30,16 @@ pub struct GenerationRequest {
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
     pub stream: bool,
+    /// `format` (JSON or a schema) or the tool-call grammar.
+    pub constraint: Option<Constraint>,
+    /// `tools` were given: calls of them are read out of the answer.
+    pub tool_calls: Option<Vec<String>>,
 }
 
 /// A request with nothing to generate (an empty prompt, no messages): Ollama loads the model
 /// and answers `done_reason: "load"` at once.
 pub enum Parsed {
-    Generate(GenerationRequest),
+    Generate(Box<GenerationRequest>),
     LoadOnly { stream: bool },
 }
 
@@ -120,7 +124,6 @@ fn refuse_unsupported(m: &Map<String, Value>, keys: &[(&str, &str)]) -> Result<(
     Ok(())
 }
 
-const NO_FORMAT: &str = "structured output is not implemented; ask for JSON in the prompt";
 const NO_IMAGES: &str = "the server runs text-only models";
 
 fn string<'a>(m: &'a Map<String, Value>, key: &str) -> Result<&'a str, ApiError> {
@@ -142,18 +145,8 @@ fn chat_messages(m: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
         let Some(msg) = item.as_object() else {
             return Err(bad(format!("messages[{i}] must be an object"), "messages"));
         };
-        let role = match msg.get("role") {
-            Some(Value::String(r)) if !r.is_empty() => r.clone(),
-            _ => {
-                return Err(bad(
-                    format!("messages[{i}].role must be a non-empty string"),
-                    "messages",
-                ))
-            }
-        };
         refuse_unsupported(msg, &[("images", NO_IMAGES)])?;
-        let content = message_content(msg.get("content"), i)?;
-        messages.push(ChatMessage { role, content });
+        messages.push(tools::chat_message(item, i)?);
     }
     Ok(messages)
 }
@@ -163,15 +156,23 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ApiError
     let m = parse_object(body)?;
     // Ollama streams unless told not to.
     let stream = boolean(&m, "stream")?.unwrap_or(true);
-    refuse_unsupported(&m, &[("format", NO_FORMAT), ("images", NO_IMAGES)])?;
+    refuse_unsupported(&m, &[("images", NO_IMAGES)])?;
+    let format = tools::ollama_format(&m)?;
+    let mut structured = tools::Structured {
+        constraint: format.clone(),
+        ..tools::Structured::default()
+    };
     let prompt = match endpoint {
         Endpoint::Chat => {
-            refuse_unsupported(&m, &[("tools", "tool calling is not implemented")])?;
+            structured = tools::chat_structured(&m, format)?;
             let messages = chat_messages(&m)?;
             if messages.is_empty() {
                 return Ok(Parsed::LoadOnly { stream });
             }
-            Prompt::Chat(messages)
+            Prompt::Chat {
+                messages,
+                tools: structured.tools.take(),
+            }
         }
         Endpoint::Generate => {
             refuse_unsupported(
@@ -195,27 +196,26 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ApiError
                 let mut messages = Vec::new();
                 let system = string(&m, "system")?;
                 if !system.is_empty() {
-                    messages.push(ChatMessage {
-                        role: "system".into(),
-                        content: system.into(),
-                    });
+                    messages.push(ChatMessage::text("system", system));
                 }
-                messages.push(ChatMessage {
-                    role: "user".into(),
-                    content: prompt.into(),
-                });
-                Prompt::Chat(messages)
+                messages.push(ChatMessage::text("user", prompt));
+                Prompt::Chat {
+                    messages,
+                    tools: None,
+                }
             }
         }
     };
     let (params, max_tokens, stop) = options(&m)?;
-    Ok(Parsed::Generate(GenerationRequest {
+    Ok(Parsed::Generate(Box::new(GenerationRequest {
         prompt,
         params,
         max_tokens,
         stop,
         stream,
-    }))
+        constraint: structured.constraint,
+        tool_calls: structured.tool_calls,
+    })))
 }
 
 pub struct EmbedRequest {
@@ -313,6 +313,16 @@ pub fn ps(info: &ModelInfo) -> Value {
     }]})
 }
 
+/// What /api/show says the model can do: tools when its chat template takes them (clients
+/// such as Home Assistant offer tools only then).
+fn capabilities(d: &ModelDetails) -> Value {
+    if d.template.contains("tools") {
+        json!(["completion", "embedding", "tools"])
+    } else {
+        json!(["completion", "embedding"])
+    }
+}
+
 /// POST /api/show (any model name: the server holds one).
 pub fn show(info: &ModelInfo) -> Value {
     let d = &info.details;
@@ -323,7 +333,7 @@ pub fn show(info: &ModelInfo) -> Value {
         "license": "",
         "details": details_json(d),
         "model_info": d.model_info,
-        "capabilities": ["completion", "embedding"],
+        "capabilities": capabilities(d),
         "modified_at": modified_at(d),
     })
 }
@@ -336,11 +346,24 @@ fn nanos(ms: f64) -> u64 {
 pub struct Writer {
     pub endpoint: Endpoint,
     pub model: String,
+    /// Set when the request gave `tools`: calls are read out of the answer.
+    pub tool_calls: Option<ToolCallStream>,
 }
 
 impl Writer {
+    /// An object carrying the part of `text` that can be sent now (not a tool call's).
+    pub fn piece(&mut self, text: &str) -> Map<String, Value> {
+        match &mut self.tool_calls {
+            Some(stream) => {
+                let sendable = stream.push(text);
+                self.object(&sendable)
+            }
+            None => self.object(text),
+        }
+    }
+
     /// An object carrying `text`, not yet done.
-    pub fn piece(&self, text: &str) -> Map<String, Value> {
+    fn object(&self, text: &str) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("model".into(), json!(self.model));
         m.insert("created_at".into(), json!(rfc3339(SystemTime::now())));
@@ -357,8 +380,22 @@ impl Writer {
 
     /// The last object: `text` (all of it when not streamed, "" when streamed), how it ended
     /// and the timings in nanoseconds. The model was loaded at start, so `load_duration` is 0.
-    pub fn done(&self, text: &str, s: &Summary, total: Duration) -> Value {
-        let mut m = self.piece(text);
+    pub fn done(&mut self, text: &str, s: &Summary, total: Duration) -> Value {
+        let mut m = self.object(text);
+        if let Some(stream) = &mut self.tool_calls {
+            // Streamed: what was held back; whole: the answer, split.
+            let answer = if text.is_empty() {
+                stream.finish()
+            } else {
+                stream.parse(text)
+            };
+            m = self.object(&answer.content);
+            if let Some(message) = m.get_mut("message") {
+                if !answer.calls.is_empty() && !answer.unfinished {
+                    message["tool_calls"] = tools::ollama_calls(&answer.calls);
+                }
+            }
+        }
         let reason = match s.finish_reason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
@@ -376,7 +413,7 @@ impl Writer {
 
     /// The answer to a request with nothing to generate.
     pub fn load_only(&self) -> Value {
-        let mut m = self.piece("");
+        let mut m = self.object("");
         m.insert("done".into(), json!(true));
         m.insert("done_reason".into(), json!("load"));
         Value::Object(m)
@@ -400,7 +437,7 @@ mod tests {
 
     fn generation(endpoint: Endpoint, body: &str) -> GenerationRequest {
         match parse_request(endpoint, body.as_bytes()) {
-            Ok(Parsed::Generate(r)) => r,
+            Ok(Parsed::Generate(r)) => *r,
             Ok(Parsed::LoadOnly { .. }) => panic!("{body}: nothing to generate"),
             Err(e) => panic!("{body}: {}", e.message),
         }
@@ -415,7 +452,7 @@ mod tests {
         assert!(r.stream);
         assert_eq!(r.params, ollama_defaults());
         assert_eq!(r.max_tokens, None);
-        let Prompt::Chat(m) = &r.prompt else {
+        let Prompt::Chat { messages: m, .. } = &r.prompt else {
             panic!("expected a chat prompt")
         };
         assert_eq!(
@@ -474,7 +511,11 @@ mod tests {
                 Endpoint::Chat,
                 r#"{"messages":[{"role":"user","content":"x"}],"tools":[{}]}"#,
             ),
-            (Endpoint::Generate, r#"{"prompt":"x","format":"json"}"#),
+            (Endpoint::Generate, r#"{"prompt":"x","format":"yaml"}"#),
+            (
+                Endpoint::Generate,
+                r#"{"prompt":"x","format":{"type":"string","pattern":"a"}}"#,
+            ),
             (Endpoint::Generate, r#"{"prompt":5}"#),
             (
                 Endpoint::Generate,

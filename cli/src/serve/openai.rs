@@ -3,6 +3,7 @@
 
 use super::backend::{ChatMessage, SamplingParams, TokenEvent};
 use super::error::ApiError;
+use super::tools::{self, Structured, ToolCallStream};
 use super::worker::{EmbedInput, Embeddings, Prompt, Summary};
 use serde_json::{json, Map, Value};
 
@@ -27,6 +28,8 @@ pub struct GenerationRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: Option<LogprobRequest>,
+    /// response_format, tools and tool_choice.
+    pub structured: Structured,
 }
 
 const MAX_STOP_STRINGS: usize = 16;
@@ -165,21 +168,11 @@ fn chat_messages(m: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
         Some(_) => return Err(bad("'messages' must be a list of messages", "messages")),
         None => return Err(bad("'messages' is required", "messages")),
     };
-    let mut messages = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let role = match item.get("role") {
-            Some(Value::String(r)) if !r.is_empty() => r.clone(),
-            _ => {
-                return Err(bad(
-                    format!("messages[{i}].role must be a non-empty string"),
-                    &format!("messages[{i}].role"),
-                ))
-            }
-        };
-        let content = message_content(item.get("content"), i)?;
-        messages.push(ChatMessage { role, content });
-    }
-    Ok(messages)
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| tools::chat_message(item, i))
+        .collect()
 }
 
 /// `prompt` of /v1/completions: a string, a list of token ids, or a list of one of those.
@@ -218,8 +211,12 @@ fn completion_prompt(m: &Map<String, Value>) -> Result<Prompt, ApiError> {
 /// Parse the body of POST /v1/chat/completions or /v1/completions.
 pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<GenerationRequest, ApiError> {
     let m = parse_object(body)?;
+    let structured = tools::openai_structured(&m, endpoint == Endpoint::Chat)?;
     let prompt = match endpoint {
-        Endpoint::Chat => Prompt::Chat(chat_messages(&m)?),
+        Endpoint::Chat => Prompt::Chat {
+            messages: chat_messages(&m)?,
+            tools: structured.tools.clone(),
+        },
         Endpoint::Completion => completion_prompt(&m)?,
     };
     if let Some(n) = integer(&m, "n", 1, i64::MAX)? {
@@ -310,6 +307,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<GenerationReques
         stream,
         include_usage,
         logprobs,
+        structured,
     })
 }
 
@@ -565,6 +563,8 @@ pub struct Writer {
     logprobs: Option<LogprobRequest>,
     /// Character offset of the next token (completions' `text_offset`).
     text_offset: usize,
+    /// Set when the answer may hold tool calls: they are read out of the text.
+    tool_calls: Option<ToolCallStream>,
 }
 
 impl Writer {
@@ -573,7 +573,14 @@ impl Writer {
             head,
             logprobs,
             text_offset: 0,
+            tool_calls: None,
         }
+    }
+
+    /// Read calls of `tools` out of the answer.
+    pub fn with_tool_calls(mut self, tools: Vec<String>) -> Self {
+        self.tool_calls = Some(ToolCallStream::new(tools));
+        self
     }
 
     fn logprobs_value(&mut self, tokens: &[TokenEvent]) -> Value {
@@ -587,11 +594,23 @@ impl Writer {
     /// The whole answer (stream: false).
     pub fn complete(&mut self, text: &str, tokens: &[TokenEvent], summary: &Summary) -> Value {
         let logprobs = self.logprobs_value(tokens);
-        let finish = summary.finish_reason.as_str();
+        let mut finish = summary.finish_reason.as_str();
+        let mut message = json!({"role": "assistant", "content": text});
+        if let Some(stream) = &self.tool_calls {
+            let answer = stream.parse(text);
+            message["content"] = answer.content.clone().into();
+            if !answer.calls.is_empty() && !answer.unfinished {
+                if answer.content.is_empty() {
+                    message["content"] = Value::Null;
+                }
+                message["tool_calls"] = tools::openai_calls(&answer.calls, &self.head.id, false);
+                finish = "tool_calls";
+            }
+        }
         let choice = match self.head.endpoint {
             Endpoint::Chat => json!({
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": logprobs,
                 "finish_reason": finish,
             }),
@@ -631,6 +650,14 @@ impl Writer {
 
     pub fn piece_chunk(&mut self, text: &str, tokens: &[TokenEvent], include_usage: bool) -> Value {
         let logprobs = self.logprobs_value(tokens);
+        let held;
+        let text = match &mut self.tool_calls {
+            Some(stream) => {
+                held = stream.push(text);
+                held.as_str()
+            }
+            None => text,
+        };
         let choice = match self.head.endpoint {
             Endpoint::Chat => json!({
                 "index": 0,
@@ -648,9 +675,33 @@ impl Writer {
         Value::Object(self.chunk(choice, include_usage))
     }
 
-    /// The chunk that carries finish_reason (and our timings).
-    pub fn final_chunk(&self, summary: &Summary, include_usage: bool) -> Value {
-        let finish = summary.finish_reason.as_str();
+    /// The chunks that end the answer: text held back and tool calls, then the one that
+    /// carries finish_reason (and our timings).
+    pub fn final_chunks(&mut self, summary: &Summary, include_usage: bool) -> Vec<Value> {
+        let mut chunks = Vec::new();
+        let mut finish = summary.finish_reason.as_str();
+        if let Some(stream) = &mut self.tool_calls {
+            let answer = stream.finish();
+            let mut delta = Map::new();
+            if !answer.content.is_empty() {
+                delta.insert("content".into(), answer.content.into());
+            }
+            if !answer.calls.is_empty() && !answer.unfinished {
+                let calls = tools::openai_calls(&answer.calls, &self.head.id, true);
+                delta.insert("tool_calls".into(), calls);
+                finish = "tool_calls";
+            }
+            if !delta.is_empty() {
+                let choice = json!({"index": 0, "delta": delta, "logprobs": null,
+                                    "finish_reason": null});
+                chunks.push(Value::Object(self.chunk(choice, include_usage)));
+            }
+        }
+        chunks.push(self.finish_chunk(finish, summary, include_usage));
+        chunks
+    }
+
+    fn finish_chunk(&self, finish: &str, summary: &Summary, include_usage: bool) -> Value {
         let choice = match self.head.endpoint {
             Endpoint::Chat => {
                 json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish})
@@ -688,13 +739,10 @@ mod tests {
     fn minimal_chat_request_gets_defaults() {
         let r = chat(r#"{"model":"x","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
         match &r.prompt {
-            Prompt::Chat(m) => assert_eq!(
-                m,
-                &[ChatMessage {
-                    role: "user".into(),
-                    content: "hi".into()
-                }]
-            ),
+            Prompt::Chat { messages, tools } => {
+                assert_eq!(messages, &[ChatMessage::text("user", "hi")]);
+                assert!(tools.is_none());
+            }
             _ => panic!("expected a chat prompt"),
         }
         assert_eq!(r.params, SamplingParams::default());
@@ -716,7 +764,7 @@ mod tests {
                 "logprobs":true,"top_logprobs":3,"n":1,"user":"ignored","top_k":5,"min_p":0.1}"#,
         )
         .unwrap();
-        let Prompt::Chat(m) = &r.prompt else {
+        let Prompt::Chat { messages: m, .. } = &r.prompt else {
             panic!("expected a chat prompt")
         };
         assert_eq!(m[1].content, "ab");

@@ -7,7 +7,7 @@
 //! worker stops at that token; a job whose client left while it was queued is skipped.
 
 use super::backend::{
-    Backend, ChatMessage, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
+    Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
 };
 use super::text::TextStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -18,8 +18,12 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 
 pub enum Prompt {
-    /// Rendered through the chat template, ending with the assistant's turn.
-    Chat(Vec<ChatMessage>),
+    /// Rendered through the chat template, ending with the assistant's turn; `tools` (OpenAI's
+    /// list) go to the template as Hugging Face passes them.
+    Chat {
+        messages: Vec<ChatMessage>,
+        tools: Option<serde_json::Value>,
+    },
     Text(String),
     Tokens(Vec<u32>),
 }
@@ -30,6 +34,8 @@ pub struct Job {
     /// None: until end-of-generation or a full context.
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
+    /// A grammar the answer must follow (response_format, tool calls).
+    pub constraint: Option<Constraint>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -251,9 +257,9 @@ where
 
 fn prompt_tokens(backend: &dyn Backend, prompt: Prompt) -> Result<Vec<u32>, JobError> {
     let tokens = match prompt {
-        Prompt::Chat(messages) => {
+        Prompt::Chat { messages, tools } => {
             let text = backend
-                .render_chat(&messages, true)
+                .render_chat(&messages, tools.as_ref(), true)
                 .map_err(JobError::BadPrompt)?;
             backend.tokenize(&text).map_err(JobError::BadPrompt)?
         }
@@ -350,43 +356,49 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status) {
     let mut first_token_at = None;
     let mut last_token_at = started;
     let mut cause = StopCause::None;
-    let result = backend.generate(&prompt, &job.params, &mut |token: TokenEvent| {
-        let now = Instant::now();
-        first_token_at.get_or_insert(now);
-        last_token_at = now;
-        n_generated += 1;
-        status
-            .ctx_used
-            .store(n_prompt + n_generated, Ordering::Relaxed);
-        let bytes = token.bytes.clone();
-        let released = text.push(token, &bytes);
-        let stopped = released.stopped;
-        if !released.is_empty() {
-            let piece = Event::Piece {
-                text: released.text,
-                tokens: released.tokens,
-            };
-            if events.send(piece).is_err() {
+    let constraint = job.constraint.as_ref();
+    let result = backend.generate(
+        &prompt,
+        &job.params,
+        constraint,
+        &mut |token: TokenEvent| {
+            let now = Instant::now();
+            first_token_at.get_or_insert(now);
+            last_token_at = now;
+            n_generated += 1;
+            status
+                .ctx_used
+                .store(n_prompt + n_generated, Ordering::Relaxed);
+            let bytes = token.bytes.clone();
+            let released = text.push(token, &bytes);
+            let stopped = released.stopped;
+            if !released.is_empty() {
+                let piece = Event::Piece {
+                    text: released.text,
+                    tokens: released.tokens,
+                };
+                if events.send(piece).is_err() {
+                    cause = StopCause::ClientGone;
+                    return Control::Stop;
+                }
+            }
+            if stopped {
+                cause = StopCause::StopString;
+                return Control::Stop;
+            }
+            if job.max_tokens.is_some_and(|max| n_generated >= max) {
+                cause = StopCause::Budget;
+                return Control::Stop;
+            }
+            // A client that left between tokens is noticed here even when this token released
+            // no text (held back), so it never costs more than one token.
+            if events.is_closed() {
                 cause = StopCause::ClientGone;
                 return Control::Stop;
             }
-        }
-        if stopped {
-            cause = StopCause::StopString;
-            return Control::Stop;
-        }
-        if job.max_tokens.is_some_and(|max| n_generated >= max) {
-            cause = StopCause::Budget;
-            return Control::Stop;
-        }
-        // A client that left between tokens is noticed here even when this token released
-        // no text (held back), so it never costs more than one token.
-        if events.is_closed() {
-            cause = StopCause::ClientGone;
-            return Control::Stop;
-        }
-        Control::Continue
-    });
+            Control::Continue
+        },
+    );
     status
         .tokens_generated
         .fetch_add(n_generated as u64, Ordering::Relaxed);
@@ -485,6 +497,7 @@ mod tests {
             params: SamplingParams::default(),
             max_tokens,
             stop: stop.iter().map(|s| s.to_string()).collect(),
+            constraint: None,
             events: tx,
         };
         run_job(&mut fake, job, &status);
@@ -582,6 +595,7 @@ mod tests {
             params: SamplingParams::default(),
             max_tokens: None,
             stop: Vec::new(),
+            constraint: None,
             events: tx,
         };
         let worker_status = status.clone();
