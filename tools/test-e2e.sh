@@ -28,7 +28,8 @@ cargo build --release -p smolrun || exit 1
 export SMOLRUN_BIN="$PWD/target/release/smolrun"
 
 # Each entry: a script and its arguments (the real model, or none for the fake-model ones).
-scripts=("openai_client.py -m $MODEL" "ollama_client.py -m $MODEL" "browser.py -m $MODEL"
+scripts=("openai_client.py -m $MODEL" "ollama_client.py -m $MODEL" "structured.py -m $MODEL"
+         "browser.py -m $MODEL"
          "load.py -m $MODEL" "nginx_balance.py")
 failed=()
 for entry in "${scripts[@]}"; do
