@@ -248,10 +248,12 @@ pub fn chat_structured(
             (vec![f], None)
         }
     };
-    if format.is_some() && trigger.is_none() {
+    // One grammar per answer: the tool calls', or the format's. Refused rather than one of the
+    // two silently ignored.
+    if format.is_some() {
         return Err(bad(
-            "a forced tool call (tool_choice required or a function) cannot also follow \
-             response_format",
+            "response_format (or format) together with tools is not supported: send tools \
+             with tool_choice \"none\" to get the format, or leave the format out",
             "response_format",
         ));
     }
@@ -727,5 +729,14 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.message.contains("'yaml'"));
+        // Tools and a format cannot both hold the answer.
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        let e = s(json!({"response_format": {"type": "json_object"}, "tools": tools}))
+            .err()
+            .unwrap();
+        assert!(e.message.contains("together with tools"), "{}", e.message);
+        let none = json!({"response_format": {"type": "json_object"}, "tool_choice": "none",
+                          "tools": tools});
+        assert!(s(none).unwrap().constraint.is_some());
     }
 }
