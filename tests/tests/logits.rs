@@ -195,6 +195,11 @@ fn synthetic_bailingmoe2() {
     check_logits("synthetic-bailingmoe2");
 }
 
+#[test]
+fn synthetic_qwen35() {
+    check_logits("synthetic-qwen35");
+}
+
 // The 1-bit, 2-bit and ternary kernels against llama.cpp (golden::LOWBIT_MODELS).
 #[test]
 fn qwen25_coder_05b_q1_0() {
