@@ -276,6 +276,15 @@ impl State {
         })
     }
 
+    /// Layer `l`'s recurrent state, `(conv window, delta-rule matrices)` (see delta_net.rs for
+    /// the layout); `None` for an attention layer.
+    pub fn recurrent_state(&self, l: usize) -> Option<(&[f32], &[f32])> {
+        match self.layers.get(l)? {
+            LayerState::Recurrent(r) => Some((&r.conv, &r.ssm)),
+            LayerState::Kv(_) => None,
+        }
+    }
+
     /// Tokens a prompt runs in at a time.
     pub fn n_batch(&self) -> usize {
         self.n_batch
