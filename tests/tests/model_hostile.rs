@@ -560,12 +560,14 @@ fn a_tiny_bailingmoe2_runs_and_its_bad_expert_groups_are_named() {
     );
 }
 
+type MetaList = Vec<(&'static str, Meta)>;
+
 /// A two-layer qwen35: layer 0 recurrent (2 key heads and 4 value heads of 8, conv 4), layer 1
 /// gated full attention (2 query heads and 1 KV head of 16, IMRoPE sections [3, 3, 2, 0] over
 /// all 8 rotated pairs). `edit` changes the metadata; `drop` leaves a tensor out; `reshape`
 /// replaces one tensor's dims.
 fn qwen35_file(
-    edit: &dyn Fn(&mut Vec<(&'static str, Meta)>),
+    edit: &dyn Fn(&mut MetaList),
     drop: Option<&str>,
     reshape: Option<(&str, Vec<u64>)>,
 ) -> Vec<u8> {
