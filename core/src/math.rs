@@ -33,6 +33,17 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
     1.0 / libm::sqrtf(mean + eps)
 }
 
+/// `x = x / sqrt(sum(x^2) + eps)`, rounded as llama.cpp's Gated DeltaNet L2 norm computes it:
+/// an RMS norm with `eps / n`, then a scale of `1 / sqrt(n)`.
+pub fn l2_norm_in_place(x: &mut [f32], eps: f32) {
+    let n = x.len() as f32;
+    let scale = rms_scale(x, eps / n);
+    let inv_sqrt_n = 1.0 / libm::sqrtf(n);
+    for xi in x.iter_mut() {
+        *xi = *xi * scale * inv_sqrt_n;
+    }
+}
+
 /// How RoPE pairs up the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeStyle {
@@ -318,6 +329,20 @@ fn gelu_from_tanh(x: f32, t: f32) -> f32 {
 /// SiLU (swish): x * sigmoid(x).
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + libm::expf(-x))
+}
+
+/// The logistic function 1 / (1 + e^-x).
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + libm::expf(-x))
+}
+
+/// ln(1 + e^x), and x itself above 20 (where the two agree in f32), as ggml computes it.
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        libm::logf(1.0 + libm::expf(x))
+    }
 }
 
 /// `gate[i] = silu(gate[i]) * up[i]`: the SwiGLU of one token's FFN row. The scalar face of

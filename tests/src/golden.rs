@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
-pub const SYNTHETIC_MODELS: [&str; 5] = [
+pub const SYNTHETIC_MODELS: [&str; 6] = [
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
     "synthetic-qwen2moe",
     "synthetic-bailingmoe2",
+    "synthetic-qwen35",
 ];
 
 /// Models requantized to the 1-bit, 2-bit and ternary types by `llama-quantize

@@ -74,6 +74,7 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3moe" => "synthetic-qwen3moe.gguf",
         "synthetic-qwen2moe" => "synthetic-qwen2moe.gguf",
         "synthetic-bailingmoe2" => "synthetic-bailingmoe2.gguf",
+        "synthetic-qwen35" => "synthetic-qwen35.gguf",
         "qwen2.5-coder-0.5b-q1_0" => "qwen2.5-coder-0.5b-q1_0.gguf",
         "qwen2.5-coder-0.5b-q2_0" => "qwen2.5-coder-0.5b-q2_0.gguf",
         "qwen2.5-coder-0.5b-q2_k" => "qwen2.5-coder-0.5b-q2_k.gguf",

@@ -54,8 +54,9 @@ fn check(model: &str) {
     let simd = Model::load_with_kernels(&g, &kernels).expect("load");
     let mut scalar = simd.clone();
     for layer in &mut scalar.layers {
-        let TokenMixer::Attention(attention) = &mut layer.mixer;
-        attention.attend = math::attention_head;
+        if let TokenMixer::Attention(attention) = &mut layer.mixer {
+            attention.attend = math::attention_head;
+        }
     }
     let store = ResidentStore::new(&g);
     let par = ScopedThreads::from_env();

@@ -55,12 +55,14 @@ fn main() {
 fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     // Gemma 3; then a mixture of experts (routing, the chosen experts' hint and their
     // matvecs); then groups, the selection bias and the shared expert, with a fused QKV matrix;
-    // then the shared expert's sigmoid gate (qwen2moe).
+    // then the shared expert's sigmoid gate (qwen2moe); then Qwen3.5's recurrent layers and
+    // gated attention.
     for model in [
         "gemma3-270m",
         "synthetic-qwen3moe",
         "synthetic-bailingmoe2",
         "synthetic-qwen2moe",
+        "synthetic-qwen35",
     ] {
         let path = model_path(model).unwrap_or_else(|| panic!("{model} is required"));
         let file = MappedFile::open(&path).unwrap();

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const MODELS: [&str; 14] = [
+const MODELS: [&str; 15] = [
     "gemma3-270m",
     "qwen2.5-coder-0.5b",
     "qwen2.5-coder-1.5b",
@@ -17,6 +17,7 @@ const MODELS: [&str; 14] = [
     "synthetic-qwen3moe",
     "synthetic-qwen2moe",
     "synthetic-bailingmoe2",
+    "synthetic-qwen35",
     "qwen2.5-coder-0.5b-q1_0",
     "qwen2.5-coder-0.5b-q2_k",
     "synthetic-qwen3-q2_0",
@@ -30,7 +31,11 @@ const MODELS: [&str; 14] = [
 fn has_own_tokenizer_golden(model: &str) -> bool {
     !matches!(
         model,
-        "synthetic-qwen3" | "synthetic-qwen3moe" | "synthetic-qwen2moe" | "synthetic-bailingmoe2"
+        "synthetic-qwen3"
+            | "synthetic-qwen3moe"
+            | "synthetic-qwen2moe"
+            | "synthetic-bailingmoe2"
+            | "synthetic-qwen35"
     ) && !smolrun_tests::golden::LOWBIT_MODELS.contains(&model)
 }
 const TOP_K: usize = 20;

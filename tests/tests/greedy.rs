@@ -143,3 +143,8 @@ fn synthetic_qwen2moe() {
 fn synthetic_bailingmoe2() {
     check_greedy("synthetic-bailingmoe2");
 }
+
+#[test]
+fn synthetic_qwen35() {
+    check_greedy("synthetic-qwen35");
+}

@@ -97,3 +97,29 @@ fn plans_match_the_tensor_tables_and_state_new() {
         }
     }
 }
+
+/// Qwen3.5's recurrent layers hold a fixed state instead of a KV cache: synthetic-qwen35 has
+/// one attention layer (2 KV heads of 64: f16 keys and values, 512 bytes per position) and
+/// three recurrent ones, each a conv window of 3 x 256 channels and four 32 x 32 matrices, f32
+/// (19,456 bytes whatever the context); the plan counts exactly what State allocates.
+#[test]
+fn recurrent_layers_count_their_state_not_a_kv_cache() {
+    let Some(path) = model_path("synthetic-qwen35") else {
+        return;
+    };
+    let file = MappedFile::open(&path).unwrap();
+    let gguf = Gguf::parse(file.bytes()).unwrap();
+    let hp = HParams::from_gguf(&gguf).unwrap();
+    let model = Model::load(&gguf).unwrap();
+    for n_ctx in [256, 2048] {
+        let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+        assert_eq!(plan.kv_cache, 512 * n_ctx as u64 + 3 * 19_456, "-c {n_ctx}");
+        let state = State::new(&model, n_ctx).unwrap();
+        let sampler = 20 * hp.n_vocab as u64;
+        assert_eq!(
+            plan.kv_cache + plan.activations + plan.logits - sampler,
+            state.memory_bytes() as u64,
+            "-c {n_ctx}"
+        );
+    }
+}

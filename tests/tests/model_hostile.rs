@@ -11,6 +11,8 @@ enum Meta {
     F32(f32),
     Str(&'static str),
     Bool(bool),
+    U32s(Vec<u32>),
+    Bools(Vec<bool>),
 }
 
 /// A GGUF v3 file with the given metadata and F32 tensors of the given (ggml-order) shapes,
@@ -43,6 +45,19 @@ fn build_gguf(meta: &[(&str, Meta)], tensors: &[(&str, Vec<u64>)]) -> Vec<u8> {
             Meta::Bool(x) => {
                 b.extend_from_slice(&7u32.to_le_bytes());
                 b.push(*x as u8);
+            }
+            Meta::U32s(xs) => {
+                b.extend_from_slice(&9u32.to_le_bytes());
+                b.extend_from_slice(&4u32.to_le_bytes());
+                b.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+                xs.iter()
+                    .for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+            }
+            Meta::Bools(xs) => {
+                b.extend_from_slice(&9u32.to_le_bytes());
+                b.extend_from_slice(&7u32.to_le_bytes());
+                b.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+                xs.iter().for_each(|&x| b.push(x as u8));
             }
         }
     }
@@ -543,4 +558,225 @@ fn a_tiny_bailingmoe2_runs_and_its_bad_expert_groups_are_named() {
             found: [N_EMBD, 63, 1, 1],
         }
     );
+}
+
+type MetaList = Vec<(&'static str, Meta)>;
+
+/// A two-layer qwen35: layer 0 recurrent (2 key heads and 4 value heads of 8, conv 4), layer 1
+/// gated full attention (2 query heads and 1 KV head of 16, IMRoPE sections [3, 3, 2, 0] over
+/// all 8 rotated pairs). `edit` changes the metadata; `drop` leaves a tensor out; `reshape`
+/// replaces one tensor's dims.
+fn qwen35_file(
+    edit: &dyn Fn(&mut MetaList),
+    drop: Option<&str>,
+    reshape: Option<(&str, Vec<u64>)>,
+) -> Vec<u8> {
+    let mut meta = vec![
+        ("general.architecture", Meta::Str("qwen35")),
+        ("qwen35.block_count", Meta::U32(2)),
+        ("qwen35.embedding_length", Meta::U32(N_EMBD as u32)),
+        ("qwen35.feed_forward_length", Meta::U32(N_FF as u32)),
+        ("qwen35.attention.head_count", Meta::U32(2)),
+        ("qwen35.attention.head_count_kv", Meta::U32(1)),
+        ("qwen35.attention.key_length", Meta::U32(16)),
+        ("qwen35.attention.value_length", Meta::U32(16)),
+        ("qwen35.rope.dimension_count", Meta::U32(16)),
+        (
+            "qwen35.rope.dimension_sections",
+            Meta::U32s(vec![3, 3, 2, 0]),
+        ),
+        ("qwen35.context_length", Meta::U32(64)),
+        ("qwen35.attention.layer_norm_rms_epsilon", Meta::F32(1e-6)),
+        ("qwen35.full_attention_interval", Meta::U32(2)),
+        ("qwen35.ssm.conv_kernel", Meta::U32(4)),
+        ("qwen35.ssm.state_size", Meta::U32(8)),
+        ("qwen35.ssm.group_count", Meta::U32(2)),
+        ("qwen35.ssm.time_step_rank", Meta::U32(4)),
+        ("qwen35.ssm.inner_size", Meta::U32(32)),
+    ];
+    edit(&mut meta);
+    let mut tensors: Vec<(&str, Vec<u64>)> = vec![
+        ("token_embd.weight", vec![N_EMBD, N_VOCAB]),
+        ("output_norm.weight", vec![N_EMBD]),
+        ("blk.0.attn_norm.weight", vec![N_EMBD]),
+        ("blk.0.attn_qkv.weight", vec![N_EMBD, 64]),
+        ("blk.0.attn_gate.weight", vec![N_EMBD, 32]),
+        ("blk.0.ssm_conv1d.weight", vec![4, 64]),
+        ("blk.0.ssm_dt.bias", vec![4]),
+        ("blk.0.ssm_a", vec![4]),
+        ("blk.0.ssm_beta.weight", vec![N_EMBD, 4]),
+        ("blk.0.ssm_alpha.weight", vec![N_EMBD, 4]),
+        ("blk.0.ssm_norm.weight", vec![8]),
+        ("blk.0.ssm_out.weight", vec![32, N_EMBD]),
+        ("blk.1.attn_norm.weight", vec![N_EMBD]),
+        ("blk.1.attn_q.weight", vec![N_EMBD, 64]),
+        ("blk.1.attn_k.weight", vec![N_EMBD, 16]),
+        ("blk.1.attn_v.weight", vec![N_EMBD, 16]),
+        ("blk.1.attn_q_norm.weight", vec![16]),
+        ("blk.1.attn_k_norm.weight", vec![16]),
+        ("blk.1.attn_output.weight", vec![N_EMBD, N_EMBD]),
+    ];
+    for l in ["0", "1"] {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        tensors.push((
+            leak(format!("blk.{l}.post_attention_norm.weight")),
+            vec![N_EMBD],
+        ));
+        tensors.push((leak(format!("blk.{l}.ffn_gate.weight")), vec![N_EMBD, N_FF]));
+        tensors.push((leak(format!("blk.{l}.ffn_up.weight")), vec![N_EMBD, N_FF]));
+        tensors.push((leak(format!("blk.{l}.ffn_down.weight")), vec![N_FF, N_EMBD]));
+    }
+    tensors.retain(|(name, _)| Some(*name) != drop);
+    if let Some((name, dims)) = reshape {
+        tensors.iter_mut().find(|(n, _)| *n == name).unwrap().1 = dims;
+    }
+    build_gguf(&meta, &tensors)
+}
+
+fn set(meta: &mut [(&'static str, Meta)], key: &str, value: Meta) {
+    meta.iter_mut().find(|(k, _)| *k == key).unwrap().1 = value;
+}
+
+#[test]
+fn a_tiny_qwen35_runs_and_keeps_no_rewind() {
+    let bytes = qwen35_file(&|_| {}, None, None);
+    let g = Gguf::parse(&bytes).unwrap();
+    let m = Model::load(&g).unwrap();
+    let store = ResidentStore::new(&g);
+    let tokens = [3u32, 1, 4, 1, 5, 2, 6];
+    // Token by token, then the same prompt in one batch: the same logits (scalar kernels).
+    let mut st = State::with_batch(&m, 16, 1).unwrap();
+    let mut last = Vec::new();
+    for (pos, &t) in tokens.iter().enumerate() {
+        last = m
+            .forward(&mut st, &store, &SingleThread, t, pos)
+            .unwrap()
+            .to_vec();
+        assert!(last.iter().all(|v| v.is_finite()));
+    }
+    let state_of = |st: &State| {
+        let (conv, ssm) = st.recurrent_state(0).expect("layer 0 is recurrent");
+        (conv.to_vec(), ssm.to_vec())
+    };
+    let by_token = state_of(&st);
+    assert!(st.recurrent_state(1).is_none(), "layer 1 is full attention");
+    let mut chunked = State::with_batch(&m, 16, 4).unwrap();
+    let l = m
+        .forward_batch(&mut chunked, &store, &SingleThread, &tokens, 0)
+        .unwrap();
+    assert_eq!(l, &last[..]);
+    assert_eq!(state_of(&chunked), by_token);
+    // A recurrent state cannot go back; position 0 starts over.
+    let err = m.forward(&mut st, &store, &SingleThread, 3, 2).unwrap_err();
+    assert_eq!(err, ModelError::RecurrentRewind { pos: 2, at: 7 });
+    assert!(err.to_string().contains("position 0"), "{err}");
+    m.forward(&mut st, &store, &SingleThread, 3, 0).unwrap();
+    let mut fresh = State::with_batch(&m, 16, 1).unwrap();
+    m.forward(&mut fresh, &store, &SingleThread, 3, 0).unwrap();
+    assert_eq!(state_of(&st), state_of(&fresh));
+    // recurrent_layers instead of the interval: the same layers.
+    let listed = qwen35_file(
+        &|meta| {
+            meta.push((
+                "qwen35.attention.recurrent_layers",
+                Meta::Bools(vec![true, false]),
+            ))
+        },
+        None,
+        None,
+    );
+    let g = Gguf::parse(&listed).unwrap();
+    assert_eq!(Model::load(&g).unwrap().hp.layers, m.hp.layers);
+}
+
+#[test]
+fn qwen35_bad_inputs_are_named() {
+    // A missing SSM tensor.
+    let err = load(&qwen35_file(&|_| {}, Some("blk.0.ssm_a"), None)).unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::MissingTensor {
+            name: "blk.0.ssm_a".into()
+        }
+    );
+    // A mis-shaped conv kernel (5 taps where ssm.conv_kernel says 4).
+    let err = load(&qwen35_file(
+        &|_| {},
+        None,
+        Some(("blk.0.ssm_conv1d.weight", vec![5, 64])),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::BadTensorShape { name, expected, found }
+            if name == "blk.0.ssm_conv1d.weight" && expected[0] == 4 && found[0] == 5),
+        "{err:?}"
+    );
+    // dv != dk: value heads of 16 against key heads of 8.
+    let err = load(&qwen35_file(
+        &|meta| set(meta, "qwen35.ssm.inner_size", Meta::U32(64)),
+        None,
+        None,
+    ))
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("qwen35.ssm.inner_size") && msg.contains("dv = dk") && msg.contains("64"),
+        "{msg}"
+    );
+    // A recurrent-layer list of the wrong length.
+    let err = load(&qwen35_file(
+        &|meta| {
+            meta.push((
+                "qwen35.attention.recurrent_layers",
+                Meta::Bools(vec![true, false, true]),
+            ))
+        },
+        None,
+        None,
+    ))
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("qwen35.attention.recurrent_layers") && msg.contains("2 booleans"),
+        "{msg}"
+    );
+    // Value heads that do not share key heads evenly.
+    let err = load(&qwen35_file(
+        &|meta| {
+            set(meta, "qwen35.ssm.time_step_rank", Meta::U32(3));
+            set(meta, "qwen35.ssm.inner_size", Meta::U32(24));
+        },
+        None,
+        None,
+    ))
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("qwen35.ssm.time_step_rank"),
+        "{err}"
+    );
+    // IMRoPE sections that leave rotated pairs unrotated for text.
+    let err = load(&qwen35_file(
+        &|meta| {
+            set(
+                meta,
+                "qwen35.rope.dimension_sections",
+                Meta::U32s(vec![2, 2, 2, 2]),
+            )
+        },
+        None,
+        None,
+    ))
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("qwen35.rope.dimension_sections"),
+        "{err}"
+    );
+    // A missing SSM key.
+    let err = load(&qwen35_file(
+        &|meta| meta.retain(|(k, _)| *k != "qwen35.ssm.state_size"),
+        None,
+        None,
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("qwen35.ssm.state_size"), "{err}");
 }

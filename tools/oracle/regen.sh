@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every golden file in tests/golden/ from the reference engine (llama.cpp b11434).
-#   tools/oracle/regen.sh [model ...]      (default: all eight)
+#   tools/oracle/regen.sh [model ...]      (default: all)
 # Steps: build llama.cpp if needed (tools/oracle/build.sh), fetch the real models
 # (tools/fetch-models.sh all), write the synthetic models (tools/oracle/synth_model.py), compile
 # tools/oracle/golden.cpp against the build, then for each model write
@@ -31,7 +31,7 @@ threads=2
 # an activation moves the logits by whole units: llama.cpp's own F16 copy of the Q2_0 file scores
 # 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
 lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k)
-all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 "${lowbit[@]}")
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -45,6 +45,7 @@ model_file() {
     synthetic-qwen3moe) echo "$models/synthetic-qwen3moe.gguf" ;;
     synthetic-qwen2moe) echo "$models/synthetic-qwen2moe.gguf" ;;
     synthetic-bailingmoe2) echo "$models/synthetic-bailingmoe2.gguf" ;;
+    synthetic-qwen35) echo "$models/synthetic-qwen35.gguf" ;;
     qwen2.5-coder-0.5b-* | synthetic-qwen3-*) echo "$models/$1.gguf" ;;
     *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
   esac
@@ -82,7 +83,7 @@ for m in "${want[@]}"; do
   corpus=(--corpus "$repo/tools/oracle/corpus.json")
   # synthetic-qwen3 has the very tokenizer of qwen2.5-coder (same vocab, merges and pre-type), so
   # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
-  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || -n $lowbit_type ]] && corpus=()
+  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || $m == synthetic-qwen35 || -n $lowbit_type ]] && corpus=()
   (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
 
   if [[ -n $lowbit_type ]]; then

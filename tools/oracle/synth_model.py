@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -32,6 +32,11 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           to the routed output; a fifth block is an MTP (nextn) layer that llama.cpp loads and
           skips. Router std 0.15 (logit std ~2.4): sigmoids spread over (0, 1), not saturated,
           so neither the groups' scores nor the experts' are near ties
+  qwen35 (Qwen3.5's Gated DeltaNet hybrid): layers 0-2 recurrent (full_attention_interval 4),
+          2 key heads and 4 value heads of 32 (dk = dv), conv kernel 4; layer 3 gated full
+          attention with 4 query heads (attn_q holds the output gate beside q), QK-norm, IMRoPE
+          on 16 of 64 dimensions, base 1e7; post_attention_norm before a SwiGLU FFN (see
+          qwen35_layers)
   llama:  4 query heads (n_head * head_dim = n_embd); normal (GPT-J style pairs) RoPE, base 1e4;
           tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
           vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
@@ -101,6 +106,15 @@ ARCHS = {
                    ffn_gate=T.Q8_0, ffn_up=T.Q4_1, ffn_down=T.F16,
                    ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0, ffn_down_exps=T.Q5_0,
                    ffn_gate_shexp=T.Q4_1, ffn_up_shexp=T.Q8_0, ffn_down_shexp=T.F16, eh_proj=T.F16),
+    ),
+    "qwen35": dict(
+        seed=0x5157_3501, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=10_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
+        n_rot=16, rope_sections=[3, 3, 2, 0], full_attention_interval=4,
+        ssm_conv=4, ssm_state=32, ssm_k_heads=2, ssm_v_heads=4,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q4_0,
+                   attn_qkv=T.Q8_0, attn_gate=T.F16, ssm_alpha=T.F32, ssm_beta=T.F16, ssm_out=T.Q4_1,
+                   ffn_gate=T.Q8_0, ffn_up=T.Q4_1, ffn_down=T.F16),
     ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
@@ -240,6 +254,14 @@ def build(arch, tok, out_path):
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(cfg.get("n_rot", hd))
+    if arch == "qwen35":
+        w.add_rope_dimension_sections(cfg["rope_sections"])
+        w.add_full_attention_interval(cfg["full_attention_interval"])
+        w.add_ssm_conv_kernel(cfg["ssm_conv"])
+        w.add_ssm_state_size(cfg["ssm_state"])
+        w.add_ssm_group_count(cfg["ssm_k_heads"])
+        w.add_ssm_time_step_rank(cfg["ssm_v_heads"])
+        w.add_ssm_inner_size(cfg["ssm_state"] * cfg["ssm_v_heads"])
     w.add_rope_freq_base(cfg["rope_base"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
     w.add_vocab_size(n_vocab)
@@ -285,7 +307,9 @@ def build(arch, tok, out_path):
     tensor("token_embd.weight", "token_embd", embd)
     if arch == "bailingmoe2":
         bailing_layers(cfg, rng, tensor, norm_weight)
-    for i in range(cfg["n_layer"] if arch != "bailingmoe2" else 0):
+    if arch == "qwen35":
+        qwen35_layers(cfg, rng, tensor, norm_weight)
+    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35") else 0):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
         tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
@@ -371,6 +395,50 @@ def bailing_layers(cfg, rng, tensor, norm_weight):
             tensor(p + "nextn.enorm.weight", "norm", norm_weight(n_embd))
             tensor(p + "nextn.hnorm.weight", "norm", norm_weight(n_embd))
             tensor(p + "layer_output_norm.weight", "norm", norm_weight(n_embd))
+
+
+def qwen35_layers(cfg, rng, tensor, norm_weight):
+    """qwen35's blocks (Qwen3.5, a Gated DeltaNet hybrid): every `full_attention_interval`-th block
+    is gated full attention, the others recurrent. Each block: attn_norm, mixer, residual,
+    post_attention_norm, SwiGLU FFN, residual.
+    Recurrent mixer: attn_qkv [q k v] (2 key heads, 4 value heads of 32: a value head reads key
+    head h % 2), attn_gate z, a causal depthwise conv of 4 taps (F32, std 0.5 per tap: the conv
+    output keeps the projection's scale), ssm_a = -exp(A_log) with A_log uniform in [-3, 0.5] and
+    ssm_dt bias std 0.5: decays exp(softplus(alpha + dt) * a) spread over ~0.2 .. 0.98, so the
+    state carries several tokens back; ssm_beta and ssm_alpha std 1/sqrt(n_embd) (logits of
+    std ~1). Full attention: attn_q holds [q | gate] per head (2 * head_dim rows each),
+    QK-norm, IMRoPE on the first 16 of 64 dimensions (sections [3, 3, 2, 0] cover them all)."""
+    n_embd, n_ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
+    n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    d_state, h_k, h_v = cfg["ssm_state"], cfg["ssm_k_heads"], cfg["ssm_v_heads"]
+    key_dim, value_dim = d_state * h_k, d_state * h_v
+    conv_dim = 2 * key_dim + value_dim
+    for i in range(cfg["n_layer"]):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
+        if (i + 1) % cfg["full_attention_interval"] != 0:
+            tensor(p + "attn_qkv.weight", "attn_qkv", rng.weight((conv_dim, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_gate.weight", "attn_gate", rng.weight((value_dim, n_embd), 1.0 / np.sqrt(n_embd)))
+            # numpy [channel, tap] = ggml {d_conv, conv_dim}
+            tensor(p + "ssm_conv1d.weight", "conv", rng.weight((conv_dim, cfg["ssm_conv"]), 0.5))
+            tensor(p + "ssm_dt.bias", "bias", rng.weight((h_v,), 0.5))
+            a_log = -1.25 + 1.75 * rng.uniform((h_v,))
+            tensor(p + "ssm_a", "bias", (-np.exp(a_log)).astype(np.float32))
+            tensor(p + "ssm_beta.weight", "ssm_beta", rng.weight((h_v, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ssm_alpha.weight", "ssm_alpha", rng.weight((h_v, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ssm_norm.weight", "norm", norm_weight(d_state))
+            tensor(p + "ssm_out.weight", "ssm_out", rng.weight((n_embd, value_dim), 1.0 / np.sqrt(value_dim)))
+        else:
+            tensor(p + "attn_q.weight", "attn_q", rng.weight((2 * n_q, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
+            tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
+            tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
+        tensor(p + "post_attention_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
 
 
 def sha256(path):

@@ -5,10 +5,12 @@
 //! xb = rms_norm(x)                     attn_norm
 //! q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)
 //!   or q|k|v = Wqkv xb                 one fused matrix (bailingmoe2's attn_qkv)
-//! q, k = rms_norm per head             Qwen3, Gemma 3 (QK-norm)
+//!   or q|gate per head = Wq xb         gated attention (Qwen3.5): each head's query, then its gate
+//! q, k = rms_norm per head             Qwen3, Gemma 3, Qwen3.5 (QK-norm)
 //! q, k = rope(q, k, pos)               normal (Llama) or neox (Qwen, Gemma)
 //! cache[pos] = k, v                    f16, like llama.cpp's default cache
 //! a = attention(q, cache[..=pos])      grouped-query, optional sliding window
+//! a = a * sigmoid(gate)                gated attention
 //! o = Wo a;  o = rms_norm(o)           post_attention_norm: Gemma 3
 //! x = x + o
 //! ```
@@ -33,6 +35,9 @@ pub struct AttentionShape {
     pub window: Option<usize>,
     /// Q, K and V come from one matrix (`attn_qkv`), its output rows q, then k, then v.
     pub fused_qkv: bool,
+    /// Wq's output holds, per head, the query and then a gate of as many values; the
+    /// attention output is multiplied by sigmoid(gate) before Wo (Qwen3.5's full attention).
+    pub output_gate: bool,
 }
 
 impl AttentionShape {
@@ -147,7 +152,11 @@ impl Attention {
                     QkvWeights::Fused(ld.matrix(&n("attn_qkv.weight"), n_embd, shape.qkv_dim())?)
                 }
                 false => QkvWeights::Separate {
-                    wq: ld.matrix(&n("attn_q.weight"), n_embd, q_dim)?,
+                    wq: ld.matrix(
+                        &n("attn_q.weight"),
+                        n_embd,
+                        if shape.output_gate { 2 * q_dim } else { q_dim },
+                    )?,
                     wk: ld.matrix(&n("attn_k.weight"), n_embd, kv_dim)?,
                     wv: ld.matrix(&n("attn_v.weight"), n_embd, v_dim)?,
                 },
@@ -211,6 +220,9 @@ impl Attention {
                 }
             }
         }
+        if sh.output_gate {
+            split_query_gates(&mut a.q, &mut a.gate, n, sh.n_head, hd);
+        }
 
         let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
         let score_scale = if self.opts.scale_q_before_attention {
@@ -267,6 +279,11 @@ impl Attention {
             self.attend_tokens(p, a, cache, pos, score_scale);
         }
         p.tap("kqv_out", l, &a.att_out, o_dim);
+        if sh.output_gate {
+            let gated = a.att_out[..n * o_dim].iter_mut().zip(&a.gate[..n * o_dim]);
+            gated.for_each(|(o, &g)| *o *= math::sigmoid(g));
+            p.tap("attn_gated", l, &a.att_out, o_dim);
+        }
 
         p.matvec(&self.wo, &a.att_out, &mut a.xb2)?;
         p.add_rows(&mut a.x, &mut a.xb2, self.post_attn_norm.as_deref(), n_embd);
@@ -372,5 +389,19 @@ impl Attention {
         let q = &q[h * hd..(h + 1) * hd];
         let softcap = self.opts.softcap;
         (self.attend)(out, q, &kv, scores, span, score_scale, softcap, kernel);
+    }
+}
+
+/// Gated attention's Wq output, `n` rows of `[q_h | gate_h]` per head, becomes `n` rows of
+/// queries in `q` (now `n_head * hd` wide) and the gates in `gate`, in place: every query moves
+/// to a place no later than its own, after the gate it might overwrite has moved out.
+fn split_query_gates(q: &mut [f32], gate: &mut [f32], n: usize, n_head: usize, hd: usize) {
+    let q_dim = n_head * hd;
+    for t in 0..n {
+        for h in 0..n_head {
+            let src = t * 2 * q_dim + 2 * h * hd;
+            gate[t * q_dim + h * hd..][..hd].copy_from_slice(&q[src + hd..][..hd]);
+            q.copy_within(src..src + hd, t * q_dim + h * hd);
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! The dense feed-forward network: a gated MLP.
 //!
 //! ```text
-//! xb = rms_norm(x)                     ffn_norm
+//! xb = rms_norm(x)                     ffn_norm (Qwen3.5: post_attention_norm)
 //! h = act(Wgate xb) * (Wup xb)         SiLU (Llama, Qwen) or GELU-tanh (Gemma)
 //! f = Wdown h;  f = rms_norm(f)        post_ffw_norm: Gemma 3
 //! x = x + f
@@ -36,10 +36,12 @@ pub struct DenseFfn {
 }
 
 impl DenseFfn {
-    /// Loads layer `l`'s FFN tensors (`blk.{l}.ffn_*`).
+    /// Loads layer `l`'s FFN tensors (`blk.{l}.ffn_*`), its input norm `blk.{l}.{norm}`.
+    #[allow(clippy::too_many_arguments)]
     pub fn load(
         ld: &Loader,
         l: usize,
+        norm: &str,
         n_embd: usize,
         n_ff: usize,
         post_norm: bool,
@@ -48,7 +50,7 @@ impl DenseFfn {
         let n = |s: &str| format!("blk.{l}.{s}");
         Ok(DenseFfn {
             n_ff,
-            ffn_norm: ld.vector(&n("ffn_norm.weight"), n_embd)?,
+            ffn_norm: ld.vector(&n(norm), n_embd)?,
             w_gate: ld.matrix(&n("ffn_gate.weight"), n_embd, n_ff)?,
             w_up: ld.matrix(&n("ffn_up.weight"), n_embd, n_ff)?,
             w_down: ld.matrix(&n("ffn_down.weight"), n_ff, n_embd)?,

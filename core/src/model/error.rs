@@ -60,6 +60,12 @@ pub enum ModelError {
         option: &'static str,
         reason: String,
     },
+    /// A pass that starts at `pos` on a recurrent model whose state has reached `at`: a
+    /// recurrent state cannot go back to an earlier position (only to 0, a new sequence).
+    RecurrentRewind {
+        pos: usize,
+        at: usize,
+    },
     /// A verify pass of more tokens than the state has logit rows for (or of none).
     BadVerifyBatch {
         tokens: usize,
@@ -86,7 +92,7 @@ impl fmt::Display for ModelError {
             Gguf(e) => e.fmt(f),
             UnsupportedArch { arch } => write!(
                 f,
-                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen2moe, qwen3, qwen3moe, bailingmoe2 or gemma3"
+                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, bailingmoe2 or gemma3"
             ),
             BadOption { option, reason } => write!(f, "{option}: {reason}"),
             BadHParam { key, expected, found } => write!(
@@ -119,6 +125,11 @@ impl fmt::Display for ModelError {
             BadContext { requested, max } => write!(
                 f,
                 "context length {requested} is not possible: expected 1..={max} (the model's trained context)"
+            ),
+            RecurrentRewind { pos, at } => write!(
+                f,
+                "cannot run from position {pos}: this model's recurrent layers have read {at} \
+                 tokens and keep no earlier state; start the sequence again from position 0"
             ),
             BadVerifyBatch { tokens, n_logits } => write!(
                 f,

@@ -2,6 +2,7 @@
 //! each checked for sense before anything is sized from it.
 
 use super::attention::AttentionShape;
+use super::delta_net::DeltaNetShape;
 use super::error::ModelError;
 use super::layer::{FfnShape, LayerShape, MixerShape};
 use super::moe_ffn::{Gating, Routing, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS};
@@ -32,6 +33,11 @@ pub enum Family {
     BailingMoe2,
     /// Gemma 3: QK-norm, post-norms, scaled embedding, GELU, sliding-window layers.
     Gemma3,
+    /// Qwen3.5 (`qwen35`): recurrent Gated DeltaNet layers (delta_net.rs) and, every
+    /// `full_attention_interval`-th layer (or as `attention.recurrent_layers` says), full
+    /// attention with QK-norm, an output gate and IMRoPE; the FFN's norm is
+    /// `post_attention_norm`; trailing MTP (nextn) layers that inference skips.
+    Qwen35,
 }
 
 impl Family {
@@ -44,6 +50,7 @@ impl Family {
             "qwen2moe" => Some(Family::Qwen2Moe),
             "bailingmoe2" => Some(Family::BailingMoe2),
             "gemma3" => Some(Family::Gemma3),
+            "qwen35" => Some(Family::Qwen35),
             _ => None,
         }
     }
@@ -347,16 +354,37 @@ impl HParams {
             MAX_VOCAB,
         )?;
 
+        let recurrent = match family {
+            Family::Qwen35 => {
+                if head_dim_v != head_dim {
+                    return Err(ModelError::BadHParam {
+                        key: k("attention.value_length"),
+                        expected: format!("attention.key_length ({head_dim}), as qwen35 needs"),
+                        found: format!("{head_dim_v}"),
+                    });
+                }
+                Self::check_rope_sections(g, &k("rope.dimension_sections"), n_rot)?;
+                Some((
+                    Self::recurrent_layers(g, &k, n_block, n_layer)?,
+                    Self::delta_net(g, &k)?,
+                ))
+            }
+            _ => None,
+        };
         let layers = (0..n_layer)
             .map(|l| LayerShape {
-                mixer: MixerShape::Attention(AttentionShape {
-                    n_head,
-                    n_head_kv,
-                    head_dim,
-                    head_dim_v,
-                    window: if is_swa[l] { sliding_window } else { None },
-                    fused_qkv: family == Family::BailingMoe2,
-                }),
+                mixer: match &recurrent {
+                    Some((is_recurrent, d)) if is_recurrent[l] => MixerShape::DeltaNet(*d),
+                    _ => MixerShape::Attention(AttentionShape {
+                        n_head,
+                        n_head_kv,
+                        head_dim,
+                        head_dim_v,
+                        window: if is_swa[l] { sliding_window } else { None },
+                        fused_qkv: family == Family::BailingMoe2,
+                        output_gate: family == Family::Qwen35,
+                    }),
+                },
                 ffn: match experts {
                     Some(x) if l >= x.n_dense_lead => FfnShape::Moe {
                         n_ff: x.n_ff,
@@ -396,6 +424,125 @@ impl HParams {
             attn_logit_softcap,
             layers,
         })
+    }
+
+    /// Which of the `n_layer` layers are recurrent, as llama.cpp decides: the bool array
+    /// `attention.recurrent_layers` (one per block, MTP blocks included), else every layer but
+    /// each `full_attention_interval`-th (default 4).
+    fn recurrent_layers(
+        g: &Gguf,
+        k: &dyn Fn(&str) -> String,
+        n_block: usize,
+        n_layer: usize,
+    ) -> Result<Vec<bool>, ModelError> {
+        let key = k("attention.recurrent_layers");
+        if let Some(v) = g.get(&key) {
+            let flags: Vec<bool> = match v {
+                Value::Array(a) => {
+                    let flags: Vec<bool> = a
+                        .iter()
+                        .filter_map(|v| v.as_bool().or(v.as_u64().map(|n| n != 0)))
+                        .collect();
+                    if a.len() != n_block || flags.len() != n_block {
+                        return Err(ModelError::BadHParam {
+                            key,
+                            expected: format!("{n_block} booleans (one per block: block_count)"),
+                            found: format!("an array of {} ({} booleans)", a.len(), flags.len()),
+                        });
+                    }
+                    flags
+                }
+                v => match v.as_bool().or(v.as_u64().map(|n| n != 0)) {
+                    Some(b) => alloc::vec![b; n_block],
+                    None => {
+                        return Err(ModelError::BadHParam {
+                            key,
+                            expected: "a bool array (one per block)".into(),
+                            found: v.type_name().into(),
+                        })
+                    }
+                },
+            };
+            return Ok(flags[..n_layer].to_vec());
+        }
+        let key = k("full_attention_interval");
+        let interval = in_range(&key, opt_u64(g, &key)?.unwrap_or(4), 1, MAX_LAYERS)?;
+        Ok((0..n_layer).map(|l| (l + 1) % interval != 0).collect())
+    }
+
+    /// A Gated DeltaNet layer's shape from the `ssm.*` keys, checked as llama.cpp's qwen35
+    /// needs it: dk = dv (`ssm.inner_size` = `ssm.state_size` x `ssm.time_step_rank`), value
+    /// heads a multiple of the key heads.
+    fn delta_net(g: &Gguf, k: &dyn Fn(&str) -> String) -> Result<DeltaNetShape, ModelError> {
+        let req = |name: &str| -> Result<u64, ModelError> { Ok(g.get_u64(&k(name))?) };
+        let key = k("ssm.conv_kernel");
+        let conv_kernel = in_range(&key, req("ssm.conv_kernel")?, 1, 64)?;
+        let key = k("ssm.state_size");
+        let head_dim = in_range(&key, req("ssm.state_size")?, 1, MAX_HEAD_DIM)?;
+        let key = k("ssm.group_count");
+        let n_k_heads = in_range(&key, req("ssm.group_count")?, 1, MAX_HEADS)?;
+        let key = k("ssm.time_step_rank");
+        let n_v_heads = in_range(&key, req("ssm.time_step_rank")?, 1, MAX_HEADS)?;
+        if n_v_heads % n_k_heads != 0 {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: format!(
+                    "a multiple of ssm.group_count ({n_k_heads}): value heads share key heads"
+                ),
+                found: format!("{n_v_heads}"),
+            });
+        }
+        let key = k("ssm.inner_size");
+        let inner = in_range(&key, req("ssm.inner_size")?, 1, MAX_EMBEDDING)?;
+        if inner != head_dim * n_v_heads {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: format!(
+                    "ssm.state_size x ssm.time_step_rank = {head_dim} x {n_v_heads} = {}: \
+                     qwen35 needs value heads as wide as key heads (dv = dk)",
+                    head_dim * n_v_heads
+                ),
+                found: format!("{inner} (dv = {})", inner as f64 / n_v_heads as f64),
+            });
+        }
+        Ok(DeltaNetShape {
+            n_k_heads,
+            n_v_heads,
+            head_dim,
+            conv_kernel,
+        })
+    }
+
+    /// Qwen3.5's IMRoPE sections (`rope.dimension_sections`, 4 integers): with the text
+    /// positions llama.cpp gives ([p, p, p, 0]) a pair rotates by the position when its
+    /// section is one of the first three, which is NeoX's rotation; a pair left to the fourth
+    /// section would not rotate at all. Refused unless every rotated pair is in the first three.
+    fn check_rope_sections(g: &Gguf, key: &str, n_rot: usize) -> Result<(), ModelError> {
+        let bad = |found: String| ModelError::BadHParam {
+            key: key.into(),
+            expected: format!(
+                "4 section sizes whose first three interleave over all {} rotated pairs",
+                n_rot / 2
+            ),
+            found,
+        };
+        let s: Vec<u64> = match g.get(key) {
+            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).collect(),
+            Some(v) => return Err(bad(v.type_name().into())),
+            None => return Err(ModelError::Gguf(GgufError::MissingKey { key: key.into() })),
+        };
+        if s.len() != 4 || s.iter().any(|&v| v > MAX_HEAD_DIM) {
+            return Err(bad(format!("{s:?}")));
+        }
+        let total = s.iter().sum::<u64>() as usize;
+        let rotated = |i: usize| {
+            let sector = (i % total.max(1)) as u64;
+            (0..3).any(|c| sector % 3 == c && sector < 3 * s[c as usize])
+        };
+        if total == 0 || !(0..n_rot / 2).all(rotated) {
+            return Err(bad(format!("{s:?}")));
+        }
+        Ok(())
     }
 
     /// A mixture-of-experts family's expert hyperparameters, checked; `None` for a dense

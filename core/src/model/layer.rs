@@ -2,7 +2,7 @@
 //!
 //! | part | kinds now | next |
 //! |---|---|---|
-//! | [`TokenMixer`] | [`Attention`] (attention.rs) | a recurrent Gated DeltaNet layer |
+//! | [`TokenMixer`] | [`Attention`] (attention.rs), [`DeltaNet`] (delta_net.rs: Qwen3.5's recurrent Gated DeltaNet) | |
 //! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs), [`MoeFfn`] (moe_ffn.rs: softmax or sigmoid routers, selection bias, groups, shared expert) | |
 //!
 //! Adding a kind is a new file plus a match arm in each `match` below: its tensors
@@ -12,6 +12,7 @@
 //! tensor is read.
 
 use super::attention::{Attention, AttentionShape, KvCache};
+use super::delta_net::{DeltaNet, DeltaNetShape, RecurrentState};
 use super::dense_ffn::DenseFfn;
 use super::error::ModelError;
 use super::matrix::Matrix;
@@ -31,6 +32,8 @@ pub struct LayerShape {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MixerShape {
     Attention(AttentionShape),
+    /// A recurrent layer: a fixed state instead of a KV cache.
+    DeltaNet(DeltaNetShape),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,6 +61,7 @@ impl LayerShape {
                 let (k, v) = a.cache_entries(n_ctx);
                 2 * (k + v)
             }
+            MixerShape::DeltaNet(d) => d.state_bytes(),
         }
     }
 
@@ -73,6 +77,17 @@ impl LayerShape {
                 w.o = a.o_dim();
                 w.n_head = a.n_head;
                 w.qkv = a.qkv_dim();
+                if a.output_gate {
+                    // Wq's rows hold each head's query and its gate; the gates move out.
+                    w.q = 2 * a.q_dim();
+                    w.gate = a.o_dim();
+                }
+            }
+            MixerShape::DeltaNet(d) => {
+                w.qkv = d.conv_dim();
+                w.gate = d.value_dim();
+                w.o = d.value_dim();
+                w.ssm_gates = 2 * d.n_v_heads;
             }
         }
         match self.ffn {
@@ -102,8 +117,13 @@ pub struct LayerWidths {
     pub n_head: usize,
     /// Router logits of a mixture-of-experts FFN (its expert count).
     pub router: usize,
-    /// A fused QKV matrix's output (0 when Q, K and V are separate).
+    /// A fused QKV matrix's output (0 when Q, K and V are separate); a recurrent layer's
+    /// convolution channels.
     pub qkv: usize,
+    /// An output gate: gated attention's (one per output value), a recurrent layer's z.
+    pub gate: usize,
+    /// A recurrent layer's beta and alpha (two per value head).
+    pub ssm_gates: usize,
 }
 
 impl LayerWidths {
@@ -121,6 +141,8 @@ impl LayerWidths {
                 n_head: a.n_head.max(b.n_head),
                 router: a.router.max(b.router),
                 qkv: a.qkv.max(b.qkv),
+                gate: a.gate.max(b.gate),
+                ssm_gates: a.ssm_gates.max(b.ssm_gates),
             })
     }
 }
@@ -128,6 +150,7 @@ impl LayerWidths {
 #[derive(Debug, Clone)]
 pub enum TokenMixer {
     Attention(Attention),
+    DeltaNet(DeltaNet),
 }
 
 // One per layer, built once: the size of the largest kind costs nothing worth a Box.
@@ -149,18 +172,30 @@ pub struct Layer {
 /// What a layer keeps from token to token.
 pub enum LayerState {
     Kv(KvCache),
+    Recurrent(RecurrentState),
 }
 
 impl LayerState {
     pub fn new(shape: &LayerShape, n_ctx: usize) -> LayerState {
         match shape.mixer {
             MixerShape::Attention(a) => LayerState::Kv(KvCache::new(&a, n_ctx)),
+            MixerShape::DeltaNet(d) => LayerState::Recurrent(RecurrentState::new(&d)),
         }
     }
 
     pub fn bytes(&self) -> usize {
         match self {
             LayerState::Kv(kv) => kv.bytes(),
+            LayerState::Recurrent(r) => r.bytes(),
+        }
+    }
+
+    /// Forgets the sequence: a recurrent state is zeroed (a KV cache is simply overwritten as
+    /// positions are refilled).
+    pub fn clear(&mut self) {
+        match self {
+            LayerState::Kv(_) => {}
+            LayerState::Recurrent(r) => r.clear(),
         }
     }
 }
@@ -182,6 +217,7 @@ impl Layer {
         let mut all = Vec::new();
         match &self.mixer {
             TokenMixer::Attention(a) => all.extend(a.matrices()),
+            TokenMixer::DeltaNet(d) => all.extend(d.matrices()),
         }
         match &self.ffn {
             Ffn::Dense(f) => all.extend(f.matrices()),
@@ -214,6 +250,8 @@ impl Layer {
             (TokenMixer::Attention(att), LayerState::Kv(cache)) => {
                 att.forward(p, l, a, cache, pos)?
             }
+            (TokenMixer::DeltaNet(dn), LayerState::Recurrent(s)) => dn.forward(p, l, a, s)?,
+            _ => unreachable!("a layer's state is made from its own shape"),
         }
         match &self.ffn {
             Ffn::Dense(ffn) => ffn.forward(p, l, a),

@@ -124,7 +124,19 @@ impl<'l> Loader<'l> {
     /// The F32 vector `name` of `len` values, read through the store once, here: a few KB per
     /// layer, kept in RAM.
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-        let (id, t) = self.tensor(name, [len as u64, 1, 1, 1])?;
+        self.f32_rows(name, len, 1)
+    }
+
+    /// The F32 table `name` of `n_rows` rows of `n_cols` values (ggml dims `[n_cols, n_rows]`),
+    /// row after row, read through the store once, here (a recurrent layer's conv kernel).
+    pub fn f32_rows(
+        &self,
+        name: &str,
+        n_cols: usize,
+        n_rows: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        let len = n_cols * n_rows;
+        let (id, t) = self.tensor(name, [n_cols as u64, n_rows as u64, 1, 1])?;
         if t.ggml_type != GgmlType::F32 {
             return Err(ModelError::BadTensorType {
                 name: name.into(),
@@ -136,7 +148,7 @@ impl<'l> Loader<'l> {
         // against the file's length at parse time.
         let mut bytes = vec![0u8; len * 4];
         self.store
-            .read_rows(WeightKey::tensor(id), 0, 1, &mut bytes)?;
+            .read_rows(WeightKey::tensor(id), 0, n_rows, &mut bytes)?;
         Ok(bytes
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))

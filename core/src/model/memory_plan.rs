@@ -223,6 +223,7 @@ mod tests {
                         head_dim_v: 16,
                         window: None,
                         fused_qkv: false,
+                        output_gate: false,
                     }),
                     ffn: FfnShape::Dense { n_ff: 128 },
                 };

@@ -1,10 +1,11 @@
 //! The decoder-only transformer: Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen1.5-MoE (qwen2moe), bailingmoe2
-//! (Ling 2.0) and Gemma 3 in one forward pass.
+//! (Ling 2.0), Gemma 3 and the Qwen3.5 hybrid (qwen35: recurrent Gated DeltaNet layers between
+//! full-attention ones) in one forward pass.
 //!
 //! ```text
 //! token -> embedding row (x sqrt(n_embd) for Gemma)
 //!   for each layer:                      layer.rs: a token mixer, then an FFN
-//!     x = x + mixer(x)                   attention.rs (KV cache)
+//!     x = x + mixer(x)                   attention.rs (KV cache), or delta_net.rs (fixed state)
 //!     x = x + ffn(x)                     dense_ffn.rs, or moe_ffn.rs (a mixture of experts)
 //! logits = Wout rms_norm(x)              Wout may be token_embd (tied), or a pruned head:
 //!                                        only the kept ids' rows, the rest -inf
@@ -15,6 +16,7 @@
 //! the scratch, so a layer's forward reads like the math.
 
 pub mod attention;
+pub mod delta_net;
 pub mod dense_ffn;
 pub mod embedding;
 mod error;
@@ -34,6 +36,7 @@ pub mod store;
 pub mod stream;
 
 pub use attention::{Attention, AttentionOptions, AttentionShape, KvCache, QkvWeights};
+pub use delta_net::{DeltaNet, DeltaNetShape, RecurrentState};
 pub use dense_ffn::{DenseFfn, Gate};
 pub use error::ModelError;
 pub use hparams::{Family, HParams, RopeScaling};
@@ -104,7 +107,9 @@ impl Family {
                 qkv_bias: true,
                 ..base
             },
-            Family::Qwen3 | Family::Qwen3Moe | Family::BailingMoe2 => Switches {
+            // Qwen3.5's IMRoPE is NeoX's rotation where, as for text, every section has the
+            // same position (HParams checks the sections cover the rotated pairs).
+            Family::Qwen3 | Family::Qwen3Moe | Family::BailingMoe2 | Family::Qwen35 => Switches {
                 qk_norm: true,
                 ..base
             },
@@ -233,11 +238,18 @@ impl Model {
                     layer_rope(&hp, sw.rope_style, l),
                     kernels.attention(),
                 )?),
+                MixerShape::DeltaNet(d) => TokenMixer::DeltaNet(DeltaNet::load(&ld, l, n_embd, d)?),
+            };
+            // Qwen3.5 names the FFN's input norm after the attention it follows.
+            let ffn_norm = match hp.family {
+                Family::Qwen35 => "post_attention_norm.weight",
+                _ => "ffn_norm.weight",
             };
             let ffn = match shape.ffn {
                 FfnShape::Dense { n_ff } => Ffn::Dense(DenseFfn::load(
                     &ld,
                     l,
+                    ffn_norm,
                     n_embd,
                     n_ff,
                     sw.post_norms,
@@ -556,6 +568,18 @@ impl Model {
                 pos: pos.max(s.n_ctx),
                 n_ctx: s.n_ctx,
             });
+        }
+        // A recurrent state holds everything before `s.pos` folded in: it can go on from
+        // there, or start over at 0, never back.
+        let recurrent = s
+            .layers
+            .iter()
+            .any(|l| matches!(l, LayerState::Recurrent(_)));
+        if recurrent && pos != s.pos {
+            if pos != 0 {
+                return Err(ModelError::RecurrentRewind { pos, at: s.pos });
+            }
+            s.layers.iter_mut().for_each(LayerState::clear);
         }
         let State {
             act,

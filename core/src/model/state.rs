@@ -1,5 +1,5 @@
 //! Everything that changes while running: the activations, the matvec scratch and each
-//! layer's state (an attention layer's KV cache), all sized once for a context length and a
+//! layer's state (an attention layer's KV cache, a recurrent layer's fixed state), all sized once for a context length and a
 //! batch size so that a token allocates nothing.
 
 use super::error::ModelError;
@@ -38,7 +38,7 @@ pub struct StateShape {
     pub tile: usize,
     /// Bytes of the lookup-table kernels' activation tables (see [`State`]'s `act_tables`).
     pub act_tables: usize,
-    /// Bytes of every layer's state together (KV caches).
+    /// Bytes of every layer's state together (KV caches, recurrent states).
     pub layer_state_bytes: usize,
     pub n_vocab: usize,
     /// Rows of a pruned head (0 for a full head).
@@ -88,7 +88,8 @@ impl StateShape {
         }
     }
 
-    /// Bytes of the layers' state (the KV cache, f16 keys and values).
+    /// Bytes of the layers' state: the KV cache (f16 keys and values) of the attention layers
+    /// and the fixed f32 state of the recurrent ones (which does not grow with the context).
     pub fn kv_cache_bytes(&self) -> usize {
         self.layer_state_bytes
     }
@@ -96,7 +97,8 @@ impl StateShape {
     /// Bytes of the activation buffers, the scores, the quantized-input scratch and the tile.
     pub fn activation_bytes(&self) -> usize {
         let (b, w) = (self.n_batch, &self.widths);
-        4 * (b * (3 * self.n_embd + w.q + w.k + w.v + w.o + w.router + w.qkv)
+        4 * (b
+            * (3 * self.n_embd + w.q + w.k + w.v + w.o + w.router + w.qkv + w.gate + w.ssm_gates)
             + b * 2 * w.ff
             + self.scores
             + self.tile
@@ -149,8 +151,13 @@ pub struct Activations {
     pub router_guess: Vec<f32>,
     /// Which experts the store holds in RAM, for cache-aware routing, `[n_expert]`.
     pub moe_held: Vec<bool>,
-    /// A fused QKV matrix's output before it is split into q, k and v, `[n_batch][qkv]`.
+    /// A fused QKV matrix's output before it is split into q, k and v, `[n_batch][qkv]`; a
+    /// recurrent layer's convolution channels.
     pub qkv: Vec<f32>,
+    /// Output gates, `[n_batch][gate]`: gated attention's, a recurrent layer's z.
+    pub gate: Vec<f32>,
+    /// A recurrent layer's beta rows, then its alpha rows: `[2][n_batch][n_v_heads]`.
+    pub ssm_gates: Vec<f32>,
 }
 
 pub struct State {
@@ -242,6 +249,8 @@ impl State {
                 router_guess: vec![0.0; w.router],
                 moe_held: vec![false; w.router],
                 qkv: vec![0.0; b * w.qkv],
+                gate: vec![0.0; b * w.gate],
+                ssm_gates: vec![0.0; b * w.ssm_gates],
             },
             act_q: vec![0; b * sh.act_row_bytes],
             act_tables: vec![0; sh.act_tables],
@@ -267,14 +276,25 @@ impl State {
         })
     }
 
+    /// Layer `l`'s recurrent state, `(conv window, delta-rule matrices)` (see delta_net.rs for
+    /// the layout); `None` for an attention layer.
+    pub fn recurrent_state(&self, l: usize) -> Option<(&[f32], &[f32])> {
+        match self.layers.get(l)? {
+            LayerState::Recurrent(r) => Some((&r.conv, &r.ssm)),
+            LayerState::Kv(_) => None,
+        }
+    }
+
     /// Tokens a prompt runs in at a time.
     pub fn n_batch(&self) -> usize {
         self.n_batch
     }
 
-    /// Forgets the context (the cache is overwritten as positions are refilled).
+    /// Forgets the context (the cache is overwritten as positions are refilled; a recurrent
+    /// state is zeroed).
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.layers.iter_mut().for_each(LayerState::clear);
     }
 
     /// The logits of the last token whose logits the last pass computed (decoding, a prompt),
@@ -308,6 +328,8 @@ impl State {
             + a.moe_acc.len()
             + a.router_guess.len()
             + a.qkv.len()
+            + a.gate.len()
+            + a.ssm_gates.len()
             + self.logits.len()
             + self.head_logits.len())
             + self.act_q.len()

@@ -1,0 +1,295 @@
+//! The recurrent token mixer of Qwen3.5 (`qwen35`): a Gated DeltaNet layer, as llama.cpp b11434
+//! runs it (src/models/qwen35.cpp, delta-net-base.cpp, ggml's ssm_conv and gated_delta_net).
+//! Instead of a KV cache that grows with the context it keeps a fixed state: the last K-1 inputs
+//! of a causal convolution and one dv x dk matrix per value head.
+//!
+//! ```text
+//! xb = rms_norm(x)                               attn_norm
+//! c = Wqkv xb                                    [q | k | v], 2*dk*Hk + dv*Hv channels
+//! z = Wgate xb                                   the output gate, dv*Hv
+//! beta = sigmoid(Wbeta xb)                       one per value head
+//! g = softplus(Walpha xb + dt_bias) * ssm_a      one per value head; ssm_a = -exp(A_log) < 0
+//! c = silu(conv(conv_state, c))                  out[ch] = sum_j window[j][ch] * w[ch][j] over the
+//!                                                last K inputs, oldest first (w[ch][K-1] is the
+//!                                                current token's tap); no bias
+//! q, k, v = split(c);  q, k = l2_norm per head   x / sqrt(sum x^2 + rms_eps)
+//! for each value head h (key head h % Hk: heads are tiled, not interleaved):
+//!   S = exp(g) S                                 S: dv x dk, row j = value dim, k contiguous
+//!   d = beta (v - S k)                           the delta rule
+//!   S = S + d k^T
+//!   o = S q / sqrt(dk)
+//! o = rms_norm(o) per head (ssm_norm) * silu(z)  gated RMSNorm
+//! x = x + Wout o                                 ssm_out
+//! ```
+//! A prompt runs its matrices once for the batch, then the convolution and the recurrence token
+//! by token: the state after a chunk is the state token-by-token decoding reaches (the same
+//! operations in the same order; only the matrices' batched kernels may round differently).
+//! llama.cpp runs a chunked (WY) form for prompts that reaches the same state up to rounding.
+//!
+//! The state layout is the one a fused step reads and writes in place: per layer, the conv
+//! window `[channel][K-1]` (oldest first) and the matrices `[Hv][dv][dk]`, all f32.
+
+use super::error::ModelError;
+use super::matrix::{Loader, Matrix};
+use super::pass::{row, row_mut, Pass};
+use super::state::Activations;
+use crate::math;
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// The shape of a Gated DeltaNet layer, from the header (`ssm.*` keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaNetShape {
+    /// Key heads (`ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`), a multiple of the key heads.
+    pub n_v_heads: usize,
+    /// dk = dv (`ssm.state_size`).
+    pub head_dim: usize,
+    /// Taps of the causal convolution (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+}
+
+impl DeltaNetShape {
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.head_dim
+    }
+    /// Channels of the convolution: q, k and v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// f32s of the conv window (the last K-1 inputs).
+    pub fn conv_state_len(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim()
+    }
+    /// f32s of the delta-rule matrices (dv x dk per value head).
+    pub fn ssm_state_len(&self) -> usize {
+        self.n_v_heads * self.head_dim * self.head_dim
+    }
+    /// Bytes of the state: fixed, whatever the context.
+    pub fn state_bytes(&self) -> usize {
+        4 * (self.conv_state_len() + self.ssm_state_len())
+    }
+}
+
+/// A recurrent layer's state, sized at load, zeroed at the start of a sequence.
+pub struct RecurrentState {
+    /// `[conv_dim][K-1]`: each channel's last K-1 inputs, oldest first.
+    pub conv: Vec<f32>,
+    /// `[n_v_heads][dv][dk]`.
+    pub ssm: Vec<f32>,
+}
+
+impl RecurrentState {
+    pub fn new(shape: &DeltaNetShape) -> RecurrentState {
+        RecurrentState {
+            conv: vec![0.0; shape.conv_state_len()],
+            ssm: vec![0.0; shape.ssm_state_len()],
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        4 * (self.conv.len() + self.ssm.len())
+    }
+
+    /// The state of an empty sequence.
+    pub fn clear(&mut self) {
+        self.conv.fill(0.0);
+        self.ssm.fill(0.0);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DeltaNet {
+    pub shape: DeltaNetShape,
+    pub attn_norm: Vec<f32>,
+    /// `attn_qkv`: n_embd -> conv_dim.
+    pub w_qkv: Matrix,
+    /// `attn_gate` (z): n_embd -> value_dim.
+    pub w_gate: Matrix,
+    /// `ssm_beta`: n_embd -> n_v_heads.
+    pub w_beta: Matrix,
+    /// `ssm_alpha`: n_embd -> n_v_heads.
+    pub w_alpha: Matrix,
+    /// `ssm_conv1d`: `[conv_dim][K]`.
+    pub conv: Vec<f32>,
+    /// `ssm_dt.bias`: `[n_v_heads]`.
+    pub dt_bias: Vec<f32>,
+    /// `ssm_a` = -exp(A_log): `[n_v_heads]`.
+    pub a: Vec<f32>,
+    /// `ssm_norm`: `[dv]`, shared by the heads.
+    pub ssm_norm: Vec<f32>,
+    /// `ssm_out`: value_dim -> n_embd.
+    pub w_out: Matrix,
+}
+
+impl DeltaNet {
+    /// Loads layer `l`'s Gated DeltaNet tensors (`blk.{l}.attn_qkv`, `attn_gate`, `ssm_*`).
+    pub fn load(
+        ld: &Loader,
+        l: usize,
+        n_embd: usize,
+        shape: DeltaNetShape,
+    ) -> Result<DeltaNet, ModelError> {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let h_v = shape.n_v_heads;
+        Ok(DeltaNet {
+            shape,
+            attn_norm: ld.vector(&n("attn_norm.weight"), n_embd)?,
+            w_qkv: ld.matrix(&n("attn_qkv.weight"), n_embd, shape.conv_dim())?,
+            w_gate: ld.matrix(&n("attn_gate.weight"), n_embd, shape.value_dim())?,
+            w_beta: ld.matrix(&n("ssm_beta.weight"), n_embd, h_v)?,
+            w_alpha: ld.matrix(&n("ssm_alpha.weight"), n_embd, h_v)?,
+            conv: ld.f32_rows(&n("ssm_conv1d.weight"), shape.conv_kernel, shape.conv_dim())?,
+            dt_bias: ld.vector(&n("ssm_dt.bias"), h_v)?,
+            a: ld.vector(&n("ssm_a"), h_v)?,
+            ssm_norm: ld.vector(&n("ssm_norm.weight"), shape.head_dim)?,
+            w_out: ld.matrix(&n("ssm_out.weight"), shape.value_dim(), n_embd)?,
+        })
+    }
+
+    /// The weights in the order `forward` asks for them.
+    pub fn matrices(&self) -> Vec<&Matrix> {
+        vec![
+            &self.w_qkv,
+            &self.w_gate,
+            &self.w_beta,
+            &self.w_alpha,
+            &self.w_out,
+        ]
+    }
+
+    /// For each of the pass's tokens, in order: x += Wout gated_norm(delta_rule(conv(Wqkv xb))).
+    /// The matrices run once for all tokens; the convolution and the recurrence token by token.
+    pub fn forward(
+        &self,
+        p: &mut Pass,
+        l: usize,
+        a: &mut Activations,
+        state: &mut RecurrentState,
+    ) -> Result<(), ModelError> {
+        let sh = &self.shape;
+        let (n, n_embd) = (p.n, a.n_embd);
+        let (conv_dim, key_dim, value_dim, h_v) =
+            (sh.conv_dim(), sh.key_dim(), sh.value_dim(), sh.n_v_heads);
+        p.rms_norm_rows(&mut a.xb, &a.x, &self.attn_norm, n_embd);
+        p.tap("attn_norm", l, &a.xb, n_embd);
+        {
+            let (beta, alpha) = a.ssm_gates.split_at_mut(n * h_v);
+            p.matvecs(
+                &a.xb,
+                &mut [
+                    (&self.w_qkv, &mut a.qkv[..]),
+                    (&self.w_gate, &mut a.gate[..]),
+                    (&self.w_beta, beta),
+                    (&self.w_alpha, alpha),
+                ],
+            )?;
+        }
+        p.tap("linear_attn_qkv_mixed", l, &a.qkv, conv_dim);
+        p.tap("z", l, &a.gate, value_dim);
+
+        for t in 0..n {
+            let c = row_mut(&mut a.qkv, conv_dim, t);
+            self.conv_step(&mut state.conv, c);
+            c.iter_mut().for_each(|v| *v = math::silu(*v));
+            if let Some(f) = p.tapping() {
+                f("conv_output_silu", l, c);
+            }
+            let (q, kv) = c.split_at_mut(key_dim);
+            let (k, v) = kv.split_at_mut(key_dim);
+            q.chunks_exact_mut(sh.head_dim)
+                .for_each(|h| math::l2_norm_in_place(h, p.rms_eps));
+            k.chunks_exact_mut(sh.head_dim)
+                .for_each(|h| math::l2_norm_in_place(h, p.rms_eps));
+            let beta = row(&a.ssm_gates[..n * h_v], h_v, t);
+            let alpha = row(&a.ssm_gates[n * h_v..], h_v, t);
+            let out = row_mut(&mut a.att_out, value_dim, t);
+            for h in 0..h_v {
+                let kh = h % sh.n_k_heads;
+                let hd = sh.head_dim;
+                let g = math::softplus(alpha[h] + self.dt_bias[h]) * self.a[h];
+                delta_rule_step(
+                    &mut state.ssm[h * hd * hd..][..hd * hd],
+                    &q[kh * hd..][..hd],
+                    &k[kh * hd..][..hd],
+                    &v[h * hd..][..hd],
+                    libm::expf(g),
+                    math::sigmoid(beta[h]),
+                    &mut out[h * hd..][..hd],
+                );
+            }
+            if let Some(f) = p.tapping() {
+                f("attn_output", l, out);
+            }
+            // Gated RMSNorm: each head's output normed, times silu(z).
+            let z = row(&a.gate, value_dim, t);
+            for (o, z) in out
+                .chunks_exact_mut(sh.head_dim)
+                .zip(z.chunks_exact(sh.head_dim))
+            {
+                math::rms_norm_in_place(o, &self.ssm_norm, p.rms_eps);
+                o.iter_mut().zip(z).for_each(|(o, &z)| *o *= math::silu(z));
+            }
+        }
+        p.tap("final_output", l, &a.att_out, value_dim);
+        p.matvec(&self.w_out, &a.att_out, &mut a.xb2)?;
+        p.tap("linear_attn_out", l, &a.xb2, n_embd);
+        p.add_rows(&mut a.x, &mut a.xb2, None, n_embd);
+        p.tap("attn_residual", l, &a.x, n_embd);
+        Ok(())
+    }
+
+    /// One token of the causal depthwise convolution, in place on its `c` channels; the window
+    /// moves on by one input.
+    fn conv_step(&self, window: &mut [f32], c: &mut [f32]) {
+        let k = self.shape.conv_kernel;
+        let kept = k - 1;
+        for (ch, x) in c.iter_mut().enumerate() {
+            let w = &self.conv[ch * k..][..k];
+            let past = &mut window[ch * kept..][..kept];
+            // ggml's ssm_conv: one f32 sum over the taps, oldest input first.
+            let mut sum = 0.0f32;
+            for (p, w) in past.iter().zip(w) {
+                sum += p * w;
+            }
+            sum += *x * w[kept];
+            if kept > 0 {
+                past.copy_within(1.., 0);
+                past[kept - 1] = *x;
+            }
+            *x = sum;
+        }
+    }
+}
+
+/// One token of the gated delta rule on one value head's state `s` (dv rows of dk), as
+/// ggml's gated_delta_net computes it: s = decay s; d = beta (v - s k); s += d k^T;
+/// out = s q / sqrt(dk).
+pub fn delta_rule_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    let dk = k.len();
+    let scale = 1.0 / libm::sqrtf(dk as f32);
+    s.iter_mut().for_each(|x| *x *= decay);
+    for (j, srow) in s.chunks_exact_mut(dk).enumerate() {
+        let sk: f32 = dot(srow, k);
+        let d = (v[j] - sk) * beta;
+        srow.iter_mut().zip(k).for_each(|(s, &k)| *s += k * d);
+        out[j] = dot(srow, q) * scale;
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(a, b)| a * b).sum()
+}
