@@ -1053,7 +1053,12 @@ impl<'g> Engine<'g> {
             .take_while(|(a, b)| a == b)
             .count();
         // The last token always runs again: its logits are what the caller needs.
-        let keep = common.min(tokens.len() - 1);
+        let mut keep = common.min(tokens.len() - 1);
+        // A recurrent state cannot go back to a shorter prefix: start over (snapshots of the
+        // state would spare this; they come with the Qwen3.5 MTP work).
+        if keep < self.cached.len() && self.state.has_recurrent_layers() {
+            keep = 0;
+        }
         self.cached.truncate(keep);
         let new = &tokens[keep..];
         self.model
@@ -1151,6 +1156,18 @@ impl<'g> Engine<'g> {
     /// weight store streams from flash (a pass then costs one read of the streamed weights,
     /// however many tokens it checks), and not otherwise. Returns what drafts, if anything.
     pub fn set_draft(&mut self, args: &DraftArgs) -> Result<Option<String>, String> {
+        if self.state.has_recurrent_layers() {
+            return match args.choice() {
+                // Rejected drafts would rewind the recurrent state, which it cannot do yet.
+                DraftChoice::Off | DraftChoice::Auto => Ok(None),
+                _ => Err(format!(
+                    "{}: speculative decoding is not supported for models with recurrent \
+                     layers (Qwen3.5) yet: a rejected draft would need the state rewound; \
+                     run without --draft",
+                    self.path.display()
+                )),
+            };
+        }
         let source = match args.choice() {
             DraftChoice::Off => None,
             DraftChoice::Auto if self.store.stream_stats().is_none() => None,
@@ -1693,6 +1710,40 @@ pub(crate) mod tests {
         // The same prompt again runs its last token only (its logits are needed).
         assert_eq!(engine.prefill(&second).unwrap(), 1);
         assert_eq!(engine.state.logits(), &reused[..]);
+    }
+
+    /// A recurrent model (Qwen3.5) cannot go back to a shorter prefix: the same prompt again,
+    /// or a prompt that shares only part of the cache, runs from the start and gives the
+    /// logits of a fresh run (instead of the model's rewind error, which a second chat turn or
+    /// a repeated server request would otherwise meet). Drafts are refused for it.
+    #[test]
+    fn a_recurrent_model_starts_over_instead_of_going_back() {
+        let path = smolrun_tests::model_path("synthetic-qwen35").expect("synthetic-qwen35");
+        let file = ModelFile::Mapped(MappedFile::open(&path).unwrap());
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(64), 1).unwrap();
+        assert!(engine.state.has_recurrent_layers());
+        let first = engine.tokenize("The cat sat on the mat.", false, false);
+        let second = engine.tokenize("The cat sat on the sofa and slept.", false, false);
+        assert_eq!(engine.prefill(&first).unwrap(), first.len());
+        let first_logits = engine.state.logits().to_vec();
+        assert_eq!(engine.prefill(&second).unwrap(), second.len());
+        let second_logits = engine.state.logits().to_vec();
+        assert_eq!(engine.prefill(&first).unwrap(), first.len());
+        assert_eq!(engine.state.logits(), &first_logits[..]);
+        engine.reset();
+        assert_eq!(engine.prefill(&second).unwrap(), second.len());
+        assert_eq!(engine.state.logits(), &second_logits[..]);
+        // A longer prompt that extends the cache goes on from where it is.
+        let longer = [second.as_slice(), &first[..2]].concat();
+        assert_eq!(engine.prefill(&longer).unwrap(), 2);
+
+        let ngram = DraftArgs {
+            draft: "ngram".into(),
+            draft_max: Some(4),
+        };
+        let e = engine.set_draft(&ngram).unwrap_err();
+        assert!(e.contains("recurrent"), "{e}");
     }
 
     /// Counts each thread's own heap allocations, for the test below: other tests run on other

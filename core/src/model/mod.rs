@@ -571,11 +571,7 @@ impl Model {
         }
         // A recurrent state holds everything before `s.pos` folded in: it can go on from
         // there, or start over at 0, never back.
-        let recurrent = s
-            .layers
-            .iter()
-            .any(|l| matches!(l, LayerState::Recurrent(_)));
-        if recurrent && pos != s.pos {
+        if s.has_recurrent_layers() && pos != s.pos {
             if pos != 0 {
                 return Err(ModelError::RecurrentRewind { pos, at: s.pos });
             }

@@ -286,6 +286,14 @@ impl State {
     }
 
     /// Tokens a prompt runs in at a time.
+    /// Some layer keeps a recurrent state: the sequence can go on or start over at 0, but
+    /// not go back to an earlier position (no prefix reuse, no rejected drafts).
+    pub fn has_recurrent_layers(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| matches!(l, LayerState::Recurrent(_)))
+    }
+
     pub fn n_batch(&self) -> usize {
         self.n_batch
     }
