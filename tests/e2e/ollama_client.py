@@ -141,10 +141,12 @@ def main():
         except ollama.ResponseError as e:
             assert e.status_code == 401 and "key" in e.error, (e.status_code, e.error)
         try:
-            client.generate(model=model, prompt="x", format="json")
-            raise AssertionError("format json was accepted")
+            # A schema keyword the grammar cannot enforce is refused, named with its path.
+            client.generate(model=model, prompt="x",
+                            format={"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]+$"}}})
+            raise AssertionError("a format with 'pattern' was accepted")
         except ollama.ResponseError as e:
-            assert e.status_code == 400 and "format" in e.error, e.error
+            assert e.status_code == 400 and "pattern" in e.error and "/properties/zip" in e.error, e.error
         try:
             long = "lorem ipsum " * (int(args.ctx) * 2)
             client.chat(model=model, messages=[{"role": "user", "content": long}])
