@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests.
 
+pub mod counting_alloc;
 pub mod gguf_bytes;
 pub mod golden;
 mod model_helpers;

@@ -16,31 +16,8 @@ use smolrun_core::model::{Model, MoeOptions, ResidentStore, State, WeightStore};
 use smolrun_core::sampler::{Sampler, SamplerParams};
 use smolrun_linux::FileReader;
 use smolrun_linux::{MappedFile, MemoryWatch, ThreadPool};
+use smolrun_tests::counting_alloc::{allocated_bytes, allocations, CountingAllocator};
 use smolrun_tests::{model_path, paged_store, pread_store, streaming_store, StreamSetup};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-struct CountingAllocator;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-static ALLOCATED_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        ALLOCATED_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        ALLOCATED_BYTES.fetch_add(new_size, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -140,10 +117,7 @@ fn decode_64_without_allocating(model: &Model, store: &dyn WeightStore, what: &s
         pos += 1;
     }
 
-    let (count_before, bytes_before) = (
-        ALLOCATIONS.load(Ordering::SeqCst),
-        ALLOCATED_BYTES.load(Ordering::SeqCst),
-    );
+    let (count_before, bytes_before) = (allocations(), allocated_bytes());
     for i in 0..64 {
         if i % 16 == 0 {
             lowest_available = lowest_available.min(watch.read().available);
@@ -155,8 +129,8 @@ fn decode_64_without_allocating(model: &Model, store: &dyn WeightStore, what: &s
         sampler.accept(token);
         pos += 1;
     }
-    let count = ALLOCATIONS.load(Ordering::SeqCst) - count_before;
-    let bytes = ALLOCATED_BYTES.load(Ordering::SeqCst) - bytes_before;
+    let count = allocations() - count_before;
+    let bytes = allocated_bytes() - bytes_before;
     assert_eq!(
         count, 0,
         "{what}: 64 decoded tokens made {count} heap allocations ({bytes} bytes)"

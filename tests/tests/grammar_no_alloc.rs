@@ -4,28 +4,8 @@
 //! harness (see decode_no_alloc.rs): nothing else in the process allocates meanwhile.
 
 use smolrun_core::grammar::{Element, Grammar, GrammarBuilder, Matcher, RuleId, TokenTrie};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use smolrun_tests::counting_alloc::{allocations, CountingAllocator};
 use std::sync::Arc;
-
-struct CountingAllocator;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -176,7 +156,7 @@ fn matching_json_allocates_nothing() {
     assert!(matcher.allows(b"{"));
     matcher.reset();
 
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = allocations();
     let mut steps = 0;
     for _ in 0..50 {
         matcher.reset();
@@ -192,7 +172,7 @@ fn matching_json_allocates_nothing() {
         assert!(matcher.is_complete());
         assert!(!matcher.is_finished());
     }
-    let after = ALLOCATIONS.load(Ordering::SeqCst);
+    let after = allocations();
     assert_eq!(
         after - before,
         0,
