@@ -8,23 +8,14 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const MODELS: [&str; 15] = [
-    "gemma3-270m",
-    "qwen2.5-coder-0.5b",
-    "qwen2.5-coder-1.5b",
-    "synthetic-qwen3",
-    "synthetic-llama",
-    "synthetic-qwen3moe",
-    "synthetic-qwen2moe",
-    "synthetic-bailingmoe2",
-    "synthetic-qwen35",
-    "qwen2.5-coder-0.5b-q1_0",
-    "qwen2.5-coder-0.5b-q2_k",
-    "synthetic-qwen3-q2_0",
-    "synthetic-qwen3-tq1_0",
-    "synthetic-qwen3-tq2_0",
-    "synthetic-qwen3-q2_k",
-];
+/// Every model with golden data: the real ones, the synthetic ones and the low-bit ones.
+fn models() -> impl Iterator<Item = &'static str> {
+    use smolrun_tests::golden::{LOWBIT_MODELS, REAL_MODELS, SYNTHETIC_MODELS};
+    REAL_MODELS
+        .into_iter()
+        .chain(SYNTHETIC_MODELS)
+        .chain(LOWBIT_MODELS)
+}
 
 /// The synthetic models with Qwen2.5-Coder's very tokenizer, whose tokenize.json would repeat
 /// that model's (tools/oracle/regen.sh writes none for them).
@@ -291,7 +282,7 @@ fn golden_files_parse_and_have_the_declared_shapes() {
     let prompts = strings(&texts, "greedy", "tools/oracle/texts.json");
     let corpus = read_json(&root.join("tools/oracle/corpus.json"));
     let corpus = array(&corpus, "cases", "tools/oracle/corpus.json");
-    for model in MODELS {
+    for model in models() {
         let dir = root.join("tests/golden").join(model);
         assert!(dir.is_dir(), "{} missing; {REGEN}", dir.display());
         check_logits(model, &dir, &logit_texts);
@@ -312,7 +303,7 @@ fn golden_files_parse_and_have_the_declared_shapes() {
 fn golden_data_stays_small() {
     // the brief's budget for everything tools/oracle writes (other helpers add files beside it)
     let mut total = 0;
-    for model in MODELS {
+    for model in models() {
         let dir = repo_root().join("tests/golden").join(model);
         for name in [
             "logits.json",
@@ -462,11 +453,7 @@ fn synthetic_models_are_written_byte_identically() {
 #[test]
 fn typed_loaders_read_every_golden_file() {
     use smolrun_tests::golden;
-    for model in golden::REAL_MODELS
-        .iter()
-        .chain(&golden::SYNTHETIC_MODELS)
-        .chain(&golden::LOWBIT_MODELS)
-    {
+    for model in models() {
         let logits = golden::load_logits(model).unwrap();
         assert_eq!(logits.texts.len(), 3, "{model}");
         assert!(logits.n_vocab > 0 && logits.n_ctx > 0, "{model}");
@@ -481,7 +468,7 @@ fn typed_loaders_read_every_golden_file() {
         if has_own_tokenizer_golden(model) {
             assert!(!golden::load_tokenize(model).unwrap().is_empty(), "{model}");
         }
-        let lowbit = golden::LOWBIT_MODELS.contains(model);
+        let lowbit = golden::LOWBIT_MODELS.contains(&model);
         if !model.starts_with("synthetic-")
             && (!lowbit || golden::golden_dir(model).join("perplexity.json").is_file())
         {
