@@ -443,6 +443,9 @@ fn refusal(
         gguf.tensor("output.weight").map_or(0, |t| t.n_bytes)
     };
     for (part, bytes) in plan.parts() {
+        if part == "recurrent state" && bytes == 0 {
+            continue; // no recurrent layers
+        }
         let note = match part {
             "weights read every token" if plan.head_is_embedding => format!(
                 "all matrices; the LM head is the {} embedding table (tied)",
@@ -457,6 +460,9 @@ fn refusal(
                 "{:.1} KB per token of context",
                 MemoryPlan::kv_bytes_per_token(hp) as f64 / 1e3
             ),
+            "recurrent state" if bytes > 0 => {
+                "the recurrent layers' fixed state: the same at any context".to_string()
+            }
             _ => String::new(),
         };
         msg += &format!("    {part:<26} {:>10}", mb(bytes));
