@@ -620,6 +620,174 @@ pub fn attention_head_with(
     out.iter_mut().for_each(|o| *o *= inv);
 }
 
+/// The signature of [`attention_group`]: the query heads that share one KV head, together.
+pub type AttentionGroupFn =
+    fn(&mut [f32], &[f32], &KvHead, &mut [f32], AttentionSpan, f32, Option<f32>, AttentionKernel);
+
+/// The faces of attention a kernel set holds: one query head, and the query heads of one KV
+/// head together (decoding).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionFaces {
+    pub head: AttentionHeadFn,
+    pub group: AttentionGroupFn,
+}
+
+/// Keys (and values) a grouped attention reads before moving on: 128 positions of a 256-wide
+/// head are 64 KB of f16, which stay in the L2 cache while every query head of the group reads
+/// them.
+pub const ATTENTION_BLOCK: usize = 128;
+
+/// [`attention_head`] for the `qs.len() / kv.head_dim` query heads that read KV head `kv.head`
+/// (grouped-query attention), each bit for bit what [`attention_head`] gives it: `outs` gets
+/// their outputs one after another (`head_dim_v` each) and `scores` is scratch of as many
+/// equal rows, each of at least `span.pos + 1` floats. This scalar version is the truth;
+/// [`attention_group_with`] is the one the SIMD faces run.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_group(
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    let g = qs.len() / kv.head_dim;
+    let stride = scores.len() / g.max(1);
+    for h in 0..g {
+        attention_head(
+            &mut outs[h * kv.head_dim_v..][..kv.head_dim_v],
+            &qs[h * kv.head_dim..][..kv.head_dim],
+            kv,
+            &mut scores[h * stride..][..stride],
+            span,
+            scale,
+            softcap_at,
+            kernel,
+        );
+    }
+}
+
+/// Query heads a grouped pass keeps the online-softmax state of at once (more are done in
+/// rounds of this many).
+const GROUP_MAX: usize = 16;
+
+/// [`attention_group`] with `loops`' vector loops, a block of [`ATTENTION_BLOCK`] positions at
+/// a time: every query head of the group reads the block's keys, then its values, while they
+/// are in the cache. One head at a time over the whole span would read a long context's cache
+/// from memory once per query head (four times for Qwen3.5, seven for Qwen2.5-0.5B); this reads
+/// it once. Each head sees the same operations in the same order as in
+/// [`attention_head_with`] (the blocks only interleave the heads), so the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_group_with(
+    loops: &AttentionLoops,
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    let (hd, dv) = (kv.head_dim, kv.head_dim_v);
+    let g_all = qs.len() / hd;
+    let stride = scores.len() / g_all.max(1);
+    let k_stride = kv.n_head_kv * hd;
+    let v_stride = kv.n_head_kv * dv;
+    let first = span.first_key();
+    let n = span.pos + 1 - first;
+    let keys = &kv.key_cache[first * k_stride + kv.head * hd..];
+    let values = &kv.value_cache[first * v_stride + kv.head * dv..];
+    for h0 in (0..g_all).step_by(GROUP_MAX) {
+        let g = (g_all - h0).min(GROUP_MAX);
+        let outs = &mut outs[h0 * dv..][..g * dv];
+        let qs = &qs[h0 * hd..][..g * hd];
+        let scores = &mut scores[h0 * stride..][..g * stride];
+        outs.fill(0.0);
+
+        // Scores, a block of keys at a time for every head.
+        for b0 in (0..n).step_by(ATTENTION_BLOCK) {
+            let b1 = (b0 + ATTENTION_BLOCK).min(n);
+            let block_keys = &keys[b0 * k_stride..];
+            for h in 0..g {
+                let q = &qs[h * hd..][..hd];
+                let sc = &mut scores[h * stride..][b0..b1];
+                match kernel {
+                    AttentionKernel::F32 => {
+                        (loops.key_dots_sequential)(q, block_keys, k_stride, sc)
+                    }
+                    AttentionKernel::F16Accumulator => {
+                        (loops.key_dots_lanes64)(q, block_keys, k_stride, sc)
+                    }
+                }
+                for s in sc.iter_mut() {
+                    let v = *s * scale;
+                    *s = match softcap_at {
+                        Some(cap) => softcap(v, cap),
+                        None => v,
+                    };
+                }
+            }
+        }
+
+        // The weighted values, a block of rows at a time for every head.
+        let mut sums = [0f32; GROUP_MAX];
+        match kernel {
+            AttentionKernel::F32 => {
+                for (h, sum) in sums[..g].iter_mut().enumerate() {
+                    let sc = &mut scores[h * stride..][..n];
+                    let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    let mut total = 0f64;
+                    for s in sc.iter_mut() {
+                        let w = libm::expf(*s - max);
+                        total += w as f64;
+                        *s = w;
+                    }
+                    *sum = total as f32;
+                }
+                for b0 in (0..n).step_by(ATTENTION_BLOCK) {
+                    let b1 = (b0 + ATTENTION_BLOCK).min(n);
+                    for h in 0..g {
+                        let acc = &mut outs[h * dv..][..dv];
+                        let w = &scores[h * stride..][b0..b1];
+                        (loops.weighted_values)(acc, w, &values[b0 * v_stride..], v_stride);
+                    }
+                }
+            }
+            AttentionKernel::F16Accumulator => {
+                let mut maxes = [f32::NEG_INFINITY; GROUP_MAX];
+                for b0 in (0..n).step_by(ATTENTION_BLOCK) {
+                    let b1 = (b0 + ATTENTION_BLOCK).min(n);
+                    for h in 0..g {
+                        let acc = &mut outs[h * dv..][..dv];
+                        let (max, sum) = (&mut maxes[h], &mut sums[h]);
+                        for i in b0..b1 {
+                            let s = scores[h * stride + i];
+                            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                            if s > *max {
+                                let old = *max;
+                                *max = s;
+                                ms = libm::expf(old - *max);
+                                (loops.rescale_f16)(acc, ms);
+                            } else {
+                                vs = libm::expf(s - *max);
+                            }
+                            (loops.accumulate_f16)(acc, &values[i * v_stride..][..dv], vs);
+                            *sum = *sum * ms + vs;
+                        }
+                    }
+                }
+            }
+        }
+        for (h, &sum) in sums[..g].iter().enumerate() {
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            outs[h * dv..][..dv].iter_mut().for_each(|o| *o *= inv);
+        }
+    }
+}
+
 /// Dot product of a query (already rounded to f16) with an f16 key, summed in the order of
 /// llama.cpp's `ggml_vec_dot_f16` on the AVX-512 machine the golden data comes from: 64 lanes
 /// (4 registers of 16), each accumulating every 64th product with a fused multiply-add, then

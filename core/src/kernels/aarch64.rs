@@ -10,7 +10,7 @@
 //! features gets.
 
 use super::{ActTable, KernelSet, RepackedKernel, Q1_0_LUT16_SCALAR, Q2_0_LUT16_SCALAR};
-use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
+use crate::math::{self, AttentionFaces, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
 use crate::platform::CpuFeatures;
 use crate::quant::{q1_0_lut, q2_0_lut, GgmlType};
 use smolrun_kernels::aarch64::{self as neon, attention as k, exp};
@@ -30,7 +30,10 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "aarch64-neon";
     // Attention over the f16 KV cache and SwiGLU: the NEON faces of math's scalar code.
-    set.attention = attention_head_neon;
+    set.attention = AttentionFaces {
+        head: attention_head_neon,
+        group: attention_group_neon,
+    };
     set.swiglu = exp::swiglu;
     set.install(GgmlType::Q4_K, neon::vec_dot_q4_k_q8_k_neon, None, "neon");
     set.install(GgmlType::Q6_K, neon::vec_dot_q6_k_q8_k_neon, None, "neon");
@@ -207,6 +210,30 @@ fn attention_head_neon(
         &ATTENTION_LOOPS,
         out,
         q,
+        kv,
+        scores,
+        span,
+        scale,
+        softcap_at,
+        kernel,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_group_neon(
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    math::attention_group_with(
+        &ATTENTION_LOOPS,
+        outs,
+        qs,
         kv,
         scores,
         span,

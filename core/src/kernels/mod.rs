@@ -49,7 +49,7 @@ mod exactness;
 #[cfg(test)]
 mod math_exactness;
 
-use crate::math::{self, AttentionHeadFn};
+use crate::math::{self, AttentionFaces};
 use crate::platform::CpuFeatures;
 use crate::quant::{self, GgmlType, QuantError, VecDotFn};
 
@@ -495,9 +495,9 @@ pub struct KernelSet {
     name: &'static str,
     weights: [WeightKernel; 17],
     quantizers: [(GgmlType, QuantizeFn); 6],
-    /// Attention of one query head over the f16 KV cache: `math::attention_head` or a SIMD
-    /// face of it with the same bits.
-    attention: AttentionHeadFn,
+    /// Attention over the f16 KV cache, of one query head (`math::attention_head`) and of the
+    /// query heads of one KV head (`math::attention_group`), or SIMD faces with the same bits.
+    attention: AttentionFaces,
     /// SwiGLU of one FFN row: `math::swiglu` or a SIMD face of it with the same bits.
     swiglu: fn(&mut [f32], &[f32]),
 }
@@ -510,7 +510,10 @@ impl KernelSet {
             name: "scalar",
             weights: SCALAR_WEIGHTS,
             quantizers: SCALAR_QUANTIZERS,
-            attention: math::attention_head,
+            attention: AttentionFaces {
+                head: math::attention_head,
+                group: math::attention_group,
+            },
             swiglu: math::swiglu,
         }
     }
@@ -549,8 +552,9 @@ impl KernelSet {
         self.name
     }
 
-    /// Attention of one query head (see `math::attention_head`), the face this CPU runs.
-    pub fn attention(&self) -> AttentionHeadFn {
+    /// Attention (see `math::attention_head` and `math::attention_group`), the faces this CPU
+    /// runs.
+    pub fn attention(&self) -> AttentionFaces {
         self.attention
     }
 

@@ -9,7 +9,7 @@
 //! replaced others against the ones they replaced.
 
 use super::KernelSet;
-use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
+use crate::math::{self, AttentionFaces, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
 use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
@@ -29,7 +29,10 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "x86_64-avx2";
     // Attention over the f16 KV cache and SwiGLU: the AVX2 faces of math's scalar code.
-    set.attention = attention_head_avx2;
+    set.attention = AttentionFaces {
+        head: attention_head_avx2,
+        group: attention_group_avx2,
+    };
     set.swiglu = swiglu_avx2;
     // Q4_K and Q6_K (most of a decode step) from avx2_k: scales decoded and spread in
     // registers; the same lanes and float order as avx2.rs, so the same bits.
@@ -240,6 +243,30 @@ fn attention_head_avx2(
         &ATTENTION_LOOPS,
         out,
         q,
+        kv,
+        scores,
+        span,
+        scale,
+        softcap_at,
+        kernel,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_group_avx2(
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    math::attention_group_with(
+        &ATTENTION_LOOPS,
+        outs,
+        qs,
         kv,
         scores,
         span,
