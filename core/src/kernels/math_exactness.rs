@@ -245,8 +245,9 @@ fn attention_group_face_matches_scalar_per_head() {
     let mut rng = XorShift(0x6a0_5eed);
     let mut compared = 0;
     let block = math::ATTENTION_BLOCK;
-    let cases: [(usize, usize, usize, usize, Option<usize>, Option<f32>); 9] = [
-        // (head_dim, head_dim_v, query heads per KV head, position, window, softcap)
+    // (head_dim, head_dim_v, query heads per KV head, position, window, softcap)
+    type GroupCase = (usize, usize, usize, usize, Option<usize>, Option<f32>);
+    let cases: [GroupCase; 9] = [
         (64, 64, 1, 0, None, None),
         (256, 256, 4, 3 * block + 17, None, None),
         (64, 64, 7, 2 * block, None, None),
