@@ -114,7 +114,7 @@ fn check(dr: DeltaRuleKernels, name: &str, rng: &mut XorShift, c: &Case) -> usiz
 #[test]
 fn delta_rule_faces_match_scalar_on_random_heads() {
     let (dr, name) = installed();
-    let mut rng = XorShift(0xde17a_5eed);
+    let mut rng = XorShift(0xde17_a5ee);
     let mut compared = 0;
     // (dk, rows): Qwen3.5's 128 x 128, the synthetic model's 32 x 32, other multiples of 16,
     // odd row counts (the NEON face runs rows in pairs), and dims the faces hand to the

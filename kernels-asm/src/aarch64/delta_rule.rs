@@ -336,7 +336,7 @@ unsafe fn sweep2_f16(
 /// Panics unless dk is a non-zero multiple of 16 and `q` holds dk values.
 fn checked_pairs(dk: usize, q: usize, s_cells: usize, v: usize, out: usize) -> usize {
     assert!(
-        dk > 0 && dk % 16 == 0 && q >= dk,
+        dk > 0 && dk.is_multiple_of(16) && q >= dk,
         "delta rule: dk must be a non-zero multiple of 16"
     );
     out.min(v).min(s_cells / dk) / 2

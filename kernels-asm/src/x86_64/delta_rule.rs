@@ -130,7 +130,7 @@ unsafe fn step<S: Cell>(
 ) {
     let dk = k.len();
     assert!(
-        dk % 16 == 0 && q.len() >= dk,
+        dk.is_multiple_of(16) && q.len() >= dk,
         "delta rule: dk must be a multiple of 16"
     );
     if dk == 0 {
