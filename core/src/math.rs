@@ -825,6 +825,143 @@ pub fn dot_f16_in_lanes(q: &[f32], k: &[u16]) -> f32 {
     sum as f32
 }
 
+// =============================================================================================
+// The gated delta rule (Qwen3.5's recurrent layers, model/delta_net.rs): the scalar truth of
+// `KernelSet::delta_rule`, whose SIMD faces give its bits.
+// =============================================================================================
+
+/// Lanes of the delta rule's two dot products per state row: lane `l` takes the products of
+/// the dimensions `i` with `i % 16 == l` with a fused multiply-add, then the lanes are added
+/// pairwise (l + 8, l + 4, then `(t[0] + t[2]) + (t[1] + t[3])`). 16 lanes are two AVX2
+/// registers or four NEON registers, so a SIMD face keeps this order with no shuffles; a
+/// sequential sum (the unfused step's order) would chain every product through one adder.
+pub const DELTA_LANES: usize = 16;
+
+/// One token of the gated delta rule on one value head, fused: each state row is read once
+/// from memory and written once, with the decay, `S k`, the delta, the rank-1 update and `S q`
+/// done while it is in cache. `s` holds `out.len()` rows of `k.len()` (= dk) values, row `j`
+/// the value dimension `j`; for each row:
+///
+/// ```text
+/// x_i   = s_i * decay                      (rounded, recomputed in the second sweep)
+/// sk    = lanes16(fma(x_i, k_i))           decayed S k
+/// d     = (v_j - sk) * beta                the delta rule
+/// s_i   = fma(k_i, d, x_i)                 s = decay s + d k^T, stored
+/// out_j = lanes16(fma(s_i, q_i)) * scale   S q / sqrt(dk), from the unrounded new s
+/// ```
+///
+/// This is llama.cpp's gated_delta_net in another summation order (its own ggml kernel sums
+/// sequentially); the golden tests hold it to llama.cpp's logits.
+pub fn delta_rule_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    delta_rule_rows(s, q, k, v, decay, beta, out, |x| *x, |x| x);
+}
+
+/// [`delta_rule_step`] on a state kept as f16 (`--state-f16`): each value is widened to f32
+/// exactly, the step runs in f32, and the new value is rounded to the nearest f16 (ties to
+/// even) when stored; `out` is computed from the new values before that rounding.
+pub fn delta_rule_step_f16(
+    s: &mut [u16],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    delta_rule_rows(
+        s,
+        q,
+        k,
+        v,
+        decay,
+        beta,
+        out,
+        |x| f16::from_bits(*x).to_f32(),
+        |x| f16::from_f32(x).to_bits(),
+    );
+}
+
+/// `1 / sqrt(dk)`: the scale of the delta rule's output, computed once by every face alike.
+pub fn delta_rule_scale(dk: usize) -> f32 {
+    1.0 / libm::sqrtf(dk as f32)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn delta_rule_rows<S>(
+    s: &mut [S],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+    load: impl Fn(&S) -> f32,
+    store: impl Fn(f32) -> S,
+) {
+    let dk = k.len();
+    if dk == 0 {
+        return;
+    }
+    let scale = delta_rule_scale(dk);
+    for ((row, &vj), o) in s.chunks_exact_mut(dk).zip(v).zip(out.iter_mut()) {
+        let mut acc = [0f32; DELTA_LANES];
+        for (i, (x, &ki)) in row.iter().zip(k).enumerate() {
+            let l = i % DELTA_LANES;
+            acc[l] = libm::fmaf(load(x) * decay, ki, acc[l]);
+        }
+        let d = (vj - sum_delta_lanes(&acc)) * beta;
+        let mut acc = [0f32; DELTA_LANES];
+        for (i, ((x, &ki), &qi)) in row.iter_mut().zip(k).zip(q).enumerate() {
+            let l = i % DELTA_LANES;
+            let new = libm::fmaf(ki, d, load(x) * decay);
+            *x = store(new);
+            acc[l] = libm::fmaf(new, qi, acc[l]);
+        }
+        *o = sum_delta_lanes(&acc) * scale;
+    }
+}
+
+/// The pairwise reduction of [`DELTA_LANES`] lanes (see there).
+#[inline(always)]
+fn sum_delta_lanes(acc: &[f32; DELTA_LANES]) -> f32 {
+    let mut t8 = [0f32; 8];
+    for (l, t) in t8.iter_mut().enumerate() {
+        *t = acc[l] + acc[l + 8];
+    }
+    let t4 = [t8[0] + t8[4], t8[1] + t8[5], t8[2] + t8[6], t8[3] + t8[7]];
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
+
+/// One token of the delta rule on one value head's f32 state: [`delta_rule_step`] or a SIMD
+/// face of it with the same bits.
+pub type DeltaRuleFn = fn(&mut [f32], &[f32], &[f32], &[f32], f32, f32, &mut [f32]);
+
+/// The same on an f16 state: [`delta_rule_step_f16`] or a SIMD face of it.
+pub type DeltaRuleF16Fn = fn(&mut [u16], &[f32], &[f32], &[f32], f32, f32, &mut [f32]);
+
+/// The delta-rule faces a kernel set runs, one per state type.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaRuleKernels {
+    pub f32: DeltaRuleFn,
+    pub f16: DeltaRuleF16Fn,
+}
+
+impl DeltaRuleKernels {
+    pub const SCALAR: DeltaRuleKernels = DeltaRuleKernels {
+        f32: delta_rule_step,
+        f16: delta_rule_step_f16,
+    };
+}
+
 /// Rounds `x` to f16 bits (how the KV cache stores keys and values).
 pub fn to_f16_bits(dst: &mut [u16], x: &[f32]) {
     for (d, &v) in dst.iter_mut().zip(x) {
