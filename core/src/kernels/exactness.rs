@@ -681,7 +681,7 @@ fn repacked_kernels_match_scalar_on_every_row() {
         );
     }
     // Row-interleaved (sdot) kernels only where the set says dotprod, and on x86-64 Q2_K's
-    // and Q1_0's 8-row groups; the table kernel (base NEON) on every aarch64 set.
+    // 8-row and Q1_0's 16-row groups; the table kernel (base NEON) on every aarch64 set.
     for set in &sets {
         for k in set.weights.iter() {
             match k.repacked {

@@ -68,9 +68,9 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     // Q1_0: the AVX2 one-row dot, eight rows at a time by masked moves and vpdpbusd (same bits)
     set.install(GgmlType::Q1_0, q1_0, Some(q1_0_rows_512), "avx512");
     set.add_repacked(GgmlType::Q2_K, Q2_K_X8_VNNI);
-    // Q1_0 rows repacked 8 to a group, a mask of 4 weights of each row per activation dword
-    // (avx2_lowbit's `q1_0_x8`): no per-block fold of the rows' sums.
-    set.add_repacked(GgmlType::Q1_0, Q1_0_X8_VNNI);
+    // Q1_0 rows repacked 16 to a group, a mask of 4 weights of each row per activation dword
+    // (avx2_lowbit's `q1_0_x16`): no per-block fold of the rows' sums.
+    set.add_repacked(GgmlType::Q1_0, Q1_0_X16_VNNI);
     set.install_cols(GgmlType::Q8_0, q8_0_cols_512);
     set.install_cols(GgmlType::Q4_0, q4_0_cols_512);
     set.install_cols(GgmlType::Q5_0, q5_0_cols_512);
@@ -195,19 +195,19 @@ fn q4_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 fn q5_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx512_q0::vec_dot_q5_0_q8_0(n, w, a) }
 }
-/// Q1_0 in groups of 8 rows (same bytes as the file, rearranged); the tail rows run the
+/// Q1_0 in groups of 16 rows (same bytes as the file, rearranged); the tail rows run the
 /// one-row AVX2 kernel inside the same call.
-const Q1_0_X8_VNNI: RepackedKernel = RepackedKernel {
-    layout: "q1_0_x8",
-    group_rows: avx2_lowbit::Q1_0_X8_ROWS,
-    bytes: avx2_lowbit::q1_0_x8_bytes,
-    repack: avx2_lowbit::repack_q1_0_x8,
-    rows: q1_0_x8_vnni,
-    face: "avx512-x8",
+const Q1_0_X16_VNNI: RepackedKernel = RepackedKernel {
+    layout: "q1_0_x16",
+    group_rows: avx2_lowbit::Q1_0_X16_ROWS,
+    bytes: avx2_lowbit::q1_0_x16_bytes,
+    repack: avx2_lowbit::repack_q1_0_x16,
+    rows: q1_0_x16_vnni,
+    face: "avx512-x16",
     act_table: None,
 };
-fn q1_0_x8_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
-    unsafe { avx2_lowbit::matvec_q1_0_x8_q8_0_vnni(n, w, a, out) }
+fn q1_0_x16_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_lowbit::matvec_q1_0_x16_q8_0_vnni(n, w, a, out) }
 }
 fn q2_k_x8_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     unsafe { avx2_2bit::matvec_q2_k_x8_q8_k_vnni(n, w, a, out) }
@@ -450,13 +450,13 @@ mod tests {
         }
     }
 
-    /// The 8-row repacked kernels (Q2_K's `q2_k_x8`, AVX2 and VNNI faces; Q1_0's `q1_0_x8`)
+    /// The repacked kernels (Q2_K's `q2_k_x8`, AVX2 and VNNI faces; Q1_0's `q1_0_x16`)
     /// keep the scalar twin's bits on edge blocks as well as random ones: all bits set (Q2_K:
     /// codes 3 and scale bytes 0xFF) or clear, scales large, negative, infinite or NaN,
-    /// activations all -128 or alternating extremes, and 19 rows (two groups and a tail of 3)
-    /// of 1..=5 blocks, cut into chunks as the model cuts them.
+    /// activations all -128 or alternating extremes, and 35 rows (two groups of 16, four of 8,
+    /// and a tail of 3) of 1..=5 blocks, cut into chunks as the model cuts them.
     #[test]
-    fn x8_repacked_kernels_give_the_scalar_bits_on_edge_blocks() {
+    fn repacked_x86_kernels_give_the_scalar_bits_on_edge_blocks() {
         let mut tested = 0;
         for ty in [GgmlType::Q2_K, GgmlType::Q1_0] {
             let scalar = KernelSet::scalar().weight(ty).unwrap().vec_dot;
@@ -468,7 +468,7 @@ mod tests {
             let mut rng = XorShift(0x2C_08 ^ ty.id() as u64);
             for nb in 1..=5 {
                 let n = nb * ty.block_size();
-                let n_rows = 19;
+                let n_rows = 35;
                 let row_bytes = nb * ty.type_size();
                 let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
                 let edges = [
@@ -477,6 +477,7 @@ mod tests {
                     (5, f32::INFINITY),
                     (9, f32::NAN),
                     (17, -6.0e4),
+                    (33, 0.5),
                 ];
                 for (e, (r, v)) in edges.into_iter().enumerate() {
                     let edge = &mut w[r * row_bytes..(r + 1) * row_bytes];
@@ -509,7 +510,7 @@ mod tests {
                     (rk.repack)(&w, n_rows, n, &mut packed).unwrap();
                     for (a, act) in acts.iter().enumerate() {
                         let mut out = vec![f32::NAN; n_rows];
-                        for (r0, r1) in [(0, 16), (16, 19)] {
+                        for (r0, r1) in [(0, 16), (16, 32), (32, 35)] {
                             let range = rk.row_range(n_rows, n, r0, r1).unwrap();
                             rk.matvec(ty, &packed[range], r1 - r0, n, act, &mut out[r0..r1])
                                 .unwrap();
@@ -528,7 +529,7 @@ mod tests {
             }
         }
         if tested == 0 {
-            println!("notice: no x8 repacked kernel on this CPU; nothing to compare");
+            println!("notice: no repacked kernel on this CPU; nothing to compare");
         }
     }
 

@@ -1,11 +1,11 @@
 //! Q2_K and Q1_0 matvec speed on x86-64, one thread: the kernels over the file layout (Q2_K's
 //! one-row AVX2 kernel, Q1_0's eight-row VNNI kernel: what ran before the repacked layouts)
-//! against the 8-row kernels over the `q2_k_x8` (AVX2 and VNNI) and `q1_0_x8` (VNNI)
+//! against the repacked kernels over the `q2_k_x8` (AVX2 and VNNI) and `q1_0_x16` (VNNI)
 //! layouts, on Qwen2.5-1.5B's shapes (1536 x 1536 attention, 8960 x 1536 FFN up/gate,
 //! 1536 x 8960 FFN down). Checks that all give the same bits for every row, then prints the
 //! best of 7 timings of each (figures move with the machine's load; read the ratios).
 //!
-//!     cargo run --release -p smolrun-core --example x86_x8_speed
+//!     cargo run --release -p smolrun-core --example x86_repacked_lowbit_speed
 
 #[cfg(target_arch = "x86_64")]
 type Rows = fn(usize, &[u8], &[u8], &mut [f32]);
@@ -40,7 +40,8 @@ fn main() {
     let q2_x8_vnni: Rows =
         |n, w, a, out| unsafe { avx2_2bit::matvec_q2_k_x8_q8_k_vnni(n, w, a, out) };
     let q1_rows8: Rows = |n, w, a, out| unsafe { avx2_lowbit::matvec_q1_0_q8_0_vnni(n, w, a, out) };
-    let q1_x8: Rows = |n, w, a, out| unsafe { avx2_lowbit::matvec_q1_0_x8_q8_0_vnni(n, w, a, out) };
+    let q1_x16: Rows =
+        |n, w, a, out| unsafe { avx2_lowbit::matvec_q1_0_x16_q8_0_vnni(n, w, a, out) };
     for (n_rows, n) in [(1536, 1536), (8960, 1536), (1536, 8960)] {
         let x: Vec<f32> = (0..n)
             .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
@@ -74,8 +75,8 @@ fn main() {
                 }
                 k
             } else if vnni {
-                avx2_lowbit::repack_q1_0_x8(&w, n_rows, n, &mut packed).unwrap();
-                vec![("Q1_0 rows8", q1_rows8, &w), ("Q1_0 x8", q1_x8, &packed)]
+                avx2_lowbit::repack_q1_0_x16(&w, n_rows, n, &mut packed).unwrap();
+                vec![("Q1_0 rows8", q1_rows8, &w), ("Q1_0 x16", q1_x16, &packed)]
             } else {
                 continue;
             };
