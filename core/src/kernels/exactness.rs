@@ -663,28 +663,40 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
 /// summation-order bound.
 #[test]
 fn repacked_kernels_match_scalar_on_every_row() {
-    let set = KernelSet::select(&detected_features());
+    let sets = fast_sets();
     let mut tested_kernels = 0;
-    for fast in set.weights.iter() {
-        let Some(rk) = fast.repacked else { continue };
-        tested_kernels += 1;
-        check_repacked_kernel(fast.weight_type, rk);
+    for set in &sets {
+        for fast in set.weights.iter() {
+            let Some(rk) = fast.repacked else { continue };
+            tested_kernels += 1;
+            check_repacked_kernel(fast.weight_type, rk);
+        }
     }
     check_repacked_kernel(GgmlType::Q1_0, super::Q1_0_LUT16_SCALAR);
     check_repacked_kernel(GgmlType::Q2_0, super::Q2_0_LUT16_SCALAR);
     if tested_kernels == 0 {
         println!(
             "notice: {} has no repacked kernels on this CPU; nothing to compare",
-            set.name()
+            sets[0].name()
         );
     }
-    // Row-interleaved (sdot) kernels only where the set says dotprod; the table kernel (base
-    // NEON) on every aarch64 set.
-    for k in set.weights.iter() {
-        match k.repacked {
-            Some(rk) if rk.act_table.is_some() => assert!(set.name().starts_with("aarch64")),
-            Some(_) => assert_eq!(set.name(), "aarch64-dotprod", "{}", k.weight_type),
-            None => {}
+    // Row-interleaved (sdot) kernels only where the set says dotprod, and on x86-64 Q2_K's
+    // 8-row and Q1_0's 16-row groups; the table kernel (base NEON) on every aarch64 set.
+    for set in &sets {
+        for k in set.weights.iter() {
+            match k.repacked {
+                Some(rk) if rk.act_table.is_some() => {
+                    assert!(set.name().starts_with("aarch64"))
+                }
+                Some(_) if set.name().starts_with("x86_64") => assert!(
+                    matches!(k.weight_type, GgmlType::Q2_K | GgmlType::Q1_0),
+                    "{} {}",
+                    k.weight_type,
+                    set.name()
+                ),
+                Some(_) => assert_eq!(set.name(), "aarch64-dotprod", "{}", k.weight_type),
+                None => {}
+            }
         }
     }
 }
@@ -696,7 +708,7 @@ fn check_repacked_kernel(ty: GgmlType, rk: RepackedKernel) {
     let act_type = scalar_k.act_type;
     let bit_exact = matches!(
         ty,
-        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q1_0 | GgmlType::Q2_0
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q1_0 | GgmlType::Q2_0 | GgmlType::Q2_K
     );
     let g = rk.group_rows.max(1);
     let chunk_rows = g.max(8);

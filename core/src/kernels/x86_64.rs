@@ -8,7 +8,7 @@
 //! code; the tests below check what is installed on which CPU, and the kernels that
 //! replaced others against the ones they replaced.
 
-use super::KernelSet;
+use super::{KernelSet, RepackedKernel};
 use crate::math::{
     self, AttentionFaces, AttentionKernel, AttentionLoops, AttentionSpan, DeltaRuleKernels, KvHead,
 };
@@ -16,8 +16,8 @@ use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
 use smolrun_kernels::x86_64::{
-    attention as k, avx2, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k, avx512_q0,
-    avx512_vnni_usable, exp,
+    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k,
+    avx512_q0, avx512_vnni_usable, exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -53,6 +53,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     // 2-bit weights: the scalar twins' integer sums in lanes, their float steps as they are.
     set.install(GgmlType::Q2_K, q2_k, None, "avx2");
     set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
+    // Q2_K rows repacked 8 to a group, the row in the lane (avx2_2bit's `q2_k_x8`).
+    set.add_repacked(GgmlType::Q2_K, Q2_K_X8);
     set.install(GgmlType::F32, f32, None, "avx2");
     // 1-bit, 2-bit and ternary (avx2_lowbit): bit for bit the scalar twins.
     set.install(GgmlType::Q1_0, q1_0, Some(q1_0_rows), "avx2");
@@ -75,6 +77,10 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q5_0, q5_0_512, Some(q5_0_rows_512), "avx512");
     // Q1_0: the AVX2 one-row dot, eight rows at a time by masked moves and vpdpbusd (same bits)
     set.install(GgmlType::Q1_0, q1_0, Some(q1_0_rows_512), "avx512");
+    set.add_repacked(GgmlType::Q2_K, Q2_K_X8_VNNI);
+    // Q1_0 rows repacked 16 to a group, a mask of 4 weights of each row per activation dword
+    // (avx2_lowbit's `q1_0_x16`): no per-block fold of the rows' sums.
+    set.add_repacked(GgmlType::Q1_0, Q1_0_X16_VNNI);
     set.install_cols(GgmlType::Q8_0, q8_0_cols_512);
     set.install_cols(GgmlType::Q4_0, q4_0_cols_512);
     set.install_cols(GgmlType::Q5_0, q5_0_cols_512);
@@ -112,10 +118,10 @@ fn q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_q5_0_q8_0(n, w, a) }
 }
 fn q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    unsafe { smolrun_kernels::x86_64::avx2_2bit::vec_dot_q2_k_q8_k(n, w, a) }
+    unsafe { avx2_2bit::vec_dot_q2_k_q8_k(n, w, a) }
 }
 fn tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    unsafe { smolrun_kernels::x86_64::avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
+    unsafe { avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
 }
 fn f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2::vec_dot_f16(n, w, a) }
@@ -137,6 +143,26 @@ fn q2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn tq1_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_lowbit::vec_dot_tq1_0_q8_k(n, w, a) }
+}
+/// Q2_K in groups of 8 rows (same bytes as the file, rearranged); the tail rows run the
+/// one-row AVX2 kernel inside the same call.
+const Q2_K_X8: RepackedKernel = RepackedKernel {
+    layout: "q2_k_x8",
+    group_rows: avx2_2bit::Q2_K_X8_ROWS,
+    bytes: avx2_2bit::q2_k_x8_bytes,
+    repack: avx2_2bit::repack_q2_k_x8,
+    rows: q2_k_x8,
+    face: "avx2-x8",
+    act_table: None,
+};
+/// The same layout through VNNI's `vpdpbusd` (same bits).
+const Q2_K_X8_VNNI: RepackedKernel = RepackedKernel {
+    rows: q2_k_x8_vnni,
+    face: "avx512-x8",
+    ..Q2_K_X8
+};
+fn q2_k_x8(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_2bit::matvec_q2_k_x8_q8_k(n, w, a, out) }
 }
 fn q4_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_k::matmul_q4_k_q8_k(n, w, a, t, out) }
@@ -178,6 +204,23 @@ fn q4_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q5_0_512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx512_q0::vec_dot_q5_0_q8_0(n, w, a) }
+}
+/// Q1_0 in groups of 16 rows (same bytes as the file, rearranged); the tail rows run the
+/// one-row AVX2 kernel inside the same call.
+const Q1_0_X16_VNNI: RepackedKernel = RepackedKernel {
+    layout: "q1_0_x16",
+    group_rows: avx2_lowbit::Q1_0_X16_ROWS,
+    bytes: avx2_lowbit::q1_0_x16_bytes,
+    repack: avx2_lowbit::repack_q1_0_x16,
+    rows: q1_0_x16_vnni,
+    face: "avx512-x16",
+    act_table: None,
+};
+fn q1_0_x16_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_lowbit::matvec_q1_0_x16_q8_0_vnni(n, w, a, out) }
+}
+fn q2_k_x8_vnni(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_2bit::matvec_q2_k_x8_q8_k_vnni(n, w, a, out) }
 }
 fn q8_0_rows_512(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     unsafe { avx512_q0::matvec_q8_0_q8_0(n, w, a, out) }
@@ -482,6 +525,89 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The repacked kernels (Q2_K's `q2_k_x8`, AVX2 and VNNI faces; Q1_0's `q1_0_x16`)
+    /// keep the scalar twin's bits on edge blocks as well as random ones: all bits set (Q2_K:
+    /// codes 3 and scale bytes 0xFF) or clear, scales large, negative, infinite or NaN,
+    /// activations all -128 or alternating extremes, and 35 rows (two groups of 16, four of 8,
+    /// and a tail of 3) of 1..=5 blocks, cut into chunks as the model cuts them.
+    #[test]
+    fn repacked_x86_kernels_give_the_scalar_bits_on_edge_blocks() {
+        let mut tested = 0;
+        for ty in [GgmlType::Q2_K, GgmlType::Q1_0] {
+            let scalar = KernelSet::scalar().weight(ty).unwrap().vec_dot;
+            let act_ty = crate::quant::vec_dot_type(ty).unwrap();
+            let kernels: Vec<_> = fast_sets()
+                .iter()
+                .filter_map(|s| s.weight(ty).unwrap().repacked)
+                .collect();
+            let mut rng = XorShift(0x2C_08 ^ ty.id() as u64);
+            for nb in 1..=5 {
+                let n = nb * ty.block_size();
+                let n_rows = 35;
+                let row_bytes = nb * ty.type_size();
+                let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
+                let edges = [
+                    (1, 6.0e4),
+                    (2, -2.5),
+                    (5, f32::INFINITY),
+                    (9, f32::NAN),
+                    (17, -6.0e4),
+                    (33, 0.5),
+                ];
+                for (e, (r, v)) in edges.into_iter().enumerate() {
+                    let edge = &mut w[r * row_bytes..(r + 1) * row_bytes];
+                    edge.fill(0xFF);
+                    for b in edge.chunks_exact_mut(ty.type_size()) {
+                        // Q2_K: d, then dmin from the next edge case
+                        for (i, &off) in f16_fields(ty).iter().enumerate() {
+                            put_f16(b, off, edges[(e + i) % edges.len()].1.min(v));
+                        }
+                    }
+                }
+                w[3 * row_bytes..4 * row_bytes].fill(0);
+                let acts = [
+                    {
+                        let x: Vec<f32> = (0..n).map(|_| rng.unit() * 2.0 - 1.0).collect();
+                        quantize(act_ty, &x)
+                    },
+                    act_from_quants(act_ty, 0.01, &vec![-128; n]),
+                    act_from_quants(
+                        act_ty,
+                        3.0,
+                        &(0..n)
+                            .map(|i| if i % 3 == 0 { 127 } else { -128 })
+                            .collect::<Vec<_>>(),
+                    ),
+                ];
+                for rk in &kernels {
+                    tested += 1;
+                    let mut packed = vec![0u8; (rk.bytes)(n_rows, n).unwrap()];
+                    (rk.repack)(&w, n_rows, n, &mut packed).unwrap();
+                    for (a, act) in acts.iter().enumerate() {
+                        let mut out = vec![f32::NAN; n_rows];
+                        for (r0, r1) in [(0, 16), (16, 32), (32, 35)] {
+                            let range = rk.row_range(n_rows, n, r0, r1).unwrap();
+                            rk.matvec(ty, &packed[range], r1 - r0, n, act, &mut out[r0..r1])
+                                .unwrap();
+                        }
+                        for (r, y) in out.iter().enumerate() {
+                            let want = scalar(n, &w[r * row_bytes..(r + 1) * row_bytes], act);
+                            assert_eq!(
+                                y.to_bits(),
+                                want.to_bits(),
+                                "{ty} {} {nb} blocks row {r} act {a}: {y} vs {want}",
+                                rk.face
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if tested == 0 {
+            println!("notice: no repacked kernel on this CPU; nothing to compare");
         }
     }
 
