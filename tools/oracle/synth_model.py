@@ -36,7 +36,9 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           2 key heads and 4 value heads of 32 (dk = dv), conv kernel 4; layer 3 gated full
           attention with 4 query heads (attn_q holds the output gate beside q), QK-norm, IMRoPE
           on 16 of 64 dimensions, base 1e7; post_attention_norm before a SwiGLU FFN (see
-          qwen35_layers)
+          qwen35_layers); a fifth block is the MTP (nextn) layer that drafts the token after next
+          (see qwen35_mtp; its own random stream, so the trunk's tensors are those of the file
+          without it)
   llama:  4 query heads (n_head * head_dim = n_embd); normal (GPT-J style pairs) RoPE, base 1e4;
           tokenizer pre-type "llama-bpe" and a BOS added. (With the Qwen
           vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
@@ -112,10 +114,10 @@ ARCHS = {
         seed=0x5157_3501, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
         n_ctx=2048, rope_base=10_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
         n_rot=16, rope_sections=[3, 3, 2, 0], full_attention_interval=4,
-        ssm_conv=4, ssm_state=32, ssm_k_heads=2, ssm_v_heads=4,
+        ssm_conv=4, ssm_state=32, ssm_k_heads=2, ssm_v_heads=4, n_nextn=1,
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q4_0,
                    attn_qkv=T.Q8_0, attn_gate=T.F16, ssm_alpha=T.F32, ssm_beta=T.F16, ssm_out=T.Q4_1,
-                   ffn_gate=T.Q8_0, ffn_up=T.Q4_1, ffn_down=T.F16),
+                   ffn_gate=T.Q8_0, ffn_up=T.Q4_1, ffn_down=T.F16, eh_proj=T.Q8_0),
     ),
     # Qwen3.5-0.8B's shape (24 layers of 1024, three recurrent of every four with 16 key and 16
     # value heads of 128, gated attention with 8 query and 2 KV heads of 256, IMRoPE on 64
@@ -128,10 +130,10 @@ ARCHS = {
         seed=0x5157_3508, n_embd=1024, n_layer=24, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
         n_ctx=32768, rope_base=10_000_000.0, rms_eps=1e-6, pre="qwen35", add_bos=False,
         n_rot=64, rope_sections=[11, 11, 10, 0], full_attention_interval=4,
-        ssm_conv=4, ssm_state=128, ssm_k_heads=16, ssm_v_heads=16,
+        ssm_conv=4, ssm_state=128, ssm_k_heads=16, ssm_v_heads=16, n_nextn=1,
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q8_0,
                    attn_qkv=T.Q8_0, attn_gate=T.Q8_0, ssm_alpha=T.F32, ssm_beta=T.F32, ssm_out=T.Q8_0,
-                   ffn_gate=T.Q8_0, ffn_up=T.Q8_0, ffn_down=T.Q8_0),
+                   ffn_gate=T.Q8_0, ffn_up=T.Q8_0, ffn_down=T.Q8_0, eh_proj=T.Q8_0),
     ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
@@ -155,6 +157,12 @@ SHEXP_GATE_STD = 0.1
 EMBD_STD = 2.0
 HEAD_NOISE_STD = 0.05
 HEAD_GAIN = 0.7
+
+# qwen35's MTP block (see qwen35_mtp): its own random stream, and eh_proj's two identity gains.
+MTP_SEED_XOR = 0x4D54_5000
+MTP_E_GAIN = 2.0
+MTP_H_GAIN = 1.9
+MTP_EH_NOISE_STD = 1.0
 
 
 class Random:
@@ -280,6 +288,7 @@ def build(name, tok, out_path):
         w.add_ssm_group_count(cfg["ssm_k_heads"])
         w.add_ssm_time_step_rank(cfg["ssm_v_heads"])
         w.add_ssm_inner_size(cfg["ssm_state"] * cfg["ssm_v_heads"])
+        w.add_nextn_predict_layers(cfg["n_nextn"])
     w.add_rope_freq_base(cfg["rope_base"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
     w.add_vocab_size(n_vocab)
@@ -372,6 +381,8 @@ def build(name, tok, out_path):
     direction = embd.astype(np.float64) / norms[:, None]
     head[successor] += (HEAD_GAIN * direction).astype(np.float32)
     tensor("output.weight", "output", head)
+    if arch == "qwen35":
+        qwen35_mtp(cfg, embd, tensor)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -457,6 +468,51 @@ def qwen35_layers(cfg, rng, tensor, norm_weight):
         tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+
+
+def qwen35_mtp(cfg, embd, tensor):
+    """qwen35's MTP block (blk.{n_layer}): a gated full-attention block with its own KV cache whose
+    input is nextn.eh_proj over [enorm(embedding of the token just sampled) | hnorm(the trunk's
+    final normed hidden state before it)], then nextn.shared_head_norm and the shared LM head
+    (llama.cpp's graph_mtp). Its weights come from their own random stream, written after every
+    tensor of the trunk, so the trunk's tensors (and the goldens of its logits) do not change.
+
+    Drafts that mean something on random weights: the head row of successor(t) points along t's
+    embedding, so an MTP hidden state along the embedding of the token just sampled drafts its
+    successor, which is what the trunk's greedy decoding writes next most of the time. eh_proj
+    maps the embedding half to MTP_E_GAIN x identity (plus noise) and the hidden-state half to
+    MTP_H_GAIN x identity: the trunk's hidden state points along the embedding of the token before
+    (whose successor the trunk just wrote), so the two halves pull towards different tokens and
+    the context (attention, FFN, both noises) sometimes tips the draft the wrong way: most drafts
+    are right, not all."""
+    n_embd, n_ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
+    n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    rng = Random(cfg["seed"] ^ MTP_SEED_XOR)
+
+    def norm_weight(n):
+        return (1.0 + 0.1 * rng.uniform((n,))).astype(np.float32)
+
+    for i in range(cfg["n_layer"], cfg["n_layer"] + cfg["n_nextn"]):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "attn_q.weight", "attn_q", rng.weight((2 * n_q, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
+        tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
+        tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
+        tensor(p + "post_attention_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+        # numpy [out, in] = ggml {2 n_embd, n_embd}: the input is [enorm(e) | hnorm(h)]
+        eh = rng.weight((n_embd, 2 * n_embd), MTP_EH_NOISE_STD / np.sqrt(2 * n_embd))
+        eh[:, :n_embd] += MTP_E_GAIN * np.eye(n_embd, dtype=np.float32)
+        eh[:, n_embd:] += MTP_H_GAIN * np.eye(n_embd, dtype=np.float32)
+        tensor(p + "nextn.eh_proj.weight", "eh_proj", eh)
+        tensor(p + "nextn.enorm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "nextn.hnorm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "nextn.shared_head_norm.weight", "norm", norm_weight(n_embd))
 
 
 def sha256(path):
