@@ -9,7 +9,9 @@ use crate::chat_template::ChatTemplate;
 use crate::memory_guard::MemoryGuard;
 pub use crate::memory_guard::{MemoryArgs, WeightsMode};
 use crate::moe::{MoeReport, PagerHandle};
-use crate::speculative::{DraftArgs, DraftChoice, DraftModel, DraftSource, Drafter, SpecStats};
+use crate::speculative::{
+    DraftArgs, DraftChoice, DraftModel, DraftSource, Drafter, SpecStats, Target,
+};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::embedding::{Pooler, Pooling};
@@ -803,6 +805,14 @@ impl<'g> Engine<'g> {
     }
 }
 
+/// This CPU's fastest kernel set; `SMOLRUN_KERNELS=scalar`: the scalar reference.
+fn kernel_set() -> KernelSet {
+    match std::env::var("SMOLRUN_KERNELS").as_deref() {
+        Ok("scalar") => KernelSet::scalar(),
+        _ => KernelSet::select(&crate::platform::cpu_features()),
+    }
+}
+
 /// The model, the state for `n_ctx` and the weight store (with the repacked weights) of a
 /// parsed file, and the flash probe when streamed: an engine's without its tokenizer and
 /// threads (a draft model's too).
@@ -830,10 +840,7 @@ pub fn load_weights_only<'g>(
         // their summation-order bound (core/src/kernels/exactness.rs), but on gemma3-270m, whose
         // activation outliers amplify last-bit differences, three golden checks do not yet hold
         // with them (see tests/tests/perplexity.rs): an open item of the speed work.
-        let kernels = match std::env::var("SMOLRUN_KERNELS").as_deref() {
-            Ok("scalar") => KernelSet::scalar(),
-            _ => KernelSet::select(&crate::platform::cpu_features()),
-        };
+        let kernels = kernel_set();
         let t = Instant::now();
         let mut pager = None;
         let (mut model, store, flash): (Model, Box<dyn WeightStore + 'g>, _) = match file {
@@ -1156,21 +1163,14 @@ impl<'g> Engine<'g> {
     /// weight store streams from flash (a pass then costs one read of the streamed weights,
     /// however many tokens it checks), and not otherwise. Returns what drafts, if anything.
     pub fn set_draft(&mut self, args: &DraftArgs) -> Result<Option<String>, String> {
-        if self.state.has_recurrent_layers() {
-            return match args.choice() {
-                // Rejected drafts would rewind the recurrent state, which it cannot do yet.
-                DraftChoice::Off | DraftChoice::Auto => Ok(None),
-                _ => Err(format!(
-                    "{}: speculative decoding is not supported for models with recurrent \
-                     layers (Qwen3.5) yet: a rejected draft would need the state rewound; \
-                     run without --draft",
-                    self.path.display()
-                )),
-            };
-        }
+        // A recurrent model (Qwen3.5) goes back to the last accepted token of a verify pass
+        // through the copies of its state that the pass keeps (`State::rewind`).
+        let has_mtp = self.model.hp.n_nextn == 1 && self.model.hp.mtp_layer().is_some();
         let source = match args.choice() {
             DraftChoice::Off => None,
             DraftChoice::Auto if self.store.stream_stats().is_none() => None,
+            DraftChoice::Auto if has_mtp => Some(DraftSource::Mtp),
+            DraftChoice::Mtp => Some(DraftSource::Mtp),
             DraftChoice::Ngram | DraftChoice::Auto => Some(DraftSource::Ngram),
             DraftChoice::Model(name) => Some(DraftSource::Model(Box::new(DraftModel::load(
                 &name,
@@ -1187,6 +1187,7 @@ impl<'g> Engine<'g> {
             }
             (_, Some(n)) => n,
             (Some(DraftSource::Model(_)), None) => crate::speculative::DEFAULT_MODEL_DRAFT,
+            (Some(DraftSource::Mtp), None) => crate::speculative::DEFAULT_MTP_DRAFT,
             _ => crate::speculative::DEFAULT_NGRAM_DRAFT,
         };
         let drafter = match source {
@@ -1197,8 +1198,18 @@ impl<'g> Engine<'g> {
             }
         };
         let n_batch = self.state.n_batch();
-        self.state = State::with_logit_rows(&self.model, self.n_ctx(), n_batch, max + 1)
-            .map_err(|e| self.forward_error(e))?;
+        let mtp = matches!(drafter.source, DraftSource::Mtp);
+        if mtp && self.model.mtp.is_none() {
+            let kernels = kernel_set();
+            self.model
+                .load_mtp(self.gguf, self.store.as_ref(), &kernels)
+                .map_err(|e| self.forward_error(e))?;
+        }
+        self.state = match mtp {
+            true => State::with_mtp(&self.model, self.n_ctx(), n_batch, max + 1),
+            false => State::with_logit_rows(&self.model, self.n_ctx(), n_batch, max + 1),
+        }
+        .map_err(|e| self.forward_error(e))?;
         self.cached.clear();
         let described = drafter.describe();
         self.draft = Some(drafter);
@@ -1408,7 +1419,7 @@ impl<'g> Engine<'g> {
                     // to this row's, and `token` runs next.
                     let keep = *base + *row + 1;
                     self.cached.truncate(keep);
-                    self.state.pos = keep;
+                    self.state.rewind(keep).map_err(|e| self.forward_error(e))?;
                     verifying = None;
                 }
             }
@@ -1439,7 +1450,7 @@ impl<'g> Engine<'g> {
         if let Some((base, row)) = verifying {
             let keep = base + row + 1;
             self.cached.truncate(keep);
-            self.state.pos = keep;
+            self.state.rewind(keep).map_err(|e| self.forward_error(e))?;
         }
         Ok(Generation {
             tokens,
@@ -1473,7 +1484,18 @@ impl<'g> Engine<'g> {
         // The context the draft continues ends with `token` (pushed for the lookup, no
         // allocation: the list has room for the whole context).
         self.cached.push(token);
-        let drafted = drafter.propose(self.par.as_ref(), &self.tokenizer, &self.cached, max);
+        let target = Target {
+            model: &self.model,
+            state: &mut self.state,
+            store: self.store.as_ref(),
+        };
+        let drafted = drafter.propose(
+            self.par.as_ref(),
+            &self.tokenizer,
+            &self.cached,
+            max,
+            target,
+        );
         self.cached.pop();
         if drafted? == 0 {
             self.decode_unguarded(token)?;

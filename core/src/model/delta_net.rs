@@ -82,18 +82,55 @@ pub struct RecurrentState {
     pub conv: Vec<f32>,
     /// `[n_v_heads][dv][dk]`.
     pub ssm: Vec<f32>,
+    /// Copies of `conv` and `ssm` after each of the first tokens of a verify pass (a pass whose
+    /// `Pass::keep_steps` is set), back to back: a rejected draft goes back to the state after
+    /// the last accepted token by copying one of them back ([`RecurrentState::restore_step`]),
+    /// instead of running the accepted tokens again through the whole model. Empty when the
+    /// state never verifies drafts.
+    pub steps: Vec<f32>,
 }
 
 impl RecurrentState {
     pub fn new(shape: &DeltaNetShape) -> RecurrentState {
+        RecurrentState::with_steps(shape, 0)
+    }
+
+    /// A state that keeps a copy of itself after each of the first `n_steps` tokens of a
+    /// verify pass.
+    pub fn with_steps(shape: &DeltaNetShape, n_steps: usize) -> RecurrentState {
+        let len = shape.conv_state_len() + shape.ssm_state_len();
         RecurrentState {
             conv: vec![0.0; shape.conv_state_len()],
             ssm: vec![0.0; shape.ssm_state_len()],
+            steps: vec![0.0; n_steps * len],
         }
     }
 
     pub fn bytes(&self) -> usize {
-        4 * (self.conv.len() + self.ssm.len())
+        4 * (self.conv.len() + self.ssm.len() + self.steps.len())
+    }
+
+    /// Copies of the state a verify pass can keep.
+    pub fn n_steps(&self) -> usize {
+        self.steps.len() / (self.conv.len() + self.ssm.len())
+    }
+
+    /// Keeps the state as it is after token `t` of a verify pass (nothing past the copies it
+    /// has room for: the state after a pass's last token is the live one).
+    fn save_step(&mut self, t: usize) {
+        let (c, len) = (self.conv.len(), self.conv.len() + self.ssm.len());
+        if let Some(step) = self.steps.get_mut(t * len..(t + 1) * len) {
+            step[..c].copy_from_slice(&self.conv);
+            step[c..].copy_from_slice(&self.ssm);
+        }
+    }
+
+    /// Puts back the state kept after token `t` of the last verify pass.
+    pub fn restore_step(&mut self, t: usize) {
+        let (c, len) = (self.conv.len(), self.conv.len() + self.ssm.len());
+        let step = &self.steps[t * len..(t + 1) * len];
+        self.conv.copy_from_slice(&step[..c]);
+        self.ssm.copy_from_slice(&step[c..]);
     }
 
     /// The state of an empty sequence.
@@ -234,6 +271,10 @@ impl DeltaNet {
             {
                 math::rms_norm_in_place(o, &self.ssm_norm, p.rms_eps);
                 o.iter_mut().zip(z).for_each(|(o, &z)| *o *= math::silu(z));
+            }
+            // (after the last token the live state is the copy)
+            if p.keep_steps && t + 1 < n {
+                state.save_step(t);
             }
         }
         p.tap("final_output", l, &a.att_out, value_dim);

@@ -194,6 +194,7 @@ mod tests {
             family: Family::Qwen2,
             arch: String::from("qwen2"),
             n_layer: 2,
+            n_nextn: 0,
             n_embd: 64,
             n_ff: 128,
             n_head: 4,
