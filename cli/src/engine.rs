@@ -1737,7 +1737,7 @@ pub(crate) mod tests {
     /// A recurrent model (Qwen3.5) cannot go back to a shorter prefix: the same prompt again,
     /// or a prompt that shares only part of the cache, runs from the start and gives the
     /// logits of a fresh run (instead of the model's rewind error, which a second chat turn or
-    /// a repeated server request would otherwise meet). Drafts are refused for it.
+    /// a repeated server request would otherwise meet).
     #[test]
     fn a_recurrent_model_starts_over_instead_of_going_back() {
         let path = smolrun_tests::model_path("synthetic-qwen35").expect("synthetic-qwen35");
@@ -1759,13 +1759,84 @@ pub(crate) mod tests {
         // A longer prompt that extends the cache goes on from where it is.
         let longer = [second.as_slice(), &first[..2]].concat();
         assert_eq!(engine.prefill(&longer).unwrap(), 2);
+    }
 
-        let ngram = DraftArgs {
-            draft: "ngram".into(),
-            draft_max: Some(4),
+    /// Speculative decoding on a recurrent model (synthetic-qwen35): with drafts from its MTP
+    /// layer, from prompt lookup and from a draft model (synthetic-qwen3: the same vocabulary,
+    /// its drafts mostly wrong), accepted and rejected, the greedy tokens are plain decoding's
+    /// (the state goes back to the last accepted token through the copies the verify pass
+    /// keeps); a break inside a verified run leaves the state at the accepted tokens; and the
+    /// MTP drafts are mostly accepted (the synthetic MTP layer is built to be right ~90% of the
+    /// time).
+    #[test]
+    fn drafts_on_a_recurrent_model_give_plain_decodings_tokens() {
+        let path = smolrun_tests::model_path("synthetic-qwen35").expect("synthetic-qwen35");
+        let draft_model = smolrun_tests::model_path("synthetic-qwen3").expect("synthetic-qwen3");
+        let file = ModelFile::Mapped(MappedFile::open(&path).unwrap());
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+        let prompt = engine.tokenize("The cat sat on the mat. The dog sat on the", false, false);
+        let generate = |engine: &mut Engine, stop_at: usize| {
+            let mut sampler = engine.sampler(SamplerParams::greedy()).unwrap();
+            let mut n = 0;
+            let options = GenerateOptions {
+                max_tokens: Some(48),
+                ..GenerateOptions::default()
+            };
+            engine
+                .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
+                    n += 1;
+                    match n > stop_at {
+                        true => ControlFlow::Break(()),
+                        false => ControlFlow::Continue(()),
+                    }
+                })
+                .unwrap()
         };
-        let e = engine.set_draft(&ngram).unwrap_err();
-        assert!(e.contains("recurrent"), "{e}");
+        let plain = generate(&mut engine, usize::MAX);
+        assert_eq!(plain.tokens.len(), 48);
+        for (draft, max) in [
+            ("mtp", 3),
+            ("mtp", 1),
+            ("ngram", 6),
+            (draft_model.to_str().unwrap(), 4),
+        ] {
+            let args = DraftArgs {
+                draft: draft.into(),
+                draft_max: Some(max),
+            };
+            assert!(engine.set_draft(&args).unwrap().is_some());
+            let spec = generate(&mut engine, usize::MAX);
+            assert_eq!(
+                spec.tokens, plain.tokens,
+                "--draft {draft} --draft-max {max}"
+            );
+            let s = spec.spec;
+            eprintln!("synthetic-qwen35 --draft {draft} --draft-max {max}: {s:?}");
+            if draft == "mtp" {
+                assert!(
+                    s.accept_rate().unwrap() > 0.6 && s.passes < 30,
+                    "--draft mtp: {s:?}"
+                );
+            }
+            if draft != "ngram" {
+                assert!(
+                    s.accepted < s.drafted,
+                    "--draft {draft}: no rejection: {s:?}"
+                );
+            }
+            for stop_at in [0, 5, 12, 13] {
+                let spec = generate(&mut engine, stop_at);
+                assert_eq!(
+                    spec.tokens,
+                    plain.tokens[..stop_at + 1],
+                    "break at {stop_at}"
+                );
+                let context: Vec<u32> = prompt.iter().chain(&spec.tokens).copied().collect();
+                assert!(context.starts_with(&engine.cached));
+                assert_eq!(engine.state.pos, engine.cached.len());
+            }
+        }
     }
 
     /// Counts each thread's own heap allocations, for the test below: other tests run on other
@@ -1910,6 +1981,50 @@ pub(crate) mod tests {
                 "{draft}: tokens 16..{N} made {after_warm_up} heap allocations"
             );
         }
+    }
+
+    /// MTP drafting on a recurrent model allocates nothing per token either: the MTP steps,
+    /// the copies of the recurrent state a verify pass keeps, and the rewind to them.
+    #[test]
+    fn mtp_generation_allocates_nothing_per_token() {
+        const N: usize = 96;
+        let path = smolrun_tests::model_path("synthetic-qwen35").expect("synthetic-qwen35");
+        let file = ModelFile::Mapped(MappedFile::open(&path).unwrap());
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+        let args = DraftArgs {
+            draft: "mtp".into(),
+            draft_max: Some(3),
+        };
+        assert!(engine.set_draft(&args).unwrap().is_some());
+        let mut sampler = engine.sampler(SamplerParams::greedy()).unwrap();
+        for id in 0..engine.tokenizer.n_vocab() as u32 {
+            if engine.tokenizer.is_eog(id) {
+                sampler.ban(id);
+            }
+        }
+        let prompt = engine.tokenize("The cat sat on the mat.", false, false);
+        let options = GenerateOptions {
+            max_tokens: Some(N),
+            ..GenerateOptions::default()
+        };
+        let mut seen = [0usize; N];
+        let mut n = 0;
+        let gen = engine
+            .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
+                seen[n] = counting::allocations();
+                n += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(gen.tokens.len(), N);
+        let s = gen.spec;
+        assert!(s.accepted > 0 && s.accepted < s.drafted, "{s:?}");
+        let after_warm_up = seen[N - 1] - seen[16];
+        assert_eq!(
+            after_warm_up, 0,
+            "tokens 16..{N} made {after_warm_up} heap allocations"
+        );
     }
 
     /// With drafts accepted and rejected, the tokens are plain decoding's; stopping inside a
