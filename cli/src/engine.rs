@@ -67,6 +67,9 @@ pub struct StreamConfig {
     pub verify: bool,
     /// `--flash-mbps`; otherwise probed at load.
     pub flash_mbps: Option<f64>,
+    /// Load the MTP layer of a model that has one and keep it, with the LM head, resident
+    /// ([`MemoryArgs::pin_mtp`]).
+    pub mtp: bool,
 }
 
 /// Reader threads of the streaming store: enough requests in flight to keep eMMC and SD cards
@@ -92,6 +95,7 @@ impl StreamConfig {
             readers,
             verify,
             flash_mbps: mem.flash_mbps,
+            mtp: mem.pin_mtp,
         }
     }
 }
@@ -530,10 +534,17 @@ fn start_streaming<'g>(
     let reader = FileReader::open(path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
     let mut store = StreamStore::new(reader, gguf, CondSignal::default(), CondSignal::default())
         .map_err(|e| at(&e))?;
-    let model = Model::load_from(gguf, &store, kernels).map_err(|e| at(&e))?;
-    let plan = StreamPlan::new(
+    let mut model = Model::load_from(gguf, &store, kernels).map_err(|e| at(&e))?;
+    // MTP drafting reads the MTP layer and the LM head again between passes: resident.
+    let hp = &model.hp;
+    if config.mtp && hp.n_nextn == 1 && hp.mtp_layer().is_some() {
+        model.load_mtp(gguf, &store, kernels).map_err(|e| at(&e))?;
+    }
+    let pinned = model.mtp.as_ref().map_or(Vec::new(), |m| m.keys.clone());
+    let plan = StreamPlan::with_pinned(
         store.table(),
         &model.weight_order(),
+        &pinned,
         config.budget,
         store.alignment(),
     )

@@ -46,6 +46,10 @@ pub struct MemoryArgs {
     /// the address space this process may map (iOS, 32-bit, `ulimit -v`) and cannot stream.
     #[arg(long = "weights", value_enum, default_value_t = WeightsMode::Auto)]
     pub weights: WeightsMode,
+    /// MTP drafting may run (`--draft mtp` or `auto`): a streamed model keeps its MTP layer
+    /// and LM head in RAM (the draft steps read them between two passes). Set by the command.
+    #[arg(skip)]
+    pub pin_mtp: bool,
     /// With streaming: MB (10^6 bytes) of weights kept in RAM (the resident set); the stream
     /// zones come on top [default: what the memory probe leaves, zones included].
     #[arg(long = "resident-mb", value_name = "MB")]
@@ -133,6 +137,7 @@ impl Default for MemoryArgs {
             weights: WeightsMode::Auto,
             resident_mb: None,
             flash_mbps: None,
+            pin_mtp: false,
             moe_pool: None,
             moe_cache_bias: 0.0,
             moe_prefetch: 1,

@@ -45,6 +45,11 @@ pub enum DraftChoice {
 }
 
 impl DraftArgs {
+    /// Whether this may draft with the model's MTP layer (`mtp`, or `auto` when streamed).
+    pub fn may_use_mtp(&self) -> bool {
+        matches!(self.choice(), DraftChoice::Mtp | DraftChoice::Auto)
+    }
+
     pub fn choice(&self) -> DraftChoice {
         match self.draft.as_str() {
             "" | "off" | "none" => DraftChoice::Off,

@@ -74,7 +74,9 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let load_start = std::time::Instant::now();
     let t = std::time::Instant::now();
-    let (path, file) = engine::open_model(&args.model, &args.mem, args.ctx)?;
+    let mut mem = args.mem.clone();
+    mem.pin_mtp = args.draft.may_use_mtp();
+    let (path, file) = engine::open_model(&args.model, &mem, args.ctx)?;
     engine::phase_time("open", t);
     let t = std::time::Instant::now();
     let gguf = engine::parse_gguf(&path, &file)?;
