@@ -316,6 +316,10 @@ pub fn check_memory(
         return Ok(None);
     }
     let mut plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    if args.pin_mtp {
+        // The most drafts llama.cpp's draft-mtp makes by default, as `--draft mtp` does.
+        plan = plan.with_mtp_drafting(&hp, n_ctx, crate::speculative::DEFAULT_MTP_DRAFT);
+    }
     if let Some(held) = weights_held {
         // A store that maps nothing holds its scratch buffer, not the weights.
         plan = plan.with_weights_held(held);

@@ -225,6 +225,12 @@ fn a_rejected_draft_restores_the_recurrent_state() {
         spec.rewind(14),
         Err(ModelError::RecurrentRewind { pos: 14, at: 15 })
     ));
+    // Back to 0 starts over: the state of a fresh one.
+    spec.rewind(0).unwrap();
+    m.forward(&mut spec, &store, &par, prompt[0], 0).unwrap();
+    let mut fresh = State::with_logit_rows(&m, 64, 32, 6).unwrap();
+    m.forward(&mut fresh, &store, &par, prompt[0], 0).unwrap();
+    assert_eq!(recurrent(&spec, n_layer), recurrent(&fresh, n_layer));
 }
 
 /// MTP drafting refuses a model without an MTP layer, and a state for it needs the layer loaded.

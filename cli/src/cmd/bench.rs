@@ -81,7 +81,7 @@ pub fn run(args: Args) -> Result<(), String> {
     mem.pin_mtp = args.draft.may_use_mtp();
     let (path, file) = engine::open_model(&args.model, &mem, Some(n_ctx))?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, Some(n_ctx), &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, &file, Some(n_ctx), &mem)?;
     let mut engine = Engine::load(&path, &gguf, &file, Some(n_ctx), threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;

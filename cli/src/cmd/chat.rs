@@ -75,7 +75,7 @@ pub fn run(args: Args) -> Result<(), String> {
     mem.pin_mtp = args.draft.may_use_mtp();
     let (path, file) = engine::open_model(&args.model, &mem, args.ctx)?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &mem)?;
     let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;

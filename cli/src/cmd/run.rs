@@ -82,7 +82,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let gguf = engine::parse_gguf(&path, &file)?;
     engine::phase_time("parse header", t);
     let t = std::time::Instant::now();
-    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &mem)?;
     engine::phase_time("memory check", t);
     let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
     engine.watch_memory(guard);

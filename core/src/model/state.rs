@@ -356,7 +356,7 @@ impl State {
     /// Goes back to position `pos` (at most the current one): a rejected draft's tokens are
     /// forgotten. A KV cache only moves its position (what lies beyond is overwritten before it
     /// is read). A recurrent state can go back only into the last verify pass, to the copy it
-    /// kept after token `pos - 1` (or to 0, where it starts over).
+    /// kept after token `pos - 1`, or to 0, where it starts over (zeroed).
     pub fn rewind(&mut self, pos: usize) -> Result<(), ModelError> {
         if pos == self.pos {
             return Ok(());
@@ -364,7 +364,11 @@ impl State {
         if pos > self.pos {
             return Err(ModelError::RecurrentRewind { pos, at: self.pos });
         }
-        if self.has_recurrent_layers() && pos != 0 {
+        if pos == 0 {
+            self.reset();
+            return Ok(());
+        }
+        if self.has_recurrent_layers() {
             // The copy after token t of the pass is the state at position steps_from + t + 1.
             let kept = self.steps_from + 1..=self.steps_from + self.steps_kept;
             if !kept.contains(&pos) {
