@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """smolrun bench and llama.cpp's llama-bench side by side on the same GGUF files, in one run.
 
-    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [--prefix CMD] [--smolrun BINARY] [MODEL[:SMOLRUN_MODEL] ...]
+    tools/bench-vs-llama.py [-t 2] [-r 5] [-p 128] [-n 64] [-d 0] [--prefix CMD] [--smolrun BINARY] [MODEL[:SMOLRUN_MODEL] ...]
 
 MODEL is a short name or a path; MODEL:SMOLRUN_MODEL runs llama.cpp on MODEL and smolrun on
 another file (a pruned head, which llama.cpp cannot load), e.g. the stock Gemma file against its
@@ -75,7 +75,7 @@ def llama_bench(binary, path, args):
     n = args.llama_n or args.n
     r = args.llama_r or args.r
     out, rss = run(args.prefix + [binary, "-m", path, "-p", str(args.p), "-n", str(n), "-t", str(args.t),
-                                  "-r", str(r), "-o", "json"] + shlex.split(args.llama_args))
+                                  "-r", str(r), "-d", str(args.d), "-o", "json"] + shlex.split(args.llama_args))
     pp = tg = 0.0
     for test in json.loads(out):
         med = statistics.median(test["samples_ts"])
@@ -88,7 +88,7 @@ def llama_bench(binary, path, args):
 
 def smolrun_bench(binary, path, args):
     out, rss = run(args.prefix + [binary, "bench", "-m", path, "-p", str(args.p), "-n", str(args.n),
-                                  "-t", str(args.t), "-r", str(args.r), "--json"]
+                                  "-t", str(args.t), "-r", str(args.r), "-d", str(args.d), "--json"]
                    + shlex.split(args.smolrun_args))
     doc = json.loads(out.strip().splitlines()[-1])
     doc["device_read_mb"] = LAST_DEVICE_READ_MB
@@ -101,6 +101,8 @@ def main():
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("-d", type=int, default=0, help="tokens already in the context before each "
+                    "test (llama-bench's -d)")
     ap.add_argument("--prefix", default="", help="wrapper command for both tools")
     ap.add_argument("--llama-n", type=int, default=0, help="llama.cpp's -n (default: -n)")
     ap.add_argument("--llama-r", type=int, default=0, help="llama.cpp's -r (default: -r)")
@@ -138,10 +140,11 @@ def main():
         s_pp, s_tg, s_rss, doc = smolrun_bench(smol, smol_path, args)
         kernels = doc["kernels"]
         ratio = lambda s, l: f"{s / l:.2f}x" if l > 0 else "-"
+        depth = f" @ d{args.d}" if args.d else ""
         if args.p > 0:
-            print(f"| {spec} | pp{args.p} | {l_pp:.2f} | {s_pp:.2f} | {ratio(s_pp, l_pp)} | kernels {kernels} |")
+            print(f"| {spec} | pp{args.p}{depth} | {l_pp:.2f} | {s_pp:.2f} | {ratio(s_pp, l_pp)} | kernels {kernels} |")
         n_note = f" (llama.cpp: tg{args.llama_n or args.n}, -r {args.llama_r or args.r})" if (args.llama_n or args.llama_r) else ""
-        print(f"| {spec} | tg{args.n} | {l_tg:.2f} | {s_tg:.2f} | {ratio(s_tg, l_tg)} | {n_note} |")
+        print(f"| {spec} | tg{args.n}{depth} | {l_tg:.2f} | {s_tg:.2f} | {ratio(s_tg, l_tg)} | {n_note} |")
         print(f"| {spec} | peak RSS MB | {l_rss:.0f} | {s_rss:.0f} | {s_rss / l_rss:.2f}x | |")
         if "stream_mb_per_token" in doc:
             # Streamed: the flash limit and how close generation gets to it.

@@ -114,6 +114,16 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
     ("Q2_0", 64, "dotprod", Side("4q2_025vec_dot_q2_0_q8_0_dotprod"),
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
+    # Qwen3.5's fused delta-rule step: a "block" is one state row of dk = 128 (Qwen3.5's head
+    # dim), both sweeps (decay + S k, then the update + S q) of a pair of rows per trip of the
+    # outer loop, 8 trips of 16 values each inside. llama.cpp runs the delta rule as ggml's
+    # gated_delta_net op (plain C over several graph nodes), not a NEON kernel: no figure.
+    ("DeltaNet f32 state", 128, "ARMv8.0",
+     Side("10delta_rule19delta_rule_f32_neon", [8], rows=2), None,
+     "per state row (dk = 128); llama.cpp: no NEON kernel"),
+    ("DeltaNet f16 state", 128, "ARMv8.0",
+     Side("10delta_rule19delta_rule_f16_neon", [8], rows=2), None,
+     "per state row (dk = 128); llama.cpp: no NEON kernel"),
 ]
 
 MARCH = {"dotprod": "armv8.2-a+dotprod+fp16", "ARMv8.0": "armv8-a"}
@@ -246,25 +256,28 @@ def main():
     kernels = [k for k in KERNELS if not args.only or re.search(args.only, k[0])]
     ours = functions(ours_asm())
     theirs = {}
-    for which in sorted({k[4][0] for k in kernels}):
+    for which in sorted({k[4][0] for k in kernels if k[4]}):
         for face in sorted({k[2] for k in kernels}):
             theirs[(which, face)] = functions(llama_asm(args.llama, which, MARCH[face]))
 
     jobs = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        for i, (fmt, _, face, mine, (which, side), _) in enumerate(kernels):
+        for i, (fmt, _, face, mine, llama, _) in enumerate(kernels):
             cpus = CPUS if face == "ARMv8.0" else CPUS[:1]
             a = block_loop(ours, mine)
-            b = block_loop(theirs[(which, face)], side)
+            b = block_loop(theirs[(llama[0], face)], llama[1]) if llama else None
             for cpu in cpus:
                 jobs[(i, "ours", cpu)] = pool.submit(mca_cycles, a, cpu)
-                jobs[(i, "llama", cpu)] = pool.submit(mca_cycles, b, cpu)
+                if b is not None:
+                    jobs[(i, "llama", cpu)] = pool.submit(mca_cycles, b, cpu)
     rows = []
-    for i, (fmt, elems, face, mine, (which, side), note) in enumerate(kernels):
+    for i, (fmt, elems, face, mine, llama, note) in enumerate(kernels):
         row = {"fmt": fmt, "elems": elems, "face": face, "note": note, "ours": {}, "llama": {}}
         for cpu in CPUS:
             if (i, "ours", cpu) in jobs:
                 row["ours"][cpu] = jobs[(i, "ours", cpu)].result() / (mine.blocks * mine.rows)
+            if (i, "llama", cpu) in jobs:
+                side = llama[1]
                 row["llama"][cpu] = jobs[(i, "llama", cpu)].result() / (side.blocks * side.rows)
         rows.append(row)
 
@@ -293,7 +306,7 @@ def table(rows):
     for r in rows:
         ratios = []
         for c in CPUS:
-            if c not in r["ours"]:
+            if c not in r["ours"] or c not in r["llama"]:
                 ratios.append("—")
                 continue
             q = r["ours"][c] / r["llama"][c]

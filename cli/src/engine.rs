@@ -211,6 +211,10 @@ fn read_header(path: &Path, reader: &FileReader) -> Result<Vec<u8>, String> {
     }
 }
 
+/// `--state-f16` of this run, set when the model file is opened and applied to every model
+/// this process loads from then on (as the MoE options are).
+static STATE_F16: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Resolves `-m` and opens the file as `--weights` says: mapped, or with only its header read
 /// (`stream`, `pread`, or `auto` with a model that does not fit in memory, or a file bigger
 /// than the address space this process may map). `n_ctx` is the context the run asks for
@@ -221,6 +225,7 @@ pub fn open_model(
     mem: &MemoryArgs,
     n_ctx: Option<usize>,
 ) -> Result<(PathBuf, ModelFile), String> {
+    STATE_F16.store(mem.state_f16, std::sync::atomic::Ordering::Relaxed);
     let mode = mem.weights;
     let path = crate::models::resolve(name_or_path)?;
     if !path.exists() {
@@ -918,6 +923,7 @@ pub fn load_weights_only<'g>(
             }
         };
         crate::moe::apply_options(&mut model).map_err(|e| at(&e))?;
+        model.set_state_f16(STATE_F16.load(std::sync::atomic::Ordering::Relaxed));
         let n_ctx = context_length(path, model.hp.n_ctx_train, n_ctx)?;
         let t = Instant::now();
         let state = State::new(&model, n_ctx).map_err(|e| at(&e))?;

@@ -86,6 +86,11 @@ pub struct MemoryArgs {
     /// Mixture of experts, paged: which expert leaves a full pool.
     #[arg(long = "moe-policy", value_enum, default_value_t = MoePolicy::Decay)]
     pub moe_policy: MoePolicy,
+    /// Recurrent models (Qwen3.5): keep the delta-rule state of the recurrent layers as f16
+    /// instead of f32: half its memory and of the bytes each token reads and writes there,
+    /// for a rounding of every state value at every token.
+    #[arg(long = "state-f16")]
+    pub state_f16: bool,
 }
 
 /// `--moe-pool`: experts per layer kept in RAM, or all of them.
@@ -144,6 +149,7 @@ impl Default for MemoryArgs {
             experts: None,
             moe_warm: None,
             moe_policy: MoePolicy::Decay,
+            state_f16: false,
         }
     }
 }
@@ -309,7 +315,7 @@ pub fn check_memory(
         return Ok(None);
     }
     // A file that is not a model smolrun runs: the loader says what is wrong with it.
-    let Ok(hp) = HParams::from_gguf(gguf) else {
+    let Ok(hp) = planned_hparams(gguf, args) else {
         return Ok(None);
     };
     if Family::from_arch(&hp.arch).is_none() {
@@ -399,7 +405,7 @@ pub fn stream_weights_budget(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> u6
     if let Some((room, _)) = weights_room(gguf, n_ctx, args) {
         return room;
     }
-    HParams::from_gguf(gguf).map_or(0, |hp| {
+    planned_hparams(gguf, args).map_or(0, |hp| {
         MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx).weights
             + crate::engine::MIN_ZONE_BYTES
     })
@@ -412,13 +418,22 @@ fn weights_room(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> Option<(u64, bo
     if guard_off(args) {
         return None;
     }
-    let hp = HParams::from_gguf(gguf).ok()?;
+    let hp = planned_hparams(gguf, args).ok()?;
     Family::from_arch(&hp.arch)?;
     let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
     let (allowed, _) = allowed_memory(&MemoryWatch::new(), args)?;
     let rest = plan.total() - plan.weights - plan.embedding_rows;
     let room = allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES);
     Some((room, plan.total() <= allowed))
+}
+
+/// The header's hyperparameters with this run's state choices (`--state-f16`), which the
+/// plan sizes the recurrent state from.
+fn planned_hparams(
+    gguf: &Gguf,
+    args: &MemoryArgs,
+) -> Result<HParams, smolrun_core::model::ModelError> {
+    HParams::from_gguf(gguf).map(|hp| hp.with_state_f16(args.state_f16))
 }
 
 /// `--no-mem-guard` or SMOLRUN_NO_MEM_GUARD.
@@ -452,6 +467,9 @@ fn refusal(
         gguf.tensor("output.weight").map_or(0, |t| t.n_bytes)
     };
     for (part, bytes) in plan.parts() {
+        if part == "recurrent state" && bytes == 0 {
+            continue; // no recurrent layers
+        }
         let note = match part {
             "weights read every token" if plan.head_is_embedding => format!(
                 "all matrices; the LM head is the {} embedding table (tied)",
@@ -466,6 +484,9 @@ fn refusal(
                 "{:.1} KB per token of context",
                 MemoryPlan::kv_bytes_per_token(hp) as f64 / 1e3
             ),
+            "recurrent state" if bytes > 0 => {
+                "the recurrent layers' fixed state: the same at any context".to_string()
+            }
             _ => String::new(),
         };
         msg += &format!("    {part:<26} {:>10}", mb(bytes));

@@ -43,10 +43,43 @@ fn a_100m_budget_refuses_gemma_with_the_numbers_in_every_command() {
         for word in REFUSAL_WORDS {
             assert!(err.contains(word), "{args:?}: no {word:?} in: {err}");
         }
+        // Gemma has no recurrent layers: no such line.
+        assert!(!err.contains("recurrent state"), "{args:?}: {err}");
         // 100M is 104.9 MB; the weights alone are 246.4 MB.
         assert!(err.contains("104.9 MB (--mem-budget)"), "{args:?}: {err}");
         assert!(err.contains("246.4 MB"), "{args:?}: {err}");
     }
+}
+
+/// Qwen3.5's recurrent layers show as a fixed state beside the attention layers' KV cache, which
+/// alone counts per token: synthetic-qwen35 has one attention layer (2 KV heads of 64, f16 keys
+/// and values: 512 bytes per position) and three recurrent layers of 19,456 bytes each.
+#[test]
+fn a_refusal_shows_the_recurrent_state_apart_from_the_kv_cache() {
+    let model = model("synthetic-qwen35.gguf");
+    let err = expect_failure(
+        smolrun()
+            .args(["run", "-p", "Hello", "-n", "1", "-c", "2048", "-m"])
+            .arg(&model)
+            .args(["--mem-budget", "1M"]),
+    );
+    let line = |part: &str| {
+        err.lines()
+            .find(|l| l.trim_start().starts_with(part))
+            .unwrap_or_else(|| panic!("no {part:?} line in: {err}"))
+            .to_string()
+    };
+    // 2048 x 512 bytes = 1.0 MB at 0.5 KB per token; 3 x 19,456 bytes = 0.1 MB.
+    let kv = line("kv cache");
+    assert!(
+        kv.contains("1.0 MB") && kv.contains("0.5 KB per token"),
+        "{kv}"
+    );
+    let state = line("recurrent state");
+    assert!(
+        state.contains("0.1 MB") && state.contains("same at any context"),
+        "{state}"
+    );
 }
 
 #[test]

@@ -620,6 +620,174 @@ pub fn attention_head_with(
     out.iter_mut().for_each(|o| *o *= inv);
 }
 
+/// The signature of [`attention_group`]: the query heads that share one KV head, together.
+pub type AttentionGroupFn =
+    fn(&mut [f32], &[f32], &KvHead, &mut [f32], AttentionSpan, f32, Option<f32>, AttentionKernel);
+
+/// The faces of attention a kernel set holds: one query head, and the query heads of one KV
+/// head together (decoding).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionFaces {
+    pub head: AttentionHeadFn,
+    pub group: AttentionGroupFn,
+}
+
+/// Keys (and values) a grouped attention reads before moving on: 128 positions of a 256-wide
+/// head are 64 KB of f16, which stay in the L2 cache while every query head of the group reads
+/// them.
+pub const ATTENTION_BLOCK: usize = 128;
+
+/// [`attention_head`] for the `qs.len() / kv.head_dim` query heads that read KV head `kv.head`
+/// (grouped-query attention), each bit for bit what [`attention_head`] gives it: `outs` gets
+/// their outputs one after another (`head_dim_v` each) and `scores` is scratch of as many
+/// equal rows, each of at least `span.pos + 1` floats. This scalar version is the truth;
+/// [`attention_group_with`] is the one the SIMD faces run.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_group(
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    let g = qs.len() / kv.head_dim;
+    let stride = scores.len() / g.max(1);
+    for h in 0..g {
+        attention_head(
+            &mut outs[h * kv.head_dim_v..][..kv.head_dim_v],
+            &qs[h * kv.head_dim..][..kv.head_dim],
+            kv,
+            &mut scores[h * stride..][..stride],
+            span,
+            scale,
+            softcap_at,
+            kernel,
+        );
+    }
+}
+
+/// Query heads a grouped pass keeps the online-softmax state of at once (more are done in
+/// rounds of this many).
+const GROUP_MAX: usize = 16;
+
+/// [`attention_group`] with `loops`' vector loops, a block of [`ATTENTION_BLOCK`] positions at
+/// a time: every query head of the group reads the block's keys, then its values, while they
+/// are in the cache. One head at a time over the whole span would read a long context's cache
+/// from memory once per query head (four times for Qwen3.5, seven for Qwen2.5-0.5B); this reads
+/// it once. Each head sees the same operations in the same order as in
+/// [`attention_head_with`] (the blocks only interleave the heads), so the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_group_with(
+    loops: &AttentionLoops,
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    let (hd, dv) = (kv.head_dim, kv.head_dim_v);
+    let g_all = qs.len() / hd;
+    let stride = scores.len() / g_all.max(1);
+    let k_stride = kv.n_head_kv * hd;
+    let v_stride = kv.n_head_kv * dv;
+    let first = span.first_key();
+    let n = span.pos + 1 - first;
+    let keys = &kv.key_cache[first * k_stride + kv.head * hd..];
+    let values = &kv.value_cache[first * v_stride + kv.head * dv..];
+    for h0 in (0..g_all).step_by(GROUP_MAX) {
+        let g = (g_all - h0).min(GROUP_MAX);
+        let outs = &mut outs[h0 * dv..][..g * dv];
+        let qs = &qs[h0 * hd..][..g * hd];
+        let scores = &mut scores[h0 * stride..][..g * stride];
+        outs.fill(0.0);
+
+        // Scores, a block of keys at a time for every head.
+        for b0 in (0..n).step_by(ATTENTION_BLOCK) {
+            let b1 = (b0 + ATTENTION_BLOCK).min(n);
+            let block_keys = &keys[b0 * k_stride..];
+            for h in 0..g {
+                let q = &qs[h * hd..][..hd];
+                let sc = &mut scores[h * stride..][b0..b1];
+                match kernel {
+                    AttentionKernel::F32 => {
+                        (loops.key_dots_sequential)(q, block_keys, k_stride, sc)
+                    }
+                    AttentionKernel::F16Accumulator => {
+                        (loops.key_dots_lanes64)(q, block_keys, k_stride, sc)
+                    }
+                }
+                for s in sc.iter_mut() {
+                    let v = *s * scale;
+                    *s = match softcap_at {
+                        Some(cap) => softcap(v, cap),
+                        None => v,
+                    };
+                }
+            }
+        }
+
+        // The weighted values, a block of rows at a time for every head.
+        let mut sums = [0f32; GROUP_MAX];
+        match kernel {
+            AttentionKernel::F32 => {
+                for (h, sum) in sums[..g].iter_mut().enumerate() {
+                    let sc = &mut scores[h * stride..][..n];
+                    let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    let mut total = 0f64;
+                    for s in sc.iter_mut() {
+                        let w = libm::expf(*s - max);
+                        total += w as f64;
+                        *s = w;
+                    }
+                    *sum = total as f32;
+                }
+                for b0 in (0..n).step_by(ATTENTION_BLOCK) {
+                    let b1 = (b0 + ATTENTION_BLOCK).min(n);
+                    for h in 0..g {
+                        let acc = &mut outs[h * dv..][..dv];
+                        let w = &scores[h * stride..][b0..b1];
+                        (loops.weighted_values)(acc, w, &values[b0 * v_stride..], v_stride);
+                    }
+                }
+            }
+            AttentionKernel::F16Accumulator => {
+                let mut maxes = [f32::NEG_INFINITY; GROUP_MAX];
+                for b0 in (0..n).step_by(ATTENTION_BLOCK) {
+                    let b1 = (b0 + ATTENTION_BLOCK).min(n);
+                    for h in 0..g {
+                        let acc = &mut outs[h * dv..][..dv];
+                        let (max, sum) = (&mut maxes[h], &mut sums[h]);
+                        for i in b0..b1 {
+                            let s = scores[h * stride + i];
+                            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                            if s > *max {
+                                let old = *max;
+                                *max = s;
+                                ms = libm::expf(old - *max);
+                                (loops.rescale_f16)(acc, ms);
+                            } else {
+                                vs = libm::expf(s - *max);
+                            }
+                            (loops.accumulate_f16)(acc, &values[i * v_stride..][..dv], vs);
+                            *sum = *sum * ms + vs;
+                        }
+                    }
+                }
+            }
+        }
+        for (h, &sum) in sums[..g].iter().enumerate() {
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            outs[h * dv..][..dv].iter_mut().for_each(|o| *o *= inv);
+        }
+    }
+}
+
 /// Dot product of a query (already rounded to f16) with an f16 key, summed in the order of
 /// llama.cpp's `ggml_vec_dot_f16` on the AVX-512 machine the golden data comes from: 64 lanes
 /// (4 registers of 16), each accumulating every 64th product with a fused multiply-add, then
@@ -655,6 +823,143 @@ pub fn dot_f16_in_lanes(q: &[f32], k: &[u16]) -> f32 {
         sum += (a * f16::from_bits(b).to_f32()) as f64;
     }
     sum as f32
+}
+
+// =============================================================================================
+// The gated delta rule (Qwen3.5's recurrent layers, model/delta_net.rs): the scalar truth of
+// `KernelSet::delta_rule`, whose SIMD faces give its bits.
+// =============================================================================================
+
+/// Lanes of the delta rule's two dot products per state row: lane `l` takes the products of
+/// the dimensions `i` with `i % 16 == l` with a fused multiply-add, then the lanes are added
+/// pairwise (l + 8, l + 4, then `(t[0] + t[2]) + (t[1] + t[3])`). 16 lanes are two AVX2
+/// registers or four NEON registers, so a SIMD face keeps this order with no shuffles; a
+/// sequential sum (the unfused step's order) would chain every product through one adder.
+pub const DELTA_LANES: usize = 16;
+
+/// One token of the gated delta rule on one value head, fused: each state row is read once
+/// from memory and written once, with the decay, `S k`, the delta, the rank-1 update and `S q`
+/// done while it is in cache. `s` holds `out.len()` rows of `k.len()` (= dk) values, row `j`
+/// the value dimension `j`; for each row:
+///
+/// ```text
+/// x_i   = s_i * decay                      (rounded, recomputed in the second sweep)
+/// sk    = lanes16(fma(x_i, k_i))           decayed S k
+/// d     = (v_j - sk) * beta                the delta rule
+/// s_i   = fma(k_i, d, x_i)                 s = decay s + d k^T, stored
+/// out_j = lanes16(fma(s_i, q_i)) * scale   S q / sqrt(dk), from the unrounded new s
+/// ```
+///
+/// This is llama.cpp's gated_delta_net in another summation order (its own ggml kernel sums
+/// sequentially); the golden tests hold it to llama.cpp's logits.
+pub fn delta_rule_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    delta_rule_rows(s, q, k, v, decay, beta, out, |x| *x, |x| x);
+}
+
+/// [`delta_rule_step`] on a state kept as f16 (`--state-f16`): each value is widened to f32
+/// exactly, the step runs in f32, and the new value is rounded to the nearest f16 (ties to
+/// even) when stored; `out` is computed from the new values before that rounding.
+pub fn delta_rule_step_f16(
+    s: &mut [u16],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    delta_rule_rows(
+        s,
+        q,
+        k,
+        v,
+        decay,
+        beta,
+        out,
+        |x| f16::from_bits(*x).to_f32(),
+        |x| f16::from_f32(x).to_bits(),
+    );
+}
+
+/// `1 / sqrt(dk)`: the scale of the delta rule's output, computed once by every face alike.
+pub fn delta_rule_scale(dk: usize) -> f32 {
+    1.0 / libm::sqrtf(dk as f32)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn delta_rule_rows<S>(
+    s: &mut [S],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+    load: impl Fn(&S) -> f32,
+    store: impl Fn(f32) -> S,
+) {
+    let dk = k.len();
+    if dk == 0 {
+        return;
+    }
+    let scale = delta_rule_scale(dk);
+    for ((row, &vj), o) in s.chunks_exact_mut(dk).zip(v).zip(out.iter_mut()) {
+        let mut acc = [0f32; DELTA_LANES];
+        for (i, (x, &ki)) in row.iter().zip(k).enumerate() {
+            let l = i % DELTA_LANES;
+            acc[l] = libm::fmaf(load(x) * decay, ki, acc[l]);
+        }
+        let d = (vj - sum_delta_lanes(&acc)) * beta;
+        let mut acc = [0f32; DELTA_LANES];
+        for (i, ((x, &ki), &qi)) in row.iter_mut().zip(k).zip(q).enumerate() {
+            let l = i % DELTA_LANES;
+            let new = libm::fmaf(ki, d, load(x) * decay);
+            *x = store(new);
+            acc[l] = libm::fmaf(new, qi, acc[l]);
+        }
+        *o = sum_delta_lanes(&acc) * scale;
+    }
+}
+
+/// The pairwise reduction of [`DELTA_LANES`] lanes (see there).
+#[inline(always)]
+fn sum_delta_lanes(acc: &[f32; DELTA_LANES]) -> f32 {
+    let mut t8 = [0f32; 8];
+    for (l, t) in t8.iter_mut().enumerate() {
+        *t = acc[l] + acc[l + 8];
+    }
+    let t4 = [t8[0] + t8[4], t8[1] + t8[5], t8[2] + t8[6], t8[3] + t8[7]];
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
+
+/// One token of the delta rule on one value head's f32 state: [`delta_rule_step`] or a SIMD
+/// face of it with the same bits.
+pub type DeltaRuleFn = fn(&mut [f32], &[f32], &[f32], &[f32], f32, f32, &mut [f32]);
+
+/// The same on an f16 state: [`delta_rule_step_f16`] or a SIMD face of it.
+pub type DeltaRuleF16Fn = fn(&mut [u16], &[f32], &[f32], &[f32], f32, f32, &mut [f32]);
+
+/// The delta-rule faces a kernel set runs, one per state type.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaRuleKernels {
+    pub f32: DeltaRuleFn,
+    pub f16: DeltaRuleF16Fn,
+}
+
+impl DeltaRuleKernels {
+    pub const SCALAR: DeltaRuleKernels = DeltaRuleKernels {
+        f32: delta_rule_step,
+        f16: delta_rule_step_f16,
+    };
 }
 
 /// Rounds `x` to f16 bits (how the KV cache stores keys and values).

@@ -55,7 +55,10 @@ fn check(model: &str) {
     let mut scalar = simd.clone();
     for layer in &mut scalar.layers {
         if let TokenMixer::Attention(attention) = &mut layer.mixer {
-            attention.attend = math::attention_head;
+            attention.attend = math::AttentionFaces {
+                head: math::attention_head,
+                group: math::attention_group,
+            };
         }
     }
     let store = ResidentStore::new(&g);

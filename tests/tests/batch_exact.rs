@@ -133,6 +133,63 @@ fn chunked_prompt_gives_the_token_by_token_recurrent_state() {
     }
 }
 
+/// The same with `--state-f16` (the delta-rule matrices kept as f16), on the scalar and this
+/// CPU's kernels: the f16 state after a chunked prompt is the token-by-token one, to the bit,
+/// and so are the logits.
+#[test]
+fn chunked_prompt_gives_the_token_by_token_f16_state() {
+    let Some(path) = model_path("synthetic-qwen35") else {
+        return;
+    };
+    let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
+    for kernels in [KernelSet::scalar(), native] {
+        let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let g = smolrun_core::gguf::Gguf::parse(file.bytes()).expect("parse");
+        let mut m = Model::load_with_kernels(&g, &kernels).expect("load");
+        m.set_state_f16(true);
+        let store = ResidentStore::new(&g);
+        let par = ScopedThreads::from_env();
+        let tokens = golden_prompt("synthetic-qwen35", 37);
+        let mut by_token = State::with_batch(&m, 64, 1).expect("state");
+        for (i, &t) in tokens.iter().enumerate() {
+            m.forward(&mut by_token, &store, &par, t, i)
+                .expect("forward");
+        }
+        let mut chunked = State::with_batch(&m, 64, 16).expect("state");
+        m.forward_batch(&mut chunked, &store, &par, &tokens, 0)
+            .expect("forward_batch");
+        let mut n_recurrent = 0;
+        for l in 0..m.layers.len() {
+            let (Some(x), Some(y)) = (
+                by_token.recurrent_state_f16(l),
+                chunked.recurrent_state_f16(l),
+            ) else {
+                continue;
+            };
+            n_recurrent += 1;
+            assert!(
+                x.iter().any(|&v| v != 0),
+                "layer {l}: f16 state is all zero"
+            );
+            assert!(
+                x == y,
+                "layer {l} ({}): f16 state differs in chunks",
+                kernels.name()
+            );
+            assert!(by_token.recurrent_state(l).unwrap().1.is_empty());
+        }
+        assert_eq!(
+            n_recurrent, 3,
+            "synthetic-qwen35 has three recurrent layers"
+        );
+        assert_same(
+            by_token.logits(),
+            chunked.logits(),
+            &format!("synthetic-qwen35 --state-f16 ({})", kernels.name()),
+        );
+    }
+}
+
 #[test]
 fn batches_give_the_token_by_token_logits_native() {
     // Prompt kernels paired with the one-row kernels whose bits they keep (on AVX-512, the

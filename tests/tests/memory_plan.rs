@@ -78,7 +78,7 @@ fn plans_match_the_tensor_tables_and_state_new() {
             let state = State::new(&model, n_ctx).unwrap();
             let sampler = 20 * hp.n_vocab as u64;
             assert_eq!(
-                plan.kv_cache + plan.activations + plan.logits - sampler,
+                plan.kv_cache + plan.recurrent_state + plan.activations + plan.logits - sampler,
                 state.memory_bytes() as u64,
                 "{m} at -c {n_ctx}"
             );
@@ -113,13 +113,36 @@ fn recurrent_layers_count_their_state_not_a_kv_cache() {
     let model = Model::load(&gguf).unwrap();
     for n_ctx in [256, 2048] {
         let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
-        assert_eq!(plan.kv_cache, 512 * n_ctx as u64 + 3 * 19_456, "-c {n_ctx}");
+        assert_eq!(plan.kv_cache, 512 * n_ctx as u64, "-c {n_ctx}");
+        assert_eq!(plan.recurrent_state, 3 * 19_456, "-c {n_ctx}");
+        assert_eq!(MemoryPlan::kv_bytes_per_token(&hp), 512);
         let state = State::new(&model, n_ctx).unwrap();
         let sampler = 20 * hp.n_vocab as u64;
         assert_eq!(
-            plan.kv_cache + plan.activations + plan.logits - sampler,
+            plan.kv_cache + plan.recurrent_state + plan.activations + plan.logits - sampler,
             state.memory_bytes() as u64,
             "-c {n_ctx}"
+        );
+    }
+    // --state-f16: the matrices (3 layers x 4 x 32 x 32) take 2 bytes a value instead of 4;
+    // the conv window stays f32.
+    let hp16 = hp.clone().with_state_f16(true);
+    let mut model16 = Model::load(&gguf).unwrap();
+    model16.set_state_f16(true);
+    for n_ctx in [256, 2048] {
+        let plan = MemoryPlan::new(&hp16, &gguf.tensors, gguf.data_offset, n_ctx);
+        assert_eq!(plan.kv_cache, 512 * n_ctx as u64, "-c {n_ctx} --state-f16");
+        assert_eq!(
+            plan.recurrent_state,
+            3 * (19_456 - 2 * 4 * 32 * 32),
+            "-c {n_ctx} --state-f16"
+        );
+        let state = State::new(&model16, n_ctx).unwrap();
+        let sampler = 20 * hp.n_vocab as u64;
+        assert_eq!(
+            plan.kv_cache + plan.recurrent_state + plan.activations + plan.logits - sampler,
+            state.memory_bytes() as u64,
+            "-c {n_ctx} --state-f16"
         );
     }
 }

@@ -6,7 +6,9 @@
 //! timed repetitions; the median is reported. With `--draft` (speculative decoding), tg is
 //! instead `-n` tokens generated greedily after an 8-token prompt (drafts are only accepted
 //! where they are the model's own choice, which random tokens never are), with tokens per pass
-//! and the drafts' acceptance beside the speed.
+//! and the drafts' acceptance beside the speed. `-d N` (llama-bench's `-d`) runs each test on
+//! top of N tokens already in the context (processed untimed before it): how speed falls as a
+//! chat grows, which a KV cache makes it do and a recurrent layer's fixed state does not.
 
 use crate::engine::{self, Engine, GenerateOptions};
 use smolrun_core::sampler::SamplerParams;
@@ -24,6 +26,10 @@ pub struct Args {
     /// Tokens generated one by one (0 skips the generation test).
     #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
     pub n_gen: usize,
+    /// Tokens already in the context before each test (processed untimed first), as
+    /// llama-bench's -d: the speed at that depth of a chat.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub n_depth: usize,
     /// Threads [default: the fastest cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -52,6 +58,14 @@ fn bench_tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// Puts `n` untimed tokens in the context, in prompt batches, before a test at depth `n`.
+fn fill_context(engine: &mut Engine, n: usize, n_vocab: usize) -> Result<(), String> {
+    if n > 0 {
+        engine.prefill(&bench_tokens(n, n_vocab, 99))?;
+    }
+    Ok(())
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -76,7 +90,10 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let n_ctx = args.n_prompt.max(args.n_gen + GEN_PROMPT).max(1);
+    if args.n_depth > 0 && args.draft.choice() != crate::speculative::DraftChoice::Off {
+        return Err("-d with --draft: drafted generation runs from an empty context".into());
+    }
+    let n_ctx = args.n_depth + args.n_prompt.max(args.n_gen + GEN_PROMPT).max(1);
     let mut mem = args.mem.clone();
     mem.pin_mtp = args.draft.may_use_mtp();
     let (path, file) = engine::open_model(&args.model, &mem, Some(n_ctx))?;
@@ -101,6 +118,7 @@ pub fn run(args: Args) -> Result<(), String> {
         if args.n_prompt > 0 {
             let prompt = bench_tokens(args.n_prompt, n_vocab, 7 + rep as u64);
             engine.reset();
+            fill_context(&mut engine, args.n_depth, n_vocab)?;
             let t = Instant::now();
             engine.prefill(&prompt)?;
             if timed {
@@ -110,6 +128,7 @@ pub fn run(args: Args) -> Result<(), String> {
         if args.n_gen > 0 {
             let tokens = bench_tokens(args.n_gen, n_vocab, 1000 + rep as u64);
             engine.reset();
+            fill_context(&mut engine, args.n_depth, n_vocab)?;
             let read_before = engine.stream_bytes_read();
             let moe_before = engine.moe_stats();
             let t = Instant::now();
@@ -142,6 +161,10 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     let (pp_tok_s, tg_tok_s) = (median(pp), median(tg));
+    let depth = match args.n_depth {
+        0 => String::new(),
+        d => format!(" @ d{d}"),
+    };
     // The prompt runs between generation runs read too: count the generation runs alone.
     let stream = engine.stream_report(tg_read, args.n_gen * args.reps, tg_seconds);
     let moe = tg_moe.and_then(|m| engine.moe_report(&m, args.n_gen * args.reps));
@@ -158,13 +181,13 @@ pub fn run(args: Args) -> Result<(), String> {
     println!("|---|---|---|---|---|");
     if args.n_prompt > 0 {
         println!(
-            "| {name} | {threads} | {kernels} | pp{} | {pp_tok_s:.2} |",
+            "| {name} | {threads} | {kernels} | pp{}{depth} | {pp_tok_s:.2} |",
             args.n_prompt
         );
     }
     if args.n_gen > 0 {
         println!(
-            "| {name} | {threads} | {kernels} | tg{} | {tg_tok_s:.2} |",
+            "| {name} | {threads} | {kernels} | tg{}{depth} | {tg_tok_s:.2} |",
             args.n_gen
         );
     }
@@ -189,6 +212,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 "threads": threads,
                 "n_prompt": args.n_prompt,
                 "n_gen": args.n_gen,
+                "n_depth": args.n_depth,
                 "reps": args.reps,
                 "pp_tok_s": pp_tok_s,
                 "tg_tok_s": tg_tok_s,

@@ -10,7 +10,9 @@
 //! features gets.
 
 use super::{ActTable, KernelSet, RepackedKernel, Q1_0_LUT16_SCALAR, Q2_0_LUT16_SCALAR};
-use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
+use crate::math::{
+    self, AttentionFaces, AttentionKernel, AttentionLoops, AttentionSpan, DeltaRuleKernels, KvHead,
+};
 use crate::platform::CpuFeatures;
 use crate::quant::{q1_0_lut, q2_0_lut, GgmlType};
 use smolrun_kernels::aarch64::{self as neon, attention as k, exp};
@@ -30,8 +32,16 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "aarch64-neon";
     // Attention over the f16 KV cache and SwiGLU: the NEON faces of math's scalar code.
-    set.attention = attention_head_neon;
+    set.attention = AttentionFaces {
+        head: attention_head_neon,
+        group: attention_group_neon,
+    };
     set.swiglu = exp::swiglu;
+    // The gated delta rule's fused step (Qwen3.5's recurrent layers), f32 and f16 state.
+    set.delta_rule = DeltaRuleKernels {
+        f32: delta_rule_neon,
+        f16: delta_rule_f16_neon,
+    };
     set.install(GgmlType::Q4_K, neon::vec_dot_q4_k_q8_k_neon, None, "neon");
     set.install(GgmlType::Q6_K, neon::vec_dot_q6_k_q8_k_neon, None, "neon");
     set.install(GgmlType::Q8_0, neon::vec_dot_q8_0_q8_0_neon, None, "neon");
@@ -184,6 +194,68 @@ fn tq1_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
 // the scalar `math::attention_head`) and SwiGLU (`math::swiglu`, its `libm::expf` lane by lane).
 // =============================================================================================
 
+// The gated delta rule (smolrun_kernels::aarch64::delta_rule, bit for bit
+// `math::delta_rule_step{,_f16}`): head dims that are a multiple of 16 (Qwen3.5's 128, the
+// synthetic models' 32) in pairs of rows; an odd last row and any other head dim run the
+// scalar step, which gives the same bits.
+fn delta_rule_neon(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    let dk = k.len();
+    if dk == 0 || !dk.is_multiple_of(16) || q.len() < dk {
+        return math::delta_rule_step(s, q, k, v, decay, beta, out);
+    }
+    let scale = math::delta_rule_scale(dk);
+    neon::delta_rule::delta_rule_f32_neon(s, q, k, v, decay, beta, scale, out);
+    let done = out.len().min(v.len()).min(s.len() / dk) / 2 * 2;
+    if done < out.len() {
+        math::delta_rule_step(
+            &mut s[done * dk..],
+            q,
+            k,
+            &v[done.min(v.len())..],
+            decay,
+            beta,
+            &mut out[done..],
+        );
+    }
+}
+
+fn delta_rule_f16_neon(
+    s: &mut [u16],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    let dk = k.len();
+    if dk == 0 || !dk.is_multiple_of(16) || q.len() < dk {
+        return math::delta_rule_step_f16(s, q, k, v, decay, beta, out);
+    }
+    let scale = math::delta_rule_scale(dk);
+    neon::delta_rule::delta_rule_f16_neon(s, q, k, v, decay, beta, scale, out);
+    let done = out.len().min(v.len()).min(s.len() / dk) / 2 * 2;
+    if done < out.len() {
+        math::delta_rule_step_f16(
+            &mut s[done * dk..],
+            q,
+            k,
+            &v[done.min(v.len())..],
+            decay,
+            beta,
+            &mut out[done..],
+        );
+    }
+}
+
 pub(super) const ATTENTION_LOOPS: AttentionLoops = AttentionLoops {
     key_dots_lanes64: k::key_dots_lanes64,
     key_dots_sequential: k::key_dots_sequential,
@@ -207,6 +279,30 @@ fn attention_head_neon(
         &ATTENTION_LOOPS,
         out,
         q,
+        kv,
+        scores,
+        span,
+        scale,
+        softcap_at,
+        kernel,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_group_neon(
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    math::attention_group_with(
+        &ATTENTION_LOOPS,
+        outs,
+        qs,
         kv,
         scores,
         span,

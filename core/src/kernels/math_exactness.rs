@@ -2,7 +2,7 @@
 //! its weight kernels) against the scalar `math::attention_head` and `math::swiglu`, to the bit.
 
 use super::*;
-use crate::math::{AttentionKernel, AttentionSpan, KvHead};
+use crate::math::{AttentionHeadFn, AttentionKernel, AttentionSpan, KvHead};
 use crate::quant::testutil::XorShift;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -130,7 +130,7 @@ fn check(face: AttentionHeadFn, rng: &mut XorShift, c: &Case) -> usize {
 
 fn installed_face() -> (AttentionHeadFn, &'static str) {
     let set = KernelSet::select(&tests_features());
-    (set.attention(), set.name())
+    (set.attention().head, set.name())
 }
 
 fn tests_features() -> CpuFeatures {
@@ -232,6 +232,100 @@ fn attention_face_matches_scalar_on_edge_values() {
         }
     }
     println!("attention edge cases ({name}): {compared} outputs equal to the scalar bits");
+}
+
+/// Grouped-query attention (decoding): the installed group face gives every query head of a KV
+/// head what the scalar `math::attention_head` gives it alone, to the bit, with spans across
+/// several of its key blocks, windows, softcaps, both kernels, and more heads than it keeps
+/// at once.
+#[test]
+fn attention_group_face_matches_scalar_per_head() {
+    let set = KernelSet::select(&tests_features());
+    let (group_face, name) = (set.attention().group, set.name());
+    let mut rng = XorShift(0x6a0_5eed);
+    let mut compared = 0;
+    let block = math::ATTENTION_BLOCK;
+    // (head_dim, head_dim_v, query heads per KV head, position, window, softcap)
+    type GroupCase = (usize, usize, usize, usize, Option<usize>, Option<f32>);
+    let cases: [GroupCase; 9] = [
+        (64, 64, 1, 0, None, None),
+        (256, 256, 4, 3 * block + 17, None, None),
+        (64, 64, 7, 2 * block, None, None),
+        (128, 128, 2, block - 1, Some(40), None),
+        (100, 109, 3, block + 1, None, Some(30.0)),
+        (256, 256, 4, 5 * block + 60, Some(2 * block + 3), None),
+        (64, 64, 17, block + 5, None, None),
+        (8, 8, 16, 700, Some(500), Some(50.0)),
+        (40, 40, 5, 9, None, None),
+    ];
+    for &(head_dim, head_dim_v, g, pos, window, softcap) in &cases {
+        let n_head_kv = 2;
+        let n_pos = pos + 1;
+        let keys = random_cache(&mut rng, n_pos * n_head_kv * head_dim, 2.0, 97);
+        let values = random_cache(&mut rng, n_pos * n_head_kv * head_dim_v, 3.0, 89);
+        let kv = KvHead {
+            key_cache: &keys,
+            value_cache: &values,
+            head: 1,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+        };
+        let span = AttentionSpan { pos, window };
+        let scale = 1.0 / libm::sqrtf(head_dim as f32);
+        for kernel in [AttentionKernel::F32, AttentionKernel::F16Accumulator] {
+            let qs: Vec<f32> = (0..g * head_dim)
+                .map(|_| (rng.unit() * 2.0 - 1.0) * 4.0)
+                .map(|v| match kernel {
+                    AttentionKernel::F32 => v,
+                    AttentionKernel::F16Accumulator => f16::from_f32(v).to_f32(),
+                })
+                .collect();
+            let stride = n_pos + 2;
+            let mut want = vec![f32::NAN; g * head_dim_v];
+            let mut scores = vec![0f32; stride];
+            for h in 0..g {
+                math::attention_head(
+                    &mut want[h * head_dim_v..][..head_dim_v],
+                    &qs[h * head_dim..][..head_dim],
+                    &kv,
+                    &mut scores,
+                    span,
+                    scale,
+                    softcap,
+                    kernel,
+                );
+            }
+            for (face, face_name) in [(group_face, name), (math::attention_group as _, "scalar")] {
+                let face: math::AttentionGroupFn = face;
+                let mut got = vec![f32::NAN; g * head_dim_v];
+                let mut scores = vec![0f32; g * stride];
+                face(
+                    &mut got,
+                    &qs,
+                    &kv,
+                    &mut scores,
+                    span,
+                    scale,
+                    softcap,
+                    kernel,
+                );
+                for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+                    assert_eq!(
+                        w.to_bits(),
+                        o.to_bits(),
+                        "{face_name} {kernel:?} head_dim {head_dim}/{head_dim_v} group {g} pos \
+                         {pos} window {window:?} softcap {softcap:?}: head {} out[{}] alone \
+                         {w}, grouped {o}",
+                        i / head_dim_v,
+                        i % head_dim_v
+                    );
+                }
+                compared += got.len();
+            }
+        }
+    }
+    println!("grouped attention ({name}): {compared} outputs equal to the scalar bits per head");
 }
 
 /// The face's loops, when this CPU runs one.

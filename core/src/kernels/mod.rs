@@ -8,7 +8,8 @@
 //! worker's chunk of rows; nothing is looked up per token.
 //!
 //! Every installed face is tested against its scalar twin: the weight kernels in
-//! `exactness.rs`, attention and SwiGLU in `math_exactness.rs`, what each CPU gets in the
+//! `exactness.rs`, attention and SwiGLU in `math_exactness.rs`, the delta rule in
+//! `delta_exactness.rs`, what each CPU gets in the
 //! architecture files' own tests.
 //!
 //! ```
@@ -45,11 +46,13 @@ mod aarch64;
 mod x86_64;
 
 #[cfg(test)]
+mod delta_exactness;
+#[cfg(test)]
 mod exactness;
 #[cfg(test)]
 mod math_exactness;
 
-use crate::math::{self, AttentionHeadFn};
+use crate::math::{self, AttentionFaces, DeltaRuleKernels};
 use crate::platform::CpuFeatures;
 use crate::quant::{self, GgmlType, QuantError, VecDotFn};
 
@@ -495,11 +498,14 @@ pub struct KernelSet {
     name: &'static str,
     weights: [WeightKernel; 17],
     quantizers: [(GgmlType, QuantizeFn); 6],
-    /// Attention of one query head over the f16 KV cache: `math::attention_head` or a SIMD
-    /// face of it with the same bits.
-    attention: AttentionHeadFn,
+    /// Attention over the f16 KV cache, of one query head (`math::attention_head`) and of the
+    /// query heads of one KV head (`math::attention_group`), or SIMD faces with the same bits.
+    attention: AttentionFaces,
     /// SwiGLU of one FFN row: `math::swiglu` or a SIMD face of it with the same bits.
     swiglu: fn(&mut [f32], &[f32]),
+    /// One token of the gated delta rule on one value head, f32 and f16 state:
+    /// `math::delta_rule_step{,_f16}` or SIMD faces of them with the same bits.
+    delta_rule: DeltaRuleKernels,
 }
 
 impl KernelSet {
@@ -510,8 +516,12 @@ impl KernelSet {
             name: "scalar",
             weights: SCALAR_WEIGHTS,
             quantizers: SCALAR_QUANTIZERS,
-            attention: math::attention_head,
+            attention: AttentionFaces {
+                head: math::attention_head,
+                group: math::attention_group,
+            },
             swiglu: math::swiglu,
+            delta_rule: DeltaRuleKernels::SCALAR,
         }
     }
 
@@ -549,14 +559,21 @@ impl KernelSet {
         self.name
     }
 
-    /// Attention of one query head (see `math::attention_head`), the face this CPU runs.
-    pub fn attention(&self) -> AttentionHeadFn {
+    /// Attention (see `math::attention_head` and `math::attention_group`), the faces this CPU
+    /// runs.
+    pub fn attention(&self) -> AttentionFaces {
         self.attention
     }
 
     /// SwiGLU of one FFN row (see `math::swiglu`), the face this CPU runs.
     pub fn swiglu(&self) -> fn(&mut [f32], &[f32]) {
         self.swiglu
+    }
+
+    /// The gated delta rule's one-token step (see `math::delta_rule_step`), the faces this CPU
+    /// runs.
+    pub fn delta_rule(&self) -> DeltaRuleKernels {
+        self.delta_rule
     }
 
     /// The kernels for weights of type `ty`; `Unsupported` for a type with no matvec.

@@ -9,7 +9,9 @@
 //! replaced others against the ones they replaced.
 
 use super::KernelSet;
-use crate::math::{self, AttentionKernel, AttentionLoops, AttentionSpan, KvHead};
+use crate::math::{
+    self, AttentionFaces, AttentionKernel, AttentionLoops, AttentionSpan, DeltaRuleKernels, KvHead,
+};
 use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
@@ -29,8 +31,16 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "x86_64-avx2";
     // Attention over the f16 KV cache and SwiGLU: the AVX2 faces of math's scalar code.
-    set.attention = attention_head_avx2;
+    set.attention = AttentionFaces {
+        head: attention_head_avx2,
+        group: attention_group_avx2,
+    };
     set.swiglu = swiglu_avx2;
+    // The gated delta rule's fused step (Qwen3.5's recurrent layers), f32 and f16 state.
+    set.delta_rule = DeltaRuleKernels {
+        f32: delta_rule_avx2,
+        f16: delta_rule_f16_avx2,
+    };
     // Q4_K and Q6_K (most of a decode step) from avx2_k: scales decoded and spread in
     // registers; the same lanes and float order as avx2.rs, so the same bits.
     set.install(GgmlType::Q4_K, q4_k, None, "avx2");
@@ -210,6 +220,50 @@ fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
     unsafe { exp::swiglu(gate, up) }
 }
 
+// The gated delta rule (smolrun_kernels::x86_64::delta_rule, bit for bit
+// `math::delta_rule_step{,_f16}`): head dims that are a multiple of 16 (Qwen3.5's 128, the
+// synthetic models' 32); any other runs the scalar step, which is the same function.
+fn delta_rule_avx2(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    let dk = k.len();
+    if dk == 0 || !dk.is_multiple_of(16) || q.len() < dk {
+        return math::delta_rule_step(s, q, k, v, decay, beta, out);
+    }
+    let scale = math::delta_rule_scale(dk);
+    // SAFETY: installed only after `avx2_fma_f16c_usable()`; the kernel clamps its rows to
+    // what `s`, `v` and `out` hold.
+    unsafe {
+        smolrun_kernels::x86_64::delta_rule::delta_rule_f32(s, q, k, v, decay, beta, scale, out)
+    }
+}
+
+fn delta_rule_f16_avx2(
+    s: &mut [u16],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    out: &mut [f32],
+) {
+    let dk = k.len();
+    if dk == 0 || !dk.is_multiple_of(16) || q.len() < dk {
+        return math::delta_rule_step_f16(s, q, k, v, decay, beta, out);
+    }
+    let scale = math::delta_rule_scale(dk);
+    // SAFETY: as in `delta_rule_avx2`.
+    unsafe {
+        smolrun_kernels::x86_64::delta_rule::delta_rule_f16(s, q, k, v, decay, beta, scale, out)
+    }
+}
+
 // SAFETY (the loops below): reachable only through `attention_head_avx2`, which `install`
 // puts in the set after `avx2_fma_f16c_usable()` confirmed AVX2, FMA and F16C. The kernels
 // clamp their row counts to the slices.
@@ -240,6 +294,30 @@ fn attention_head_avx2(
         &ATTENTION_LOOPS,
         out,
         q,
+        kv,
+        scores,
+        span,
+        scale,
+        softcap_at,
+        kernel,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_group_avx2(
+    outs: &mut [f32],
+    qs: &[f32],
+    kv: &KvHead,
+    scores: &mut [f32],
+    span: AttentionSpan,
+    scale: f32,
+    softcap_at: Option<f32>,
+    kernel: AttentionKernel,
+) {
+    math::attention_group_with(
+        &ATTENTION_LOOPS,
+        outs,
+        qs,
         kv,
         scores,
         span,

@@ -19,7 +19,7 @@ use super::error::ModelError;
 use super::matrix::{Loader, Matrix};
 use super::pass::{row, row_mut, split, Pass, SharedMut};
 use super::state::Activations;
-use crate::math::{self, AttentionHeadFn, AttentionKernel, AttentionSpan, Rope};
+use crate::math::{self, AttentionFaces, AttentionKernel, AttentionSpan, Rope};
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -101,8 +101,9 @@ pub struct Attention {
     pub k_norm: Option<Vec<f32>>,
     pub post_attn_norm: Option<Vec<f32>>,
     pub rope: Rope,
-    /// Attention of one query head, the kernel set's face of `math::attention_head`.
-    pub attend: AttentionHeadFn,
+    /// Attention of one query head and of one KV head's query heads, the kernel set's faces of
+    /// `math::attention_head` and `math::attention_group`.
+    pub attend: AttentionFaces,
 }
 
 /// One attention layer's K and V cache: f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`.
@@ -134,7 +135,7 @@ impl Attention {
         shape: AttentionShape,
         opts: AttentionOptions,
         rope: Rope,
-        attend: AttentionHeadFn,
+        attend: AttentionFaces,
     ) -> Result<Attention, ModelError> {
         let n = |s: &str| format!("blk.{l}.{s}");
         let (q_dim, kv_dim, v_dim, o_dim) =
@@ -313,13 +314,29 @@ impl Attention {
             if w >= n_workers {
                 return;
             }
-            // Worker w takes whole KV groups, so each reads its part of the cache once.
+            // Worker w takes whole KV groups; the group's query heads go through the cache
+            // together, so each part of it is read from memory once.
             let (g0, g1) = split(sh.n_head_kv, n_workers, w);
-            for h in g0 * group..g1 * group {
-                // SAFETY: head h's output and score rows are touched by this worker only.
-                let out = unsafe { att_out.slice(h * sh.head_dim_v, sh.head_dim_v) };
-                let sc = unsafe { scores.slice(h * n_ctx, n_ctx) };
-                self.attend_head(cache, q, h, pos, out, sc, score_scale, kernel);
+            for g in g0..g1 {
+                let h0 = g * group;
+                // SAFETY: the group's output and score rows are touched by this worker only.
+                let outs = unsafe { att_out.slice(h0 * sh.head_dim_v, group * sh.head_dim_v) };
+                let sc = unsafe { scores.slice(h0 * n_ctx, group * n_ctx) };
+                let kv = math::KvHead {
+                    key_cache: &cache.keys[..(pos + 1) * sh.kv_dim()],
+                    value_cache: &cache.values[..(pos + 1) * sh.v_dim()],
+                    head: g,
+                    n_head_kv: sh.n_head_kv,
+                    head_dim: sh.head_dim,
+                    head_dim_v: sh.head_dim_v,
+                };
+                let span = AttentionSpan {
+                    pos,
+                    window: sh.window,
+                };
+                let qs = &q[h0 * sh.head_dim..][..group * sh.head_dim];
+                let softcap = self.opts.softcap;
+                (self.attend.group)(outs, qs, &kv, sc, span, score_scale, softcap, kernel);
             }
         });
     }
@@ -388,7 +405,7 @@ impl Attention {
         };
         let q = &q[h * hd..(h + 1) * hd];
         let softcap = self.opts.softcap;
-        (self.attend)(out, q, &kv, scores, span, score_scale, softcap, kernel);
+        (self.attend.head)(out, q, &kv, scores, span, score_scale, softcap, kernel);
     }
 }
 

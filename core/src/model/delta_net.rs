@@ -26,14 +26,17 @@
 //! operations in the same order; only the matrices' batched kernels may round differently).
 //! llama.cpp runs a chunked (WY) form for prompts that reaches the same state up to rounding.
 //!
-//! The state layout is the one a fused step reads and writes in place: per layer, the conv
-//! window `[channel][K-1]` (oldest first) and the matrices `[Hv][dv][dk]`, all f32.
+//! The state layout is the one the fused step (`math::delta_rule_step`, through the kernel
+//! set) reads and writes in place: per layer, the conv window `[channel][K-1]` (oldest first,
+//! f32) and the matrices `[Hv][dv][dk]`, f32, or f16 with `--state-f16` (half the bytes read
+//! and written per token; each value is widened on load and rounded on store).
 
 use super::error::ModelError;
 use super::matrix::{Loader, Matrix};
 use super::pass::{row, row_mut, Pass};
+use super::pass::{split, SharedMut};
 use super::state::Activations;
-use crate::math;
+use crate::math::{self, DeltaRuleKernels};
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -49,6 +52,9 @@ pub struct DeltaNetShape {
     pub head_dim: usize,
     /// Taps of the causal convolution (`ssm.conv_kernel`).
     pub conv_kernel: usize,
+    /// The delta-rule matrices are kept as f16 (`--state-f16`), not f32: a run's choice, not
+    /// the file's (false when read from the header).
+    pub state_f16: bool,
 }
 
 impl DeltaNetShape {
@@ -70,9 +76,17 @@ impl DeltaNetShape {
     pub fn ssm_state_len(&self) -> usize {
         self.n_v_heads * self.head_dim * self.head_dim
     }
+    /// Bytes of one delta-rule matrix value: 2 with `state_f16`, else 4.
+    pub fn ssm_value_bytes(&self) -> usize {
+        if self.state_f16 {
+            2
+        } else {
+            4
+        }
+    }
     /// Bytes of the state: fixed, whatever the context.
     pub fn state_bytes(&self) -> usize {
-        4 * (self.conv_state_len() + self.ssm_state_len())
+        4 * self.conv_state_len() + self.ssm_value_bytes() * self.ssm_state_len()
     }
 }
 
@@ -80,14 +94,17 @@ impl DeltaNetShape {
 pub struct RecurrentState {
     /// `[conv_dim][K-1]`: each channel's last K-1 inputs, oldest first.
     pub conv: Vec<f32>,
-    /// `[n_v_heads][dv][dk]`.
+    /// `[n_v_heads][dv][dk]` f32; empty when the state is kept as f16.
     pub ssm: Vec<f32>,
-    /// Copies of `conv` and `ssm` after each of the first tokens of a verify pass (a pass whose
-    /// `Pass::keep_steps` is set), back to back: a rejected draft goes back to the state after
-    /// the last accepted token by copying one of them back ([`RecurrentState::restore_step`]),
-    /// instead of running the accepted tokens again through the whole model. Empty when the
-    /// state never verifies drafts.
+    /// The same as f16 bits with `state_f16`; else empty.
+    pub ssm_f16: Vec<u16>,
+    /// Copies of `conv` and `ssm` (and of `ssm_f16`, in `steps_f16`) after each of the first
+    /// tokens of a verify pass (a pass whose `Pass::keep_steps` is set), back to back: a
+    /// rejected draft goes back to the state after the last accepted token by copying one of
+    /// them back ([`RecurrentState::restore_step`]), instead of running the accepted tokens
+    /// again through the whole model. Empty when the state never verifies drafts.
     pub steps: Vec<f32>,
+    pub steps_f16: Vec<u16>,
 }
 
 impl RecurrentState {
@@ -98,47 +115,63 @@ impl RecurrentState {
     /// A state that keeps a copy of itself after each of the first `n_steps` tokens of a
     /// verify pass.
     pub fn with_steps(shape: &DeltaNetShape, n_steps: usize) -> RecurrentState {
-        let len = shape.conv_state_len() + shape.ssm_state_len();
+        let (n32, n16) = match shape.state_f16 {
+            false => (shape.ssm_state_len(), 0),
+            true => (0, shape.ssm_state_len()),
+        };
+        let conv = shape.conv_state_len();
         RecurrentState {
-            conv: vec![0.0; shape.conv_state_len()],
-            ssm: vec![0.0; shape.ssm_state_len()],
-            steps: vec![0.0; n_steps * len],
+            conv: vec![0.0; conv],
+            ssm: vec![0.0; n32],
+            ssm_f16: vec![0; n16],
+            steps: vec![0.0; n_steps * (conv + n32)],
+            steps_f16: vec![0; n_steps * n16],
         }
     }
 
     pub fn bytes(&self) -> usize {
         4 * (self.conv.len() + self.ssm.len() + self.steps.len())
-    }
-
-    /// Copies of the state a verify pass can keep.
-    pub fn n_steps(&self) -> usize {
-        self.steps.len() / (self.conv.len() + self.ssm.len())
+            + 2 * (self.ssm_f16.len() + self.steps_f16.len())
     }
 
     /// Keeps the state as it is after token `t` of a verify pass (nothing past the copies it
     /// has room for: the state after a pass's last token is the live one).
     fn save_step(&mut self, t: usize) {
-        let (c, len) = (self.conv.len(), self.conv.len() + self.ssm.len());
+        let (c, len, len16) = self.step_lens();
         if let Some(step) = self.steps.get_mut(t * len..(t + 1) * len) {
             step[..c].copy_from_slice(&self.conv);
             step[c..].copy_from_slice(&self.ssm);
+            self.steps_f16[t * len16..(t + 1) * len16].copy_from_slice(&self.ssm_f16);
         }
     }
 
     /// Puts back the state kept after token `t` of the last verify pass.
     pub fn restore_step(&mut self, t: usize) {
-        let (c, len) = (self.conv.len(), self.conv.len() + self.ssm.len());
+        let (c, len, len16) = self.step_lens();
         let step = &self.steps[t * len..(t + 1) * len];
         self.conv.copy_from_slice(&step[..c]);
         self.ssm.copy_from_slice(&step[c..]);
+        self.ssm_f16
+            .copy_from_slice(&self.steps_f16[t * len16..(t + 1) * len16]);
+    }
+
+    /// (conv, f32 values, f16 values) of one copy.
+    fn step_lens(&self) -> (usize, usize, usize) {
+        let c = self.conv.len();
+        (c, c + self.ssm.len(), self.ssm_f16.len())
     }
 
     /// The state of an empty sequence.
     pub fn clear(&mut self) {
         self.conv.fill(0.0);
         self.ssm.fill(0.0);
+        self.ssm_f16.fill(0);
     }
 }
+
+/// Value heads' state values per layer from which the heads are split over the workers
+/// (below it, waking them costs more than the step: the synthetic CI model's 4 x 32 x 32).
+const PARALLEL_STATE_VALUES: usize = 1 << 15;
 
 #[derive(Debug, Clone)]
 pub struct DeltaNet {
@@ -162,6 +195,8 @@ pub struct DeltaNet {
     pub ssm_norm: Vec<f32>,
     /// `ssm_out`: value_dim -> n_embd.
     pub w_out: Matrix,
+    /// The fused one-token step, the kernel set's faces for f32 and f16 state.
+    pub delta_rule: DeltaRuleKernels,
 }
 
 impl DeltaNet {
@@ -171,6 +206,7 @@ impl DeltaNet {
         l: usize,
         n_embd: usize,
         shape: DeltaNetShape,
+        delta_rule: DeltaRuleKernels,
     ) -> Result<DeltaNet, ModelError> {
         let n = |s: &str| format!("blk.{l}.{s}");
         let h_v = shape.n_v_heads;
@@ -186,6 +222,7 @@ impl DeltaNet {
             a: ld.vector(&n("ssm_a"), h_v)?,
             ssm_norm: ld.vector(&n("ssm_norm.weight"), shape.head_dim)?,
             w_out: ld.matrix(&n("ssm_out.weight"), shape.value_dim(), n_embd)?,
+            delta_rule,
         })
     }
 
@@ -246,20 +283,7 @@ impl DeltaNet {
             let beta = row(&a.ssm_gates[..n * h_v], h_v, t);
             let alpha = row(&a.ssm_gates[n * h_v..], h_v, t);
             let out = row_mut(&mut a.att_out, value_dim, t);
-            for h in 0..h_v {
-                let kh = h % sh.n_k_heads;
-                let hd = sh.head_dim;
-                let g = math::softplus(alpha[h] + self.dt_bias[h]) * self.a[h];
-                delta_rule_step(
-                    &mut state.ssm[h * hd * hd..][..hd * hd],
-                    &q[kh * hd..][..hd],
-                    &k[kh * hd..][..hd],
-                    &v[h * hd..][..hd],
-                    libm::expf(g),
-                    math::sigmoid(beta[h]),
-                    &mut out[h * hd..][..hd],
-                );
-            }
+            self.delta_rule_heads(p, state, q, k, v, beta, alpha, out);
             if let Some(f) = p.tapping() {
                 f("attn_output", l, out);
             }
@@ -285,6 +309,59 @@ impl DeltaNet {
         Ok(())
     }
 
+    /// One token of the delta rule on every value head (see `math::delta_rule_step`), the
+    /// state read and written in place. A layer with a big state (Qwen3.5-0.8B: 16 heads of
+    /// 128 x 128, 1 MB) splits its heads over the workers; each head's step is the same
+    /// whichever worker runs it.
+    #[allow(clippy::too_many_arguments)]
+    fn delta_rule_heads(
+        &self,
+        p: &Pass,
+        state: &mut RecurrentState,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        beta: &[f32],
+        alpha: &[f32],
+        out: &mut [f32],
+    ) {
+        let sh = &self.shape;
+        let (h_v, hd) = (sh.n_v_heads, sh.head_dim);
+        let per_head = hd * hd;
+        let dr = self.delta_rule;
+        let shared_out = SharedMut::new(out);
+        let shared_f32 = SharedMut::new(&mut state.ssm);
+        let shared_f16 = SharedMut::new(&mut state.ssm_f16);
+        let f16 = sh.state_f16;
+        let head = |h: usize| {
+            let kh = h % sh.n_k_heads;
+            let g = math::softplus(alpha[h] + self.dt_bias[h]) * self.a[h];
+            let (q, k, v) = (&q[kh * hd..][..hd], &k[kh * hd..][..hd], &v[h * hd..][..hd]);
+            let (decay, beta) = (libm::expf(g), math::sigmoid(beta[h]));
+            // SAFETY: head h owns state[h * per_head..][..per_head] and out[h * hd..][..hd];
+            // every head runs once, so no two live slices overlap.
+            let o = unsafe { shared_out.slice(h * hd, hd) };
+            if f16 {
+                let s = unsafe { shared_f16.slice(h * per_head, per_head) };
+                (dr.f16)(s, q, k, v, decay, beta, o);
+            } else {
+                let s = unsafe { shared_f32.slice(h * per_head, per_head) };
+                (dr.f32)(s, q, k, v, decay, beta, o);
+            }
+        };
+        let n_workers = p.par.n_threads().clamp(1, h_v);
+        if n_workers == 1 || h_v * per_head < PARALLEL_STATE_VALUES {
+            (0..h_v).for_each(head);
+            return;
+        }
+        p.par.run(&|w| {
+            if w < n_workers {
+                let (h0, h1) = split(h_v, n_workers, w);
+                (h0..h1).for_each(head);
+            }
+        });
+    }
+
     /// One token of the causal depthwise convolution, in place on its `c` channels; the window
     /// moves on by one input.
     fn conv_step(&self, window: &mut [f32], c: &mut [f32]) {
@@ -306,31 +383,4 @@ impl DeltaNet {
             *x = sum;
         }
     }
-}
-
-/// One token of the gated delta rule on one value head's state `s` (dv rows of dk), as
-/// ggml's gated_delta_net computes it: s = decay s; d = beta (v - s k); s += d k^T;
-/// out = s q / sqrt(dk).
-pub fn delta_rule_step(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    decay: f32,
-    beta: f32,
-    out: &mut [f32],
-) {
-    let dk = k.len();
-    let scale = 1.0 / libm::sqrtf(dk as f32);
-    s.iter_mut().for_each(|x| *x *= decay);
-    for (j, srow) in s.chunks_exact_mut(dk).enumerate() {
-        let sk: f32 = dot(srow, k);
-        let d = (v[j] - sk) * beta;
-        srow.iter_mut().zip(k).for_each(|(s, &k)| *s += k * d);
-        out[j] = dot(srow, q) * scale;
-    }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(a, b)| a * b).sum()
 }

@@ -184,6 +184,22 @@ fn finite_positive(key: &str, v: f32) -> Result<f32, ModelError> {
 }
 
 impl HParams {
+    /// These hyperparameters with the recurrent layers' delta-rule matrices kept as f16
+    /// (`on`) or f32: what the state is sized from, so the memory plan counts what is held.
+    pub fn with_state_f16(mut self, on: bool) -> HParams {
+        self.set_state_f16(on);
+        self
+    }
+
+    /// [`HParams::with_state_f16`] in place.
+    pub fn set_state_f16(&mut self, on: bool) {
+        for l in &mut self.layers {
+            if let super::layer::MixerShape::DeltaNet(d) = &mut l.mixer {
+                d.state_f16 = on;
+            }
+        }
+    }
+
     /// Reads and validates the hyperparameters. `n_vocab` and the embedding width are checked
     /// against `token_embd.weight`, the one tensor every family has.
     pub fn from_gguf(g: &Gguf) -> Result<HParams, ModelError> {
@@ -532,6 +548,7 @@ impl HParams {
             n_v_heads,
             head_dim,
             conv_kernel,
+            state_f16: false,
         })
     }
 

@@ -48,7 +48,11 @@ pub struct MemoryPlan {
     pub metadata: u64,
     pub tokenizer: u64,
     pub norms: u64,
+    /// The attention layers' KV cache (grows with the context).
     pub kv_cache: u64,
+    /// The recurrent layers' fixed state (qwen35's DeltaNet: a conv window and a dv x dk matrix
+    /// per value head), whatever the context.
+    pub recurrent_state: u64,
     pub activations: u64,
     pub logits: u64,
     pub runtime: u64,
@@ -114,7 +118,13 @@ impl MemoryPlan {
             .unwrap_or(0);
         let shape = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, pruned_head_rows as usize)
             .with_act_tables(act_tables);
-        let kv_cache = shape.kv_cache_bytes() as u64;
+        let recurrent_state: u64 = hp
+            .layers
+            .iter()
+            .filter(|l| matches!(l.mixer, super::MixerShape::DeltaNet(_)))
+            .map(|l| l.state_bytes(n_ctx) as u64)
+            .sum();
+        let kv_cache = shape.kv_cache_bytes() as u64 - recurrent_state;
         let activations = shape.activation_bytes() as u64;
         let logits = shape.logits_bytes() as u64 + SAMPLER_BYTES_PER_TOKEN * n_vocab;
         let (num, den) = TOKENIZER_BYTES_PER_METADATA_BYTE;
@@ -130,6 +140,7 @@ impl MemoryPlan {
             tokenizer: data_offset * num / den,
             norms,
             kv_cache,
+            recurrent_state,
             activations,
             logits,
             runtime: RUNTIME_BYTES + gelu_table,
@@ -170,10 +181,11 @@ impl MemoryPlan {
     }
 
     /// The parts with their names, biggest first in a typical model, for messages.
-    pub fn parts(&self) -> [(&'static str, u64); 9] {
+    pub fn parts(&self) -> [(&'static str, u64); 10] {
         [
             ("weights read every token", self.weights),
             ("kv cache", self.kv_cache),
+            ("recurrent state", self.recurrent_state),
             ("embedding rows", self.embedding_rows),
             ("metadata", self.metadata),
             ("tokenizer", self.tokenizer),
@@ -184,9 +196,15 @@ impl MemoryPlan {
         ]
     }
 
-    /// KV cache bytes per token of context: what one step less of `-c` saves.
+    /// KV cache bytes per token of context: what one step less of `-c` saves. Only attention
+    /// layers keep one (a recurrent layer's state does not grow).
     pub fn kv_bytes_per_token(hp: &HParams) -> u64 {
-        hp.n_layer as u64 * (hp.n_head_kv * (hp.head_dim + hp.head_dim_v)) as u64 * 2
+        hp.layers
+            .iter()
+            .map(|l| (l.state_bytes(1) as u64, &l.mixer))
+            .filter(|(_, m)| matches!(m, super::MixerShape::Attention(_)))
+            .map(|(b, _)| b)
+            .sum()
     }
 }
 

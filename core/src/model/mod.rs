@@ -242,7 +242,9 @@ impl Model {
                     layer_rope(&hp, sw.rope_style, l),
                     kernels.attention(),
                 )?),
-                MixerShape::DeltaNet(d) => TokenMixer::DeltaNet(DeltaNet::load(&ld, l, n_embd, d)?),
+                MixerShape::DeltaNet(d) => {
+                    TokenMixer::DeltaNet(DeltaNet::load(&ld, l, n_embd, d, kernels.delta_rule())?)
+                }
             };
             // Qwen3.5 names the FFN's input norm after the attention it follows.
             let ffn_norm = match hp.family {
@@ -402,6 +404,18 @@ impl Model {
             n_used: f.n_expert_used,
         })
         .collect()
+    }
+
+    /// Keeps the recurrent layers' delta-rule matrices as f16 (`on`) or f32, for the states
+    /// made from now on (`State::new` sizes them from `hp`). f16 halves the bytes the step
+    /// reads and writes per token, at a rounding of every state value per token.
+    pub fn set_state_f16(&mut self, on: bool) {
+        self.hp.set_state_f16(on);
+        for layer in &mut self.layers {
+            if let TokenMixer::DeltaNet(d) = &mut layer.mixer {
+                d.shape.state_f16 = on;
+            }
+        }
     }
 
     /// Sets how the mixture of experts runs. Refuses an expert count the routing cannot give

@@ -399,7 +399,15 @@ impl State {
         }
     }
 
-    /// Tokens a prompt runs in at a time.
+    /// Layer `l`'s delta-rule matrices when they are kept as f16 (`Model::set_state_f16`);
+    /// `None` for an attention layer or an f32 state.
+    pub fn recurrent_state_f16(&self, l: usize) -> Option<&[u16]> {
+        match self.layers.get(l)? {
+            LayerState::Recurrent(r) if !r.ssm_f16.is_empty() => Some(&r.ssm_f16),
+            _ => None,
+        }
+    }
+
     /// Some layer keeps a recurrent state: the sequence can go on or start over at 0, but
     /// not go back to an earlier position (no prefix reuse, no rejected drafts).
     pub fn has_recurrent_layers(&self) -> bool {

@@ -40,6 +40,9 @@
 //! value sums, the f16 accumulator), ARMv8.0 only and bit for bit the scalar code in
 //! `smolrun_core::math::attention_head`.
 //!
+//! Also here: the fused one-token step of Qwen3.5's gated delta rule (`delta_rule.rs`, f32 and
+//! f16 state), ARMv8.0 only and bit for bit `smolrun_core::math::delta_rule_step`.
+//!
 //! Blocks are read in place from the mapped file at any alignment: the loads used (`ld1` of
 //! bytes, `ldur`, `ldr h/s`) are unaligned-safe on every OS smolrun targets (Linux, Android,
 //! iOS run with alignment checking off for normal memory).
@@ -96,6 +99,7 @@ macro_rules! pair_row {
 }
 
 pub mod attention;
+pub mod delta_rule;
 pub mod exp;
 mod float;
 mod q1_0;

@@ -10,6 +10,9 @@
 //! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins).
 //! [`avx2_lowbit`] the 1-bit, 2-bit and ternary formats (Q1_0, Q2_0, TQ1_0).
 //!
+//! [`delta_rule`] holds the fused one-token step of Qwen3.5's gated delta rule (f32 and f16
+//! state), bit for bit `smolrun_core::math::delta_rule_step`.
+//!
 //! [`avx512_k`] holds the AVX-512 VNNI Q4_K and Q6_K kernels (tokens in the lanes for prompts).
 //!
 //! AVX-512 (at 256-bit width: AVX512VL, with VNNI's `vpdpbusd` and AVX512BW's byte masks) is
@@ -26,6 +29,7 @@ pub mod avx2_lowbit;
 pub mod avx2_q0;
 pub mod avx512_k;
 pub mod avx512_q0;
+pub mod delta_rule;
 pub mod exp;
 
 use core::arch::x86_64::{__cpuid, __cpuid_count, _xgetbv};
