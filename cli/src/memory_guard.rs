@@ -420,7 +420,11 @@ fn weights_room(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> Option<(u64, bo
     }
     let hp = planned_hparams(gguf, args).ok()?;
     Family::from_arch(&hp.arch)?;
-    let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    let mut plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    if args.pin_mtp {
+        // As check_memory plans it: the weights get what MTP drafting's state leaves.
+        plan = plan.with_mtp_drafting(&hp, n_ctx, crate::speculative::DEFAULT_MTP_DRAFT);
+    }
     let (allowed, _) = allowed_memory(&MemoryWatch::new(), args)?;
     let rest = plan.total() - plan.weights - plan.embedding_rows;
     let room = allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES);
