@@ -9,7 +9,9 @@ use crate::chat_template::ChatTemplate;
 use crate::memory_guard::MemoryGuard;
 pub use crate::memory_guard::{MemoryArgs, WeightsMode};
 use crate::moe::{MoeReport, PagerHandle};
-use crate::speculative::{DraftArgs, DraftChoice, DraftModel, DraftSource, Drafter, SpecStats};
+use crate::speculative::{
+    DraftArgs, DraftChoice, DraftModel, DraftSource, Drafter, SpecStats, Target,
+};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::embedding::{Pooler, Pooling};
@@ -65,6 +67,9 @@ pub struct StreamConfig {
     pub verify: bool,
     /// `--flash-mbps`; otherwise probed at load.
     pub flash_mbps: Option<f64>,
+    /// Load the MTP layer of a model that has one and keep it, with the LM head, resident
+    /// ([`MemoryArgs::pin_mtp`]).
+    pub mtp: bool,
 }
 
 /// Reader threads of the streaming store: enough requests in flight to keep eMMC and SD cards
@@ -90,6 +95,7 @@ impl StreamConfig {
             readers,
             verify,
             flash_mbps: mem.flash_mbps,
+            mtp: mem.pin_mtp,
         }
     }
 }
@@ -533,10 +539,17 @@ fn start_streaming<'g>(
     let reader = FileReader::open(path).map_err(|e| smolrun_linux::describe_io_error(&e))?;
     let mut store = StreamStore::new(reader, gguf, CondSignal::default(), CondSignal::default())
         .map_err(|e| at(&e))?;
-    let model = Model::load_from(gguf, &store, kernels).map_err(|e| at(&e))?;
-    let plan = StreamPlan::new(
+    let mut model = Model::load_from(gguf, &store, kernels).map_err(|e| at(&e))?;
+    // MTP drafting reads the MTP layer and the LM head again between passes: resident.
+    let hp = &model.hp;
+    if config.mtp && hp.n_nextn == 1 && hp.mtp_layer().is_some() {
+        model.load_mtp(gguf, &store, kernels).map_err(|e| at(&e))?;
+    }
+    let pinned = model.mtp.as_ref().map_or(Vec::new(), |m| m.keys.clone());
+    let plan = StreamPlan::with_pinned(
         store.table(),
         &model.weight_order(),
+        &pinned,
         config.budget,
         store.alignment(),
     )
@@ -808,6 +821,14 @@ impl<'g> Engine<'g> {
     }
 }
 
+/// This CPU's fastest kernel set; `SMOLRUN_KERNELS=scalar`: the scalar reference.
+fn kernel_set() -> KernelSet {
+    match std::env::var("SMOLRUN_KERNELS").as_deref() {
+        Ok("scalar") => KernelSet::scalar(),
+        _ => KernelSet::select(&crate::platform::cpu_features()),
+    }
+}
+
 /// The model, the state for `n_ctx` and the weight store (with the repacked weights) of a
 /// parsed file, and the flash probe when streamed: an engine's without its tokenizer and
 /// threads (a draft model's too).
@@ -835,10 +856,7 @@ pub fn load_weights_only<'g>(
         // their summation-order bound (core/src/kernels/exactness.rs), but on gemma3-270m, whose
         // activation outliers amplify last-bit differences, three golden checks do not yet hold
         // with them (see tests/tests/perplexity.rs): an open item of the speed work.
-        let kernels = match std::env::var("SMOLRUN_KERNELS").as_deref() {
-            Ok("scalar") => KernelSet::scalar(),
-            _ => KernelSet::select(&crate::platform::cpu_features()),
-        };
+        let kernels = kernel_set();
         let t = Instant::now();
         let mut pager = None;
         let (mut model, store, flash): (Model, Box<dyn WeightStore + 'g>, _) = match file {
@@ -1162,21 +1180,14 @@ impl<'g> Engine<'g> {
     /// weight store streams from flash (a pass then costs one read of the streamed weights,
     /// however many tokens it checks), and not otherwise. Returns what drafts, if anything.
     pub fn set_draft(&mut self, args: &DraftArgs) -> Result<Option<String>, String> {
-        if self.state.has_recurrent_layers() {
-            return match args.choice() {
-                // Rejected drafts would rewind the recurrent state, which it cannot do yet.
-                DraftChoice::Off | DraftChoice::Auto => Ok(None),
-                _ => Err(format!(
-                    "{}: speculative decoding is not supported for models with recurrent \
-                     layers (Qwen3.5) yet: a rejected draft would need the state rewound; \
-                     run without --draft",
-                    self.path.display()
-                )),
-            };
-        }
+        // A recurrent model (Qwen3.5) goes back to the last accepted token of a verify pass
+        // through the copies of its state that the pass keeps (`State::rewind`).
+        let has_mtp = self.model.hp.n_nextn == 1 && self.model.hp.mtp_layer().is_some();
         let source = match args.choice() {
             DraftChoice::Off => None,
             DraftChoice::Auto if self.store.stream_stats().is_none() => None,
+            DraftChoice::Auto if has_mtp => Some(DraftSource::Mtp),
+            DraftChoice::Mtp => Some(DraftSource::Mtp),
             DraftChoice::Ngram | DraftChoice::Auto => Some(DraftSource::Ngram),
             DraftChoice::Model(name) => Some(DraftSource::Model(Box::new(DraftModel::load(
                 &name,
@@ -1193,6 +1204,7 @@ impl<'g> Engine<'g> {
             }
             (_, Some(n)) => n,
             (Some(DraftSource::Model(_)), None) => crate::speculative::DEFAULT_MODEL_DRAFT,
+            (Some(DraftSource::Mtp), None) => crate::speculative::DEFAULT_MTP_DRAFT,
             _ => crate::speculative::DEFAULT_NGRAM_DRAFT,
         };
         let drafter = match source {
@@ -1203,8 +1215,18 @@ impl<'g> Engine<'g> {
             }
         };
         let n_batch = self.state.n_batch();
-        self.state = State::with_logit_rows(&self.model, self.n_ctx(), n_batch, max + 1)
-            .map_err(|e| self.forward_error(e))?;
+        let mtp = matches!(drafter.source, DraftSource::Mtp);
+        if mtp && self.model.mtp.is_none() {
+            let kernels = kernel_set();
+            self.model
+                .load_mtp(self.gguf, self.store.as_ref(), &kernels)
+                .map_err(|e| self.forward_error(e))?;
+        }
+        self.state = match mtp {
+            true => State::with_mtp(&self.model, self.n_ctx(), n_batch, max + 1),
+            false => State::with_logit_rows(&self.model, self.n_ctx(), n_batch, max + 1),
+        }
+        .map_err(|e| self.forward_error(e))?;
         self.cached.clear();
         let described = drafter.describe();
         self.draft = Some(drafter);
@@ -1414,7 +1436,7 @@ impl<'g> Engine<'g> {
                     // to this row's, and `token` runs next.
                     let keep = *base + *row + 1;
                     self.cached.truncate(keep);
-                    self.state.pos = keep;
+                    self.state.rewind(keep).map_err(|e| self.forward_error(e))?;
                     verifying = None;
                 }
             }
@@ -1445,7 +1467,7 @@ impl<'g> Engine<'g> {
         if let Some((base, row)) = verifying {
             let keep = base + row + 1;
             self.cached.truncate(keep);
-            self.state.pos = keep;
+            self.state.rewind(keep).map_err(|e| self.forward_error(e))?;
         }
         Ok(Generation {
             tokens,
@@ -1479,7 +1501,18 @@ impl<'g> Engine<'g> {
         // The context the draft continues ends with `token` (pushed for the lookup, no
         // allocation: the list has room for the whole context).
         self.cached.push(token);
-        let drafted = drafter.propose(self.par.as_ref(), &self.tokenizer, &self.cached, max);
+        let target = Target {
+            model: &self.model,
+            state: &mut self.state,
+            store: self.store.as_ref(),
+        };
+        let drafted = drafter.propose(
+            self.par.as_ref(),
+            &self.tokenizer,
+            &self.cached,
+            max,
+            target,
+        );
         self.cached.pop();
         if drafted? == 0 {
             self.decode_unguarded(token)?;
@@ -1721,7 +1754,7 @@ pub(crate) mod tests {
     /// A recurrent model (Qwen3.5) cannot go back to a shorter prefix: the same prompt again,
     /// or a prompt that shares only part of the cache, runs from the start and gives the
     /// logits of a fresh run (instead of the model's rewind error, which a second chat turn or
-    /// a repeated server request would otherwise meet). Drafts are refused for it.
+    /// a repeated server request would otherwise meet).
     #[test]
     fn a_recurrent_model_starts_over_instead_of_going_back() {
         let path = smolrun_tests::model_path("synthetic-qwen35").expect("synthetic-qwen35");
@@ -1743,13 +1776,84 @@ pub(crate) mod tests {
         // A longer prompt that extends the cache goes on from where it is.
         let longer = [second.as_slice(), &first[..2]].concat();
         assert_eq!(engine.prefill(&longer).unwrap(), 2);
+    }
 
-        let ngram = DraftArgs {
-            draft: "ngram".into(),
-            draft_max: Some(4),
+    /// Speculative decoding on a recurrent model (synthetic-qwen35): with drafts from its MTP
+    /// layer, from prompt lookup and from a draft model (synthetic-qwen3: the same vocabulary,
+    /// its drafts mostly wrong), accepted and rejected, the greedy tokens are plain decoding's
+    /// (the state goes back to the last accepted token through the copies the verify pass
+    /// keeps); a break inside a verified run leaves the state at the accepted tokens; and the
+    /// MTP drafts are mostly accepted (the synthetic MTP layer is built to be right ~90% of the
+    /// time).
+    #[test]
+    fn drafts_on_a_recurrent_model_give_plain_decodings_tokens() {
+        let path = smolrun_tests::model_path("synthetic-qwen35").expect("synthetic-qwen35");
+        let draft_model = smolrun_tests::model_path("synthetic-qwen3").expect("synthetic-qwen3");
+        let file = ModelFile::Mapped(MappedFile::open(&path).unwrap());
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+        let prompt = engine.tokenize("The cat sat on the mat. The dog sat on the", false, false);
+        let generate = |engine: &mut Engine, stop_at: usize| {
+            let mut sampler = engine.sampler(SamplerParams::greedy()).unwrap();
+            let mut n = 0;
+            let options = GenerateOptions {
+                max_tokens: Some(48),
+                ..GenerateOptions::default()
+            };
+            engine
+                .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
+                    n += 1;
+                    match n > stop_at {
+                        true => ControlFlow::Break(()),
+                        false => ControlFlow::Continue(()),
+                    }
+                })
+                .unwrap()
         };
-        let e = engine.set_draft(&ngram).unwrap_err();
-        assert!(e.contains("recurrent"), "{e}");
+        let plain = generate(&mut engine, usize::MAX);
+        assert_eq!(plain.tokens.len(), 48);
+        for (draft, max) in [
+            ("mtp", 3),
+            ("mtp", 1),
+            ("ngram", 6),
+            (draft_model.to_str().unwrap(), 4),
+        ] {
+            let args = DraftArgs {
+                draft: draft.into(),
+                draft_max: Some(max),
+            };
+            assert!(engine.set_draft(&args).unwrap().is_some());
+            let spec = generate(&mut engine, usize::MAX);
+            assert_eq!(
+                spec.tokens, plain.tokens,
+                "--draft {draft} --draft-max {max}"
+            );
+            let s = spec.spec;
+            eprintln!("synthetic-qwen35 --draft {draft} --draft-max {max}: {s:?}");
+            if draft == "mtp" {
+                assert!(
+                    s.accept_rate().unwrap() > 0.6 && s.passes < 30,
+                    "--draft mtp: {s:?}"
+                );
+            }
+            if draft != "ngram" {
+                assert!(
+                    s.accepted < s.drafted,
+                    "--draft {draft}: no rejection: {s:?}"
+                );
+            }
+            for stop_at in [0, 5, 12, 13] {
+                let spec = generate(&mut engine, stop_at);
+                assert_eq!(
+                    spec.tokens,
+                    plain.tokens[..stop_at + 1],
+                    "break at {stop_at}"
+                );
+                let context: Vec<u32> = prompt.iter().chain(&spec.tokens).copied().collect();
+                assert!(context.starts_with(&engine.cached));
+                assert_eq!(engine.state.pos, engine.cached.len());
+            }
+        }
     }
 
     /// Counts each thread's own heap allocations, for the test below: other tests run on other
@@ -1894,6 +1998,50 @@ pub(crate) mod tests {
                 "{draft}: tokens 16..{N} made {after_warm_up} heap allocations"
             );
         }
+    }
+
+    /// MTP drafting on a recurrent model allocates nothing per token either: the MTP steps,
+    /// the copies of the recurrent state a verify pass keeps, and the rewind to them.
+    #[test]
+    fn mtp_generation_allocates_nothing_per_token() {
+        const N: usize = 96;
+        let path = smolrun_tests::model_path("synthetic-qwen35").expect("synthetic-qwen35");
+        let file = ModelFile::Mapped(MappedFile::open(&path).unwrap());
+        let gguf = parse_gguf(&path, &file).unwrap();
+        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 1).unwrap();
+        let args = DraftArgs {
+            draft: "mtp".into(),
+            draft_max: Some(3),
+        };
+        assert!(engine.set_draft(&args).unwrap().is_some());
+        let mut sampler = engine.sampler(SamplerParams::greedy()).unwrap();
+        for id in 0..engine.tokenizer.n_vocab() as u32 {
+            if engine.tokenizer.is_eog(id) {
+                sampler.ban(id);
+            }
+        }
+        let prompt = engine.tokenize("The cat sat on the mat.", false, false);
+        let options = GenerateOptions {
+            max_tokens: Some(N),
+            ..GenerateOptions::default()
+        };
+        let mut seen = [0usize; N];
+        let mut n = 0;
+        let gen = engine
+            .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
+                seen[n] = counting::allocations();
+                n += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(gen.tokens.len(), N);
+        let s = gen.spec;
+        assert!(s.accepted > 0 && s.accepted < s.drafted, "{s:?}");
+        let after_warm_up = seen[N - 1] - seen[16];
+        assert_eq!(
+            after_warm_up, 0,
+            "tokens 16..{N} made {after_warm_up} heap allocations"
+        );
     }
 
     /// With drafts accepted and rejected, the tokens are plain decoding's; stopping inside a

@@ -46,6 +46,10 @@ pub struct MemoryArgs {
     /// the address space this process may map (iOS, 32-bit, `ulimit -v`) and cannot stream.
     #[arg(long = "weights", value_enum, default_value_t = WeightsMode::Auto)]
     pub weights: WeightsMode,
+    /// MTP drafting may run (`--draft mtp` or `auto`): a streamed model keeps its MTP layer
+    /// and LM head in RAM (the draft steps read them between two passes). Set by the command.
+    #[arg(skip)]
+    pub pin_mtp: bool,
     /// With streaming: MB (10^6 bytes) of weights kept in RAM (the resident set); the stream
     /// zones come on top [default: what the memory probe leaves, zones included].
     #[arg(long = "resident-mb", value_name = "MB")]
@@ -138,6 +142,7 @@ impl Default for MemoryArgs {
             weights: WeightsMode::Auto,
             resident_mb: None,
             flash_mbps: None,
+            pin_mtp: false,
             moe_pool: None,
             moe_cache_bias: 0.0,
             moe_prefetch: 1,
@@ -317,6 +322,10 @@ pub fn check_memory(
         return Ok(None);
     }
     let mut plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    if args.pin_mtp {
+        // The most drafts llama.cpp's draft-mtp makes by default, as `--draft mtp` does.
+        plan = plan.with_mtp_drafting(&hp, n_ctx, crate::speculative::DEFAULT_MTP_DRAFT);
+    }
     if let Some(held) = weights_held {
         // A store that maps nothing holds its scratch buffer, not the weights.
         plan = plan.with_weights_held(held);
@@ -411,7 +420,11 @@ fn weights_room(gguf: &Gguf, n_ctx: usize, args: &MemoryArgs) -> Option<(u64, bo
     }
     let hp = planned_hparams(gguf, args).ok()?;
     Family::from_arch(&hp.arch)?;
-    let plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    let mut plan = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
+    if args.pin_mtp {
+        // As check_memory plans it: the weights get what MTP drafting's state leaves.
+        plan = plan.with_mtp_drafting(&hp, n_ctx, crate::speculative::DEFAULT_MTP_DRAFT);
+    }
     let (allowed, _) = allowed_memory(&MemoryWatch::new(), args)?;
     let rest = plan.total() - plan.weights - plan.embedding_rows;
     let room = allowed.saturating_sub(rest + args.floor + STREAM_SLACK_BYTES);

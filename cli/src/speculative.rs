@@ -4,15 +4,16 @@
 //! checks k+1 tokens costs little more than one that decodes one, and yields one to k+1 tokens.
 //!
 //! The draft comes from prompt lookup ([`ngram_draft`]: what followed the last few tokens the
-//! last time they occurred; code edits and summaries repeat their input) or from a small draft
-//! model with the same vocabulary ([`DraftModel`], run greedily). The generation loop
+//! last time they occurred; code edits and summaries repeat their input), from a small draft
+//! model with the same vocabulary ([`DraftModel`], run greedily), or from the model's own MTP
+//! layer (Qwen3.5's `nextn` block, [`mtp_draft`]: greedy, chained, as llama.cpp's draft-mtp). The generation loop
 //! (`Engine::generate_with`) samples each verified position with `Sampler::sample_draft`, which
 //! keeps the target distribution exactly (and at temperature 0 the tokens plain decoding
 //! gives), and rolls the cache back to the accepted tokens after a rejection.
 
 use crate::engine::{self, ModelFile};
 use smolrun_core::gguf::Gguf;
-use smolrun_core::model::{Model, State, WeightStore};
+use smolrun_core::model::{Model, ModelError, State, WeightStore};
 use smolrun_core::platform::Parallel;
 use smolrun_core::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
@@ -21,12 +22,14 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DraftArgs {
     /// Speculative decoding: `ngram` (prompt lookup: propose the tokens that followed the last
-    /// ones where they occurred before), a draft model (a .gguf path or short name with the
-    /// same vocabulary, run greedily), `auto` (ngram when the weights stream from flash, where
-    /// checking several tokens costs one read of the weights), or `off`.
-    #[arg(long, value_name = "ngram|auto|off|MODEL", default_value = "off")]
+    /// ones where they occurred before), `mtp` (the model's own MTP layer: Qwen3.5's nextn
+    /// block), a draft model (a .gguf path or short name with the same vocabulary, run
+    /// greedily), `auto` (when the weights stream from flash, where checking several tokens
+    /// costs one read of the weights: mtp if the model has an MTP layer, else ngram), or `off`.
+    #[arg(long, value_name = "ngram|mtp|auto|off|MODEL", default_value = "off")]
     pub draft: String,
-    /// Most tokens drafted per pass [default: 8 for ngram, 4 for a draft model; at most 31].
+    /// Most tokens drafted per pass [default: 8 for ngram, 4 for a draft model, 3 for mtp; at
+    /// most 31].
     #[arg(long, value_name = "N")]
     pub draft_max: Option<usize>,
 }
@@ -36,15 +39,22 @@ pub struct DraftArgs {
 pub enum DraftChoice {
     Off,
     Ngram,
+    Mtp,
     Auto,
     Model(String),
 }
 
 impl DraftArgs {
+    /// Whether this may draft with the model's MTP layer (`mtp`, or `auto` when streamed).
+    pub fn may_use_mtp(&self) -> bool {
+        matches!(self.choice(), DraftChoice::Mtp | DraftChoice::Auto)
+    }
+
     pub fn choice(&self) -> DraftChoice {
         match self.draft.as_str() {
             "" | "off" | "none" => DraftChoice::Off,
             "ngram" => DraftChoice::Ngram,
+            "mtp" => DraftChoice::Mtp,
             "auto" => DraftChoice::Auto,
             other => DraftChoice::Model(other.to_string()),
         }
@@ -56,6 +66,8 @@ impl DraftArgs {
 pub const MAX_DRAFT: usize = smolrun_core::model::DEFAULT_BATCH - 1;
 pub const DEFAULT_NGRAM_DRAFT: usize = 8;
 pub const DEFAULT_MODEL_DRAFT: usize = 4;
+/// llama.cpp's draft-mtp default (common_params_speculative_draft::n_max).
+pub const DEFAULT_MTP_DRAFT: usize = 3;
 
 /// The longest and shortest tail that prompt lookup matches.
 const NGRAM_LONGEST: usize = 3;
@@ -176,6 +188,42 @@ impl DraftModel {
     }
 }
 
+/// The model's target pass, for a draft that runs on it (MTP).
+pub struct Target<'a> {
+    pub model: &'a Model,
+    pub state: &'a mut State,
+    pub store: &'a dyn WeightStore,
+}
+
+/// Drafts with the model's MTP layer after it sampled `token` (at the state's position): up to
+/// `out.len()` tokens, greedily (the argmax, as llama.cpp's draft-mtp), each step fed the
+/// previous draft and the block's own output, stopping after an end-of-generation token.
+/// Returns how many. The state's logits are the draft's afterwards (the verify pass comes next).
+pub fn mtp_draft(
+    target: Target<'_>,
+    par: &dyn Parallel,
+    tokenizer: &Tokenizer,
+    token: u32,
+    out: &mut [u32],
+) -> Result<usize, ModelError> {
+    let Target {
+        model,
+        state,
+        store,
+    } = target;
+    let n_tokens = tokenizer.n_vocab();
+    let mut logits = model.mtp_begin(state, store, par, token)?;
+    for i in 0..out.len() {
+        let t = argmax(&logits[..n_tokens]);
+        out[i] = t;
+        if i + 1 == out.len() || tokenizer.is_eog(t) {
+            return Ok(i + 1);
+        }
+        logits = model.mtp_next(state, store, par, t)?;
+    }
+    Ok(out.len())
+}
+
 /// The first id with the highest logit (the greedy sampler's choice, without penalties).
 fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -217,6 +265,8 @@ fn check_same_vocab(path: &Path, draft: &Tokenizer, target: &Tokenizer) -> Resul
 /// Where a pass's draft comes from.
 pub enum DraftSource {
     Ngram,
+    /// The model's own MTP layer.
+    Mtp,
     Model(Box<DraftModel>),
 }
 
@@ -241,26 +291,32 @@ impl Drafter {
     pub fn describe(&self) -> String {
         match &self.source {
             DraftSource::Ngram => format!("ngram (up to {} tokens)", self.max),
+            DraftSource::Mtp => format!("mtp (up to {} tokens)", self.max),
             DraftSource::Model(m) => format!("{} (up to {} tokens)", m.path.display(), self.max),
         }
     }
 
     /// Fills `self.tokens` with `last` and up to `max` drafted tokens that follow `context`
-    /// (which ends with `last`); returns how many were drafted.
+    /// (which ends with `last`); returns how many were drafted. `target`: the model's pass,
+    /// which MTP drafting runs its layer on.
     pub fn propose(
         &mut self,
         par: &dyn Parallel,
         tokenizer: &Tokenizer,
         context: &[u32],
         max: usize,
+        target: Target<'_>,
     ) -> Result<usize, String> {
         let max = max.min(self.max);
         self.tokens.clear();
         self.tokens.resize(max + 1, 0);
-        self.tokens[0] = context[context.len() - 1];
+        let last = context[context.len() - 1];
+        self.tokens[0] = last;
         let out = &mut self.tokens[1..];
         let k = match &mut self.source {
             DraftSource::Ngram => ngram_draft(context, out),
+            DraftSource::Mtp => mtp_draft(target, par, tokenizer, last, out)
+                .map_err(|e| format!("MTP draft: {e}"))?,
             DraftSource::Model(m) => m.draft(par, tokenizer, context, out)?,
         };
         self.tokens.truncate(k + 1);
@@ -321,6 +377,7 @@ mod tests {
         assert_eq!(args("off").choice(), DraftChoice::Off);
         assert_eq!(args("ngram").choice(), DraftChoice::Ngram);
         assert_eq!(args("auto").choice(), DraftChoice::Auto);
+        assert_eq!(args("mtp").choice(), DraftChoice::Mtp);
         assert_eq!(
             args("qwen2.5-coder-0.5b").choice(),
             DraftChoice::Model("qwen2.5-coder-0.5b".into())

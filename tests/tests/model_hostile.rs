@@ -571,6 +571,16 @@ fn qwen35_file(
     drop: Option<&str>,
     reshape: Option<(&str, Vec<u64>)>,
 ) -> Vec<u8> {
+    qwen35_file_with(edit, drop, reshape, &[])
+}
+
+/// [`qwen35_file`] with `extra` tensors after the trunk's (an MTP block's).
+fn qwen35_file_with(
+    edit: &dyn Fn(&mut MetaList),
+    drop: Option<&str>,
+    reshape: Option<(&str, Vec<u64>)>,
+    extra: &[(&'static str, Vec<u64>)],
+) -> Vec<u8> {
     let mut meta = vec![
         ("general.architecture", Meta::Str("qwen35")),
         ("qwen35.block_count", Meta::U32(2)),
@@ -626,11 +636,100 @@ fn qwen35_file(
         tensors.push((leak(format!("blk.{l}.ffn_up.weight")), vec![N_EMBD, N_FF]));
         tensors.push((leak(format!("blk.{l}.ffn_down.weight")), vec![N_FF, N_EMBD]));
     }
+    tensors.extend(extra.iter().cloned());
     tensors.retain(|(name, _)| Some(*name) != drop);
     if let Some((name, dims)) = reshape {
         tensors.iter_mut().find(|(n, _)| *n == name).unwrap().1 = dims;
     }
     build_gguf(&meta, &tensors)
+}
+
+/// The tensors of an MTP block at `blk.2` of [`qwen35_file`]'s model: gated attention as
+/// layer 1's, an FFN, and the nextn tensors.
+fn qwen35_mtp_tensors() -> Vec<(&'static str, Vec<u64>)> {
+    vec![
+        ("blk.2.attn_norm.weight", vec![N_EMBD]),
+        ("blk.2.attn_q.weight", vec![N_EMBD, 64]),
+        ("blk.2.attn_k.weight", vec![N_EMBD, 16]),
+        ("blk.2.attn_v.weight", vec![N_EMBD, 16]),
+        ("blk.2.attn_q_norm.weight", vec![16]),
+        ("blk.2.attn_k_norm.weight", vec![16]),
+        ("blk.2.attn_output.weight", vec![N_EMBD, N_EMBD]),
+        ("blk.2.post_attention_norm.weight", vec![N_EMBD]),
+        ("blk.2.ffn_gate.weight", vec![N_EMBD, N_FF]),
+        ("blk.2.ffn_up.weight", vec![N_EMBD, N_FF]),
+        ("blk.2.ffn_down.weight", vec![N_FF, N_EMBD]),
+        ("blk.2.nextn.eh_proj.weight", vec![2 * N_EMBD, N_EMBD]),
+        ("blk.2.nextn.enorm.weight", vec![N_EMBD]),
+        ("blk.2.nextn.hnorm.weight", vec![N_EMBD]),
+    ]
+}
+
+/// MTP drafting on qwen35: a model with one MTP block loads it and drafts; a model without
+/// one, with two, or with an MTP tensor missing or mis-shaped is refused with the key or the
+/// tensor named. Without MTP drafting the block stays unread (the trunk loads as before).
+#[test]
+fn qwen35_mtp_layer_count_and_tensors() {
+    let with_nextn = |n: u32| {
+        move |meta: &mut MetaList| {
+            set(meta, "qwen35.block_count", Meta::U32(2 + n));
+            meta.push(("qwen35.nextn_predict_layers", Meta::U32(n)));
+        }
+    };
+    let mtp = |bytes: &[u8]| -> Result<(), ModelError> {
+        let g = Gguf::parse(bytes).unwrap();
+        let mut m = Model::load(&g)?;
+        let store = ResidentStore::new(&g);
+        m.load_mtp(&g, &store, &smolrun_core::kernels::KernelSet::scalar())?;
+        let mut st = State::with_mtp(&m, 16, 4, 4)?;
+        m.forward_batch(&mut st, &store, &SingleThread, &[3, 1, 4], 0)?;
+        let logits = m.mtp_begin(&mut st, &store, &SingleThread, 1)?;
+        assert_eq!(logits.len(), N_VOCAB as usize);
+        m.mtp_next(&mut st, &store, &SingleThread, 5)?;
+        Ok(())
+    };
+    let good = qwen35_file_with(&with_nextn(1), None, None, &qwen35_mtp_tensors());
+    mtp(&good).expect("one MTP block");
+    // The trunk alone loads whatever the MTP block holds.
+    let missing = qwen35_file_with(
+        &with_nextn(1),
+        Some("blk.2.nextn.eh_proj.weight"),
+        None,
+        &qwen35_mtp_tensors(),
+    );
+    assert!(load(&missing).is_ok());
+    assert_eq!(
+        mtp(&missing).unwrap_err(),
+        ModelError::MissingTensor {
+            name: "blk.2.nextn.eh_proj.weight".into()
+        }
+    );
+    let misshaped = qwen35_file_with(
+        &with_nextn(1),
+        None,
+        Some(("blk.2.nextn.eh_proj.weight", vec![N_EMBD, N_EMBD])),
+        &qwen35_mtp_tensors(),
+    );
+    let err = mtp(&misshaped).unwrap_err();
+    assert!(
+        matches!(&err, ModelError::BadTensorShape { name, .. } if name == "blk.2.nextn.eh_proj.weight"),
+        "{err:?}"
+    );
+    // No MTP block.
+    let err = mtp(&qwen35_file(&|_| {}, None, None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no MTP") && err.contains("qwen35.nextn_predict_layers"),
+        "{err}"
+    );
+    // Two: llama.cpp's qwen35 MTP graph runs one.
+    let two = qwen35_file_with(&with_nextn(2), None, None, &qwen35_mtp_tensors());
+    let err = mtp(&two).unwrap_err().to_string();
+    assert!(
+        err.contains("qwen35.nextn_predict_layers") && err.contains("found 2"),
+        "{err}"
+    );
 }
 
 fn set(meta: &mut [(&'static str, Meta)], key: &str, value: Meta) {

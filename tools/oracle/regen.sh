@@ -12,6 +12,8 @@
 #   tests/golden/<model>/perplexity.json                 (llama-perplexity, real models only; its PPL
 #                                                         must equal the one ppl-tokens.json adds up to)
 #   tests/golden/<model>/model.json                      (synthetic models: the file's sha256)
+#   tests/golden/<model>/mtp.json                        (tools/oracle/golden --mtp: a model with an MTP
+#                                                         layer, its draft chains along greedy text)
 # Env: SMOLRUN_ORACLE (llama.cpp cache, default ~/.cache/smolrun/oracle),
 #      SMOLRUN_MODELS (models, default ~/.cache/smolrun/models),
 #      SMOLRUN_REGEN_NO_PPL=1: no perplexity goldens for the low-bit models (llama.cpp b11434 has
@@ -61,7 +63,7 @@ golden=$cache/golden-bin/golden
 mkdir -p "$cache/golden-bin"
 if [[ ! -x $golden || $repo/tools/oracle/golden.cpp -nt $golden || $bin/libllama.so -nt $golden ]]; then
   echo "regen: compiling tools/oracle/golden.cpp"
-  g++ -O2 -std=c++17 -I"$src/include" -I"$src/ggml/include" -I"$src/vendor" \
+  g++ -O2 -std=c++17 -I"$src/include" -I"$src/src" -I"$src/ggml/include" -I"$src/vendor" \
     "$repo/tools/oracle/golden.cpp" -o "$golden" \
     -L"$bin" -lllama -lggml -lggml-base -Wl,-rpath,"$bin"
 fi
@@ -85,6 +87,8 @@ for m in "${want[@]}"; do
   # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
   [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || $m == synthetic-qwen35 || -n $lowbit_type ]] && corpus=()
   (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
+  # models with an MTP (nextn) layer: llama.cpp's MTP drafts along the greedy continuations
+  [[ $m == synthetic-qwen35 ]] && (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json --mtp --out "$out")
 
   if [[ -n $lowbit_type ]]; then
     # which file the goldens belong to: its tensor data's sha256 (the bytes `smolrun gguf requant`

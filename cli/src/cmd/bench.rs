@@ -3,11 +3,16 @@
 //! a ratio. pp: one batch of `-p` prompt tokens from an empty cache; tg: `-n` tokens decoded one
 //! at a time from an empty cache. Token ids are fixed pseudo-random ids (llama-bench also uses
 //! random tokens): speed does not depend on which tokens they are. One warm-up run, then `-r`
-//! timed repetitions; the median is reported. `-d N` (llama-bench's `-d`) runs each test on top
-//! of N tokens already in the context (processed untimed before it): how speed falls as a chat
-//! grows, which a KV cache makes it do and a recurrent layer's fixed state does not.
+//! timed repetitions; the median is reported. With `--draft` (speculative decoding), tg is
+//! instead `-n` tokens generated greedily after an 8-token prompt (drafts are only accepted
+//! where they are the model's own choice, which random tokens never are), with tokens per pass
+//! and the drafts' acceptance beside the speed. `-d N` (llama-bench's `-d`) runs each test on
+//! top of N tokens already in the context (processed untimed before it): how speed falls as a
+//! chat grows, which a KV cache makes it do and a recurrent layer's fixed state does not.
 
-use crate::engine::{self, Engine};
+use crate::engine::{self, Engine, GenerateOptions};
+use smolrun_core::sampler::SamplerParams;
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -36,6 +41,8 @@ pub struct Args {
     /// Print one JSON object on the last line.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub draft: crate::speculative::DraftArgs,
 }
 
 /// Deterministic, spread-out token ids below `n_vocab` (a linear congruential walk).
@@ -83,14 +90,21 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let n_ctx = args.n_depth + args.n_prompt.max(args.n_gen).max(1);
-    let (path, file) = engine::open_model(&args.model, &args.mem, Some(n_ctx))?;
+    if args.n_depth > 0 && args.draft.choice() != crate::speculative::DraftChoice::Off {
+        return Err("-d with --draft: drafted generation runs from an empty context".into());
+    }
+    let n_ctx = args.n_depth + args.n_prompt.max(args.n_gen + GEN_PROMPT).max(1);
+    let mut mem = args.mem.clone();
+    mem.pin_mtp = args.draft.may_use_mtp();
+    let (path, file) = engine::open_model(&args.model, &mem, Some(n_ctx))?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, Some(n_ctx), &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, &file, Some(n_ctx), &mem)?;
     let mut engine = Engine::load(&path, &gguf, &file, Some(n_ctx), threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;
+    let drafting = engine.set_draft(&args.draft)?;
     let n_vocab = engine.tokenizer.n_vocab().min(engine.n_vocab());
+    let mut spec = crate::speculative::SpecStats::default();
     let kernels = engine.kernels_name();
 
     let mut pp = Vec::new();
@@ -118,17 +132,31 @@ pub fn run(args: Args) -> Result<(), String> {
             let read_before = engine.stream_bytes_read();
             let moe_before = engine.moe_stats();
             let t = Instant::now();
-            for &tok in &tokens {
-                engine.decode(tok)?;
-            }
+            let elapsed = match drafting {
+                None => {
+                    for &tok in &tokens {
+                        engine.decode(tok)?;
+                    }
+                    t.elapsed().as_secs_f64()
+                }
+                Some(_) => {
+                    let gen = generate(&mut engine, &tokens[..GEN_PROMPT], args.n_gen)?;
+                    if timed {
+                        spec.passes += gen.spec.passes;
+                        spec.drafted += gen.spec.drafted;
+                        spec.accepted += gen.spec.accepted;
+                    }
+                    gen.gen_time.as_secs_f64()
+                }
+            };
             if timed {
-                tg_seconds += t.elapsed().as_secs_f64();
+                tg_seconds += elapsed;
                 tg_read += engine.stream_bytes_read() - read_before;
                 if let (Some(now), Some(before)) = (engine.moe_stats(), moe_before) {
                     let run = now.since(&before);
                     tg_moe = Some(tg_moe.map_or(run, |sum| sum.plus(&run)));
                 }
-                tg.push(args.n_gen as f64 / t.elapsed().as_secs_f64());
+                tg.push(args.n_gen as f64 / elapsed);
             }
         }
     }
@@ -164,6 +192,14 @@ pub fn run(args: Args) -> Result<(), String> {
         );
     }
     println!("peak RSS: {peak_rss_mb:.1} MB");
+    if let Some(d) = &drafting {
+        println!(
+            "draft: {d} | {} of {} drafted tokens accepted | {:.2} tokens per pass",
+            spec.accepted,
+            spec.drafted,
+            spec.tokens_per_pass(args.n_gen * args.reps).unwrap_or(1.0)
+        );
+    }
     if let Some(report) = &stream {
         println!("{}", report.line());
     }
@@ -183,6 +219,11 @@ pub fn run(args: Args) -> Result<(), String> {
                 "peak_rss_mb": peak_rss_mb,
                 "kernels": kernels,
         });
+        if let Some(d) = &drafting {
+            out["draft"] = d.clone().into();
+            out["draft_accept_rate"] = spec.accept_rate().into();
+            out["tokens_per_pass"] = spec.tokens_per_pass(args.n_gen * args.reps).into();
+        }
         if let Some(report) = &stream {
             report.add_to(&mut out);
         }
@@ -192,6 +233,28 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("{out}");
     }
     Ok(())
+}
+
+/// Prompt tokens before a drafted tg run.
+const GEN_PROMPT: usize = 8;
+
+/// `n` tokens generated greedily after `prompt` from an empty cache (end-of-generation tokens
+/// banned, so every run generates all `n`).
+fn generate(engine: &mut Engine, prompt: &[u32], n: usize) -> Result<engine::Generation, String> {
+    engine.reset();
+    let mut sampler = engine.sampler(SamplerParams::greedy())?;
+    for id in 0..engine.tokenizer.n_vocab() as u32 {
+        if engine.tokenizer.is_eog(id) {
+            sampler.ban(id);
+        }
+    }
+    let options = GenerateOptions {
+        max_tokens: Some(n),
+        ..GenerateOptions::default()
+    };
+    engine.generate_with(prompt, &mut sampler, options, None, &mut |_| {
+        ControlFlow::Continue(())
+    })
 }
 
 #[cfg(test)]

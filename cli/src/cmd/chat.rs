@@ -71,9 +71,11 @@ pub fn run(args: Args) -> Result<(), String> {
     if threads == 0 {
         return Err("-t 0: use at least 1 thread".into());
     }
-    let (path, file) = engine::open_model(&args.model, &args.mem, args.ctx)?;
+    let mut mem = args.mem.clone();
+    mem.pin_mtp = args.draft.may_use_mtp();
+    let (path, file) = engine::open_model(&args.model, &mem, args.ctx)?;
     let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &mem)?;
     let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
     engine.watch_memory(guard);
     engine::leave_embeddings_on_flash(&file, &gguf)?;

@@ -74,13 +74,15 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let load_start = std::time::Instant::now();
     let t = std::time::Instant::now();
-    let (path, file) = engine::open_model(&args.model, &args.mem, args.ctx)?;
+    let mut mem = args.mem.clone();
+    mem.pin_mtp = args.draft.may_use_mtp();
+    let (path, file) = engine::open_model(&args.model, &mem, args.ctx)?;
     engine::phase_time("open", t);
     let t = std::time::Instant::now();
     let gguf = engine::parse_gguf(&path, &file)?;
     engine::phase_time("parse header", t);
     let t = std::time::Instant::now();
-    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &args.mem)?;
+    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &mem)?;
     engine::phase_time("memory check", t);
     let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
     engine.watch_memory(guard);

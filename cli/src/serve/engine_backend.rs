@@ -46,6 +46,9 @@ impl EngineBackend {
         mem: &engine::MemoryArgs,
         draft: &crate::speculative::DraftArgs,
     ) -> Result<Self, String> {
+        let mut mem = mem.clone();
+        mem.pin_mtp = draft.may_use_mtp();
+        let mem = &mem;
         let (path, file) = engine::open_model(model, mem, n_ctx)?;
         let file: &'static ModelFile = Box::leak(Box::new(file));
         let gguf: &'static Gguf<'static> = Box::leak(Box::new(engine::parse_gguf(&path, file)?));

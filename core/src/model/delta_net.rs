@@ -98,23 +98,67 @@ pub struct RecurrentState {
     pub ssm: Vec<f32>,
     /// The same as f16 bits with `state_f16`; else empty.
     pub ssm_f16: Vec<u16>,
+    /// Copies of `conv` and `ssm` (and of `ssm_f16`, in `steps_f16`) after each of the first
+    /// tokens of a verify pass (a pass whose `Pass::keep_steps` is set), back to back: a
+    /// rejected draft goes back to the state after the last accepted token by copying one of
+    /// them back ([`RecurrentState::restore_step`]), instead of running the accepted tokens
+    /// again through the whole model. Empty when the state never verifies drafts.
+    pub steps: Vec<f32>,
+    pub steps_f16: Vec<u16>,
 }
 
 impl RecurrentState {
     pub fn new(shape: &DeltaNetShape) -> RecurrentState {
+        RecurrentState::with_steps(shape, 0)
+    }
+
+    /// A state that keeps a copy of itself after each of the first `n_steps` tokens of a
+    /// verify pass.
+    pub fn with_steps(shape: &DeltaNetShape, n_steps: usize) -> RecurrentState {
         let (n32, n16) = match shape.state_f16 {
             false => (shape.ssm_state_len(), 0),
             true => (0, shape.ssm_state_len()),
         };
+        let conv = shape.conv_state_len();
         RecurrentState {
-            conv: vec![0.0; shape.conv_state_len()],
+            conv: vec![0.0; conv],
             ssm: vec![0.0; n32],
             ssm_f16: vec![0; n16],
+            steps: vec![0.0; n_steps * (conv + n32)],
+            steps_f16: vec![0; n_steps * n16],
         }
     }
 
     pub fn bytes(&self) -> usize {
-        4 * (self.conv.len() + self.ssm.len()) + 2 * self.ssm_f16.len()
+        4 * (self.conv.len() + self.ssm.len() + self.steps.len())
+            + 2 * (self.ssm_f16.len() + self.steps_f16.len())
+    }
+
+    /// Keeps the state as it is after token `t` of a verify pass (nothing past the copies it
+    /// has room for: the state after a pass's last token is the live one).
+    fn save_step(&mut self, t: usize) {
+        let (c, len, len16) = self.step_lens();
+        if let Some(step) = self.steps.get_mut(t * len..(t + 1) * len) {
+            step[..c].copy_from_slice(&self.conv);
+            step[c..].copy_from_slice(&self.ssm);
+            self.steps_f16[t * len16..(t + 1) * len16].copy_from_slice(&self.ssm_f16);
+        }
+    }
+
+    /// Puts back the state kept after token `t` of the last verify pass.
+    pub fn restore_step(&mut self, t: usize) {
+        let (c, len, len16) = self.step_lens();
+        let step = &self.steps[t * len..(t + 1) * len];
+        self.conv.copy_from_slice(&step[..c]);
+        self.ssm.copy_from_slice(&step[c..]);
+        self.ssm_f16
+            .copy_from_slice(&self.steps_f16[t * len16..(t + 1) * len16]);
+    }
+
+    /// (conv, f32 values, f16 values) of one copy.
+    fn step_lens(&self) -> (usize, usize, usize) {
+        let c = self.conv.len();
+        (c, c + self.ssm.len(), self.ssm_f16.len())
     }
 
     /// The state of an empty sequence.
@@ -251,6 +295,10 @@ impl DeltaNet {
             {
                 math::rms_norm_in_place(o, &self.ssm_norm, p.rms_eps);
                 o.iter_mut().zip(z).for_each(|(o, &z)| *o *= math::silu(z));
+            }
+            // (after the last token the live state is the copy)
+            if p.keep_steps && t + 1 < n {
+                state.save_step(t);
             }
         }
         p.tap("final_output", l, &a.att_out, value_dim);

@@ -96,8 +96,11 @@ pub struct HParams {
     pub family: Family,
     pub arch: String,
     /// Layers inference runs: `block_count` less the trailing MTP layers
-    /// (`nextn_predict_layers`), whose tensors are left unread.
+    /// (`nextn_predict_layers`), whose tensors are left unread unless MTP drafting loads them
+    /// (`Model::load_mtp`).
     pub n_layer: usize,
+    /// Trailing MTP (nextn) blocks after the `n_layer` layers (`nextn_predict_layers`).
+    pub n_nextn: usize,
     pub n_embd: usize,
     /// The FFN's hidden width (`feed_forward_length`).
     pub n_ff: usize,
@@ -418,6 +421,7 @@ impl HParams {
             family,
             arch: arch.into(),
             n_layer,
+            n_nextn,
             n_embd,
             n_ff,
             n_head,
@@ -439,6 +443,24 @@ impl HParams {
             final_logit_softcap,
             attn_logit_softcap,
             layers,
+        })
+    }
+
+    /// The shape of the MTP block that drafts with Qwen3.5's `nextn` layer (`blk.{n_layer}`): a
+    /// gated full-attention block with a dense FFN, as llama.cpp's qwen35 graph_mtp runs it.
+    /// `None` for a family whose MTP block smolrun does not run.
+    pub fn mtp_layer(&self) -> Option<LayerShape> {
+        (self.family == Family::Qwen35).then_some(LayerShape {
+            mixer: MixerShape::Attention(AttentionShape {
+                n_head: self.n_head,
+                n_head_kv: self.n_head_kv,
+                head_dim: self.head_dim,
+                head_dim_v: self.head_dim_v,
+                window: None,
+                fused_qkv: false,
+                output_gate: true,
+            }),
+            ffn: FfnShape::Dense { n_ff: self.n_ff },
         })
     }
 

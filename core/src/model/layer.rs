@@ -177,9 +177,18 @@ pub enum LayerState {
 
 impl LayerState {
     pub fn new(shape: &LayerShape, n_ctx: usize) -> LayerState {
+        LayerState::with_steps(shape, n_ctx, 0)
+    }
+
+    /// A layer's state whose recurrent part (if any) keeps `n_steps` copies of itself in a
+    /// verify pass (see `RecurrentState::steps`); a KV cache needs none (a rejected draft's
+    /// entries are simply overwritten).
+    pub fn with_steps(shape: &LayerShape, n_ctx: usize, n_steps: usize) -> LayerState {
         match shape.mixer {
             MixerShape::Attention(a) => LayerState::Kv(KvCache::new(&a, n_ctx)),
-            MixerShape::DeltaNet(d) => LayerState::Recurrent(RecurrentState::new(&d)),
+            MixerShape::DeltaNet(d) => {
+                LayerState::Recurrent(RecurrentState::with_steps(&d, n_steps))
+            }
         }
     }
 

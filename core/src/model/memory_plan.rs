@@ -159,6 +159,22 @@ impl MemoryPlan {
         }
     }
 
+    /// This plan with the state MTP drafting adds for `n_draft` drafts per pass (a model with
+    /// an MTP layer smolrun runs; unchanged otherwise): the copies of the recurrent state a
+    /// verify pass keeps, the MTP block's KV cache and buffers.
+    pub fn with_mtp_drafting(self, hp: &HParams, n_ctx: usize, n_draft: usize) -> MemoryPlan {
+        if hp.n_nextn != 1 || hp.mtp_layer().is_none() {
+            return self;
+        }
+        let base = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, 0);
+        let drafting = base.with_logit_rows(hp, n_draft + 1).with_mtp(hp);
+        let extra = drafting.kv_cache_bytes() - base.kv_cache_bytes() + drafting.mtp_bytes;
+        MemoryPlan {
+            kv_cache: self.kv_cache + extra as u64,
+            ..self
+        }
+    }
+
     /// Everything added up: what the process will hold once it is decoding at a full context.
     pub fn total(&self) -> u64 {
         self.parts().iter().map(|p| p.1).sum()
@@ -212,6 +228,7 @@ mod tests {
             family: Family::Qwen2,
             arch: String::from("qwen2"),
             n_layer: 2,
+            n_nextn: 0,
             n_embd: 64,
             n_ff: 128,
             n_head: 4,

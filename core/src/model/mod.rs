@@ -27,6 +27,7 @@ pub mod layer;
 pub mod matrix;
 pub mod memory_plan;
 pub mod moe_ffn;
+pub mod mtp;
 pub mod pager;
 pub mod pass;
 pub mod perplexity;
@@ -44,6 +45,7 @@ pub use layer::{Ffn, FfnShape, Layer, LayerShape, LayerState, MixerShape, TokenM
 pub use matrix::{Loader, Matrix};
 pub use memory_plan::MemoryPlan;
 pub use moe_ffn::{Gating, MoeFfn, Routing, SharedExpert, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS};
+pub use mtp::{Mtp, MtpState};
 pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
     bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
@@ -144,6 +146,8 @@ pub struct Model {
     /// Pre-gated prefetch: each MoE layer guesses the experts of the layer this many ahead
     /// (0: off; see [`Model::set_moe_options`]).
     pub moe_predict: usize,
+    /// Qwen3.5's MTP block, loaded for drafting with it ([`Model::load_mtp`]); `None`: skipped.
+    pub mtp: Option<Mtp>,
 }
 
 /// How a mixture of experts runs, beyond what the file says (`--experts`, `--moe-cache-bias`,
@@ -288,7 +292,88 @@ impl Model {
             rope_freqs,
             kernels_name: kernels.name(),
             moe_predict: 0,
+            mtp: None,
         })
+    }
+
+    /// Loads the MTP block (`blk.{n_layer}`: gated attention, FFN, `nextn.*`) for drafting with
+    /// it; refuses a model without one, of another family, or with more than one (llama.cpp's
+    /// qwen35 MTP graph runs exactly one).
+    pub fn load_mtp(
+        &mut self,
+        g: &Gguf,
+        store: &dyn WeightStore,
+        kernels: &KernelSet,
+    ) -> Result<(), ModelError> {
+        let shape = mtp::check_mtp_layers(&self.hp)?;
+        let (hp, sw) = (&self.hp, self.switches);
+        let (l, n_embd) = (hp.n_layer, hp.n_embd);
+        let ld = Loader {
+            gguf: g,
+            store,
+            kernels,
+        };
+        let n = |s: &str| alloc::format!("blk.{l}.{s}");
+        let (MixerShape::Attention(a), FfnShape::Dense { n_ff }) = (shape.mixer, shape.ffn) else {
+            unreachable!("the MTP block is gated attention and a dense FFN (HParams::mtp_layer)");
+        };
+        let opts = AttentionOptions {
+            qkv_bias: sw.qkv_bias,
+            qk_norm: sw.qk_norm,
+            post_norm: sw.post_norms,
+            scale_q_before_attention: sw.scale_q_before_attention,
+            softcap: hp.attn_logit_softcap,
+        };
+        // Layer 0's RoPE: qwen35 has no sliding window, every attention layer rotates alike.
+        let rope = layer_rope(hp, sw.rope_style, 0);
+        let attention = Attention::load(&ld, l, n_embd, a, opts, rope, kernels.attention())?;
+        let gate = Gate::Silu {
+            swiglu: kernels.swiglu(),
+        };
+        let ffn = DenseFfn::load(
+            &ld,
+            l,
+            "post_attention_norm.weight",
+            n_embd,
+            n_ff,
+            false,
+            gate,
+        )?;
+        let head_norm = match ld.opt_vector(&n("nextn.shared_head_norm.weight"), n_embd)? {
+            Some(w) => w,
+            None => self.output_norm.clone(),
+        };
+        let head = match g.tensor(&n("nextn.shared_head_head.weight")) {
+            Some(_) if self.head_ids.is_some() => {
+                return Err(ModelError::BadOption {
+                    option: "--draft mtp",
+                    reason: "this pruned-head file's MTP layer has a head of its own \
+                             (nextn.shared_head_head), which prune-head does not prune: use the \
+                             unpruned file"
+                        .into(),
+                })
+            }
+            Some(_) => Some(ld.matrix(&n("nextn.shared_head_head.weight"), n_embd, hp.n_vocab)?),
+            None => None,
+        };
+        let embed = match g.tensor(&n("nextn.embed_tokens.weight")) {
+            Some(_) => Some(ld.matrix(&n("nextn.embed_tokens.weight"), n_embd, hp.n_vocab)?),
+            None => None,
+        };
+        let mut block = Mtp {
+            layer: Layer::new(TokenMixer::Attention(attention), Ffn::Dense(ffn)),
+            eh_proj: ld.matrix(&n("nextn.eh_proj.weight"), 2 * n_embd, n_embd)?,
+            enorm: ld.vector(&n("nextn.enorm.weight"), n_embd)?,
+            hnorm: ld.vector(&n("nextn.hnorm.weight"), n_embd)?,
+            head_norm,
+            head,
+            embed,
+            keys: Vec::new(),
+        };
+        block.keys = block.matrices().iter().map(|m| m.key).collect();
+        block.keys.push(self.output.key);
+        self.mtp = Some(block);
+        Ok(())
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -419,6 +504,7 @@ impl Model {
             logits_rows: 0..1,
             kernel,
             prompt: false,
+            verify: false,
         };
         self.forward_chunk(state, store, par, chunk, Output::Logits(&mut no_logits))?;
         Ok(state.logits())
@@ -453,6 +539,7 @@ impl Model {
                 logits_rows,
                 kernel,
                 prompt: true,
+                verify: false,
             };
             self.forward_chunk(state, store, par, chunk, Output::Logits(&mut |_, _| {}))?;
         }
@@ -489,6 +576,7 @@ impl Model {
             logits_rows: 0..tokens.len(),
             kernel: AttentionKernel::F16Accumulator,
             prompt: false,
+            verify: true,
         };
         self.forward_chunk(state, store, par, chunk, Output::Logits(&mut |_, _| {}))
     }
@@ -517,6 +605,7 @@ impl Model {
                 logits_rows,
                 kernel,
                 prompt: true,
+                verify: false,
             };
             self.forward_chunk(
                 state,
@@ -552,6 +641,7 @@ impl Model {
                 logits_rows: 0..chunk.len(),
                 kernel,
                 prompt: true,
+                verify: false,
             };
             self.forward_chunk(
                 state,
@@ -584,13 +674,29 @@ impl Model {
             });
         }
         // A recurrent state holds everything before `s.pos` folded in: it can go on from
-        // there, or start over at 0, never back.
+        // there, or start over at 0, or go back into the last verify pass (`State::rewind`).
         if s.has_recurrent_layers() && pos != s.pos {
             if pos != 0 {
                 return Err(ModelError::RecurrentRewind { pos, at: s.pos });
             }
             s.layers.iter_mut().for_each(LayerState::clear);
         }
+        // The MTP block's pairs of the accepted positions before this pass, while their hidden
+        // states are still at hand (normally a draft's first step has run them already).
+        if s.mtp.is_some() {
+            self.mtp_catch_up(s, store, par, pos)?;
+            if let Some(m) = &mut s.mtp {
+                // This pass writes every position from `pos` on again (a draft's first step
+                // wrote the pair at `pos` already; it is made again from this pass's rows).
+                m.rewind(pos);
+                m.begin_pass(pos);
+            }
+        }
+        s.steps_from = pos;
+        s.steps_kept = match chunk.verify {
+            true => (n - 1).min(s.n_logits - 1),
+            false => 0,
+        };
         let State {
             act,
             act_q,
@@ -600,6 +706,7 @@ impl Model {
             logits,
             head_logits,
             tap,
+            mtp: mtp_state,
             ..
         } = s;
         let mut p = Pass::new(
@@ -615,6 +722,7 @@ impl Model {
             act_tables,
             tile,
         );
+        p.keep_steps = chunk.verify;
         for (t, &token) in chunk.tokens.iter().enumerate() {
             self.embed(&mut p, act, token, t)?;
         }
@@ -633,6 +741,16 @@ impl Model {
                 d => self.layers.get(l + d),
             };
             layer.forward(&mut p, l, act, state, pos, predict)?;
+        }
+        if let Some(m) = mtp_state {
+            // The hidden states the MTP block pairs with the next tokens: the head's input.
+            let e = self.hp.n_embd;
+            for t in 0..n {
+                let h = row_mut(&mut m.hidden, e, t);
+                math::rms_norm(h, row(&act.x, e, t), &self.output_norm, self.hp.rms_eps);
+            }
+            m.tokens[..n].copy_from_slice(chunk.tokens);
+            m.hidden_rows = n;
         }
         s.pos = pos + n;
         let on_logits = match out {
@@ -657,11 +775,21 @@ impl Model {
         let mut rows = chunk.logits_rows;
         while !rows.is_empty() {
             let group = rows.start..(rows.start + n_logits).min(rows.end);
-            self.lm_head(&mut p, act, logits, head_logits, group.clone())?;
+            let head = (
+                &self.output_norm[..],
+                &self.output,
+                self.head_ids.as_deref(),
+            );
+            self.lm_head(&mut p, act, logits, head_logits, group.clone(), head)?;
             for (i, t) in group.clone().enumerate() {
                 on_logits(t, row(logits, n_vocab, i));
             }
             rows.start = group.end;
+        }
+        // A prompt's tokens are all accepted: their MTP pairs run now, one chunk at a time
+        // (the next chunk replaces these hidden states).
+        if chunk.prompt && s.mtp.is_some() {
+            self.mtp_catch_up(s, store, par, pos + n)?;
         }
         Ok(())
     }
@@ -669,6 +797,7 @@ impl Model {
     /// logits[i] = Wout rms_norm(x[t]) (softcapped for Gemma 2-style heads) for the tokens `t`
     /// of `rows` (at most the state's `n_logits`), as one matmul: the head is asked of the store
     /// once for all of them.
+    /// `head` is (the norm, the head, a pruned head's ids): the model's, or the MTP block's.
     fn lm_head(
         &self,
         p: &mut Pass,
@@ -676,24 +805,26 @@ impl Model {
         logits: &mut [f32],
         head_logits: &mut [f32],
         rows: core::ops::Range<usize>,
+        head: (&[f32], &Matrix, Option<&[u32]>),
     ) -> Result<(), ModelError> {
         let hp = &self.hp;
+        let (norm, output, head_ids) = head;
         let (n, count) = (hp.n_embd, rows.len());
         for (i, t) in rows.enumerate() {
             let xb = row_mut(&mut a.xb, n, i);
-            math::rms_norm(xb, row(&a.x, n, t), &self.output_norm, hp.rms_eps);
+            math::rms_norm(xb, row(&a.x, n, t), norm, hp.rms_eps);
             if let Some(f) = p.tapping() {
                 f("result_norm", 0, xb);
             }
         }
         // A pruned head computes its kept rows only, then puts them at their ids.
-        let width = self.output.n_rows;
-        let head_out = match self.head_ids {
+        let width = output.n_rows;
+        let head_out = match head_ids {
             None => &mut logits[..count * width],
             Some(_) => &mut head_logits[..count * width],
         };
         let n_pass = core::mem::replace(&mut p.n, count);
-        let result = p.matvec(&self.output, &a.xb[..count * n], head_out);
+        let result = p.matvec(output, &a.xb[..count * n], head_out);
         p.n = n_pass;
         result?;
         if let Some(cap) = hp.final_logit_softcap {
@@ -701,7 +832,7 @@ impl Model {
                 *v = math::softcap(*v, cap);
             }
         }
-        if let Some(ids) = &self.head_ids {
+        if let Some(ids) = head_ids {
             let n_vocab = hp.n_vocab;
             for i in 0..count {
                 head::scatter(row(head_logits, width, i), ids, row_mut(logits, n_vocab, i));
@@ -751,6 +882,8 @@ struct Chunk<'t> {
     logits_rows: core::ops::Range<usize>,
     kernel: AttentionKernel,
     prompt: bool,
+    /// A verify pass: the recurrent layers keep their state after each token (`State::rewind`).
+    verify: bool,
 }
 
 /// Layer `l`'s RoPE: sliding-window layers use their own base and are never frequency-scaled;

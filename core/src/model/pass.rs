@@ -33,6 +33,9 @@ pub struct Pass<'p> {
     /// Per-pair RoPE frequency divisors of the model (Llama 3's `rope_freqs.weight`).
     pub rope_freqs: Option<&'p [f32]>,
     pub rms_eps: f32,
+    /// A verify pass: each recurrent layer keeps a copy of its state after each token, so that
+    /// a rejected draft can go back to the last accepted one (`RecurrentState::steps`).
+    pub keep_steps: bool,
     tap: Option<TapFn>,
     /// The `n` quantized input rows of the matvec in progress.
     act_q: &'p mut [u8],
@@ -70,6 +73,7 @@ impl<'p> Pass<'p> {
             attention_kernel,
             rope_freqs,
             rms_eps,
+            keep_steps: false,
             tap,
             act_q,
             act_tables,

@@ -4,7 +4,8 @@
 
 use super::error::ModelError;
 use super::hparams::HParams;
-use super::layer::{LayerState, LayerWidths};
+use super::layer::{LayerShape, LayerState, LayerWidths, MixerShape};
+use super::mtp::MtpState;
 use super::pass::TapFn;
 use super::Model;
 use alloc::vec;
@@ -46,6 +47,17 @@ pub struct StateShape {
     /// Tokens whose logits one pass computes together, with one read of the LM head (1: the
     /// head runs token by token; speculative decoding verifies its drafts with more).
     pub n_logits: usize,
+    /// Bytes of the MTP block's buffers besides its KV cache (0 without MTP drafting).
+    pub mtp_bytes: usize,
+}
+
+/// Bytes of the recurrent layers' state (one copy).
+fn recurrent_bytes(layers: &[LayerShape]) -> usize {
+    let recurrent = layers.iter().filter_map(|l| match l.mixer {
+        MixerShape::DeltaNet(d) => Some(d.state_bytes()),
+        MixerShape::Attention(_) => None,
+    });
+    recurrent.sum()
 }
 
 impl StateShape {
@@ -67,14 +79,35 @@ impl StateShape {
             n_vocab: hp.n_vocab,
             head_rows,
             n_logits: 1,
+            mtp_bytes: 0,
         }
     }
 
     /// This shape with `n_logits` rows of logits (clamped to 1..=n_batch: the head's input rows
-    /// are rows of the activation buffers).
-    pub fn with_logit_rows(self, n_logits: usize) -> StateShape {
+    /// are rows of the activation buffers). A verify pass of `n_logits` tokens keeps
+    /// `n_logits - 1` copies of each recurrent layer's state (`RecurrentState::steps`).
+    pub fn with_logit_rows(self, hp: &HParams, n_logits: usize) -> StateShape {
+        let n_logits = n_logits.clamp(1, self.n_batch);
         StateShape {
-            n_logits: n_logits.clamp(1, self.n_batch),
+            n_logits,
+            layer_state_bytes: self.layer_state_bytes
+                + (n_logits - 1) * recurrent_bytes(&hp.layers),
+            ..self
+        }
+    }
+
+    /// This shape with the state of Qwen3.5's MTP block (its KV cache, the trunk's hidden rows
+    /// it reads, its input row), for MTP drafting ([`MtpState`]).
+    pub fn with_mtp(self, hp: &HParams) -> StateShape {
+        let Some(shape) = hp.mtp_layer() else {
+            return self;
+        };
+        let e = self.n_embd;
+        StateShape {
+            layer_state_bytes: self.layer_state_bytes + shape.state_bytes(self.n_ctx),
+            // the MTP's eh_proj reads rows of 2 x n_embd
+            act_row_bytes: self.act_row_bytes.max(2 * e * 4),
+            mtp_bytes: 4 * (self.n_batch * (e + 2 * e) + 2 * e) + 4 * self.n_batch,
             ..self
         }
     }
@@ -107,6 +140,7 @@ impl StateShape {
             + b * self.act_row_bytes
             + self.act_tables
             + self.widths.router
+            + self.mtp_bytes
     }
 
     /// f32s of the mixture-of-experts scratch (one token's sum and one expert's output; none
@@ -186,6 +220,13 @@ pub struct State {
     /// The rows of a pruned head before they are scattered into `logits` (empty for a full
     /// head), `n_logits` rows.
     pub(super) head_logits: Vec<f32>,
+    /// The first position of the last verify pass and how many of its tokens each recurrent
+    /// layer kept a copy of its state after (0 after any other pass): where [`State::rewind`]
+    /// may go back to.
+    pub(super) steps_from: usize,
+    pub(super) steps_kept: usize,
+    /// Qwen3.5's MTP block's state, when the state drafts with it ([`State::with_mtp`]).
+    pub(super) mtp: Option<MtpState>,
     /// Called with (name, layer, values) at the named points of the forward pass (llama.cpp's
     /// tensor names: attn_norm, Qcur, Kcur, Vcur, kqv_out, sa_out, ffn_out, l_out,
     /// result_norm), once per token, for debugging a disagreement layer by layer. `None` in
@@ -215,6 +256,33 @@ impl State {
         n_batch: usize,
         n_logits: usize,
     ) -> Result<State, ModelError> {
+        State::sized(model, n_ctx, n_batch, n_logits, false)
+    }
+
+    /// Like [`State::with_logit_rows`], with the state of the model's MTP block for drafting
+    /// with it ([`Model::mtp_begin`]); the model must have it loaded ([`Model::load_mtp`]).
+    pub fn with_mtp(
+        model: &Model,
+        n_ctx: usize,
+        n_batch: usize,
+        n_logits: usize,
+    ) -> Result<State, ModelError> {
+        if model.mtp.is_none() {
+            return Err(ModelError::BadOption {
+                option: "--draft mtp",
+                reason: "the model's MTP layer is not loaded (Model::load_mtp)".into(),
+            });
+        }
+        State::sized(model, n_ctx, n_batch, n_logits, true)
+    }
+
+    fn sized(
+        model: &Model,
+        n_ctx: usize,
+        n_batch: usize,
+        n_logits: usize,
+        mtp: bool,
+    ) -> Result<State, ModelError> {
         let hp = &model.hp;
         if n_ctx == 0 || n_ctx > hp.n_ctx_train {
             return Err(ModelError::BadContext {
@@ -223,9 +291,12 @@ impl State {
             });
         }
         let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
-        let sh = StateShape::new(hp, n_ctx, n_batch, head_rows)
-            .with_logit_rows(n_logits)
+        let mut sh = StateShape::new(hp, n_ctx, n_batch, head_rows)
+            .with_logit_rows(hp, n_logits)
             .with_act_tables(model.act_table_bytes());
+        if mtp {
+            sh = sh.with_mtp(hp);
+        }
         let (b, w) = (sh.n_batch, sh.widths);
         Ok(State {
             n_ctx,
@@ -258,7 +329,7 @@ impl State {
             layers: hp
                 .layers
                 .iter()
-                .map(|l| LayerState::new(l, n_ctx))
+                .map(|l| LayerState::with_steps(l, n_ctx, sh.n_logits - 1))
                 .collect(),
             // A pruned head never writes its dropped ids: they stay -inf.
             logits: vec![
@@ -272,8 +343,51 @@ impl State {
             n_logits: sh.n_logits,
             n_vocab: hp.n_vocab,
             head_logits: vec![0.0; sh.n_logits * head_rows],
+            steps_from: 0,
+            steps_kept: 0,
+            mtp: match (mtp, hp.mtp_layer()) {
+                (true, Some(shape)) => Some(MtpState::new(&shape, n_ctx, b, sh.n_embd)),
+                _ => None,
+            },
             tap: None,
         })
+    }
+
+    /// Goes back to position `pos` (at most the current one): a rejected draft's tokens are
+    /// forgotten. A KV cache only moves its position (what lies beyond is overwritten before it
+    /// is read). A recurrent state can go back only into the last verify pass, to the copy it
+    /// kept after token `pos - 1`, or to 0, where it starts over (zeroed).
+    pub fn rewind(&mut self, pos: usize) -> Result<(), ModelError> {
+        if pos == self.pos {
+            return Ok(());
+        }
+        if pos > self.pos {
+            return Err(ModelError::RecurrentRewind { pos, at: self.pos });
+        }
+        if pos == 0 {
+            self.reset();
+            return Ok(());
+        }
+        if self.has_recurrent_layers() {
+            // The copy after token t of the pass is the state at position steps_from + t + 1.
+            let kept = self.steps_from + 1..=self.steps_from + self.steps_kept;
+            if !kept.contains(&pos) {
+                return Err(ModelError::RecurrentRewind { pos, at: self.pos });
+            }
+            let t = pos - self.steps_from - 1;
+            for l in &mut self.layers {
+                if let LayerState::Recurrent(r) = l {
+                    r.restore_step(t);
+                }
+            }
+            // The copies after it are of tokens now forgotten.
+            self.steps_kept = t;
+        }
+        self.pos = pos;
+        if let Some(m) = &mut self.mtp {
+            m.rewind(pos);
+        }
+        Ok(())
     }
 
     /// Layer `l`'s recurrent state, `(conv window, delta-rule matrices)` (see delta_net.rs for
@@ -310,7 +424,11 @@ impl State {
     /// state is zeroed).
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.steps_kept = 0;
         self.layers.iter_mut().for_each(LayerState::clear);
+        if let Some(m) = &mut self.mtp {
+            m.rewind(0);
+        }
     }
 
     /// The logits of the last token whose logits the last pass computed (decoding, a prompt),
@@ -352,5 +470,6 @@ impl State {
             + self.act_tables.len()
             + a.moe_held.len()
             + self.layers.iter().map(LayerState::bytes).sum::<usize>()
+            + self.mtp.as_ref().map_or(0, MtpState::bytes)
     }
 }

@@ -194,6 +194,55 @@ impl StreamPlan {
     }
 }
 
+impl StreamPlan {
+    /// [`StreamPlan::new`] with the weights `pinned` resident whatever their size, their bytes
+    /// taken from the budget first: weights asked for outside the pass's order (Qwen3.5's MTP
+    /// block and the LM head its draft steps read again, several times between two passes),
+    /// which a ring read once per pass in order cannot serve.
+    pub fn with_pinned(
+        table: &TensorTable,
+        order: &[WeightKey],
+        pinned: &[WeightKey],
+        budget: StreamBudget,
+        align: u64,
+    ) -> Result<StreamPlan, ModelError> {
+        let mut kept: Vec<PlannedWeight> = Vec::new();
+        for &key in pinned {
+            if kept.iter().any(|w| w.key == key) {
+                continue;
+            }
+            let extent = table.extent(key).map_err(ModelError::WeightRead)?;
+            let span = aligned_span(&extent, align.max(1));
+            kept.push(PlannedWeight { key, extent, span });
+        }
+        let bytes: u64 = kept.iter().map(PlannedWeight::span_bytes).sum();
+        let short = |b: u64| ModelError::Store {
+            tensor: "(stream plan)".into(),
+            reason: alloc::format!(
+                "the weights that must stay in RAM (the MTP layer and the LM head, {} MB) do \
+                 not fit a weight budget of {} MB: give more memory or draft without mtp",
+                bytes / 1_000_000,
+                b / 1_000_000
+            ),
+        };
+        let budget = match budget {
+            StreamBudget::Total(b) => StreamBudget::Total(b.checked_sub(bytes).ok_or(short(b))?),
+            StreamBudget::Resident(r) => {
+                StreamBudget::Resident(r.checked_sub(bytes).ok_or(short(r))?)
+            }
+        };
+        let rest: Vec<WeightKey> = order
+            .iter()
+            .copied()
+            .filter(|k| !pinned.contains(k))
+            .collect();
+        let mut plan = StreamPlan::new(table, &rest, budget, align)?;
+        plan.resident_bytes += bytes;
+        plan.resident.extend(kept);
+        Ok(plan)
+    }
+}
+
 /// Zeroed heap memory aligned for direct reads, shared by reader and compute threads through
 /// raw pointers (who may touch which bytes when is the ring's business).
 pub(crate) struct AlignedBytes {
