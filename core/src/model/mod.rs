@@ -223,13 +223,7 @@ impl Model {
                 table: Arc::new(math::GeluTable::new()),
             },
         };
-        let opts = AttentionOptions {
-            qkv_bias: sw.qkv_bias,
-            qk_norm: sw.qk_norm,
-            post_norm: sw.post_norms,
-            scale_q_before_attention: sw.scale_q_before_attention,
-            softcap: hp.attn_logit_softcap,
-        };
+        let opts = attention_options(&hp, &sw);
         let mut layers = Vec::with_capacity(hp.n_layer);
         for (l, shape) in hp.layers.iter().enumerate() {
             let mixer = match shape.mixer {
@@ -317,13 +311,7 @@ impl Model {
         let (MixerShape::Attention(a), FfnShape::Dense { n_ff }) = (shape.mixer, shape.ffn) else {
             unreachable!("the MTP block is gated attention and a dense FFN (HParams::mtp_layer)");
         };
-        let opts = AttentionOptions {
-            qkv_bias: sw.qkv_bias,
-            qk_norm: sw.qk_norm,
-            post_norm: sw.post_norms,
-            scale_q_before_attention: sw.scale_q_before_attention,
-            softcap: hp.attn_logit_softcap,
-        };
+        let opts = attention_options(hp, &sw);
         // Layer 0's RoPE: qwen35 has no sliding window, every attention layer rotates alike.
         let rope = layer_rope(hp, sw.rope_style, 0);
         let attention = Attention::load(&ld, l, n_embd, a, opts, rope, kernels.attention())?;
@@ -888,6 +876,17 @@ struct Chunk<'t> {
 
 /// Layer `l`'s RoPE: sliding-window layers use their own base and are never frequency-scaled;
 /// YaRN scales the magnitude as llama.cpp does.
+/// What differs inside attention for this family, from its switches and the header.
+fn attention_options(hp: &HParams, sw: &Switches) -> AttentionOptions {
+    AttentionOptions {
+        qkv_bias: sw.qkv_bias,
+        qk_norm: sw.qk_norm,
+        post_norm: sw.post_norms,
+        scale_q_before_attention: sw.scale_q_before_attention,
+        softcap: hp.attn_logit_softcap,
+    }
+}
+
 fn layer_rope(hp: &HParams, style: RopeStyle, l: usize) -> Rope {
     let ext_factor = if hp.rope_scaling == RopeScaling::Yarn {
         1.0
