@@ -51,7 +51,7 @@ fn drafts_equal_llama_cpp(kernels: &KernelSet) {
 /// `SMOLRUN_MTP_MODEL=synthetic-qwen35-0.8b-q4_k.gguf SMOLRUN_MTP_GOLDEN=mtp.json cargo test
 /// --release -p smolrun-tests --test mtp -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "needs SMOLRUN_MTP_MODEL and SMOLRUN_MTP_GOLDEN (a 450-870 MB model and its golden --mtp output)"]
 fn mtp_drafts_equal_llama_cpp_on_a_given_file() {
     let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("set {k}"));
     let golden: Value =
