@@ -197,7 +197,13 @@ pub struct DeltaNet {
     pub w_out: Matrix,
     /// The fused one-token step, the kernel set's faces for f32 and f16 state.
     pub delta_rule: DeltaRuleKernels,
+    /// The kernel set's SwiGLU (`gate = silu(gate) * up`, `math::swiglu`'s bits), for the
+    /// conv output's SiLU (times ones) and the output gate's silu(z) * o.
+    pub swiglu: fn(&mut [f32], &[f32]),
 }
+
+/// The `up` of a SwiGLU that is a plain SiLU: x * 1.0 is x, bit for bit.
+static ONES: [f32; 1024] = [1.0; 1024];
 
 impl DeltaNet {
     /// Loads layer `l`'s Gated DeltaNet tensors (`blk.{l}.attn_qkv`, `attn_gate`, `ssm_*`).
@@ -223,6 +229,7 @@ impl DeltaNet {
             ssm_norm: ld.vector(&n("ssm_norm.weight"), shape.head_dim)?,
             w_out: ld.matrix(&n("ssm_out.weight"), shape.value_dim(), n_embd)?,
             delta_rule,
+            swiglu: ld.kernels.swiglu(),
         })
     }
 
@@ -270,7 +277,10 @@ impl DeltaNet {
         for t in 0..n {
             let c = row_mut(&mut a.qkv, conv_dim, t);
             self.conv_step(&mut state.conv, c);
-            c.iter_mut().for_each(|v| *v = math::silu(*v));
+            // silu(c) as SwiGLU with ones: the SIMD face, math::silu's bits.
+            for ch in c.chunks_mut(ONES.len()) {
+                (self.swiglu)(ch, &ONES[..ch.len()]);
+            }
             if let Some(f) = p.tapping() {
                 f("conv_output_silu", l, c);
             }
@@ -287,14 +297,16 @@ impl DeltaNet {
             if let Some(f) = p.tapping() {
                 f("attn_output", l, out);
             }
-            // Gated RMSNorm: each head's output normed, times silu(z).
-            let z = row(&a.gate, value_dim, t);
+            // Gated RMSNorm: each head's output normed, times silu(z) (as SwiGLU into z, whose
+            // row is not read again: silu(z) * o has the bits of o * silu(z)).
+            let z = row_mut(&mut a.gate, value_dim, t);
             for (o, z) in out
                 .chunks_exact_mut(sh.head_dim)
-                .zip(z.chunks_exact(sh.head_dim))
+                .zip(z.chunks_exact_mut(sh.head_dim))
             {
                 math::rms_norm_in_place(o, &self.ssm_norm, p.rms_eps);
-                o.iter_mut().zip(z).for_each(|(o, &z)| *o *= math::silu(z));
+                (self.swiglu)(z, o);
+                o.copy_from_slice(z);
             }
             // (after the last token the live state is the copy)
             if p.keep_steps && t + 1 < n {
