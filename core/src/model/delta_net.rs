@@ -33,8 +33,8 @@
 
 use super::error::ModelError;
 use super::matrix::{Loader, Matrix};
-use super::pass::{row, row_mut, Pass};
-use super::pass::{split, SharedMut};
+use super::pass::{per_token, split, SharedMut};
+use super::pass::{row, Pass};
 use super::state::Activations;
 use crate::math::{self, DeltaRuleKernels};
 use alloc::format;
@@ -134,17 +134,6 @@ impl RecurrentState {
             + 2 * (self.ssm_f16.len() + self.steps_f16.len())
     }
 
-    /// Keeps the state as it is after token `t` of a verify pass (nothing past the copies it
-    /// has room for: the state after a pass's last token is the live one).
-    fn save_step(&mut self, t: usize) {
-        let (c, len, len16) = self.step_lens();
-        if let Some(step) = self.steps.get_mut(t * len..(t + 1) * len) {
-            step[..c].copy_from_slice(&self.conv);
-            step[c..].copy_from_slice(&self.ssm);
-            self.steps_f16[t * len16..(t + 1) * len16].copy_from_slice(&self.ssm_f16);
-        }
-    }
-
     /// Puts back the state kept after token `t` of the last verify pass.
     pub fn restore_step(&mut self, t: usize) {
         let (c, len, len16) = self.step_lens();
@@ -153,6 +142,16 @@ impl RecurrentState {
         self.ssm.copy_from_slice(&step[c..]);
         self.ssm_f16
             .copy_from_slice(&self.steps_f16[t * len16..(t + 1) * len16]);
+    }
+
+    /// How many step copies the state has room for.
+    fn n_steps(&self) -> usize {
+        let (_, len, len16) = self.step_lens();
+        match (len, len16) {
+            (0, 0) => 0,
+            (0, len16) => self.steps_f16.len() / len16,
+            (len, _) => self.steps.len() / len,
+        }
     }
 
     /// (conv, f32 values, f16 values) of one copy.
@@ -172,6 +171,10 @@ impl RecurrentState {
 /// Value heads' state values per layer from which the heads are split over the workers
 /// (below it, waking them costs more than the step: the synthetic CI model's 4 x 32 x 32).
 const PARALLEL_STATE_VALUES: usize = 1 << 15;
+
+/// Convolution values (tokens x channels) of a pass from which the channels are split over the
+/// workers (one token of the 0.8B shape's 6144 channels is not worth waking them for).
+const PARALLEL_CONV_VALUES: usize = 1 << 14;
 
 #[derive(Debug, Clone)]
 pub struct DeltaNet {
@@ -274,45 +277,51 @@ impl DeltaNet {
         p.tap("linear_attn_qkv_mixed", l, &a.qkv, conv_dim);
         p.tap("z", l, &a.gate, value_dim);
 
-        for t in 0..n {
-            let c = row_mut(&mut a.qkv, conv_dim, t);
-            self.conv_step(&mut state.conv, c);
+        // The recurrence runs token by token, but each stage is independent across channels
+        // (the convolution), tokens (the SiLU and norms) or heads (the delta rule), so a
+        // prompt's stages split over the workers; every value gets the same operations in the
+        // same order as one token at a time, so the same bits.
+        let keep_steps = p.keep_steps;
+        self.conv_rows(p, state, &mut a.qkv[..n * conv_dim], keep_steps);
+        let swiglu = self.swiglu;
+        let qkv = SharedMut::new(&mut a.qkv[..n * conv_dim]);
+        per_token(p.par, n, &|_, t| {
+            // SAFETY: token t's row is written by this worker only.
+            let c = unsafe { qkv.slice(t * conv_dim, conv_dim) };
             // silu(c) as SwiGLU with ones: the SIMD face, math::silu's bits.
             for ch in c.chunks_mut(ONES.len()) {
-                (self.swiglu)(ch, &ONES[..ch.len()]);
+                swiglu(ch, &ONES[..ch.len()]);
             }
-            if let Some(f) = p.tapping() {
-                f("conv_output_silu", l, c);
-            }
-            let (q, kv) = c.split_at_mut(key_dim);
-            let (k, v) = kv.split_at_mut(key_dim);
-            q.chunks_exact_mut(sh.head_dim)
-                .for_each(|h| math::l2_norm_in_place(h, p.rms_eps));
-            k.chunks_exact_mut(sh.head_dim)
-                .for_each(|h| math::l2_norm_in_place(h, p.rms_eps));
-            let beta = row(&a.ssm_gates[..n * h_v], h_v, t);
-            let alpha = row(&a.ssm_gates[n * h_v..], h_v, t);
-            let out = row_mut(&mut a.att_out, value_dim, t);
-            self.delta_rule_heads(p, state, q, k, v, beta, alpha, out);
-            if let Some(f) = p.tapping() {
-                f("attn_output", l, out);
-            }
-            // Gated RMSNorm: each head's output normed, times silu(z) (as SwiGLU into z, whose
-            // row is not read again: silu(z) * o has the bits of o * silu(z)).
-            let z = row_mut(&mut a.gate, value_dim, t);
-            for (o, z) in out
-                .chunks_exact_mut(sh.head_dim)
-                .zip(z.chunks_exact_mut(sh.head_dim))
-            {
-                math::rms_norm_in_place(o, &self.ssm_norm, p.rms_eps);
-                (self.swiglu)(z, o);
+        });
+        p.tap("conv_output_silu", l, &a.qkv, conv_dim);
+        let (hd, eps) = (sh.head_dim, p.rms_eps);
+        per_token(p.par, n, &|_, t| {
+            // SAFETY: as above.
+            let c = unsafe { qkv.slice(t * conv_dim, 2 * key_dim) };
+            c.chunks_exact_mut(hd)
+                .for_each(|h| math::l2_norm_in_place(h, eps));
+        });
+        self.delta_rule_heads(p, state, &a.qkv, &a.ssm_gates, &mut a.att_out, keep_steps);
+        p.tap("attn_output", l, &a.att_out, value_dim);
+        // Gated RMSNorm: each head's output normed, times silu(z) (as SwiGLU into z, whose
+        // row is not read again: silu(z) * o has the bits of o * silu(z)).
+        let outs = SharedMut::new(&mut a.att_out[..n * value_dim]);
+        let gates = SharedMut::new(&mut a.gate[..n * value_dim]);
+        let ssm_norm = &self.ssm_norm[..];
+        per_token(p.par, n, &|_, t| {
+            // SAFETY: token t's rows are written by this worker only.
+            let (out, z) = unsafe {
+                (
+                    outs.slice(t * value_dim, value_dim),
+                    gates.slice(t * value_dim, value_dim),
+                )
+            };
+            for (o, z) in out.chunks_exact_mut(hd).zip(z.chunks_exact_mut(hd)) {
+                math::rms_norm_in_place(o, ssm_norm, eps);
+                swiglu(z, o);
                 o.copy_from_slice(z);
             }
-            // (after the last token the live state is the copy)
-            if p.keep_steps && t + 1 < n {
-                state.save_step(t);
-            }
-        }
+        });
         p.tap("final_output", l, &a.att_out, value_dim);
         p.matvec(&self.w_out, &a.att_out, &mut a.xb2)?;
         p.tap("linear_attn_out", l, &a.xb2, n_embd);
@@ -321,48 +330,73 @@ impl DeltaNet {
         Ok(())
     }
 
-    /// One token of the delta rule on every value head (see `math::delta_rule_step`), the
-    /// state read and written in place. A layer with a big state (Qwen3.5-0.8B: 16 heads of
-    /// 128 x 128, 1 MB) splits its heads over the workers; each head's step is the same
-    /// whichever worker runs it.
-    #[allow(clippy::too_many_arguments)]
+    /// The delta rule on every value head for each of the pass's tokens in order (see
+    /// `math::delta_rule_step`), the state read and written in place; `qkv` holds each token's
+    /// normed q, k and v, `gates` the pass's beta rows then its alpha rows. Heads are
+    /// independent, so a layer with a big state (Qwen3.5-0.8B: 16 heads of 128 x 128, 1 MB per
+    /// token) or a prompt splits its heads over the workers, each running its heads through
+    /// every token (a head's 64 KB stays in cache from token to token); each head's steps are
+    /// the same whichever worker runs them. With `keep_steps` each head's state after each
+    /// token but the last is copied into its place in the state's step copies.
     fn delta_rule_heads(
         &self,
         p: &Pass,
         state: &mut RecurrentState,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        beta: &[f32],
-        alpha: &[f32],
+        qkv: &[f32],
+        gates: &[f32],
         out: &mut [f32],
+        keep_steps: bool,
     ) {
         let sh = &self.shape;
+        let n = p.n;
         let (h_v, hd) = (sh.n_v_heads, sh.head_dim);
+        let (conv_dim, key_dim, value_dim) = (sh.conv_dim(), sh.key_dim(), sh.value_dim());
         let per_head = hd * hd;
         let dr = self.delta_rule;
-        let shared_out = SharedMut::new(out);
+        let (conv_len, step_len, step_len16) = state.step_lens();
+        let n_steps = match keep_steps {
+            true => n.saturating_sub(1).min(state.n_steps()),
+            false => 0,
+        };
+        let shared_out = SharedMut::new(&mut out[..n * value_dim]);
         let shared_f32 = SharedMut::new(&mut state.ssm);
         let shared_f16 = SharedMut::new(&mut state.ssm_f16);
+        let steps = SharedMut::new(&mut state.steps);
+        let steps_f16 = SharedMut::new(&mut state.steps_f16);
         let f16 = sh.state_f16;
         let head = |h: usize| {
             let kh = h % sh.n_k_heads;
-            let g = math::softplus(alpha[h] + self.dt_bias[h]) * self.a[h];
-            let (q, k, v) = (&q[kh * hd..][..hd], &k[kh * hd..][..hd], &v[h * hd..][..hd]);
-            let (decay, beta) = (libm::expf(g), math::sigmoid(beta[h]));
-            // SAFETY: head h owns state[h * per_head..][..per_head] and out[h * hd..][..hd];
-            // every head runs once, so no two live slices overlap.
-            let o = unsafe { shared_out.slice(h * hd, hd) };
-            if f16 {
-                let s = unsafe { shared_f16.slice(h * per_head, per_head) };
-                (dr.f16)(s, q, k, v, decay, beta, o);
-            } else {
-                let s = unsafe { shared_f32.slice(h * per_head, per_head) };
-                (dr.f32)(s, q, k, v, decay, beta, o);
+            for t in 0..n {
+                let c = row(qkv, conv_dim, t);
+                let q = &c[kh * hd..][..hd];
+                let k = &c[key_dim + kh * hd..][..hd];
+                let v = &c[2 * key_dim + h * hd..][..hd];
+                let (beta, alpha) = (gates[t * h_v + h], gates[(n + t) * h_v + h]);
+                let g = math::softplus(alpha + self.dt_bias[h]) * self.a[h];
+                let (decay, beta) = (libm::expf(g), math::sigmoid(beta));
+                // SAFETY: head h owns state[h * per_head..][..per_head], its slices of the
+                // step copies and out[t * value_dim + h * hd..][..hd]; every head runs once,
+                // so no two live slices overlap.
+                let o = unsafe { shared_out.slice(t * value_dim + h * hd, hd) };
+                if f16 {
+                    let s = unsafe { shared_f16.slice(h * per_head, per_head) };
+                    (dr.f16)(s, q, k, v, decay, beta, o);
+                    if t < n_steps {
+                        let at = t * step_len16 + h * per_head;
+                        unsafe { steps_f16.slice(at, per_head) }.copy_from_slice(s);
+                    }
+                } else {
+                    let s = unsafe { shared_f32.slice(h * per_head, per_head) };
+                    (dr.f32)(s, q, k, v, decay, beta, o);
+                    if t < n_steps {
+                        let at = t * step_len + conv_len + h * per_head;
+                        unsafe { steps.slice(at, per_head) }.copy_from_slice(s);
+                    }
+                }
             }
         };
         let n_workers = p.par.n_threads().clamp(1, h_v);
-        if n_workers == 1 || h_v * per_head < PARALLEL_STATE_VALUES {
+        if n_workers == 1 || n * h_v * per_head < PARALLEL_STATE_VALUES {
             (0..h_v).for_each(head);
             return;
         }
@@ -374,25 +408,60 @@ impl DeltaNet {
         });
     }
 
-    /// One token of the causal depthwise convolution, in place on its `c` channels; the window
-    /// moves on by one input.
-    fn conv_step(&self, window: &mut [f32], c: &mut [f32]) {
+    /// The causal depthwise convolution over the pass's tokens, in place on `qkv` (each
+    /// token's `conv_dim` channels); the window moves on by one input per token. Channels are
+    /// independent, so a prompt splits them over the workers; with `keep_steps` each
+    /// channel's window after each token but the last goes into the state's step copies.
+    fn conv_rows(&self, p: &Pass, state: &mut RecurrentState, qkv: &mut [f32], keep_steps: bool) {
+        let n = p.n;
         let k = self.shape.conv_kernel;
         let kept = k - 1;
-        for (ch, x) in c.iter_mut().enumerate() {
-            let w = &self.conv[ch * k..][..k];
-            let past = &mut window[ch * kept..][..kept];
-            // ggml's ssm_conv: one f32 sum over the taps, oldest input first.
-            let mut sum = 0.0f32;
-            for (p, w) in past.iter().zip(w) {
-                sum += p * w;
+        let conv_dim = self.shape.conv_dim();
+        let (_, step_len, _) = state.step_lens();
+        let n_steps = match keep_steps {
+            true => n.saturating_sub(1).min(state.n_steps()),
+            false => 0,
+        };
+        let window = SharedMut::new(&mut state.conv);
+        let steps = SharedMut::new(&mut state.steps);
+        let x = SharedMut::new(qkv);
+        let channels = |ch0: usize, ch1: usize| {
+            // SAFETY: channels ch0..ch1's windows, their values in every token's row and their
+            // place in the step copies belong to this worker only.
+            let windows = unsafe { window.slice(ch0 * kept, (ch1 - ch0) * kept) };
+            for t in 0..n {
+                let xs = unsafe { x.slice(t * conv_dim + ch0, ch1 - ch0) };
+                for (ch, (x, past)) in
+                    (ch0..).zip(xs.iter_mut().zip(windows.chunks_exact_mut(kept.max(1))))
+                {
+                    let w = &self.conv[ch * k..][..k];
+                    let past = &mut past[..kept];
+                    // ggml's ssm_conv: one f32 sum over the taps, oldest input first.
+                    let mut sum = 0.0f32;
+                    for (p, w) in past.iter().zip(w) {
+                        sum += p * w;
+                    }
+                    sum += *x * w[kept];
+                    if kept > 0 {
+                        past.copy_within(1.., 0);
+                        past[kept - 1] = *x;
+                    }
+                    *x = sum;
+                }
+                if t < n_steps {
+                    let at = t * step_len + ch0 * kept;
+                    unsafe { steps.slice(at, windows.len()) }.copy_from_slice(windows);
+                }
             }
-            sum += *x * w[kept];
-            if kept > 0 {
-                past.copy_within(1.., 0);
-                past[kept - 1] = *x;
-            }
-            *x = sum;
+        };
+        let n_workers = p.par.n_threads().max(1);
+        if n_workers == 1 || n * conv_dim < PARALLEL_CONV_VALUES {
+            channels(0, conv_dim);
+            return;
         }
+        p.par.run(&|w| {
+            let (ch0, ch1) = split(conv_dim, n_workers, w);
+            channels(ch0, ch1);
+        });
     }
 }
