@@ -425,33 +425,36 @@ impl DeltaNet {
         let window = SharedMut::new(&mut state.conv);
         let steps = SharedMut::new(&mut state.steps);
         let x = SharedMut::new(qkv);
+        let conv = ConvPass {
+            weights: &self.conv,
+            k,
+            conv_dim,
+            n,
+            x: &x,
+            steps: &steps,
+            step_len,
+            n_steps,
+        };
         let channels = |ch0: usize, ch1: usize| {
             // SAFETY: channels ch0..ch1's windows, their values in every token's row and their
             // place in the step copies belong to this worker only.
             let windows = unsafe { window.slice(ch0 * kept, (ch1 - ch0) * kept) };
-            for t in 0..n {
-                let xs = unsafe { x.slice(t * conv_dim + ch0, ch1 - ch0) };
-                for (ch, (x, past)) in
-                    (ch0..).zip(xs.iter_mut().zip(windows.chunks_exact_mut(kept.max(1))))
-                {
-                    let w = &self.conv[ch * k..][..k];
-                    let past = &mut past[..kept];
-                    // ggml's ssm_conv: one f32 sum over the taps, oldest input first.
-                    let mut sum = 0.0f32;
-                    for (p, w) in past.iter().zip(w) {
-                        sum += p * w;
+            let mut ch = ch0;
+            // Blocks of CONV_LANES channels side by side (vectorised), the rest one by one.
+            while ch + CONV_LANES <= ch1 && (2..=4).contains(&k) {
+                let win = &mut windows[(ch - ch0) * kept..][..CONV_LANES * kept];
+                unsafe {
+                    match k {
+                        2 => conv.block::<2>(ch, win),
+                        3 => conv.block::<3>(ch, win),
+                        _ => conv.block::<4>(ch, win),
                     }
-                    sum += *x * w[kept];
-                    if kept > 0 {
-                        past.copy_within(1.., 0);
-                        past[kept - 1] = *x;
-                    }
-                    *x = sum;
                 }
-                if t < n_steps {
-                    let at = t * step_len + ch0 * kept;
-                    unsafe { steps.slice(at, windows.len()) }.copy_from_slice(windows);
-                }
+                ch += CONV_LANES;
+            }
+            for ch in ch..ch1 {
+                let win = &mut windows[(ch - ch0) * kept..][..kept];
+                unsafe { conv.channel(ch, win) };
             }
         };
         let n_workers = p.par.n_threads().max(1);
@@ -463,5 +466,171 @@ impl DeltaNet {
             let (ch0, ch1) = split(conv_dim, n_workers, w);
             channels(ch0, ch1);
         });
+    }
+}
+
+/// Channels side by side in [`ConvPass::block`]: one AVX2 vector of f32.
+const CONV_LANES: usize = 8;
+
+/// One pass's causal convolution, as the workers share it: each runs its own channels
+/// through every token.
+struct ConvPass<'a> {
+    /// `[conv_dim][k]`, oldest tap first.
+    weights: &'a [f32],
+    k: usize,
+    conv_dim: usize,
+    n: usize,
+    /// The pass's rows, `conv_dim` channels per token, convolved in place.
+    x: &'a SharedMut<f32>,
+    /// The state's step copies (`step_len` values each, the conv windows first), written
+    /// after each of the first `n_steps` tokens.
+    steps: &'a SharedMut<f32>,
+    step_len: usize,
+    n_steps: usize,
+}
+
+impl ConvPass<'_> {
+    /// Channel `ch` through every token; `past` is its window (`k - 1` inputs, oldest first).
+    ///
+    /// # Safety
+    /// Channel `ch` belongs to the caller alone (its values in `x` and its step copies).
+    unsafe fn channel(&self, ch: usize, past: &mut [f32]) {
+        let (k, kept) = (self.k, self.k - 1);
+        let w = &self.weights[ch * k..][..k];
+        for t in 0..self.n {
+            let x = &mut self.x.slice(t * self.conv_dim + ch, 1)[0];
+            // ggml's ssm_conv: one f32 sum over the taps, oldest input first.
+            let mut sum = 0.0f32;
+            for (p, w) in past.iter().zip(w) {
+                sum += p * w;
+            }
+            sum += *x * w[kept];
+            if kept > 0 {
+                past.copy_within(1.., 0);
+                past[kept - 1] = *x;
+            }
+            *x = sum;
+            if t < self.n_steps {
+                let at = t * self.step_len + ch * kept;
+                self.steps.slice(at, kept).copy_from_slice(past);
+            }
+        }
+    }
+
+    /// [`ConvPass::channel`] for the `CONV_LANES` channels from `ch0` at once, `K` taps: the
+    /// windows and taps held lane by lane, so each step is a few vector multiplies and adds
+    /// with every channel's operations in `channel`'s order (the same bits).
+    ///
+    /// # Safety
+    /// As [`ConvPass::channel`], for each of the channels; `K == self.k`.
+    #[allow(clippy::needless_range_loop)] // lanes and taps indexed side by side read plainer
+    unsafe fn block<const K: usize>(&self, ch0: usize, windows: &mut [f32]) {
+        const L: usize = CONV_LANES;
+        let kept = K - 1;
+        // taps[j][i], win[j][i]: tap j and the j-th oldest input of channel ch0 + i.
+        let mut taps = [[0f32; L]; K];
+        let mut win = [[0f32; L]; K];
+        for i in 0..L {
+            for j in 0..K {
+                taps[j][i] = self.weights[(ch0 + i) * K + j];
+            }
+            for j in 0..kept {
+                win[j][i] = windows[i * kept + j];
+            }
+        }
+        for t in 0..self.n {
+            let x: &mut [f32; L] = self.x.slice(t * self.conv_dim + ch0, L).try_into().unwrap();
+            let mut sum = [0f32; L];
+            for j in 0..kept {
+                for i in 0..L {
+                    sum[i] += win[j][i] * taps[j][i];
+                }
+            }
+            for i in 0..L {
+                sum[i] += x[i] * taps[kept][i];
+            }
+            for j in 1..kept {
+                win[j - 1] = win[j];
+            }
+            win[kept - 1] = *x;
+            *x = sum;
+            if t < self.n_steps {
+                for i in 0..L {
+                    let step = self.steps.slice(t * self.step_len + (ch0 + i) * kept, kept);
+                    for (j, s) in step.iter_mut().enumerate() {
+                        *s = win[j][i];
+                    }
+                }
+            }
+        }
+        for i in 0..L {
+            for j in 0..kept {
+                windows[i * kept + j] = win[j][i];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::testutil::XorShift;
+
+    /// The vectorised block of channels gives each channel's one-by-one bits: outputs, the
+    /// windows left behind and the step copies, for 2 to 4 taps and 1 to 9 tokens (values of
+    /// mixed sign and size, -0.0 and a subnormal among them).
+    #[test]
+    fn conv_block_gives_the_bits_of_one_channel_at_a_time() {
+        let mut rng = XorShift(0xC0_4F);
+        let mut value = |i: usize| match i % 17 {
+            3 => -0.0,
+            11 => 1e-40,
+            _ => (rng.unit() * 2.0 - 1.0) * [1.0, 1e3, 1e-3][i % 3],
+        };
+        for k in 2..=4 {
+            let kept = k - 1;
+            let conv_dim = 3 * CONV_LANES;
+            let weights: Vec<f32> = (0..conv_dim * k).map(&mut value).collect();
+            for n in 1..=9 {
+                let n_steps = n - 1;
+                let step_len = conv_dim * kept + 5;
+                let x0: Vec<f32> = (0..n * conv_dim).map(&mut value).collect();
+                let w0: Vec<f32> = (0..conv_dim * kept).map(&mut value).collect();
+                let run = |blocks: bool| {
+                    let (mut x, mut win) = (x0.clone(), w0.clone());
+                    let mut steps = vec![f32::NAN; n_steps * step_len];
+                    let (xs, ss) = (SharedMut::new(&mut x), SharedMut::new(&mut steps));
+                    let conv = ConvPass {
+                        weights: &weights,
+                        k,
+                        conv_dim,
+                        n,
+                        x: &xs,
+                        steps: &ss,
+                        step_len,
+                        n_steps,
+                    };
+                    for ch0 in (0..conv_dim).step_by(CONV_LANES) {
+                        let w = &mut win[ch0 * kept..(ch0 + CONV_LANES) * kept];
+                        // SAFETY: one thread, each channel once.
+                        unsafe {
+                            match (blocks, k) {
+                                (true, 2) => conv.block::<2>(ch0, w),
+                                (true, 3) => conv.block::<3>(ch0, w),
+                                (true, _) => conv.block::<4>(ch0, w),
+                                (false, _) => {
+                                    for (i, w) in w.chunks_exact_mut(kept).enumerate() {
+                                        conv.channel(ch0 + i, w);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    (bits(&x), bits(&win), bits(&steps))
+                };
+                assert_eq!(run(true), run(false), "{k} taps, {n} tokens");
+            }
+        }
     }
 }
