@@ -546,6 +546,42 @@ pub struct AttentionLoops {
     pub rescale_f16: fn(out: &mut [f32], ms: f32),
     /// `out[d] = f16(fmaf(value[d], vs, out[d]))`.
     pub accumulate_f16: fn(out: &mut [f32], value: &[u16], vs: f32),
+    /// For each value row `i` in order: `rescale_f16(out, ms[i])` where `ms[i] != 1.0`, then
+    /// `accumulate_f16(out, value_i, vs[i])` ([`accumulate_rows_f16`]): a block of the online
+    /// softmax's rows with the accumulator kept in registers from row to row.
+    pub accumulate_rows_f16: AccumulateRowsFn,
+    /// `x[i] = libm::expf(x[i])`.
+    pub exp_in_place: fn(x: &mut [f32]),
+}
+
+/// The signature of [`accumulate_rows_f16`]: the accumulator, the value rows at `stride`
+/// apart, and each row's (ms, vs).
+pub type AccumulateRowsFn =
+    fn(out: &mut [f32], values: &[u16], stride: usize, ms: &[f32], vs: &[f32]);
+
+/// The scalar truth of [`AttentionLoops::accumulate_rows_f16`]. Skipping the rescale where
+/// `ms[i]` is 1.0 changes nothing: the accumulator holds f16 values (zero, then each result
+/// rounded to f16), and an f16 value times 1.0 rounded to f16 is itself.
+pub fn accumulate_rows_f16(out: &mut [f32], values: &[u16], stride: usize, ms: &[f32], vs: &[f32]) {
+    let dim = out.len();
+    for (i, (&ms, &vs)) in ms.iter().zip(vs).enumerate() {
+        let Some(value) = values.get(i * stride..i * stride + dim) else {
+            return;
+        };
+        if ms != 1.0 {
+            for o in out.iter_mut() {
+                *o = f16::from_f32(*o * ms).to_f32();
+            }
+        }
+        for (o, &v) in out.iter_mut().zip(value) {
+            *o = f16::from_f32(libm::fmaf(f16::from_bits(v).to_f32(), vs, *o)).to_f32();
+        }
+    }
+}
+
+/// The scalar truth of [`AttentionLoops::exp_in_place`].
+pub fn exp_in_place(x: &mut [f32]) {
+    x.iter_mut().for_each(|x| *x = libm::expf(*x));
 }
 
 /// [`attention_head`] with its vector loops taken from `loops`: the same operations in the same
@@ -757,26 +793,42 @@ pub fn attention_group_with(
                 }
             }
             AttentionKernel::F16Accumulator => {
+                // attention_head's online softmax, a block at a time: the running maximum and
+                // each row's (ms, vs) first (their exponentials in one vector call), then the
+                // rows into the f16 accumulator in one kernel call. Row i: a new maximum
+                // rescales the accumulator by ms = expf(old - new) and adds the row with
+                // vs = 1; otherwise ms = 1 and vs = expf(s - max).
                 let mut maxes = [f32::NEG_INFINITY; GROUP_MAX];
+                let mut ms = [1f32; ATTENTION_BLOCK];
+                let mut vs = [1f32; ATTENTION_BLOCK];
+                let mut rescales = [false; ATTENTION_BLOCK];
                 for b0 in (0..n).step_by(ATTENTION_BLOCK) {
                     let b1 = (b0 + ATTENTION_BLOCK).min(n);
+                    let m = b1 - b0;
+                    let (ms, vs, rescales) = (&mut ms[..m], &mut vs[..m], &mut rescales[..m]);
                     for h in 0..g {
                         let acc = &mut outs[h * dv..][..dv];
                         let (max, sum) = (&mut maxes[h], &mut sums[h]);
-                        for i in b0..b1 {
-                            let s = scores[h * stride + i];
-                            let (mut ms, mut vs) = (1.0f32, 1.0f32);
-                            if s > *max {
+                        let sc = &scores[h * stride..][b0..b1];
+                        // The exponent of each row's one exponential, in `ms`.
+                        for ((&s, e), r) in sc.iter().zip(ms.iter_mut()).zip(rescales.iter_mut()) {
+                            *r = s > *max;
+                            if *r {
                                 let old = *max;
                                 *max = s;
-                                ms = libm::expf(old - *max);
-                                (loops.rescale_f16)(acc, ms);
+                                *e = old - *max;
                             } else {
-                                vs = libm::expf(s - *max);
+                                *e = s - *max;
                             }
-                            (loops.accumulate_f16)(acc, &values[i * v_stride..][..dv], vs);
-                            *sum = *sum * ms + vs;
                         }
+                        (loops.exp_in_place)(ms);
+                        for ((ms, vs), &r) in ms.iter_mut().zip(vs.iter_mut()).zip(rescales.iter())
+                        {
+                            (*ms, *vs) = if r { (*ms, 1.0) } else { (1.0, *ms) };
+                            *sum = *sum * *ms + *vs;
+                        }
+                        let values = &values[b0 * v_stride..];
+                        (loops.accumulate_rows_f16)(acc, values, v_stride, ms, vs);
                     }
                 }
             }

@@ -262,7 +262,30 @@ pub(super) const ATTENTION_LOOPS: AttentionLoops = AttentionLoops {
     weighted_values: k::weighted_values,
     rescale_f16: k::rescale_f16,
     accumulate_f16: k::accumulate_f16,
+    accumulate_rows_f16: accumulate_rows_f16_neon,
+    exp_in_place: math::exp_in_place,
 };
+
+/// `math::accumulate_rows_f16` through the NEON one-row loops (row by row: the accumulator
+/// goes through memory between rows).
+fn accumulate_rows_f16_neon(
+    out: &mut [f32],
+    values: &[u16],
+    stride: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let dim = out.len();
+    for (i, (&ms, &vs)) in ms.iter().zip(vs).enumerate() {
+        let Some(value) = values.get(i * stride..i * stride + dim) else {
+            return;
+        };
+        if ms != 1.0 {
+            k::rescale_f16(out, ms);
+        }
+        k::accumulate_f16(out, value, vs);
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 fn attention_head_neon(

@@ -133,6 +133,24 @@ fn installed_face() -> (AttentionHeadFn, &'static str) {
     (set.attention().head, set.name())
 }
 
+/// The feature sets whose kernel sets this CPU can run: the AVX2 one and, where the CPU has
+/// it, the AVX-512 one on top (their attention faces differ).
+fn feature_sets() -> Vec<CpuFeatures> {
+    #[allow(unused_mut)]
+    let mut sets = vec![tests_features()];
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut f = tests_features();
+        f.avx512f = std::arch::is_x86_feature_detected!("avx512f");
+        f.avx512bw = std::arch::is_x86_feature_detected!("avx512bw");
+        f.avx512vnni = std::arch::is_x86_feature_detected!("avx512vnni");
+        if f.avx512f && f.avx512bw && f.avx512vnni {
+            sets.push(f);
+        }
+    }
+    sets
+}
+
 fn tests_features() -> CpuFeatures {
     #[allow(unused_mut)]
     let mut f = CpuFeatures::default();
@@ -240,8 +258,13 @@ fn attention_face_matches_scalar_on_edge_values() {
 /// at once.
 #[test]
 fn attention_group_face_matches_scalar_per_head() {
-    let set = KernelSet::select(&tests_features());
-    let (group_face, name) = (set.attention().group, set.name());
+    for features in feature_sets() {
+        let set = KernelSet::select(&features);
+        attention_group_face_matches_scalar(set.attention().group, set.name());
+    }
+}
+
+fn attention_group_face_matches_scalar(group_face: math::AttentionGroupFn, name: &str) {
     let mut rng = XorShift(0x6a0_5eed);
     let mut compared = 0;
     let block = math::ATTENTION_BLOCK;
@@ -258,11 +281,24 @@ fn attention_group_face_matches_scalar_per_head() {
         (8, 8, 16, 700, Some(500), Some(50.0)),
         (40, 40, 5, 9, None, None),
     ];
-    for &(head_dim, head_dim_v, g, pos, window, softcap) in &cases {
+    // (key, value, query magnitudes, scale factor): ordinary values; huge scores (every
+    // exponential but the maximum's underflows to 0); values near f16's 65504 (the
+    // accumulator overflows to inf); subnormal keys and values.
+    let regimes: [(f32, f32, f32, f32); 4] = [
+        (2.0, 3.0, 4.0, 1.0),
+        (60000.0, 1.0, 60000.0, 16.0),
+        (1.0, 65504.0, 1.0, 0.1),
+        (6e-5, 6e-5, 1e-3, 1.0),
+    ];
+    let all = cases
+        .iter()
+        .flat_map(|c| (0..regimes.len()).map(move |r| (r, c)));
+    for (r, &(head_dim, head_dim_v, g, pos, window, softcap)) in all {
+        let (key_mag, value_mag, q_mag, scale_factor) = regimes[r];
         let n_head_kv = 2;
         let n_pos = pos + 1;
-        let keys = random_cache(&mut rng, n_pos * n_head_kv * head_dim, 2.0, 97);
-        let values = random_cache(&mut rng, n_pos * n_head_kv * head_dim_v, 3.0, 89);
+        let keys = random_cache(&mut rng, n_pos * n_head_kv * head_dim, key_mag, 97);
+        let values = random_cache(&mut rng, n_pos * n_head_kv * head_dim_v, value_mag, 89);
         let kv = KvHead {
             key_cache: &keys,
             value_cache: &values,
@@ -272,10 +308,10 @@ fn attention_group_face_matches_scalar_per_head() {
             head_dim_v,
         };
         let span = AttentionSpan { pos, window };
-        let scale = 1.0 / libm::sqrtf(head_dim as f32);
+        let scale = scale_factor / libm::sqrtf(head_dim as f32);
         for kernel in [AttentionKernel::F32, AttentionKernel::F16Accumulator] {
             let qs: Vec<f32> = (0..g * head_dim)
-                .map(|_| (rng.unit() * 2.0 - 1.0) * 4.0)
+                .map(|_| (rng.unit() * 2.0 - 1.0) * q_mag)
                 .map(|v| match kernel {
                     AttentionKernel::F32 => v,
                     AttentionKernel::F16Accumulator => f16::from_f32(v).to_f32(),
@@ -326,6 +362,7 @@ fn attention_group_face_matches_scalar_per_head() {
         }
     }
     println!("grouped attention ({name}): {compared} outputs equal to the scalar bits per head");
+    assert!(compared > 0);
 }
 
 /// The face's loops, when this CPU runs one.

@@ -274,3 +274,177 @@ pub unsafe fn accumulate_f16(out: &mut [f32], value: &[u16], vs: f32) {
         *op.add(d) = round_f16_1(_mm_cvtss_f32(x));
     }
 }
+
+/// [`rescale_f16`] then [`accumulate_f16`] for each value row in order, the rescale only where
+/// `ms[i] != 1.0` (`smolrun_core::math::accumulate_rows_f16`): 64 dimensions of the
+/// accumulator stay in 8 registers while every row goes by, then the next 64. The same
+/// operations per element as the one-row loops, so the same bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn accumulate_rows_f16(
+    out: &mut [f32],
+    values: &[u16],
+    stride: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let dim = out.len();
+    let n = ms.len().min(vs.len()).min(rows_in(values, dim, stride));
+    let (op, vp) = (out.as_mut_ptr(), values.as_ptr());
+    let mut d = 0;
+    while d + 64 <= dim {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (r, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(op.add(d + 8 * r));
+        }
+        for i in 0..n {
+            let (m, v) = (*ms.get_unchecked(i), *vs.get_unchecked(i));
+            if m != 1.0 {
+                let m = _mm256_set1_ps(m);
+                for a in acc.iter_mut() {
+                    *a = round_f16(_mm256_mul_ps(*a, m));
+                }
+            }
+            let v = _mm256_set1_ps(v);
+            let row = vp.add(i * stride + d);
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = round_f16(_mm256_fmadd_ps(f16x8(row.add(8 * r)), v, *a));
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(op.add(d + 8 * r), *a);
+        }
+        d += 64;
+    }
+    if d < dim {
+        // The last dimensions one row at a time through the one-row loops.
+        for i in 0..n {
+            let rest = core::slice::from_raw_parts_mut(op.add(d), dim - d);
+            if ms[i] != 1.0 {
+                rescale_f16(rest, ms[i]);
+            }
+            let row = core::slice::from_raw_parts(vp.add(i * stride + d), dim - d);
+            accumulate_f16(rest, row, vs[i]);
+        }
+    }
+}
+
+/// [`key_dots_lanes64`] with AVX-512: the 64 lanes are 4 registers of 16, reduced as the
+/// AVX2 face reduces its 8 registers of 8 (lanes 32..63 onto 0..31, 16..31 onto 0..15, then
+/// halves of 8, 4, 2, 1), so the same bits.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX512F must be available.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+pub unsafe fn key_dots_lanes64_512(q: &[f32], keys: &[u16], stride: usize, scores: &mut [f32]) {
+    let dim = q.len();
+    let n = scores.len().min(rows_in(keys, dim, stride));
+    let n_full = dim / 64 * 64;
+    let qp = q.as_ptr();
+    for (i, score) in scores[..n].iter_mut().enumerate() {
+        let kp = keys.as_ptr().add(i * stride);
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut c = 0;
+        while c < n_full {
+            for (r, a) in acc.iter_mut().enumerate() {
+                let o = c + r * 16;
+                let k = _mm512_cvtph_ps(_mm256_loadu_si256(kp.add(o) as *const __m256i));
+                *a = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(o)), k, *a);
+            }
+            c += 64;
+        }
+        let r0 = _mm512_add_ps(acc[0], acc[2]);
+        let r1 = _mm512_add_ps(acc[1], acc[3]);
+        let r = _mm512_add_ps(r0, r1);
+        let t8 = _mm256_add_ps(_mm512_castps512_ps256(r), _mm512_extractf32x8_ps::<1>(r));
+        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+        let t1 = _mm_add_ss(t2, _mm_movehdup_ps(t2));
+        let mut sum = _mm_cvtss_f32(t1) as f64;
+        for d in n_full..dim {
+            sum += (*qp.add(d) * f16_to_f32(*kp.add(d))) as f64;
+        }
+        *score = sum as f32;
+    }
+}
+
+/// f32 -> nearest f16 (ties to even) -> f32, 16 lanes.
+#[inline(always)]
+unsafe fn round_f16_16(x: __m512) -> __m512 {
+    _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+}
+
+/// [`accumulate_rows_f16`] with AVX-512: 128 dimensions of the accumulator in 8 registers of
+/// 16, then 16 at a time; the last dimensions (fewer than 16) through the AVX2 loops.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX512F must be available.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+pub unsafe fn accumulate_rows_f16_512(
+    out: &mut [f32],
+    values: &[u16],
+    stride: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let dim = out.len();
+    let n = ms.len().min(vs.len()).min(rows_in(values, dim, stride));
+    let (op, vp) = (out.as_mut_ptr(), values.as_ptr());
+    let mut d = 0;
+    while d + 16 <= dim {
+        // 8 registers while 128 dimensions remain, then one.
+        if d + 128 <= dim {
+            rows_f16_512::<8>(op.add(d), vp.add(d), stride, n, ms, vs);
+            d += 128;
+        } else {
+            rows_f16_512::<1>(op.add(d), vp.add(d), stride, n, ms, vs);
+            d += 16;
+        }
+    }
+    if d < dim {
+        for i in 0..n {
+            let rest = core::slice::from_raw_parts_mut(op.add(d), dim - d);
+            if ms[i] != 1.0 {
+                rescale_f16(rest, ms[i]);
+            }
+            let row = core::slice::from_raw_parts(vp.add(i * stride + d), dim - d);
+            accumulate_f16(rest, row, vs[i]);
+        }
+    }
+}
+
+/// `R` registers of 16 accumulator values at `op` through rows `0..n` of the values at `vp`.
+#[inline(always)]
+unsafe fn rows_f16_512<const R: usize>(
+    op: *mut f32,
+    vp: *const u16,
+    stride: usize,
+    n: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let mut acc = [_mm512_setzero_ps(); R];
+    for (r, a) in acc.iter_mut().enumerate() {
+        *a = _mm512_loadu_ps(op.add(16 * r));
+    }
+    for i in 0..n {
+        let (m, v) = (*ms.get_unchecked(i), *vs.get_unchecked(i));
+        if m != 1.0 {
+            let m = _mm512_set1_ps(m);
+            for a in acc.iter_mut() {
+                *a = round_f16_16(_mm512_mul_ps(*a, m));
+            }
+        }
+        let v = _mm512_set1_ps(v);
+        let row = vp.add(i * stride);
+        for (r, a) in acc.iter_mut().enumerate() {
+            let x = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * r) as *const __m256i));
+            *a = round_f16_16(_mm512_fmadd_ps(x, v, *a));
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(op.add(16 * r), *a);
+    }
+}

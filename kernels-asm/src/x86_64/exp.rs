@@ -109,3 +109,24 @@ pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
         gate[i..n].copy_from_slice(&g[..n - i]);
     }
 }
+
+/// `x[i] = expf(x[i])` (`libm::expf`'s bits), 8 lanes at a time; the tail runs in a padded
+/// vector.
+///
+/// # Safety
+/// AVX2 must be available (see the module docs).
+#[target_feature(enable = "avx2")]
+pub unsafe fn exp_in_place(x: &mut [f32]) {
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        _mm256_storeu_ps(c.as_mut_ptr(), expf8(_mm256_loadu_ps(c.as_ptr())));
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let mut t = [0f32; 8];
+        t[..tail.len()].copy_from_slice(tail);
+        _mm256_storeu_ps(t.as_mut_ptr(), expf8(_mm256_loadu_ps(t.as_ptr())));
+        let n = tail.len();
+        tail.copy_from_slice(&t[..n]);
+    }
+}
