@@ -10,9 +10,7 @@
 //! features gets.
 
 use super::{ActTable, KernelSet, RepackedKernel, Q1_0_LUT16_SCALAR, Q2_0_LUT16_SCALAR};
-use crate::math::{
-    self, AttentionFaces, AttentionKernel, AttentionLoops, AttentionSpan, DeltaRuleKernels, KvHead,
-};
+use crate::math::{self, AttentionLoops, DeltaRuleKernels};
 use crate::platform::CpuFeatures;
 use crate::quant::{q1_0_lut, q2_0_lut, GgmlType};
 use smolrun_kernels::aarch64::{self as neon, attention as k, exp};
@@ -32,10 +30,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "aarch64-neon";
     // Attention over the f16 KV cache and SwiGLU: the NEON faces of math's scalar code.
-    set.attention = AttentionFaces {
-        head: attention_head_neon,
-        group: attention_group_neon,
-    };
+    set.attention = attention_faces!(ATTENTION_LOOPS);
     set.swiglu = exp::swiglu;
     // The gated delta rule's fused step (Qwen3.5's recurrent layers), f32 and f16 state.
     set.delta_rule = DeltaRuleKernels {
@@ -285,54 +280,6 @@ fn accumulate_rows_f16_neon(
         }
         k::accumulate_f16(out, value, vs);
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_head_neon(
-    out: &mut [f32],
-    q: &[f32],
-    kv: &KvHead,
-    scores: &mut [f32],
-    span: AttentionSpan,
-    scale: f32,
-    softcap_at: Option<f32>,
-    kernel: AttentionKernel,
-) {
-    math::attention_head_with(
-        &ATTENTION_LOOPS,
-        out,
-        q,
-        kv,
-        scores,
-        span,
-        scale,
-        softcap_at,
-        kernel,
-    );
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_group_neon(
-    outs: &mut [f32],
-    qs: &[f32],
-    kv: &KvHead,
-    scores: &mut [f32],
-    span: AttentionSpan,
-    scale: f32,
-    softcap_at: Option<f32>,
-    kernel: AttentionKernel,
-) {
-    math::attention_group_with(
-        &ATTENTION_LOOPS,
-        outs,
-        qs,
-        kv,
-        scores,
-        span,
-        scale,
-        softcap_at,
-        kernel,
-    );
 }
 
 #[cfg(test)]

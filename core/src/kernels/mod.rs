@@ -40,6 +40,48 @@
 //! confirmed the feature on the running CPU (cpuid on x86-64); a caller's `CpuFeatures` can
 //! only switch kernels off, never force one that would fault.
 
+/// The head and group faces of attention (`math::AttentionFaces`) built on one architecture's
+/// `math::AttentionLoops` constant: `math::attention_head_with` and `attention_group_with`
+/// over those loops, as plain `fn`s the kernel table can hold.
+#[allow(unused_macros)]
+macro_rules! attention_faces {
+    ($loops:path) => {{
+        #[allow(clippy::too_many_arguments)]
+        fn head(
+            out: &mut [f32],
+            q: &[f32],
+            kv: &crate::math::KvHead,
+            scores: &mut [f32],
+            span: crate::math::AttentionSpan,
+            scale: f32,
+            softcap_at: Option<f32>,
+            kernel: crate::math::AttentionKernel,
+        ) {
+            let loops = &$loops;
+            crate::math::attention_head_with(
+                loops, out, q, kv, scores, span, scale, softcap_at, kernel,
+            );
+        }
+        #[allow(clippy::too_many_arguments)]
+        fn group(
+            outs: &mut [f32],
+            qs: &[f32],
+            kv: &crate::math::KvHead,
+            scores: &mut [f32],
+            span: crate::math::AttentionSpan,
+            scale: f32,
+            softcap_at: Option<f32>,
+            kernel: crate::math::AttentionKernel,
+        ) {
+            let loops = &$loops;
+            crate::math::attention_group_with(
+                loops, outs, qs, kv, scores, span, scale, softcap_at, kernel,
+            );
+        }
+        crate::math::AttentionFaces { head, group }
+    }};
+}
+
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "x86_64")]

@@ -9,9 +9,7 @@
 //! replaced others against the ones they replaced.
 
 use super::{KernelSet, RepackedKernel};
-use crate::math::{
-    self, AttentionFaces, AttentionKernel, AttentionLoops, AttentionSpan, DeltaRuleKernels, KvHead,
-};
+use crate::math::{self, AttentionLoops, DeltaRuleKernels};
 use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
@@ -31,10 +29,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "x86_64-avx2";
     // Attention over the f16 KV cache and SwiGLU: the AVX2 faces of math's scalar code.
-    set.attention = AttentionFaces {
-        head: attention_head_avx2,
-        group: attention_group_avx2,
-    };
+    set.attention = attention_faces!(ATTENTION_LOOPS);
     set.swiglu = swiglu_avx2;
     // The gated delta rule's fused step (Qwen3.5's recurrent layers), f32 and f16 state.
     set.delta_rule = DeltaRuleKernels {
@@ -73,10 +68,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "x86_64-avx512";
     // Decoding's attention over the f16 cache 16 lanes at a time (same bits as AVX2's).
-    set.attention = AttentionFaces {
-        head: attention_head_avx512,
-        group: attention_group_avx512,
-    };
+    set.attention = attention_faces!(ATTENTION_LOOPS_512);
     set.install(GgmlType::Q8_0, q8_0_512, Some(q8_0_rows_512), "avx512");
     set.install(GgmlType::Q4_0, q4_0_512, Some(q4_0_rows_512), "avx512");
     set.install(GgmlType::Q5_0, q5_0_512, Some(q5_0_rows_512), "avx512");
@@ -312,7 +304,7 @@ fn delta_rule_f16_avx2(
     }
 }
 
-// SAFETY (the loops below): reachable only through `attention_head_avx2`, which `install`
+// SAFETY (the loops below): reachable only through the AVX2 attention faces, which `install`
 // puts in the set after `avx2_fma_f16c_usable()` confirmed AVX2, FMA and F16C. The kernels
 // clamp their row counts to the slices.
 pub(super) const ATTENTION_LOOPS: AttentionLoops = AttentionLoops {
@@ -344,102 +336,6 @@ pub(super) const ATTENTION_LOOPS_512: AttentionLoops = AttentionLoops {
     },
     ..ATTENTION_LOOPS
 };
-
-#[allow(clippy::too_many_arguments)]
-fn attention_head_avx2(
-    out: &mut [f32],
-    q: &[f32],
-    kv: &KvHead,
-    scores: &mut [f32],
-    span: AttentionSpan,
-    scale: f32,
-    softcap_at: Option<f32>,
-    kernel: AttentionKernel,
-) {
-    math::attention_head_with(
-        &ATTENTION_LOOPS,
-        out,
-        q,
-        kv,
-        scores,
-        span,
-        scale,
-        softcap_at,
-        kernel,
-    );
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_group_avx2(
-    outs: &mut [f32],
-    qs: &[f32],
-    kv: &KvHead,
-    scores: &mut [f32],
-    span: AttentionSpan,
-    scale: f32,
-    softcap_at: Option<f32>,
-    kernel: AttentionKernel,
-) {
-    math::attention_group_with(
-        &ATTENTION_LOOPS,
-        outs,
-        qs,
-        kv,
-        scores,
-        span,
-        scale,
-        softcap_at,
-        kernel,
-    );
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_head_avx512(
-    out: &mut [f32],
-    q: &[f32],
-    kv: &KvHead,
-    scores: &mut [f32],
-    span: AttentionSpan,
-    scale: f32,
-    softcap_at: Option<f32>,
-    kernel: AttentionKernel,
-) {
-    math::attention_head_with(
-        &ATTENTION_LOOPS_512,
-        out,
-        q,
-        kv,
-        scores,
-        span,
-        scale,
-        softcap_at,
-        kernel,
-    );
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_group_avx512(
-    outs: &mut [f32],
-    qs: &[f32],
-    kv: &KvHead,
-    scores: &mut [f32],
-    span: AttentionSpan,
-    scale: f32,
-    softcap_at: Option<f32>,
-    kernel: AttentionKernel,
-) {
-    math::attention_group_with(
-        &ATTENTION_LOOPS_512,
-        outs,
-        qs,
-        kv,
-        scores,
-        span,
-        scale,
-        softcap_at,
-        kernel,
-    );
-}
 
 #[cfg(test)]
 mod tests {

@@ -72,17 +72,30 @@ pub unsafe fn key_dots_lanes64(q: &[f32], keys: &[u16], stride: usize, scores: &
         let r3 = _mm256_add_ps(acc[3], acc[7]);
         let r0 = _mm256_add_ps(r0, r2);
         let r1 = _mm256_add_ps(r1, r3);
-        let t8 = _mm256_add_ps(r0, r1);
-        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-        // [t4[0] + t4[2], t4[1] + t4[3], ..], then lane 0 + lane 1.
-        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-        let t1 = _mm_add_ss(t2, _mm_movehdup_ps(t2));
-        let mut sum = _mm_cvtss_f32(t1) as f64;
-        for d in n_full..dim {
-            sum += (*qp.add(d) * f16_to_f32(*kp.add(d))) as f64;
-        }
-        *score = sum as f32;
+        *score = finish_key_dot(_mm256_add_ps(r0, r1), qp, kp, n_full, dim);
     }
+}
+
+/// The end of a key's dot product from its 8 lane sums `t8`: halved to 4, 2, 1 (lanes
+/// l + 4 onto l, then l + 2, then 1 onto 0), then the dimensions past the last whole 64
+/// added one by one in f64 (f32 products), as `dot_f16_in_lanes` does.
+#[inline(always)]
+unsafe fn finish_key_dot(
+    t8: __m256,
+    qp: *const f32,
+    kp: *const u16,
+    n_full: usize,
+    dim: usize,
+) -> f32 {
+    let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    // [t4[0] + t4[2], t4[1] + t4[3], ..], then lane 0 + lane 1.
+    let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    let t1 = _mm_add_ss(t2, _mm_movehdup_ps(t2));
+    let mut sum = _mm_cvtss_f32(t1) as f64;
+    for d in n_full..dim {
+        sum += (*qp.add(d) * f16_to_f32(*kp.add(d))) as f64;
+    }
+    sum as f32
 }
 
 /// Transposes 8 rows of 8 u16 into 8 columns: `out[m]` holds element `m` of rows 0..7.
@@ -318,16 +331,30 @@ pub unsafe fn accumulate_rows_f16(
         }
         d += 64;
     }
-    if d < dim {
-        // The last dimensions one row at a time through the one-row loops.
-        for i in 0..n {
-            let rest = core::slice::from_raw_parts_mut(op.add(d), dim - d);
-            if ms[i] != 1.0 {
-                rescale_f16(rest, ms[i]);
-            }
-            let row = core::slice::from_raw_parts(vp.add(i * stride + d), dim - d);
-            accumulate_f16(rest, row, vs[i]);
+    rows_tail_f16(out, d, values, stride, &ms[..n], &vs[..n]);
+}
+
+/// Dimensions `d0..` of the accumulator through every row (`ms.len()` of them, all within
+/// `values`), one row at a time with the one-row loops: the tail of the register-blocked
+/// `accumulate_rows_f16` faces.
+#[inline(always)]
+unsafe fn rows_tail_f16(
+    out: &mut [f32],
+    d0: usize,
+    values: &[u16],
+    stride: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let rest = &mut out[d0..];
+    if rest.is_empty() {
+        return;
+    }
+    for (i, (&ms, &vs)) in ms.iter().zip(vs).enumerate() {
+        if ms != 1.0 {
+            rescale_f16(rest, ms);
         }
+        accumulate_f16(rest, &values[i * stride + d0..][..rest.len()], vs);
     }
 }
 
@@ -359,14 +386,7 @@ pub unsafe fn key_dots_lanes64_512(q: &[f32], keys: &[u16], stride: usize, score
         let r1 = _mm512_add_ps(acc[1], acc[3]);
         let r = _mm512_add_ps(r0, r1);
         let t8 = _mm256_add_ps(_mm512_castps512_ps256(r), _mm512_extractf32x8_ps::<1>(r));
-        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
-        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-        let t1 = _mm_add_ss(t2, _mm_movehdup_ps(t2));
-        let mut sum = _mm_cvtss_f32(t1) as f64;
-        for d in n_full..dim {
-            sum += (*qp.add(d) * f16_to_f32(*kp.add(d))) as f64;
-        }
-        *score = sum as f32;
+        *score = finish_key_dot(t8, qp, kp, n_full, dim);
     }
 }
 
@@ -403,16 +423,7 @@ pub unsafe fn accumulate_rows_f16_512(
             d += 16;
         }
     }
-    if d < dim {
-        for i in 0..n {
-            let rest = core::slice::from_raw_parts_mut(op.add(d), dim - d);
-            if ms[i] != 1.0 {
-                rescale_f16(rest, ms[i]);
-            }
-            let row = core::slice::from_raw_parts(vp.add(i * stride + d), dim - d);
-            accumulate_f16(rest, row, vs[i]);
-        }
-    }
+    rows_tail_f16(out, d, values, stride, &ms[..n], &vs[..n]);
 }
 
 /// `R` registers of 16 accumulator values at `op` through rows `0..n` of the values at `vp`.
