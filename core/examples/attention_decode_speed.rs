@@ -33,13 +33,19 @@ fn main() {
     let qs: Vec<f32> = (0..group * hd)
         .map(|_| half::f16::from_bits(f16()).to_f32() * 4.0)
         .collect();
+    #[allow(unused_mut)] // no features elsewhere: the scalar set
     let mut features = CpuFeatures::default();
+    #[cfg(target_arch = "aarch64")]
+    {
+        features.neon = std::arch::is_aarch64_feature_detected!("neon");
+    }
     #[cfg(target_arch = "x86_64")]
     {
         features.avx2 = std::arch::is_x86_feature_detected!("avx2");
         features.fma = std::arch::is_x86_feature_detected!("fma");
         features.f16c = std::arch::is_x86_feature_detected!("f16c");
     }
+    #[allow(unused_mut)]
     let mut sets = vec![KernelSet::select(&features)];
     #[cfg(target_arch = "x86_64")]
     {
