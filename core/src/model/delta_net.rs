@@ -295,6 +295,7 @@ impl DeltaNet {
         });
         p.tap("conv_output_silu", l, &a.qkv, conv_dim);
         let (hd, eps) = (sh.head_dim, p.rms_eps);
+        let qkv = SharedMut::new(&mut a.qkv[..n * conv_dim]);
         per_token(p.par, n, &|_, t| {
             // SAFETY: as above.
             let c = unsafe { qkv.slice(t * conv_dim, 2 * key_dim) };
