@@ -563,19 +563,43 @@ pub type AccumulateRowsFn =
 /// `ms[i]` is 1.0 changes nothing: the accumulator holds f16 values (zero, then each result
 /// rounded to f16), and an f16 value times 1.0 rounded to f16 is itself.
 pub fn accumulate_rows_f16(out: &mut [f32], values: &[u16], stride: usize, ms: &[f32], vs: &[f32]) {
+    accumulate_rows_f16_with(rescale_f16, accumulate_f16, out, values, stride, ms, vs);
+}
+
+/// [`accumulate_rows_f16`] one row at a time through a face's one-row loops (`rescale`,
+/// `accumulate`): the rows' order and the rescale rule in one place.
+pub fn accumulate_rows_f16_with(
+    rescale: fn(&mut [f32], f32),
+    accumulate: fn(&mut [f32], &[u16], f32),
+    out: &mut [f32],
+    values: &[u16],
+    stride: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
     let dim = out.len();
     for (i, (&ms, &vs)) in ms.iter().zip(vs).enumerate() {
         let Some(value) = values.get(i * stride..i * stride + dim) else {
             return;
         };
         if ms != 1.0 {
-            for o in out.iter_mut() {
-                *o = f16::from_f32(*o * ms).to_f32();
-            }
+            rescale(out, ms);
         }
-        for (o, &v) in out.iter_mut().zip(value) {
-            *o = f16::from_f32(libm::fmaf(f16::from_bits(v).to_f32(), vs, *o)).to_f32();
-        }
+        accumulate(out, value, vs);
+    }
+}
+
+/// `out[d] = f16(out[d] * ms)`: the scalar [`AttentionLoops::rescale_f16`].
+fn rescale_f16(out: &mut [f32], ms: f32) {
+    for o in out.iter_mut() {
+        *o = f16::from_f32(*o * ms).to_f32();
+    }
+}
+
+/// `out[d] = f16(fmaf(value[d], vs, out[d]))`: the scalar [`AttentionLoops::accumulate_f16`].
+fn accumulate_f16(out: &mut [f32], value: &[u16], vs: f32) {
+    for (o, &v) in out.iter_mut().zip(value) {
+        *o = f16::from_f32(libm::fmaf(f16::from_bits(v).to_f32(), vs, *o)).to_f32();
     }
 }
 

@@ -270,16 +270,15 @@ fn accumulate_rows_f16_neon(
     ms: &[f32],
     vs: &[f32],
 ) {
-    let dim = out.len();
-    for (i, (&ms, &vs)) in ms.iter().zip(vs).enumerate() {
-        let Some(value) = values.get(i * stride..i * stride + dim) else {
-            return;
-        };
-        if ms != 1.0 {
-            k::rescale_f16(out, ms);
-        }
-        k::accumulate_f16(out, value, vs);
-    }
+    math::accumulate_rows_f16_with(
+        k::rescale_f16,
+        k::accumulate_f16,
+        out,
+        values,
+        stride,
+        ms,
+        vs,
+    );
 }
 
 #[cfg(test)]

@@ -281,8 +281,13 @@ impl DeltaNet {
         // (the convolution), tokens (the SiLU and norms) or heads (the delta rule), so a
         // prompt's stages split over the workers; every value gets the same operations in the
         // same order as one token at a time, so the same bits.
-        let keep_steps = p.keep_steps;
-        self.conv_rows(p, state, &mut a.qkv[..n * conv_dim], keep_steps);
+        // A verify pass keeps the state after each of its tokens but the last (as many as the
+        // state has room for).
+        let n_steps = match p.keep_steps {
+            true => n.saturating_sub(1).min(state.n_steps()),
+            false => 0,
+        };
+        self.conv_rows(p, state, &mut a.qkv[..n * conv_dim], n_steps);
         let swiglu = self.swiglu;
         let qkv = SharedMut::new(&mut a.qkv[..n * conv_dim]);
         per_token(p.par, n, &|_, t| {
@@ -302,7 +307,7 @@ impl DeltaNet {
             c.chunks_exact_mut(hd)
                 .for_each(|h| math::l2_norm_in_place(h, eps));
         });
-        self.delta_rule_heads(p, state, &a.qkv, &a.ssm_gates, &mut a.att_out, keep_steps);
+        self.delta_rule_heads(p, state, &a.qkv, &a.ssm_gates, &mut a.att_out, n_steps);
         p.tap("attn_output", l, &a.att_out, value_dim);
         // Gated RMSNorm: each head's output normed, times silu(z) (as SwiGLU into z, whose
         // row is not read again: silu(z) * o has the bits of o * silu(z)).
@@ -337,8 +342,8 @@ impl DeltaNet {
     /// independent, so a layer with a big state (Qwen3.5-0.8B: 16 heads of 128 x 128, 1 MB per
     /// token) or a prompt splits its heads over the workers, each running its heads through
     /// every token (a head's 64 KB stays in cache from token to token); each head's steps are
-    /// the same whichever worker runs them. With `keep_steps` each head's state after each
-    /// token but the last is copied into its place in the state's step copies.
+    /// the same whichever worker runs them. Each head's state after each of the first `n_steps`
+    /// tokens is copied into its place in the state's step copies.
     fn delta_rule_heads(
         &self,
         p: &Pass,
@@ -346,7 +351,7 @@ impl DeltaNet {
         qkv: &[f32],
         gates: &[f32],
         out: &mut [f32],
-        keep_steps: bool,
+        n_steps: usize,
     ) {
         let sh = &self.shape;
         let n = p.n;
@@ -355,10 +360,6 @@ impl DeltaNet {
         let per_head = hd * hd;
         let dr = self.delta_rule;
         let (conv_len, step_len, step_len16) = state.step_lens();
-        let n_steps = match keep_steps {
-            true => n.saturating_sub(1).min(state.n_steps()),
-            false => 0,
-        };
         let shared_out = SharedMut::new(&mut out[..n * value_dim]);
         let shared_f32 = SharedMut::new(&mut state.ssm);
         let shared_f16 = SharedMut::new(&mut state.ssm_f16);
@@ -411,18 +412,14 @@ impl DeltaNet {
 
     /// The causal depthwise convolution over the pass's tokens, in place on `qkv` (each
     /// token's `conv_dim` channels); the window moves on by one input per token. Channels are
-    /// independent, so a prompt splits them over the workers; with `keep_steps` each
-    /// channel's window after each token but the last goes into the state's step copies.
-    fn conv_rows(&self, p: &Pass, state: &mut RecurrentState, qkv: &mut [f32], keep_steps: bool) {
+    /// independent, so a prompt splits them over the workers; each
+    /// channel's window after each of the first `n_steps` tokens goes into the step copies.
+    fn conv_rows(&self, p: &Pass, state: &mut RecurrentState, qkv: &mut [f32], n_steps: usize) {
         let n = p.n;
         let k = self.shape.conv_kernel;
         let kept = k - 1;
         let conv_dim = self.shape.conv_dim();
         let (_, step_len, _) = state.step_lens();
-        let n_steps = match keep_steps {
-            true => n.saturating_sub(1).min(state.n_steps()),
-            false => 0,
-        };
         let window = SharedMut::new(&mut state.conv);
         let steps = SharedMut::new(&mut state.steps);
         let x = SharedMut::new(qkv);
