@@ -335,6 +335,46 @@ pub fn sha256_file(path: &Path) -> Result<String, String> {
         .collect())
 }
 
+/// The first `len` bytes of `src` by one range request, and the whole file's length (from
+/// Content-Range, else the size the source knows). A server that ignores ranges is read only as
+/// far as `len`. For `smolrun plan`: the header of a model, nothing else.
+pub fn read_prefix(agent: &ureq::Agent, src: &Source, len: u64) -> Result<(Vec<u8>, u64), String> {
+    check_scheme(&src.url)?;
+    let mut req = agent
+        .get(&src.url)
+        .header("Range", format!("bytes=0-{}", len.saturating_sub(1)));
+    if let Some(auth) = &src.auth {
+        req = req.header("Authorization", auth);
+    }
+    let mut resp = req.call().map_err(|e| format!("{}: {e}", src.url))?;
+    let status = resp.status().as_u16();
+    let total = match status {
+        206 => resp
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_content_range)
+            .and_then(|(_, total)| total),
+        200 => resp.body().content_length(),
+        _ => return Err(format!("{}: HTTP {status}", src.url)),
+    }
+    .or(src.size)
+    .ok_or_else(|| {
+        format!(
+            "{}: the server says neither the file's length nor a Content-Range total; download \
+             it and plan the local file",
+            src.url
+        )
+    })?;
+    let mut bytes = Vec::new();
+    resp.body_mut()
+        .as_reader()
+        .take(len)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", src.url))?;
+    Ok((bytes, total))
+}
+
 /// `bytes START-END/TOTAL` -> (START, TOTAL); TOTAL may be `*` (unknown).
 fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
     let rest = v.trim().strip_prefix("bytes ")?;

@@ -1,18 +1,31 @@
-//! The `smolrun` binary: one subcommand per job, each in its own module under `cmd/`.
+//! The `smolrun` binary: flags to `EngineOptions` (args.rs) and one subcommand per job, each in
+//! its own module under `cmd/`. The engine (smolrun-engine) and the server (smolrun-server)
+//! are libraries; this crate parses arguments and prints.
 
-mod chat_template;
+mod args;
 mod cmd;
-mod constrained;
 mod download;
-mod engine;
-mod json_schema;
-mod memory_guard;
-mod models;
-mod moe;
-mod platform;
-mod repack_cache;
-mod serve;
-mod speculative;
+
+#[cfg(test)]
+mod test_support {
+    use smolrun_engine::{Engine, EngineOptions};
+    use std::path::{Path, PathBuf};
+
+    /// Gemma 3 270M in the model folder.
+    pub fn gemma_path() -> PathBuf {
+        smolrun_tests::model_path("gemma3-270m")
+    }
+
+    /// `path` opened by the engine's load sequence for `n_ctx` tokens on `threads` threads.
+    pub fn open(path: &Path, n_ctx: usize, threads: usize) -> Engine {
+        let options = EngineOptions {
+            n_ctx: Some(n_ctx),
+            threads: Some(threads),
+            ..EngineOptions::default()
+        };
+        Engine::open(path.to_str().unwrap(), &options).unwrap()
+    }
+}
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -49,6 +62,9 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Perplexity and bits per byte of a text file.
     Perplexity(cmd::perplexity::Args),
+    /// What a model needs on a device and what it will do there, from its header alone (a
+    /// local file, a URL or a Hugging Face reference: nothing else is downloaded).
+    Plan(cmd::plan::Args),
     /// Share of free-running chat answers that fall into a repeating loop.
     Loopcheck(cmd::loopcheck::Args),
     /// Download a GGUF model (Hugging Face org/repo:QUANT, a URL, or a short name) into the
@@ -70,25 +86,29 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    repack_cache::set_cache_dir(match (cli.no_repack_cache, cli.cache_dir) {
-        (true, _) => repack_cache::CacheDir::Off,
-        (false, Some(dir)) => repack_cache::CacheDir::In(dir),
-        (false, None) => repack_cache::CacheDir::NextToModel,
-    });
+    let globals = args::Globals {
+        cache_dir: match (cli.no_repack_cache, cli.cache_dir) {
+            (true, _) => smolrun_engine::CacheDir::Off,
+            (false, Some(dir)) => smolrun_engine::CacheDir::In(dir),
+            (false, None) => smolrun_engine::CacheDir::NextToModel,
+        },
+    };
+    let g = &globals;
     let result = match cli.command {
-        Command::Run(a) => cmd::run::run(a),
-        Command::Bench(a) => cmd::bench::run(a),
-        Command::Chat(a) => cmd::chat::run(a),
+        Command::Run(a) => cmd::run::run(a, g),
+        Command::Bench(a) => cmd::bench::run(a, g),
+        Command::Chat(a) => cmd::chat::run(a, g),
         Command::Tokenize(a) => cmd::tokenize::run(a),
-        Command::Perplexity(a) => cmd::perplexity::run(a),
-        Command::Serve(a) => cmd::serve::run(a),
-        Command::Loopcheck(a) => cmd::loopcheck::run(a),
+        Command::Perplexity(a) => cmd::perplexity::run(a, g),
+        Command::Plan(a) => cmd::plan::run(a, g),
+        Command::Serve(a) => cmd::serve::run(a, g),
+        Command::Loopcheck(a) => cmd::loopcheck::run(a, g),
         Command::Pull(a) => cmd::pull::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Rm(a) => cmd::rm::run(a),
-        Command::MoeTrace(a) => cmd::moe_trace::trace(a),
+        Command::MoeTrace(a) => cmd::moe_trace::trace(a, g),
         Command::MoeSim(a) => cmd::moe_trace::sim(a),
-        Command::Gguf(c) => cmd::gguf::run(c),
+        Command::Gguf(c) => cmd::gguf::run(c, g),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

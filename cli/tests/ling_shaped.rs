@@ -16,7 +16,7 @@ use smolrun_core::platform::SingleThread;
 use smolrun_core::tokenizer::Tokenizer;
 use smolrun_linux::MappedFile;
 mod common;
-use common::{python_with_gguf, write_ling_shaped};
+use common::{require_python_with_gguf, write_ling_shaped};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -111,13 +111,7 @@ fn top_tenth_share(usage: &[u64]) -> f64 {
 
 #[test]
 fn small_ling_shaped_runs_and_experts_last_is_the_same_model() {
-    if !python_with_gguf() {
-        eprintln!(
-            "NOTICE: skipping the Ling-shaped model test: python3 with numpy and gguf is not \
-             available (pip install numpy gguf==0.19.0)"
-        );
-        return;
-    }
+    require_python_with_gguf();
     let dir = std::env::temp_dir().join(format!("smolrun-ling-shaped-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let _cleanup = Scratch(dir.clone());

@@ -157,7 +157,7 @@ fn bad_budget_sizes_are_rejected() {
 /// the header sequentially reads ahead into the table (2.4 MB here, read_ahead_kb is 8192).
 #[test]
 fn an_untied_embedding_table_stays_on_flash() {
-    let source = smolrun_tests::model_path("synthetic-llama").expect("synthetic-llama");
+    let source = smolrun_tests::model_path("synthetic-llama");
     let path = std::env::temp_dir().join(format!("smolrun-embd-{}.gguf", std::process::id()));
     std::fs::copy(&source, &path).unwrap();
     let file = std::fs::File::open(&path).unwrap();

@@ -108,10 +108,7 @@ fn run_file(
 /// non-expert prefix is mapped then); the text is the one of every expert resident.
 #[test]
 fn a_mixture_of_experts_that_does_not_fit_is_paged() {
-    if !python_with_gguf() {
-        eprintln!("NOTICE: skipping: python3 with numpy and gguf is not installed");
-        return;
-    }
+    require_python_with_gguf();
     let dir = scratch("moe-fit");
     let shape = [
         "--layers",

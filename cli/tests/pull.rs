@@ -100,14 +100,22 @@ fn serve_one(
         return out.write_all(msg);
     };
     let total = route.body.len();
-    let start = match (&range, route.ignore_ranges) {
+    // `bytes=START-` or `bytes=START-END` (END inclusive).
+    let (start, end) = match (&range, route.ignore_ranges) {
         (Some(r), false) => r
             .strip_prefix("bytes=")
-            .and_then(|r| r.strip_suffix('-'))
-            .and_then(|n| n.parse::<usize>().ok())
-            .unwrap_or(0),
-        _ => 0,
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| {
+                let end = match b {
+                    "" => total,
+                    b => b.parse::<usize>().ok()?.saturating_add(1).min(total),
+                };
+                Some((a.parse::<usize>().ok()?, end))
+            })
+            .unwrap_or((0, total)),
+        _ => (0, total),
     };
+    let ranged = range.is_some() && !route.ignore_ranges;
     if start >= total && start > 0 {
         return write!(
             out,
@@ -115,12 +123,12 @@ fn serve_one(
              Content-Length: 0\r\nConnection: close\r\n\r\n"
         );
     }
-    let body = &route.body[start..];
-    if start > 0 {
+    let body = &route.body[start..end.max(start)];
+    if start > 0 || (ranged && end < total) {
         write!(
             out,
             "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{}/{total}\r\n",
-            total - 1
+            end.max(start + 1) - 1
         )?;
     } else {
         write!(out, "HTTP/1.1 200 OK\r\n")?;
@@ -458,7 +466,19 @@ fn hugging_face_reference_list_and_rm() {
     let o = smolrun(&["gguf", "info", "model-Q4_K_M"], &dir, None);
     assert!(o.status.success(), "{}", stderr(&o));
 
-    // rm: the model and the repack caches beside it; a second rm says it is gone.
+    // A killed run's temporary (a pid that runs nowhere) is listed with its size.
+    let stale = "model-Q4_K_M.gguf.scalar.repack.tmp-99999999";
+    std::fs::write(dir.join(stale), vec![0u8; 2_000_000]).unwrap();
+    let o = smolrun(&["list"], &dir, None);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        out.lines()
+            .any(|l| l.contains(stale) && l.contains("2 MB") && l.contains("stopped")),
+        "{out}"
+    );
+
+    // rm: the model, the repack caches beside it and the stale temporary; a second rm says it
+    // is gone.
     std::fs::write(dir.join("model-Q4_K_M.gguf.scalar.repack"), b"x").unwrap();
     let o = smolrun(&["rm", "model-Q4_K_M"], &dir, None);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -471,4 +491,89 @@ fn hugging_face_reference_list_and_rm() {
         stderr(&o)
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `smolrun plan` on a Hugging Face reference and on a URL reads the header with range requests
+/// (never the whole file) and plans what the local file plans.
+#[test]
+fn plan_reads_only_the_header_over_http() {
+    let model = smolrun_tests::model_path("synthetic-qwen3");
+    let data = std::fs::read(&model).unwrap();
+    let listing = serde_json::json!({
+        "id": "org/synth",
+        "sha": "0123456789abcdef0123456789abcdef01234567",
+        "siblings": [
+            {"rfilename": "synthetic-Q8_0.gguf", "size": data.len(),
+             "lfs": {"sha256": sha256_hex(&data), "size": data.len(), "pointerSize": 135}},
+        ]
+    });
+    let file_path =
+        "/org/synth/resolve/0123456789abcdef0123456789abcdef01234567/synthetic-Q8_0.gguf";
+    let server = Server::start(HashMap::from([
+        (
+            "/api/models/org/synth?blobs=true".to_string(),
+            Route {
+                body: listing.to_string().into_bytes(),
+                content_type: "application/json",
+                ..Route::default()
+            },
+        ),
+        (
+            file_path.to_string(),
+            Route {
+                body: data.clone(),
+                content_type: "application/octet-stream",
+                ..Route::default()
+            },
+        ),
+    ]));
+    let dir = models_dir("plan");
+    let hf = Some(server.base.as_str());
+    let plan = |model: &str| {
+        let o = smolrun(
+            &[
+                "plan",
+                model,
+                "--mem",
+                "1G",
+                "--flash-mbps",
+                "278",
+                "-c",
+                "256",
+                "--weights",
+                "stream",
+                "--resident-mb",
+                "20",
+                "--json",
+            ],
+            &dir,
+            hf,
+        );
+        assert!(o.status.success(), "{model}: {}", stderr(&o));
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("model");
+        v
+    };
+    let local = plan(model.to_str().unwrap());
+    assert_eq!(local["weights"], "stream", "{local}");
+    assert_eq!(plan("org/synth:Q8_0"), local);
+    assert_eq!(plan(&format!("{}{file_path}", server.base)), local);
+    let reads = server.requests(file_path);
+    // Each plan reads the first 4 MiB, then 8 MiB if the header (5.9 MB: the vocabulary) needs it.
+    assert!(
+        (2..=4).contains(&reads.len()),
+        "{} reads for two plans",
+        reads.len()
+    );
+    for r in reads {
+        let range = r.range.expect("a range request");
+        let (a, b) = range
+            .strip_prefix("bytes=")
+            .unwrap()
+            .split_once('-')
+            .unwrap();
+        assert_eq!(a, "0");
+        assert!(b.parse::<usize>().unwrap() < data.len() / 4, "{range}");
+    }
+    assert!(files_in(&dir).is_empty(), "plan downloads nothing");
 }

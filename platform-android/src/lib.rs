@@ -11,6 +11,9 @@
 //!   can live anywhere (tested in platform-linux/tests/file_reader.rs on /proc, which
 //!   refuses O_DIRECT at open, and in file.rs on a read the kernel refuses with EINVAL);
 //! - mlock: RLIMIT_MEMLOCK is 64 KiB for apps; smolrun never locks memory.
+//!
+//! The region a run's state is carved from is Linux's anonymous mapping ([`anonymous_region`]):
+//! lmkd counts it in the process's RSS as its pages are written, as it counts everything else.
 
 pub mod cpu;
 pub mod lmk;
@@ -18,6 +21,7 @@ pub mod memory;
 
 pub use cpu::{default_cpus, default_threads};
 pub use memory::{AndroidMemory, LevelSource};
+pub use smolrun_linux::{anonymous_region, anonymous_region_for};
 
 #[cfg(test)]
 pub(crate) fn fixture_path(name: &str) -> std::path::PathBuf {

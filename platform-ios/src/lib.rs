@@ -6,6 +6,8 @@
 //!   limit (read with memorystatus_control; ~700 MB assumed on a 1 GB device otherwise).
 //! - [`features`]: CPU features from `hw.optional.*` sysctls (no FEAT_DotProd on the A7).
 //! - [`AddressSpaceBudget`]: iOS 12 maps ~1.7 GB per process: what to map, what to pread.
+//! - [`region`]: the region a run's state is carved from, `vm_allocate`d (counted in the
+//!   footprint as it is written).
 //!
 //! Mapped files, the thread pool and the clock are smolrun-linux's portable parts, which build
 //! for Darwin too. Only the system calls are `cfg(target_os = "ios")`; every decision is a
@@ -15,12 +17,15 @@ pub mod address_space;
 pub mod features;
 pub mod file;
 pub mod memory;
+pub mod region;
 
 pub use address_space::{Access, AddressSpaceBudget, MapPlan};
 #[cfg(target_os = "ios")]
 pub use features::detect_features;
 pub use file::UncachedFile;
 pub use memory::IosMemory;
+#[cfg(target_os = "ios")]
+pub use region::vm_region;
 
 #[cfg(test)]
 pub(crate) fn fixture(name: &str) -> String {

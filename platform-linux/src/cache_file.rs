@@ -27,9 +27,7 @@ impl CacheFileWriter {
             fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create folder {}: {e}", dir.display()))?;
         }
-        let mut tmp = dest.as_os_str().to_owned();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
+        let tmp = temporary_name(dest);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -112,6 +110,90 @@ impl Drop for CacheFileWriter {
     }
 }
 
+/// The temporary twin of `dest` that this process writes: `DEST.tmp-PID`.
+pub fn temporary_name(dest: &Path) -> PathBuf {
+    let mut tmp = dest.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    PathBuf::from(tmp)
+}
+
+/// A temporary file (`NAME.tmp-PID`) left in a folder, and whether its writer still runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Temporary {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub pid: u32,
+    /// Its process no longer runs: nobody will finish or remove it.
+    pub stale: bool,
+}
+
+/// Whether a process with this id runs (on this machine: kill(pid, 0) does not say ESRCH).
+fn process_runs(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The temporary files in `dir` whose names start with `prefix` (a final file's name; `""`:
+/// all of them) and end in `.tmp-PID`: what a killed writer (a repack cache, a requantized or
+/// fitted model) leaves behind.
+pub fn temporaries(dir: &Path, prefix: &str) -> Vec<Temporary> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((stem, pid)) = name.rsplit_once(".tmp-") else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if !stem.starts_with(prefix) {
+            continue;
+        }
+        found.push(Temporary {
+            path: entry.path(),
+            bytes: entry.metadata().map_or(0, |m| m.len()),
+            pid,
+            stale: pid != std::process::id() && !process_runs(pid),
+        });
+    }
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    found
+}
+
+/// Removes the temporaries of `dest` (`DEST.tmp-PID`) whose writers no longer run; returns
+/// what was removed. Another process still writing one keeps it.
+pub fn remove_stale_temporaries(dest: &Path) -> Vec<Temporary> {
+    let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let name = format!("{}.tmp-", name.to_string_lossy());
+    temporaries(dir, "")
+        .into_iter()
+        .filter(|t| t.stale)
+        .filter(|t| {
+            t.path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&name))
+        })
+        .filter(|t| fs::remove_file(&t.path).is_ok())
+        .collect()
+}
+
 /// A file's length and last-modification time in nanoseconds since the epoch.
 pub fn file_len_and_mtime(path: &Path) -> Result<(u64, u64), String> {
     let meta = File::open(path)
@@ -149,6 +231,33 @@ mod tests {
         assert!(!other.exists());
         assert_eq!(fs::read_dir(dir.join("sub")).unwrap().count(), 1);
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A temporary of a process that no longer runs is found as stale and removed; one of a
+    /// running process (this one) is kept.
+    #[test]
+    fn stale_temporaries_are_found_and_removed() {
+        let dir = std::env::temp_dir().join(format!("smolrun-stale-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let dest = dir.join("m.gguf.x86.repack");
+        // A pid past any pid_max (2^22) runs nowhere.
+        let dead = dir.join("m.gguf.x86.repack.tmp-99999999");
+        fs::write(&dead, [0u8; 100]).unwrap();
+        let live = temporary_name(&dest);
+        fs::write(&live, [0u8; 10]).unwrap();
+        fs::write(dir.join("other.gguf.tmp-99999998"), [0u8; 5]).unwrap();
+        let all = temporaries(&dir, "");
+        assert_eq!(all.len(), 3);
+        assert_eq!(all.iter().filter(|t| t.stale).count(), 2);
+        let removed = remove_stale_temporaries(&dest);
+        assert_eq!(removed.len(), 1);
+        assert_eq!((removed[0].bytes, removed[0].pid), (100, 99_999_999));
+        assert!(!dead.exists() && live.exists());
+        assert!(
+            dir.join("other.gguf.tmp-99999998").exists(),
+            "another file's is kept"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 }

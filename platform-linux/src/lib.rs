@@ -1,5 +1,6 @@
 //! smolrun-linux: the Linux side of the platform traits core defines: mapped files, reads at an
-//! offset (buffered and O_DIRECT), memory probing, CPU features and the thread pool.
+//! offset (buffered and O_DIRECT), memory probing, CPU features, the thread pool and the
+//! anonymous region a run's state is carved from.
 //!
 //! It also builds for Darwin, where smolrun-ios uses its portable parts (mapped files, the
 //! thread pool, the clock): there the futex, CPU affinity, getauxval and O_DIRECT calls are
@@ -13,9 +14,13 @@ mod mapped;
 pub mod memory;
 mod memory_watch;
 mod pool;
+mod region;
 mod stream;
 
-pub use cache_file::{file_len_and_mtime, CacheFileWriter};
+pub use cache_file::{
+    file_len_and_mtime, remove_stale_temporaries, temporaries, temporary_name, CacheFileWriter,
+    Temporary,
+};
 pub use clock::MonotonicClock;
 pub use cpu::{allowed_cpus, default_cpus, default_threads, detect_features, CpuTopology};
 pub use file::{describe_io_error, AlignedBuf, FileReader, DIRECT_ALIGNMENT};
@@ -25,6 +30,7 @@ pub use mapped::{
 pub use memory::LinuxMemory;
 pub use memory_watch::{MemoryReading, MemorySource, MemoryWatch};
 pub use pool::{pin_current_thread, PoolOptions, ThreadPool, DEFAULT_SPIN_MICROS};
+pub use region::{anonymous_region, anonymous_region_for};
 pub use stream::{
     probe_read_mbps, start_expert_readers, CondSignal, ReaderThreads, StreamingStore, PROBE_BYTES,
 };

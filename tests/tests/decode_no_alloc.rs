@@ -41,7 +41,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         "synthetic-qwen2moe",
         "synthetic-qwen35",
     ] {
-        let path = model_path(model).unwrap_or_else(|| panic!("{model} is required"));
+        let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();
         let gguf = Gguf::parse(file.bytes()).unwrap();
         let m = Model::load(&gguf).unwrap();

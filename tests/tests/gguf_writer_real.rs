@@ -55,13 +55,16 @@ fn real_model_headers_rewrite_byte_identical() {
         );
         header_round_trip(&path);
     }
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, 1.1 GB; minutes of CPU)"]
+fn real_model_headers_rewrite_byte_identical_qwen25_coder_15b() {
     let big = model_path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
-    if big.is_file() {
-        header_round_trip(&big);
-    } else {
-        println!(
-            "skipped: {} absent (tools/fetch-models.sh qwen2.5-coder-1.5b)",
-            big.display()
-        );
-    }
+    assert!(
+        big.is_file(),
+        "{} is missing: tools/test.sh --full fetches it",
+        big.display()
+    );
+    header_round_trip(&big);
 }

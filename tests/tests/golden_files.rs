@@ -348,7 +348,7 @@ fn lowbit_model_files_hold_the_goldens_tensor_bytes() {
         let want = field(&recorded, "tensor_data_sha256", model)
             .as_str()
             .unwrap();
-        let path = smolrun_tests::model_path(model).unwrap();
+        let path = smolrun_tests::model_path(model);
         // from the file's own data offset: its header may differ from llama-quantize's
         let out = Command::new("python3")
             .arg(repo_root().join("tools/oracle/tensor_data_sha256.py"))
@@ -373,25 +373,25 @@ fn lowbit_model_files_hold_the_goldens_tensor_bytes() {
     }
 }
 
-/// python3 with numpy and gguf, or None (the check is then skipped with a notice)
-fn python_with_gguf() -> Option<&'static str> {
+/// python3 with numpy and gguf; the test fails saying what to install when it is missing
+/// (tools/test.sh installs it).
+fn python_with_gguf() -> &'static str {
     let ok = Command::new("python3")
         .args(["-c", "import numpy, gguf"])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    ok.then_some("python3")
+    assert!(
+        ok,
+        "python3 with numpy and gguf is not available: pip install numpy gguf==0.19.0 (as \
+         tools/test.sh does)"
+    );
+    "python3"
 }
 
 #[test]
 fn synthetic_models_are_written_byte_identically() {
-    let Some(python) = python_with_gguf() else {
-        eprintln!(
-            "NOTICE: skipping the synthetic model determinism check: python3 with numpy and gguf \
-             is not available (pip install numpy gguf==0.19.0)"
-        );
-        return;
-    };
+    let python = python_with_gguf();
     let models = std::env::var_os("SMOLRUN_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

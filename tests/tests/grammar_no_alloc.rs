@@ -3,8 +3,9 @@
 //! vocabulary of JSON fragments, under a counting global allocator. Its own `main`, no libtest
 //! harness (see decode_no_alloc.rs): nothing else in the process allocates meanwhile.
 
-use smolrun_core::grammar::{Element, Grammar, GrammarBuilder, Matcher, RuleId, TokenTrie};
+use smolrun_core::grammar::{Matcher, TokenTrie};
 use smolrun_tests::counting_alloc::{allocations, CountingAllocator};
+use smolrun_tests::json_grammar;
 use std::sync::Arc;
 
 #[global_allocator]
@@ -13,99 +14,6 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 fn main() {
     matching_json_allocates_nothing();
     println!("grammar_no_alloc: ok");
-}
-
-fn lit(s: &str) -> Element {
-    Element::literal(s.as_bytes())
-}
-
-/// Any JSON value, llama.cpp style: every value followed by bounded whitespace.
-fn json_grammar() -> Grammar {
-    let mut b = GrammarBuilder::new();
-    let value = b.declare("value");
-    let blanks = b.repeat(
-        vec![Element::set(&[(b' ', b' '), (b'\t', b'\t')])],
-        0,
-        Some(20),
-    );
-    let space = b
-        .rule(
-            "space",
-            vec![vec![], vec![lit(" ")], vec![lit("\n"), blanks]],
-        )
-        .unwrap();
-    let ws = Element::rule(space);
-    let cont = || Element::range(0x80, 0xBF);
-    let hex = Element::set(&[(b'0', b'9'), (b'a', b'f'), (b'A', b'F')]);
-    let hex4 = b.repeat(vec![hex], 4, Some(4));
-    let char_rule = b
-        .rule(
-            "char",
-            vec![
-                vec![Element::set(&[(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x7E)])],
-                vec![
-                    lit("\\"),
-                    Element::set(&[(b'"', b'"'), (b'\\', b'\\'), (b'n', b'n')]),
-                ],
-                vec![lit("\\u"), hex4],
-                vec![Element::range(0xC2, 0xDF), cont()],
-                vec![Element::range(0xE1, 0xEF), cont(), cont()],
-                vec![Element::range(0xF0, 0xF4), cont(), cont(), cont()],
-            ],
-        )
-        .unwrap();
-    let chars = b.repeat(vec![Element::rule(char_rule)], 0, None);
-    let string = b
-        .rule(
-            "string",
-            vec![vec![lit("\""), chars, lit("\""), ws.clone()]],
-        )
-        .unwrap();
-    let digits = b.repeat(vec![Element::range(b'0', b'9')], 1, Some(16));
-    let number = b
-        .rule(
-            "number",
-            vec![
-                vec![lit("-"), digits.clone(), ws.clone()],
-                vec![digits, ws.clone()],
-            ],
-        )
-        .unwrap();
-    let list = |b: &mut GrammarBuilder, item: Vec<Element>| -> Element {
-        let mut more = vec![lit(","), ws.clone()];
-        more.extend(item.iter().cloned());
-        let rest = b.repeat(more, 0, None);
-        let mut items = item;
-        items.push(rest);
-        b.repeat(items, 0, Some(1))
-    };
-    let member = vec![
-        Element::rule(string),
-        lit(":"),
-        ws.clone(),
-        Element::rule(value),
-    ];
-    let members = list(&mut b, member);
-    let object = b
-        .rule(
-            "object",
-            vec![vec![lit("{"), ws.clone(), members, lit("}"), ws.clone()]],
-        )
-        .unwrap();
-    let items = list(&mut b, vec![Element::rule(value)]);
-    let array = b
-        .rule(
-            "array",
-            vec![vec![lit("["), ws.clone(), items, lit("]"), ws.clone()]],
-        )
-        .unwrap();
-    let alternatives: Vec<Vec<Element>> = [object, array, string, number]
-        .iter()
-        .map(|r: &RuleId| vec![Element::rule(*r)])
-        .chain([vec![lit("true"), ws.clone()], vec![lit("null"), ws]])
-        .collect();
-    b.define(value, alternatives).unwrap();
-    b.build(object).unwrap()
 }
 
 fn matching_json_allocates_nothing() {

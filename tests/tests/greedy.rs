@@ -11,9 +11,7 @@ use smolrun_tests::*;
 const NEAR_TIE: f64 = 0.2;
 
 fn check_greedy(model: &str) {
-    let Some(g) = model_path(model).map(|_| golden(model, "greedy.json")) else {
-        return;
-    };
+    let g = golden(model, "greedy.json");
     let par = ScopedThreads::from_env();
     with_model(model, |_g, m, store| {
         let cases = g["cases"].as_array().expect("cases");
@@ -115,6 +113,7 @@ fn qwen25_coder_05b() {
 }
 
 #[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, 1.1 GB; minutes of CPU)"]
 fn qwen25_coder_15b() {
     check_greedy("qwen2.5-coder-1.5b");
 }

@@ -51,17 +51,20 @@ const MODELS: [Expected; 3] = [
 
 #[test]
 fn plans_match_the_tensor_tables_and_state_new() {
-    for want in &MODELS {
-        let Some(path) = model_path(want.model) else {
-            if want.model == "qwen2.5-coder-1.5b" {
-                println!(
-                    "skipping {}: not downloaded (tools/fetch-models.sh)",
-                    want.model
-                );
-                continue;
-            }
-            panic!("{} is missing: run tools/fetch-models.sh", want.model);
-        };
+    for want in &MODELS[..2] {
+        check_plan(want);
+    }
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, 1.1 GB; minutes of CPU)"]
+fn plans_match_the_tensor_tables_and_state_new_qwen25_coder_15b() {
+    check_plan(&MODELS[2]);
+}
+
+fn check_plan(want: &Expected) {
+    {
+        let path = model_path(want.model);
         let file = MappedFile::open(&path).unwrap();
         let gguf = Gguf::parse(file.bytes()).unwrap();
         let hp = HParams::from_gguf(&gguf).unwrap();
@@ -104,9 +107,7 @@ fn plans_match_the_tensor_tables_and_state_new() {
 /// (19,456 bytes whatever the context); the plan counts exactly what State allocates.
 #[test]
 fn recurrent_layers_count_their_state_not_a_kv_cache() {
-    let Some(path) = model_path("synthetic-qwen35") else {
-        return;
-    };
+    let path = model_path("synthetic-qwen35");
     let file = MappedFile::open(&path).unwrap();
     let gguf = Gguf::parse(file.bytes()).unwrap();
     let hp = HParams::from_gguf(&gguf).unwrap();

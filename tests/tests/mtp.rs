@@ -41,7 +41,7 @@ fn ids(v: &Value) -> Vec<u32> {
 /// token. Each draft token must be llama.cpp's wherever llama.cpp's margin is clear and the
 /// chain before it agreed.
 fn drafts_equal_llama_cpp(kernels: &KernelSet) {
-    let path = model_path(MODEL).expect("model");
+    let path = model_path(MODEL);
     let compared = compare_drafts(&path, &golden(MODEL, "mtp.json"), kernels);
     assert!(compared >= 300, "only {compared} draft tokens compared");
 }
@@ -163,7 +163,7 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 /// accepted tokens and never saw the draft, and so are the logits after the next token.
 #[test]
 fn a_rejected_draft_restores_the_recurrent_state() {
-    let path = model_path(MODEL).expect("model");
+    let path = model_path(MODEL);
     let file = MappedFile::open(&path).unwrap();
     let g = Gguf::parse(file.bytes()).unwrap();
     let kernels = KernelSet::select(&smolrun_linux::detect_features());
@@ -236,7 +236,7 @@ fn a_rejected_draft_restores_the_recurrent_state() {
 /// MTP drafting refuses a model without an MTP layer, and a state for it needs the layer loaded.
 #[test]
 fn mtp_on_a_model_without_it_is_refused() {
-    let path = model_path("synthetic-qwen3").expect("model");
+    let path = model_path("synthetic-qwen3");
     let file = MappedFile::open(&path).unwrap();
     let g = Gguf::parse(file.bytes()).unwrap();
     let mut m = Model::load(&g).unwrap();

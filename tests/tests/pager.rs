@@ -25,11 +25,11 @@ const MOE_MODELS: [&str; 3] = [
     "synthetic-qwen2moe",
 ];
 
-/// The model's path and its file mapped (`None` when an optional model is absent).
-fn open(model: &str) -> Option<(std::path::PathBuf, MappedFile)> {
-    let path = model_path(model)?;
+/// The model's path and its file mapped.
+fn open(model: &str) -> (std::path::PathBuf, MappedFile) {
+    let path = model_path(model);
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-    Some((path, file))
+    (path, file)
 }
 
 fn kernels() -> KernelSet {
@@ -49,9 +49,7 @@ fn bits_equal(model: &str, what: &str, want: &[f32], got: &[f32]) {
 #[test]
 fn paged_logits_equal_the_resident_ones_to_the_bit() {
     for model in MOE_MODELS {
-        let Some(path) = model_path(model) else {
-            continue;
-        };
+        let path = model_path(model);
         let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
         let g = Gguf::parse(file.bytes()).expect("parse");
         let kernels = kernels();
@@ -92,9 +90,7 @@ fn paged_logits_equal_the_resident_ones_to_the_bit() {
 #[test]
 fn a_pool_smaller_than_a_tokens_experts_is_refused() {
     let model = MOE_MODELS[1];
-    let Some((path, file)) = open(model) else {
-        return;
-    };
+    let (path, file) = open(model);
     let g = Gguf::parse(file.bytes()).expect("parse");
     let m = Model::load_with_kernels(&g, &kernels()).expect("load");
     let used = m.expert_groups()[0].n_used;
@@ -110,9 +106,7 @@ fn a_pool_smaller_than_a_tokens_experts_is_refused() {
 #[test]
 fn an_expert_count_the_routing_cannot_choose_is_refused() {
     let model = MOE_MODELS[1];
-    let Some((_, file)) = open(model) else {
-        return;
-    };
+    let (_, file) = open(model);
     let g = Gguf::parse(file.bytes()).expect("parse");
     let mut m = Model::load_with_kernels(&g, &kernels()).expect("load");
     // 16 experts in 4 groups of which 2 are used: at most 8 reachable.
@@ -166,9 +160,7 @@ impl ReadAt for FailingReader {
 #[test]
 fn a_failed_expert_read_names_the_expert_and_the_next_pass_recovers() {
     let model = MOE_MODELS[0];
-    let Some((path, file)) = open(model) else {
-        return;
-    };
+    let (path, file) = open(model);
     let g = Gguf::parse(file.bytes()).expect("parse");
     let m = Model::load_with_kernels(&g, &kernels()).expect("load");
     let resident = ResidentStore::new(&g);
@@ -226,9 +218,7 @@ fn decode_misses(m: &Model, store: &dyn WeightStore, n: usize) -> (MoeStats, Vec
 #[test]
 fn cache_aware_routing_misses_less() {
     let model = MOE_MODELS[1];
-    let Some((path, file)) = open(model) else {
-        return;
-    };
+    let (path, file) = open(model);
     let g = Gguf::parse(file.bytes()).expect("parse");
     let mut m = Model::load_with_kernels(&g, &kernels()).expect("load");
     let used = m.expert_groups()[0].n_used;

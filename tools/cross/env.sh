@@ -42,6 +42,42 @@ cross_install() {
     fi
 }
 
+# musl_sysroot ARCH (a Debian architecture: arm64): prints a folder holding Debian's musl-dev
+# for ARCH (usr/include/<triple> and usr/lib/<triple>: headers, crt files, libc.a, and
+# musl-gcc.specs), for compiling C against musl with the Debian cross gcc (the C example,
+# tools/build-c-example.sh). Downloaded once with a private apt state under
+# ~/.cache/smolrun/cross (the machine's own sources, ARCH's package lists): the machine's dpkg
+# configuration is left as it is.
+musl_sysroot() {
+    local arch=$1 cache=${SMOLRUN_CROSS_CACHE:-$HOME/.cache/smolrun/cross}
+    local root=$cache/musl-dev-$arch
+    if [ ! -f "$root/.complete" ]; then
+        local apt_dir
+        apt_dir=$(mktemp -d)
+        local apt_opts=(
+            -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch"
+            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
+            -o "Dir::State::status=$apt_dir/status" -o Debug::NoLocking=1
+            -o APT::Sandbox::User=root
+        )
+        # Every step checked: `$(musl_sysroot ...)` runs without set -e.
+        mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$cache" &&
+            touch "$apt_dir/status" || return 1
+        echo "fetching musl-dev:$arch into $root" >&2
+        apt-get -qq "${apt_opts[@]}" update >&2 &&
+            (cd "$apt_dir" && apt-get -qq "${apt_opts[@]}" download "musl-dev:$arch" >&2) &&
+            rm -rf "$root" &&
+            dpkg-deb -x "$apt_dir"/musl-dev_*_"$arch".deb "$root" || {
+            echo "FAILED: could not fetch Debian's musl-dev:$arch (see above)" >&2
+            rm -rf "$apt_dir"
+            return 1
+        }
+        rm -rf "$apt_dir"
+        touch "$root/.complete"
+    fi
+    echo "$root"
+}
+
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER=arm-linux-gnueabihf-gcc

@@ -10,8 +10,9 @@
 //! top of N tokens already in the context (processed untimed before it): how speed falls as a
 //! chat grows, which a KV cache makes it do and a recurrent layer's fixed state does not.
 
-use crate::engine::{self, Engine, GenerateOptions};
+use crate::args::Globals;
 use smolrun_core::sampler::SamplerParams;
+use smolrun_engine::{Engine, GenerateOptions};
 use std::ops::ControlFlow;
 use std::time::Instant;
 
@@ -34,7 +35,7 @@ pub struct Args {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
-    pub mem: crate::engine::MemoryArgs,
+    pub mem: crate::args::MemoryArgs,
     /// Timed repetitions (after one warm-up run); the median is reported.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub reps: usize,
@@ -42,7 +43,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub draft: crate::speculative::DraftArgs,
+    pub draft: crate::args::DraftArgs,
 }
 
 /// Deterministic, spread-out token ids below `n_vocab` (a linear congruential walk).
@@ -79,32 +80,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
     if args.reps == 0 {
         return Err("-r 0: run at least one repetition".into());
     }
     if args.n_prompt == 0 && args.n_gen == 0 {
         return Err("-p 0 and -n 0: nothing to measure".into());
     }
-    let threads = args.threads.unwrap_or_else(engine::default_threads);
-    if threads == 0 {
-        return Err("-t 0: use at least 1 thread".into());
-    }
-    if args.n_depth > 0 && args.draft.choice() != crate::speculative::DraftChoice::Off {
+    if args.n_depth > 0 && args.draft.options().choice != smolrun_engine::DraftChoice::Off {
         return Err("-d with --draft: drafted generation runs from an empty context".into());
     }
     let n_ctx = args.n_depth + args.n_prompt.max(args.n_gen + GEN_PROMPT).max(1);
-    let mut mem = args.mem.clone();
-    mem.pin_mtp = args.draft.may_use_mtp();
-    let (path, file) = engine::open_model(&args.model, &mem, Some(n_ctx))?;
-    let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, Some(n_ctx), &mem)?;
-    let mut engine = Engine::load(&path, &gguf, &file, Some(n_ctx), threads)?;
-    engine.watch_memory(guard);
-    engine::leave_embeddings_on_flash(&file, &gguf)?;
-    let drafting = engine.set_draft(&args.draft)?;
+    let options =
+        globals.engine_options(Some(n_ctx), args.threads, &args.mem, Some(&args.draft))?;
+    let mut engine = Engine::open(&args.model, &options)?;
+    let path = engine.path.clone();
+    let threads = args.threads.unwrap_or_else(crate::args::default_threads);
+    let drafting = engine.drafting();
     let n_vocab = engine.tokenizer.n_vocab().min(engine.n_vocab());
-    let mut spec = crate::speculative::SpecStats::default();
+    let mut spec = smolrun_engine::speculative::SpecStats::default();
     let kernels = engine.kernels_name();
 
     let mut pp = Vec::new();
@@ -240,7 +234,11 @@ const GEN_PROMPT: usize = 8;
 
 /// `n` tokens generated greedily after `prompt` from an empty cache (end-of-generation tokens
 /// banned, so every run generates all `n`).
-fn generate(engine: &mut Engine, prompt: &[u32], n: usize) -> Result<engine::Generation, String> {
+fn generate(
+    engine: &mut Engine,
+    prompt: &[u32],
+    n: usize,
+) -> Result<smolrun_engine::Generation, String> {
     engine.reset();
     let mut sampler = engine.sampler(SamplerParams::greedy())?;
     for id in 0..engine.tokenizer.n_vocab() as u32 {
@@ -252,9 +250,10 @@ fn generate(engine: &mut Engine, prompt: &[u32], n: usize) -> Result<engine::Gen
         max_tokens: Some(n),
         ..GenerateOptions::default()
     };
-    engine.generate_with(prompt, &mut sampler, options, None, &mut |_| {
+    let gen = engine.generate_with(prompt, &mut sampler, options, None, &mut |_| {
         ControlFlow::Continue(())
-    })
+    })?;
+    Ok(gen)
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 //! previous turns and only runs the new tokens. Ctrl-C stops an answer and returns to the prompt;
 //! `/reset` starts over; end of input (Ctrl-D) quits.
 
-use crate::chat_template::ChatMessage;
-use crate::engine::{self, Engine, GenerateOptions, SamplingArgs, StopReason};
+use crate::args::{Globals, SamplingArgs};
+use smolrun_engine::chat_template::ChatMessage;
+use smolrun_engine::{Engine, GenerateOptions, StopReason};
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,11 +29,11 @@ pub struct Args {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
-    pub mem: crate::engine::MemoryArgs,
+    pub mem: crate::args::MemoryArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
-    pub draft: crate::speculative::DraftArgs,
+    pub draft: crate::args::DraftArgs,
 }
 
 /// Set by SIGINT; the generation loop checks it between tokens.
@@ -66,22 +67,12 @@ fn install_sigint_handler() -> Result<(), String> {
 const HELP: &str = "Type a message and press Enter. /reset starts over, Ctrl-C stops an answer, \
                     Ctrl-D (end of input) or /exit quits.";
 
-pub fn run(args: Args) -> Result<(), String> {
-    let threads = args.threads.unwrap_or_else(engine::default_threads);
-    if threads == 0 {
-        return Err("-t 0: use at least 1 thread".into());
-    }
-    let mut mem = args.mem.clone();
-    mem.pin_mtp = args.draft.may_use_mtp();
-    let (path, file) = engine::open_model(&args.model, &mem, args.ctx)?;
-    let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &mem)?;
-    let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
-    engine.watch_memory(guard);
-    engine::leave_embeddings_on_flash(&file, &gguf)?;
+pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
+    let options = globals.engine_options(args.ctx, args.threads, &args.mem, Some(&args.draft))?;
+    let mut engine = Engine::open(&args.model, &options)?;
+    let path = engine.path.clone();
     let template = engine.chat_template()?;
     engine.set_join_pieces(args.sampling.join_pieces);
-    engine.set_draft(&args.draft)?;
     let mut sampler = engine.sampler(args.sampling.params())?;
     let max_tokens = usize::try_from(args.n_predict).ok();
     install_sigint_handler()?;

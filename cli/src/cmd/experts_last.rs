@@ -90,7 +90,7 @@ fn plan(g: &Gguf, path: &Path, offset: u64) -> Result<Plan, String> {
 
 /// `smolrun gguf experts-last -m IN -o OUT`.
 pub fn experts_last(input: &str, out: &Path) -> Result<(), String> {
-    let in_path = crate::models::resolve(input)?;
+    let in_path = crate::args::resolve(input)?;
     refuse_same_file(&in_path, out)?;
     // The header is parsed from the mapped file; tensor bytes are read with pread, so only the
     // header's pages and one buffer are ever in RAM.

@@ -95,7 +95,7 @@ pub enum GgufCommand {
     Requant(super::requant::RequantArgs),
 }
 
-pub fn run(c: GgufCommand) -> Result<(), String> {
+pub fn run(c: GgufCommand, globals: &crate::args::Globals) -> Result<(), String> {
     match c {
         GgufCommand::Info { file, array_items } => info(&file, array_items),
         GgufCommand::HeadIds {
@@ -119,18 +119,19 @@ pub fn run(c: GgufCommand) -> Result<(), String> {
             word_freq_weight,
             keep,
             model_positions,
-            threads.unwrap_or_else(crate::engine::default_threads),
+            threads.unwrap_or_else(crate::args::default_threads),
             &out,
+            globals,
         ),
         GgufCommand::PruneHead { model, ids, out } => super::head::prune_head(&model, &ids, &out),
         GgufCommand::ExpertsLast { model, out } => super::experts_last::experts_last(&model, &out),
-        GgufCommand::Moefy(args) => super::moefy::moefy(&args),
+        GgufCommand::Moefy(args) => super::moefy::moefy(&args, globals),
         GgufCommand::Requant(args) => super::requant::requant(&args),
     }
 }
 
 fn info(file: &str, array_items: usize) -> Result<(), String> {
-    let path = crate::models::resolve(file)?;
+    let path = crate::args::resolve(file)?;
     let mapped = MappedFile::open(&path)?;
     let gguf = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = io::BufWriter::new(io::stdout().lock());

@@ -1,7 +1,8 @@
 //! Writing a GGUF file in one streamed pass, shared by the `smolrun gguf` rewriters
 //! (experts-last, requant): the header first, then each tensor's bytes at its aligned offset as
-//! they are produced, never the whole file in RAM. The output goes to `OUT.tmp`, which is
-//! removed on any error and renamed to `OUT` only once it is complete and checked.
+//! they are produced, never the whole file in RAM. The output goes to `OUT.tmp-PID`, which is
+//! removed on any error and renamed to `OUT` only once it is complete and checked; one left by a
+//! writer that was killed is removed by the next write of the same output.
 
 use smolrun_core::gguf::GgufWriter;
 use std::fs::File;
@@ -24,8 +25,8 @@ pub fn refuse_same_file(input: &Path, out: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The temporary output `OUT.tmp`; removed when dropped unless [`PartialFile::commit`] renamed
-/// it to its final name.
+/// The temporary output `OUT.tmp-PID`; removed when dropped unless [`PartialFile::commit`]
+/// renamed it to its final name.
 pub struct PartialFile {
     pub path: PathBuf,
     keep: bool,
@@ -33,10 +34,16 @@ pub struct PartialFile {
 
 impl PartialFile {
     pub fn for_output(out: &Path) -> PartialFile {
-        let mut tmp_name = out.as_os_str().to_owned();
-        tmp_name.push(".tmp");
+        for t in smolrun_linux::remove_stale_temporaries(out) {
+            eprintln!(
+                "smolrun: removed {} ({} MB), left by a run (pid {}) that stopped while writing it",
+                t.path.display(),
+                t.bytes / 1_000_000,
+                t.pid
+            );
+        }
         PartialFile {
-            path: PathBuf::from(tmp_name),
+            path: smolrun_linux::temporary_name(out),
             keep: false,
         }
     }

@@ -20,7 +20,6 @@
 //! writes. Gemma's `<unusedN>` control placeholders (6,242 of them, never trained) are the one
 //! exception: they are not forced, and rank like any other id.
 
-use crate::engine::ModelFile;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::head::{self, TensorSource};
 use smolrun_core::tokenizer::Tokenizer;
@@ -331,14 +330,18 @@ fn prediction_windows(n_positions: usize, n_files: usize) -> (usize, usize) {
 /// of code) and evenly spaced within each.
 fn expected_counts(
     path: &Path,
-    g: &Gguf,
-    file: &ModelFile,
+    globals: &crate::args::Globals,
     files: &[Vec<u32>],
     n_positions: usize,
     threads: usize,
 ) -> Result<Vec<f64>, String> {
     let (per_file, window_len) = prediction_windows(n_positions, files.len());
-    let mut engine = crate::engine::Engine::load(path, g, file, Some(window_len), threads)?;
+    let options = smolrun_engine::EngineOptions {
+        n_ctx: Some(window_len),
+        threads: Some(threads),
+        ..globals.base_options()
+    };
+    let mut engine = smolrun_engine::Engine::open(&path.to_string_lossy(), &options)?;
     let n_vocab = engine.n_vocab();
     let mut expected = vec![0f64; n_vocab];
     let bos = engine
@@ -393,10 +396,11 @@ pub fn head_ids(
     model_positions: usize,
     threads: usize,
     out: &Path,
+    globals: &crate::args::Globals,
 ) -> Result<(), String> {
-    let path = crate::models::resolve(model)?;
-    let file = ModelFile::Mapped(MappedFile::open(&path)?);
-    let g = Gguf::parse(file.header_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let path = crate::args::resolve(model)?;
+    let file = MappedFile::open(&path)?;
+    let g = Gguf::parse(file.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
     let tok = Tokenizer::from_gguf(&g).map_err(|e| format!("{}: {e}", path.display()))?;
     let n_vocab = g
         .tensor("token_embd.weight")
@@ -436,9 +440,9 @@ pub fn head_ids(
             }
         }
     }
-    let template = crate::chat_template::ChatTemplate::from_gguf(&g)
+    let template = smolrun_engine::chat_template::ChatTemplate::from_gguf(&g)
         .and_then(|t| {
-            use crate::chat_template::ChatMessage;
+            use smolrun_engine::chat_template::ChatMessage;
             t.render(
                 &[
                     ChatMessage::new("system", "s"),
@@ -457,7 +461,7 @@ pub fn head_ids(
         .and_then(|a| a.f32s().map(|it| it.collect()));
     let mut weight: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
     if model_positions > 0 {
-        let expected = expected_counts(&path, &g, &file, &files, model_positions, threads)?;
+        let expected = expected_counts(&path, globals, &files, model_positions, threads)?;
         // Scaled to the corpus's size, so that both kinds of evidence weigh the same in total.
         let scale = n_tokens as f64 / expected.iter().sum::<f64>().max(1e-9);
         for (w, e) in weight.iter_mut().zip(&expected) {
@@ -526,7 +530,7 @@ const COPY_BUFFER: usize = 8 << 20;
 /// positioned reads through one bounded buffer, never mapped or loaded whole (only its header
 /// is mapped to plan the output).
 pub fn prune_head(input: &str, ids_path: &Path, out: &Path) -> Result<(), String> {
-    let in_path = crate::models::resolve(input)?;
+    let in_path = crate::args::resolve(input)?;
     let ids = read_ids(ids_path)?;
     let mapped = MappedFile::open(&in_path)?;
     let g = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", in_path.display()))?;
@@ -540,7 +544,9 @@ pub fn prune_head(input: &str, ids_path: &Path, out: &Path) -> Result<(), String
 
     let src =
         File::open(&in_path).map_err(|e| format!("cannot open {}: {e}", in_path.display()))?;
-    let tmp = out.with_extension("gguf.partial");
+    // OUT.tmp-PID, removed on any error, renamed when complete and checked.
+    let partial = super::gguf_out::PartialFile::for_output(out);
+    let tmp = partial.path.clone();
     let dst = File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, dst);
     let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
@@ -612,8 +618,7 @@ pub fn prune_head(input: &str, ids_path: &Path, out: &Path) -> Result<(), String
     Gguf::parse(check.bytes())
         .map_err(|e| format!("{} does not parse back: {e}", tmp.display()))?;
     drop(check);
-    std::fs::rename(&tmp, out)
-        .map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), out.display()))?;
+    partial.commit(out)?;
     eprintln!(
         "wrote {} ({:.1} MiB): head cut to {} rows",
         out.display(),
@@ -626,6 +631,51 @@ pub fn prune_head(input: &str, ids_path: &Path, out: &Path) -> Result<(), String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--join-pieces` in the decoder: on a Gemma whose head dropped "Holmes", decoding "Hol"
+    /// then "mes" leaves the cache and the logits exactly as decoding "Holmes" after the same
+    /// prompt does (the join rewinds to "Hol" and runs "Holmes" there); without joining the
+    /// pieces stay and the logits differ.
+    #[test]
+    fn joined_pieces_decode_as_the_dropped_token() {
+        let path = crate::test_support::gemma_path();
+        let file = MappedFile::open(&path).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::parse(file.bytes()).unwrap()).unwrap();
+        let id = |text: &str| tok.token_id(text.as_bytes()).unwrap();
+        let (hol, mes, holmes) = (id("Hol"), id("mes"), id("Holmes"));
+        let dir = std::env::temp_dir().join(format!("smolrun-join-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ids_path, pruned_path) = (dir.join("ids.txt"), dir.join("pruned.gguf"));
+        let kept: Vec<String> = (0..tok.n_vocab() as u32)
+            .filter(|&i| i != holmes)
+            .map(|i| i.to_string())
+            .collect();
+        std::fs::write(&ids_path, kept.join("\n")).unwrap();
+        prune_head(path.to_str().unwrap(), &ids_path, &pruned_path).unwrap();
+        let mut engine = crate::test_support::open(&pruned_path, 64, 1);
+        let prompt = engine.tokenize("He turned to my friend and said, \"", true, false);
+        let n = prompt.len();
+
+        engine.set_join_pieces(true);
+        engine.prefill(&prompt).unwrap();
+        engine.decode(hol).unwrap();
+        engine.decode(mes).unwrap();
+        let joined = engine.logits().to_vec();
+        assert_eq!(&engine.cached_tokens()[n..], &[holmes]);
+
+        engine.set_join_pieces(false);
+        engine.prefill(&prompt).unwrap();
+        engine.decode(holmes).unwrap();
+        assert!(engine.logits() == joined.as_slice(), "joined logits differ");
+
+        engine.prefill(&prompt).unwrap();
+        engine.decode(hol).unwrap();
+        engine.decode(mes).unwrap();
+        assert_eq!(&engine.cached_tokens()[n..], &[hol, mes]);
+        assert!(engine.logits() != joined.as_slice());
+        drop(engine);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_model_reads_about_the_positions_asked_for() {

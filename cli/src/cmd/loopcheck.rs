@@ -6,8 +6,9 @@
 //! looping when it contains a stretch that repeats itself (see [`find_loop`]). Small models and
 //! small heads loop more; this is the number that says whether a pruned head made it worse.
 
-use crate::chat_template::ChatMessage;
-use crate::engine::{self, Engine, GenerateOptions, SamplingArgs};
+use crate::args::{Globals, MemoryArgs, SamplingArgs};
+use smolrun_engine::chat_template::ChatMessage;
+use smolrun_engine::{Engine, GenerateOptions};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -97,16 +98,11 @@ pub fn find_loop(tokens: &[u32]) -> Option<Loop> {
     best
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    let threads = args.threads.unwrap_or_else(engine::default_threads);
-    if threads == 0 {
-        return Err("-t 0: use at least 1 thread".into());
-    }
-    let ctx = Some(args.n_predict + 256);
-    let (path, file) = engine::open_model(&args.model, &engine::MemoryArgs::default(), ctx)?;
-    let gguf = engine::parse_gguf(&path, &file)?;
+pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
     // The prompts are well under 256 tokens.
-    let mut engine = Engine::load(&path, &gguf, &file, Some(args.n_predict + 256), threads)?;
+    let ctx = Some(args.n_predict + 256);
+    let options = globals.engine_options(ctx, args.threads, &MemoryArgs::default(), None)?;
+    let mut engine = Engine::open(&args.model, &options)?;
     let template = engine.chat_template()?;
     engine.set_join_pieces(args.sampling.join_pieces);
     let mut n_looping = 0;

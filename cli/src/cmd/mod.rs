@@ -12,6 +12,7 @@ pub mod loopcheck;
 pub mod moe_trace;
 pub mod moefy;
 pub mod perplexity;
+pub mod plan;
 pub mod pull;
 pub mod requant;
 pub mod rm;

@@ -7,10 +7,11 @@
 //! Trace format (text): comment lines start with `#`; every other line is
 //! `TOKEN LAYER: E E E ...`, the experts in the router's order.
 
-use crate::engine::{self, Engine, MemoryArgs};
+use crate::args::{Globals, MemoryArgs};
 use smolrun_core::model::expert_cache::{replay, replay_belady, Eviction, ReplayCount};
 use smolrun_core::model::pager::MoeStats;
 use smolrun_core::model::{StoreError, TensorId, Weight, WeightKey, WeightStore};
+use smolrun_engine::Engine;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -99,18 +100,15 @@ impl WeightStore for TraceStore<'_> {
     }
 }
 
-pub fn trace(args: TraceArgs) -> Result<(), String> {
-    let threads = args.threads.unwrap_or_else(engine::default_threads);
+pub fn trace(args: TraceArgs, globals: &Globals) -> Result<(), String> {
     if args.ctx == 0 || args.tokens == 0 {
         return Err("-c and --tokens must be at least 1".into());
     }
     let text = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
-    let (path, file) = engine::open_model(&args.model, &args.mem, Some(args.ctx))?;
-    let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, Some(args.ctx), &args.mem)?;
-    let mut engine = Engine::load(&path, &gguf, &file, Some(args.ctx), threads)?;
-    engine.watch_memory(guard);
+    let options = globals.engine_options(Some(args.ctx), args.threads, &args.mem, None)?;
+    let mut engine = Engine::open(&args.model, &options)?;
+    let path = engine.path.clone();
     let mut tokens = engine.tokenize(&text, true, false);
     tokens.truncate(args.tokens);
     let groups = engine.model.expert_groups();

@@ -30,12 +30,12 @@
 //!
 //! Everything but the FFN tensors is copied byte for byte.
 
-use crate::engine::{Engine, ModelFile};
 use smolrun_core::gguf::writer::{GgufWriter, MetaValue};
 use smolrun_core::gguf::{Gguf, TensorInfo};
 use smolrun_core::model::Model;
 use smolrun_core::quant::{self, GgmlType};
 use smolrun_core::tokenizer::Tokenizer;
+use smolrun_engine::Engine;
 use smolrun_linux::MappedFile;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -126,13 +126,13 @@ struct LayerPlan {
     shared_gate: Vec<f32>,
 }
 
-pub fn moefy(a: &MoefyArgs) -> Result<(), String> {
-    let path = crate::models::resolve(&a.model)?;
+pub fn moefy(a: &MoefyArgs, globals: &crate::args::Globals) -> Result<(), String> {
+    let path = crate::args::resolve(&a.model)?;
     if a.out == path {
         return Err("-o must not be the input file".into());
     }
-    let file = ModelFile::Mapped(MappedFile::open(&path)?);
-    let bytes = file.header_bytes();
+    let file = MappedFile::open(&path)?;
+    let bytes = file.bytes();
     let g = Gguf::parse(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let p = path.display();
     let arch = g.architecture().map_err(|e| format!("{p}: {e}"))?;
@@ -181,8 +181,8 @@ pub fn moefy(a: &MoefyArgs) -> Result<(), String> {
         capture_bytes >> 20
     );
     let tokens = calibration_tokens(&g, &a.calib, a.tokens)?;
-    let threads = a.threads.unwrap_or_else(crate::engine::default_threads);
-    let (xs, hs, n_tok) = capture(&path, &g, &file, &tokens, n_layer, n_embd, n_ff, threads)?;
+    let threads = a.threads.unwrap_or_else(crate::args::default_threads);
+    let (xs, hs, n_tok) = capture(&path, globals, &tokens, n_layer, n_embd, n_ff, threads)?;
 
     let mut plans = Vec::with_capacity(n_layer);
     let mut stats = Stats::default();
@@ -288,8 +288,7 @@ fn calibration_tokens(g: &Gguf, calib: &[PathBuf], n: usize) -> Result<Vec<Vec<u
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn capture(
     path: &Path,
-    g: &Gguf,
-    file: &ModelFile,
+    globals: &crate::args::Globals,
     windows: &[Vec<u32>],
     n_layer: usize,
     n_embd: usize,
@@ -308,7 +307,12 @@ fn capture(
         n_embd,
         n_ff,
     });
-    let mut engine = Engine::load(path, g, file, Some(WINDOW), threads)?;
+    let options = smolrun_engine::EngineOptions {
+        n_ctx: Some(WINDOW),
+        threads: Some(threads),
+        ..globals.base_options()
+    };
+    let mut engine = Engine::open(&path.to_string_lossy(), &options)?;
     let (_, model, state, store, par) = engine.parts();
     state.tap = Some(capture_tap);
     let mut done = 0;

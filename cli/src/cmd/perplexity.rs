@@ -17,9 +17,10 @@
 //! `--no-respell` scores the stock tokenization instead: PPL over the kept targets, and bits per
 //! byte charging each byte of a dropped target 8 bits (what a byte costs with no knowledge).
 
-use crate::engine::{self, Engine};
+use crate::args::Globals;
 use smolrun_core::model;
 use smolrun_core::tokenizer::Tokenizer;
+use smolrun_engine::Engine;
 use std::io::Write;
 use std::time::Instant;
 
@@ -49,7 +50,7 @@ pub struct Args {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
-    pub mem: crate::engine::MemoryArgs,
+    pub mem: crate::args::MemoryArgs,
     /// Print {"ppl":..,"bits_per_byte":..,"tokens":..} as the last line.
     #[arg(long)]
     pub json: bool,
@@ -256,11 +257,7 @@ fn utf8_len(first: u8) -> usize {
     }
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    let threads = args.threads.unwrap_or_else(engine::default_threads);
-    if threads == 0 {
-        return Err("-t 0: use at least 1 thread".into());
-    }
+pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
     if args.ctx < 2 {
         return Err(format!(
             "-c {}: a chunk needs at least 2 tokens (one to read, one to score)",
@@ -276,12 +273,9 @@ pub fn run(args: Args) -> Result<(), String> {
             e.utf8_error().valid_up_to()
         )
     })?;
-    let (path, file) = engine::open_model(&args.model, &args.mem, Some(args.ctx))?;
-    let gguf = engine::parse_gguf(&path, &file)?;
-    let guard = engine::check_memory(&path, &gguf, &file, Some(args.ctx), &args.mem)?;
-    let mut engine = Engine::load(&path, &gguf, &file, Some(args.ctx), threads)?;
-    engine.watch_memory(guard);
-    engine::leave_embeddings_on_flash(&file, &gguf)?;
+    let options = globals.engine_options(Some(args.ctx), args.threads, &args.mem, None)?;
+    let mut engine = Engine::open(&args.model, &options)?;
+    let path = engine.path.clone();
 
     // llama-perplexity drops one trailing newline before tokenizing (its -f reader does)
     let text = text.strip_suffix('\n').unwrap_or(&text);
@@ -491,8 +485,8 @@ mod tests {
 
     #[test]
     fn respelled_tokens_are_kept_and_spell_the_same_bytes() {
-        let (_, file) = crate::engine::tests::gemma_file();
-        let tok = Tokenizer::from_gguf(&Gguf::parse(file.header_bytes()).unwrap()).unwrap();
+        let file = smolrun_linux::MappedFile::open(&crate::test_support::gemma_path()).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::parse(file.bytes()).unwrap()).unwrap();
         // A small head: the first 3000 ids and the byte tokens.
         let kept: Vec<u32> = (0..tok.n_vocab() as u32)
             .filter(|&i| i < 3000 || tok.token_text(i).is_some_and(|t| t.starts_with(b"<0x")))
@@ -516,9 +510,7 @@ mod tests {
     /// by one of its spellings (the greedy one is the first tried, so it is among them).
     #[test]
     fn the_model_chooses_a_kept_spelling_of_each_dropped_token() {
-        let (path, file) = crate::engine::tests::gemma_file();
-        let gguf = Gguf::parse(file.header_bytes()).unwrap();
-        let mut engine = Engine::load(&path, &gguf, &file, Some(256), 2).unwrap();
+        let mut engine = crate::test_support::open(&crate::test_support::gemma_path(), 256, 2);
         let tok = &engine.tokenizer;
         let kept: Vec<u32> = (0..tok.n_vocab() as u32)
             .filter(|&i| i < 3000 || tok.token_text(i).is_some_and(|t| t.starts_with(b"<0x")))

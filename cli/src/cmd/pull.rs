@@ -14,8 +14,8 @@
 //! The download itself (resume, checks, rename) is [`crate::download`].
 
 use crate::download::{self, Source};
-use crate::models::{self, KNOWN_MODELS};
 use serde_json::Value;
+use smolrun_engine::models::KNOWN_MODELS;
 use std::path::Path;
 
 #[derive(clap::Args)]
@@ -26,7 +26,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    let dir = models::models_dir();
+    let dir = crate::args::models_dir();
     match parse_reference(&a.reference)? {
         Reference::Known { name, file } => pull_known(name, file, &dir),
         Reference::Url { url, sha256 } => {
@@ -48,7 +48,7 @@ pub fn run(a: Args) -> Result<(), String> {
 }
 
 #[derive(Debug, PartialEq)]
-enum Reference {
+pub(crate) enum Reference {
     Known {
         name: &'static str,
         file: &'static str,
@@ -63,7 +63,7 @@ enum Reference {
     },
 }
 
-fn parse_reference(s: &str) -> Result<Reference, String> {
+pub(crate) fn parse_reference(s: &str) -> Result<Reference, String> {
     if let Some((name, file)) = KNOWN_MODELS.iter().find(|(n, _)| *n == s) {
         return Ok(Reference::Known { name, file });
     }
@@ -154,7 +154,7 @@ fn pull(src: &Source, dir: &Path, file: &str) -> Result<(), String> {
 }
 
 /// The last path segment of a URL (query and fragment dropped), `.gguf` added if missing.
-fn file_name_from_url(url: &str) -> Result<String, String> {
+pub(crate) fn file_name_from_url(url: &str) -> Result<String, String> {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     let last = path.rsplit('/').next().unwrap_or("");
     let ok = !last.is_empty()
@@ -191,7 +191,7 @@ struct RepoFile {
 }
 
 /// Lists the repository's files and picks the one for `quant`.
-fn resolve_hf(
+pub(crate) fn resolve_hf(
     agent: &ureq::Agent,
     repo: &str,
     quant: Option<&str>,

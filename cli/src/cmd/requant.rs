@@ -303,9 +303,9 @@ pub fn requant(a: &RequantArgs) -> Result<(), String> {
     };
     let threads = a
         .threads
-        .unwrap_or_else(crate::engine::default_threads)
+        .unwrap_or_else(crate::args::default_threads)
         .max(1);
-    let in_path = crate::models::resolve(&a.model)?;
+    let in_path = crate::args::resolve(&a.model)?;
     refuse_same_file(&in_path, &a.out)?;
     let started = std::time::Instant::now();
 

@@ -1,7 +1,8 @@
-//! `smolrun rm NAME`: delete a model from the model folder, with its partial download and the
-//! repack caches next to it (`FILE.<kernels>.repack`).
+//! `smolrun rm NAME`: delete a model from the model folder, with its partial download, the
+//! repack caches next to it (`FILE.<kernels>.repack`) and the temporaries that killed writers
+//! left (`FILE.tmp-PID`, `FILE.<kernels>.repack.tmp-PID`) when their processes no longer run.
 
-use crate::models::{self, KNOWN_MODELS};
+use smolrun_engine::models::KNOWN_MODELS;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -10,7 +11,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), String> {
-    let dir = models::models_dir();
+    let dir = crate::args::models_dir();
     if a.name.contains('/') || a.name.starts_with('.') {
         return Err(format!(
             "'{}' is not a model name; smolrun rm only deletes models in {} (see smolrun list)",
@@ -29,9 +30,15 @@ pub fn run(a: Args) -> Result<(), String> {
     let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
+        let stale = || {
+            smolrun_linux::temporaries(&dir, &file)
+                .iter()
+                .any(|t| t.stale && t.path == entry.path())
+        };
         let ours = name == file
             || name == partial
-            || (name.starts_with(&repack_prefix) && name.ends_with(".repack"));
+            || (name.starts_with(&repack_prefix) && name.ends_with(".repack"))
+            || (name.starts_with(&file) && name.contains(".tmp-") && stale());
         if ours {
             std::fs::remove_file(entry.path())
                 .map_err(|e| format!("cannot remove {}: {e}", entry.path().display()))?;

@@ -1,7 +1,8 @@
 //! `smolrun run`: continue a prompt. stdout gets the generated text and nothing else, as it is
 //! produced; speeds go to stderr. With `--json`, stdout gets one JSON object at the end instead.
 
-use crate::engine::{self, Engine, GenerateOptions, SamplingArgs};
+use crate::args::{Globals, SamplingArgs};
+use smolrun_engine::{constrained, json_schema, Engine, GenerateOptions};
 use std::io::Write;
 
 #[derive(clap::Args)]
@@ -22,11 +23,11 @@ pub struct Args {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
-    pub mem: crate::engine::MemoryArgs,
+    pub mem: crate::args::MemoryArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
-    pub draft: crate::speculative::DraftArgs,
+    pub draft: crate::args::DraftArgs,
     /// Print one JSON object at the end (text, tokens, prompt_tokens, speeds) instead of streaming.
     #[arg(long)]
     pub json: bool,
@@ -41,6 +42,10 @@ pub struct Args {
     /// The same, the schema read from a file.
     #[arg(long = "json-schema-file", value_name = "FILE")]
     pub json_schema_file: Option<std::path::PathBuf>,
+    /// Print the run state's memory plan and what its arena really holds, part by part, to
+    /// stderr before generating.
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 /// The grammar of `--json-schema` / `--json-schema-file`, if one was given.
@@ -57,47 +62,29 @@ fn schema_grammar(args: &Args) -> Result<Option<smolrun_core::grammar::Grammar>,
     let schema: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{source}: the schema is not valid JSON: {e}"))?;
     let grammar = if schema.as_object().is_some_and(|o| o.is_empty()) {
-        crate::json_schema::grammar_for_any_json()
+        json_schema::grammar_for_any_json()
     } else {
-        crate::json_schema::grammar_for_schema(&schema).map_err(|e| format!("{source}: {e}"))?
+        json_schema::grammar_for_schema(&schema).map_err(|e| format!("{source}: {e}"))?
     };
     Ok(Some(grammar))
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
     if args.prompt.is_empty() {
         return Err("the prompt is empty: give the text to continue with -p TEXT".into());
     }
-    let threads = args.threads.unwrap_or_else(engine::default_threads);
-    if threads == 0 {
-        return Err("-t 0: use at least 1 thread".into());
-    }
+    let options = globals.engine_options(args.ctx, args.threads, &args.mem, Some(&args.draft))?;
     let load_start = std::time::Instant::now();
-    let t = std::time::Instant::now();
-    let mut mem = args.mem.clone();
-    mem.pin_mtp = args.draft.may_use_mtp();
-    let (path, file) = engine::open_model(&args.model, &mem, args.ctx)?;
-    engine::phase_time("open", t);
-    let t = std::time::Instant::now();
-    let gguf = engine::parse_gguf(&path, &file)?;
-    engine::phase_time("parse header", t);
-    let t = std::time::Instant::now();
-    let guard = engine::check_memory(&path, &gguf, &file, args.ctx, &mem)?;
-    engine::phase_time("memory check", t);
-    let mut engine = Engine::load(&path, &gguf, &file, args.ctx, threads)?;
-    engine.watch_memory(guard);
-    let t = std::time::Instant::now();
-    engine::leave_embeddings_on_flash(&file, &gguf)?;
-    engine::phase_time("embeddings advice", t);
+    let mut engine = Engine::open(&args.model, &options)?;
     // From opening the file until the engine can run a prompt (llama.cpp's "load time"):
     // weights are mapped, not read, so this is the header, the tokenizer and the repack.
     let load_s = load_start.elapsed().as_secs_f64();
     let grammar = schema_grammar(&args)?;
     let trie = grammar
         .as_ref()
-        .map(|_| crate::constrained::token_trie(&engine.tokenizer));
+        .map(|_| constrained::token_trie(&engine.tokenizer));
     let mut filter = match (grammar, &trie) {
-        (Some(g), Some(trie)) => Some(crate::constrained::GrammarFilter::new(
+        (Some(g), Some(trie)) => Some(constrained::GrammarFilter::new(
             std::sync::Arc::new(g),
             None,
             trie,
@@ -106,8 +93,11 @@ pub fn run(args: Args) -> Result<(), String> {
         _ => None,
     };
     engine.set_join_pieces(args.sampling.join_pieces);
-    let drafting = engine.set_draft(&args.draft)?;
+    let drafting = engine.drafting();
     let mut sampler = engine.sampler(args.sampling.params())?;
+    if args.verbose {
+        eprintln!("{}", engine.arena());
+    }
 
     let prompt = engine.tokenize(&args.prompt, true, true);
     if prompt.len() >= engine.n_ctx() {
@@ -134,7 +124,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut write_error = None;
     let filter_ref = filter
         .as_mut()
-        .map(|f| f as &mut dyn crate::engine::TokenFilter);
+        .map(|f| f as &mut dyn smolrun_engine::TokenFilter);
     let (gen, text) = engine.generate(&prompt, &mut sampler, options, filter_ref, |piece| {
         if streaming && write_error.is_none() {
             if let Err(e) = stdout

@@ -1,7 +1,7 @@
 //! `smolrun serve`: the model as an OpenAI-compatible server with a live chat page at `/`.
 
-use crate::serve::{
-    self, backend::Backend, engine_backend::EngineBackend, fake::FakeBackend, ServeConfig,
+use smolrun_server::{
+    self as serve, backend::Backend, engine_backend::EngineBackend, fake::FakeBackend, ServeConfig,
 };
 use std::time::Duration;
 
@@ -31,9 +31,9 @@ pub struct Args {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
-    pub mem: crate::engine::MemoryArgs,
+    pub mem: crate::args::MemoryArgs,
     #[command(flatten)]
-    pub draft: crate::speculative::DraftArgs,
+    pub draft: crate::args::DraftArgs,
     /// Tests only: serve a deterministic fake model that echoes the prompt.
     #[arg(long, hide = true)]
     pub fake_backend: bool,
@@ -42,14 +42,14 @@ pub struct Args {
     pub fake_token_ms: u64,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
     if let Some(n) = args.ctx.filter(|&n| n < 16) {
         return Err(format!("-c {n} is too small; use at least 16 tokens"));
     }
-    let threads = args.threads.unwrap_or_else(crate::engine::default_threads);
-    if threads == 0 {
+    if args.threads == Some(0) {
         return Err("-t 0: use at least one thread".into());
     }
+    let options = globals.engine_options(args.ctx, args.threads, &args.mem, Some(&args.draft))?;
     let config = ServeConfig {
         host: args.host,
         port: args.port,
@@ -57,8 +57,6 @@ pub fn run(args: Args) -> Result<(), String> {
         queue: args.queue,
     };
     let n_ctx = args.ctx;
-    let mem = args.mem;
-    let draft = args.draft;
     if args.fake_backend {
         let delay = Duration::from_millis(args.fake_token_ms);
         return serve::run(config, move || {
@@ -69,7 +67,6 @@ pub fn run(args: Args) -> Result<(), String> {
     let model = args.model.unwrap_or_default();
     // The model is loaded on the generation thread, which owns it from then on.
     serve::run(config, move || {
-        EngineBackend::load(&model, n_ctx, threads, &mem, &draft)
-            .map(|b| Box::new(b) as Box<dyn Backend>)
+        EngineBackend::load(&model, &options).map(|b| Box::new(b) as Box<dyn Backend>)
     })
 }

@@ -39,7 +39,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let path = crate::models::resolve(&args.model)?;
+    let path = crate::args::resolve(&args.model)?;
     let text: Vec<u8> = match (&args.prompt, &args.file) {
         (Some(p), _) => p.as_bytes().to_vec(),
         (None, Some(f)) => {

@@ -114,12 +114,19 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// Whether python3 can run tools/oracle (numpy and gguf installed).
-pub fn python_with_gguf() -> bool {
-    Command::new("python3")
+/// Fails the test, saying what to install, when python3 with numpy and gguf is missing
+/// (tools/test.sh installs it): a test that needs it never passes without it.
+pub fn require_python_with_gguf() {
+    let ok = Command::new("python3")
         .args(["-c", "import numpy, gguf"])
         .output()
         .map(|o| o.status.success())
-        .unwrap_or(false)
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "python3 with numpy and gguf is not available: pip install numpy gguf==0.19.0 (as \
+         tools/test.sh does)"
+    );
 }
 
 /// Writes a Ling-shaped model (tools/oracle/ling_shaped.py) with `args` (its shape and

@@ -19,6 +19,7 @@ use super::error::ModelError;
 use super::matrix::{Loader, Matrix};
 use super::pass::{row, row_mut, split, Pass, SharedMut};
 use super::state::Activations;
+use crate::arena::{Arena, ArenaError, ArenaPlan, ArenaSlice, Part};
 use crate::math::{self, AttentionFaces, AttentionKernel, AttentionSpan, Rope};
 use alloc::format;
 use alloc::vec;
@@ -59,10 +60,6 @@ impl AttentionShape {
             true => self.q_dim() + self.kv_dim() + self.v_dim(),
             false => 0,
         }
-    }
-    /// f16 entries of the key and of the value cache for `n_ctx` positions.
-    pub fn cache_entries(&self, n_ctx: usize) -> (usize, usize) {
-        (n_ctx * self.kv_dim(), n_ctx * self.v_dim())
     }
 }
 
@@ -106,18 +103,37 @@ pub struct Attention {
     pub attend: AttentionFaces,
 }
 
-/// One attention layer's K and V cache: f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`.
+/// One attention layer's K and V cache: f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`, carved
+/// from the state's arena.
 pub struct KvCache {
-    pub keys: Vec<u16>,
-    pub values: Vec<u16>,
+    pub keys: ArenaSlice<u16>,
+    pub values: ArenaSlice<u16>,
 }
 
 impl KvCache {
-    pub fn new(shape: &AttentionShape, n_ctx: usize) -> KvCache {
-        let (k, v) = shape.cache_entries(n_ctx);
-        KvCache {
-            keys: vec![0; k],
-            values: vec![0; v],
+    /// Counts a cache of `n_ctx` positions in `part` of `plan` (the trunk's caches in
+    /// `Part::KvCache`, the MTP block's in `Part::Mtp`).
+    pub fn plan(plan: &mut ArenaPlan, part: Part, shape: &AttentionShape, n_ctx: usize) {
+        plan.add::<u16>(part, n_ctx, shape.kv_dim());
+        plan.add::<u16>(part, n_ctx, shape.v_dim());
+    }
+
+    /// Takes the cache [`KvCache::plan`] counted from `arena`.
+    ///
+    /// # Safety
+    /// The region under `arena` must outlive the cache (see [`ArenaSlice::detach`]).
+    pub unsafe fn carve(
+        arena: &mut Arena<'_>,
+        part: Part,
+        shape: &AttentionShape,
+        n_ctx: usize,
+    ) -> Result<KvCache, ArenaError> {
+        // SAFETY: the caller's promise.
+        unsafe {
+            Ok(KvCache {
+                keys: arena.take_detached(part, n_ctx, shape.kv_dim())?,
+                values: arena.take_detached(part, n_ctx, shape.v_dim())?,
+            })
         }
     }
 

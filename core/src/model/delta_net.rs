@@ -36,6 +36,7 @@ use super::matrix::{Loader, Matrix};
 use super::pass::{per_token, split, SharedMut};
 use super::pass::{row, Pass};
 use super::state::Activations;
+use crate::arena::{Arena, ArenaError, ArenaPlan, ArenaSlice, Part};
 use crate::math::{self, DeltaRuleKernels};
 use alloc::format;
 use alloc::vec;
@@ -85,47 +86,71 @@ impl DeltaNetShape {
         }
     }
     /// Bytes of the state: fixed, whatever the context.
-    pub fn state_bytes(&self) -> usize {
-        4 * self.conv_state_len() + self.ssm_value_bytes() * self.ssm_state_len()
+    pub fn state_bytes(&self) -> u64 {
+        4 * self.conv_state_len() as u64
+            + self.ssm_value_bytes() as u64 * self.ssm_state_len() as u64
     }
 }
 
-/// A recurrent layer's state, sized at load, zeroed at the start of a sequence.
+/// A recurrent layer's state, carved from the state's arena, zeroed at the start of a sequence.
 pub struct RecurrentState {
     /// `[conv_dim][K-1]`: each channel's last K-1 inputs, oldest first.
-    pub conv: Vec<f32>,
+    pub conv: ArenaSlice<f32>,
     /// `[n_v_heads][dv][dk]` f32; empty when the state is kept as f16.
-    pub ssm: Vec<f32>,
+    pub ssm: ArenaSlice<f32>,
     /// The same as f16 bits with `state_f16`; else empty.
-    pub ssm_f16: Vec<u16>,
+    pub ssm_f16: ArenaSlice<u16>,
     /// Copies of `conv` and `ssm` (and of `ssm_f16`, in `steps_f16`) after each of the first
     /// tokens of a verify pass (a pass whose `Pass::keep_steps` is set), back to back: a
     /// rejected draft goes back to the state after the last accepted token by copying one of
     /// them back ([`RecurrentState::restore_step`]), instead of running the accepted tokens
     /// again through the whole model. Empty when the state never verifies drafts.
-    pub steps: Vec<f32>,
-    pub steps_f16: Vec<u16>,
+    pub steps: ArenaSlice<f32>,
+    pub steps_f16: ArenaSlice<u16>,
 }
 
 impl RecurrentState {
-    pub fn new(shape: &DeltaNetShape) -> RecurrentState {
-        RecurrentState::with_steps(shape, 0)
+    /// (conv, f32 matrix values, f16 matrix values) of one copy of the state.
+    fn lens(shape: &DeltaNetShape) -> (usize, usize, usize) {
+        let conv = shape.conv_state_len();
+        match shape.state_f16 {
+            false => (conv, shape.ssm_state_len(), 0),
+            true => (conv, 0, shape.ssm_state_len()),
+        }
     }
 
-    /// A state that keeps a copy of itself after each of the first `n_steps` tokens of a
-    /// verify pass.
-    pub fn with_steps(shape: &DeltaNetShape, n_steps: usize) -> RecurrentState {
-        let (n32, n16) = match shape.state_f16 {
-            false => (shape.ssm_state_len(), 0),
-            true => (0, shape.ssm_state_len()),
-        };
-        let conv = shape.conv_state_len();
-        RecurrentState {
-            conv: vec![0.0; conv],
-            ssm: vec![0.0; n32],
-            ssm_f16: vec![0; n16],
-            steps: vec![0.0; n_steps * (conv + n32)],
-            steps_f16: vec![0; n_steps * n16],
+    /// Counts, in `Part::RecurrentState`, a state that keeps a copy of itself after each of
+    /// the first `n_steps` tokens of a verify pass.
+    pub fn plan(plan: &mut ArenaPlan, shape: &DeltaNetShape, n_steps: usize) {
+        let (conv, n32, n16) = RecurrentState::lens(shape);
+        let part = Part::RecurrentState;
+        plan.add::<f32>(part, 1, conv);
+        plan.add::<f32>(part, 1, n32);
+        plan.add::<u16>(part, 1, n16);
+        plan.add::<f32>(part, n_steps, conv + n32);
+        plan.add::<u16>(part, n_steps, n16);
+    }
+
+    /// Takes the state [`RecurrentState::plan`] counted from `arena`.
+    ///
+    /// # Safety
+    /// The region under `arena` must outlive the state (see [`ArenaSlice::detach`]).
+    pub unsafe fn carve(
+        arena: &mut Arena<'_>,
+        shape: &DeltaNetShape,
+        n_steps: usize,
+    ) -> Result<RecurrentState, ArenaError> {
+        let (conv, n32, n16) = RecurrentState::lens(shape);
+        let part = Part::RecurrentState;
+        // SAFETY: the caller's promise.
+        unsafe {
+            Ok(RecurrentState {
+                conv: arena.take_detached(part, 1, conv)?,
+                ssm: arena.take_detached(part, 1, n32)?,
+                ssm_f16: arena.take_detached(part, 1, n16)?,
+                steps: arena.take_detached(part, n_steps, conv + n32)?,
+                steps_f16: arena.take_detached(part, n_steps, n16)?,
+            })
         }
     }
 

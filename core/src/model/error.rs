@@ -1,4 +1,5 @@
 use super::store::StoreError;
+use crate::arena::ArenaError;
 use crate::gguf::GgufError;
 use crate::quant::{GgmlType, QuantError};
 use alloc::string::String;
@@ -71,6 +72,9 @@ pub enum ModelError {
         tokens: usize,
         n_logits: usize,
     },
+    /// The run's state could not be carved from the region it was given (too small,
+    /// misaligned, more than the device can address).
+    Arena(ArenaError),
 }
 
 impl From<StoreError> for ModelError {
@@ -92,7 +96,8 @@ impl fmt::Display for ModelError {
             Gguf(e) => e.fmt(f),
             UnsupportedArch { arch } => write!(
                 f,
-                "model architecture '{arch}' is not supported: expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, bailingmoe2 or gemma3"
+                "model architecture '{arch}' is not supported: expected {}",
+                super::arch::ArchitectureNames
             ),
             BadOption { option, reason } => write!(f, "{option}: {reason}"),
             BadHParam { key, expected, found } => write!(
@@ -136,6 +141,7 @@ impl fmt::Display for ModelError {
                 "a verify pass of {tokens} tokens: expected 1..={n_logits} (the state's rows of \
                  logits; size it with State::with_logit_rows)"
             ),
+            Arena(e) => e.fmt(f),
         }
     }
 }

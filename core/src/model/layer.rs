@@ -7,9 +7,10 @@
 //!
 //! Adding a kind is a new file plus a match arm in each `match` below: its tensors
 //! ([`Layer::matrices`], which the repack plan and the prefetch hints read), its state
-//! ([`LayerShape::state_bytes`], [`LayerState`]) and its forward. The header says which kind
-//! each layer is ([`LayerShape`], in `HParams`), so the memory plan sizes the state before a
-//! tensor is read.
+//! ([`LayerShape::state_bytes`], [`LayerState`]: its plan and its carving from the state's
+//! arena), its forward, and its load (`load_layer` in mod.rs). The family's file (arch/) says
+//! which kinds each layer is from the header ([`LayerShape`], in `HParams::layers`), so the
+//! memory plan sizes the state before a tensor is read.
 
 use super::attention::{Attention, AttentionShape, KvCache};
 use super::delta_net::{DeltaNet, DeltaNetShape, RecurrentState};
@@ -20,6 +21,7 @@ use super::moe_ffn::{MoeFfn, Routing};
 use super::pass::Pass;
 use super::state::Activations;
 use super::store::WeightKey;
+use crate::arena::{Arena, ArenaError, ArenaPlan, Part};
 use alloc::vec::Vec;
 
 /// What the header says layer `l` is made of, before any tensor is read.
@@ -55,12 +57,10 @@ pub enum FfnShape {
 impl LayerShape {
     /// Bytes of this layer's state for a context of `n_ctx` tokens (an attention layer's KV
     /// cache grows with the context; a recurrent layer's state will not).
-    pub fn state_bytes(&self, n_ctx: usize) -> usize {
+    /// In u64: a long context on a 32-bit device can take more bytes than its usize counts.
+    pub fn state_bytes(&self, n_ctx: usize) -> u64 {
         match self.mixer {
-            MixerShape::Attention(a) => {
-                let (k, v) = a.cache_entries(n_ctx);
-                2 * (k + v)
-            }
+            MixerShape::Attention(a) => 2 * n_ctx as u64 * (a.kv_dim() + a.v_dim()) as u64,
             MixerShape::DeltaNet(d) => d.state_bytes(),
         }
     }
@@ -176,19 +176,42 @@ pub enum LayerState {
 }
 
 impl LayerState {
-    pub fn new(shape: &LayerShape, n_ctx: usize) -> LayerState {
-        LayerState::with_steps(shape, n_ctx, 0)
+    /// Counts a layer's state in `plan`: its KV cache of `n_ctx` positions in `part`
+    /// (`Part::KvCache` for the trunk), or its recurrent state with room for `n_steps` copies
+    /// of itself in a verify pass (see `RecurrentState::steps`; a KV cache needs none: a
+    /// rejected draft's entries are simply overwritten).
+    pub fn plan(
+        plan: &mut ArenaPlan,
+        part: Part,
+        shape: &LayerShape,
+        n_ctx: usize,
+        n_steps: usize,
+    ) {
+        match shape.mixer {
+            MixerShape::Attention(a) => KvCache::plan(plan, part, &a, n_ctx),
+            MixerShape::DeltaNet(d) => RecurrentState::plan(plan, &d, n_steps),
+        }
     }
 
-    /// A layer's state whose recurrent part (if any) keeps `n_steps` copies of itself in a
-    /// verify pass (see `RecurrentState::steps`); a KV cache needs none (a rejected draft's
-    /// entries are simply overwritten).
-    pub fn with_steps(shape: &LayerShape, n_ctx: usize, n_steps: usize) -> LayerState {
-        match shape.mixer {
-            MixerShape::Attention(a) => LayerState::Kv(KvCache::new(&a, n_ctx)),
-            MixerShape::DeltaNet(d) => {
-                LayerState::Recurrent(RecurrentState::with_steps(&d, n_steps))
-            }
+    /// Takes the state [`LayerState::plan`] counted from `arena`.
+    ///
+    /// # Safety
+    /// The region under `arena` must outlive the state (see [`ArenaSlice::detach`]).
+    pub unsafe fn carve(
+        arena: &mut Arena<'_>,
+        part: Part,
+        shape: &LayerShape,
+        n_ctx: usize,
+        n_steps: usize,
+    ) -> Result<LayerState, ArenaError> {
+        // SAFETY: the caller's promise.
+        unsafe {
+            Ok(match shape.mixer {
+                MixerShape::Attention(a) => LayerState::Kv(KvCache::carve(arena, part, &a, n_ctx)?),
+                MixerShape::DeltaNet(d) => {
+                    LayerState::Recurrent(RecurrentState::carve(arena, &d, n_steps)?)
+                }
+            })
         }
     }
 

@@ -12,12 +12,16 @@
 //! - **metadata**: the file's header (vocabulary, merges, chat template), read once at load.
 //! - **tokenizer**: the tokenizer's own tables built from that header.
 //! - **norms**: the small F32 vectors (norms, biases) copied to RAM at load.
-//! - **kv cache**, **activations**, **logits**: exactly what [`State::new`](super::State::new)
-//!   allocates for `n_ctx`, plus the sampler's per-token arrays.
+//! - **kv cache**, **recurrent state**, **activations**, **logits**: the parts of the arena's
+//!   plan ([`ArenaPlan`], the one [`State::new`](super::State::new) carves its region by) for
+//!   `n_ctx`, plus the sampler's per-token arrays; activations include the layer table and
+//!   the matvec scratch, and with MTP drafting the kv cache includes the MTP block's state.
 //! - **runtime**: the program itself, its libraries, thread stacks and allocator slack.
 
 use super::hparams::HParams;
+use super::tensor_use::TensorUse;
 use super::StateShape;
+use crate::arena::{ArenaPlan, Part};
 use crate::gguf::TensorInfo;
 use crate::math;
 use crate::quant::GgmlType;
@@ -61,13 +65,17 @@ pub struct MemoryPlan {
     pub embedding_table: u64,
     /// The file has no `output.weight`: the embedding table is the LM head.
     pub head_is_embedding: bool,
+    /// What the run's state is sized for, and the arena's plan for it: `kv_cache`,
+    /// `recurrent_state`, `activations` and `logits` (less the sampler) are its parts.
+    pub state: StateShape,
+    pub arena: ArenaPlan,
 }
 
 impl MemoryPlan {
     /// The plan for `hp` (already validated), the file's tensor table, the offset where its
     /// tensor data starts (= the header's size) and a context of `n_ctx` tokens.
     pub fn new(hp: &HParams, tensors: &[TensorInfo], data_offset: u64, n_ctx: usize) -> MemoryPlan {
-        let head_is_embedding = !tensors.iter().any(|t| t.name == "output.weight");
+        let head_is_embedding = super::tensor_use::head_is_embedding(tensors);
         let mut weights = 0u64;
         let mut norms = 0u64;
         let mut embedding_table = 0u64;
@@ -76,14 +84,13 @@ impl MemoryPlan {
             if t.name == "token_embd.weight" {
                 embedding_table = t.n_bytes;
                 embedding_row_bytes = t.n_bytes / t.dims[1].max(1);
-                if head_is_embedding {
-                    weights += t.n_bytes;
-                }
-            } else if is_vector(t) {
+            }
+            match TensorUse::of(t, head_is_embedding) {
+                TensorUse::Whole | TensorUse::Experts => weights += t.n_bytes,
                 // Copied to RAM as f32 at load (stored F32, so the same size).
-                norms += t.n_bytes;
-            } else {
-                weights += t.n_bytes;
+                TensorUse::Vector => norms += t.n_bytes,
+                // Left on flash: `embedding_rows` below counts what comes into RAM.
+                TensorUse::Rows => {}
             }
         }
         let embedding_rows = if head_is_embedding {
@@ -108,7 +115,7 @@ impl MemoryPlan {
         // counted on every CPU, at most ~1.6 MB, so that the plan does not depend on kernels).
         let act_tables = tensors
             .iter()
-            .filter(|t| !is_vector(t))
+            .filter(|t| TensorUse::of(t, head_is_embedding) != TensorUse::Vector)
             .filter_map(|t| match t.ggml_type {
                 GgmlType::Q1_0 => crate::quant::q1_0_lut::table_bytes(t.dims[0] as usize),
                 GgmlType::Q2_0 => crate::quant::q2_0_lut::table_bytes(t.dims[0] as usize),
@@ -116,20 +123,13 @@ impl MemoryPlan {
             })
             .max()
             .unwrap_or(0);
-        let shape = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, pruned_head_rows as usize)
+        let state = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, pruned_head_rows as usize)
             .with_act_tables(act_tables);
-        let recurrent_state: u64 = hp
-            .layers
-            .iter()
-            .filter(|l| matches!(l.mixer, super::MixerShape::DeltaNet(_)))
-            .map(|l| l.state_bytes(n_ctx) as u64)
-            .sum();
-        let kv_cache = shape.kv_cache_bytes() as u64 - recurrent_state;
-        let activations = shape.activation_bytes() as u64;
-        let logits = shape.logits_bytes() as u64 + SAMPLER_BYTES_PER_TOKEN * n_vocab;
+        let arena = state.plan(hp);
+        let (kv_cache, recurrent_state, activations, logits) = state_parts(&arena, n_vocab);
         let (num, den) = TOKENIZER_BYTES_PER_METADATA_BYTE;
         // GELU models keep the activation's table over every f16 input (Model::gelu).
-        let gelu_table = match hp.family.switches().activation {
+        let gelu_table = match hp.family.switches.activation {
             super::Activation::GeluTanh => math::GeluTable::BYTES as u64,
             super::Activation::Silu => 0,
         };
@@ -146,6 +146,8 @@ impl MemoryPlan {
             runtime: RUNTIME_BYTES + gelu_table,
             embedding_table,
             head_is_embedding,
+            state,
+            arena,
         }
     }
 
@@ -166,18 +168,32 @@ impl MemoryPlan {
         if hp.n_nextn != 1 || hp.mtp_layer().is_none() {
             return self;
         }
-        let base = StateShape::new(hp, n_ctx, super::DEFAULT_BATCH, 0);
-        let drafting = base.with_logit_rows(hp, n_draft + 1).with_mtp(hp);
-        let extra = drafting.kv_cache_bytes() - base.kv_cache_bytes() + drafting.mtp_bytes;
+        let state = StateShape {
+            n_ctx,
+            ..self.state
+        }
+        .with_logit_rows(n_draft + 1)
+        .with_mtp(hp);
+        let arena = state.plan(hp);
+        let (kv_cache, recurrent_state, activations, logits) =
+            state_parts(&arena, hp.n_vocab as u64);
         MemoryPlan {
-            kv_cache: self.kv_cache + extra as u64,
+            kv_cache,
+            recurrent_state,
+            activations,
+            logits,
+            state,
+            arena,
             ..self
         }
     }
 
     /// Everything added up: what the process will hold once it is decoding at a full context.
+    /// Saturating: a plan too big for any device reads as u64::MAX, never as a small number.
     pub fn total(&self) -> u64 {
-        self.parts().iter().map(|p| p.1).sum()
+        self.parts()
+            .iter()
+            .fold(0u64, |sum, p| sum.saturating_add(p.1))
     }
 
     /// The parts with their names, biggest first in a typical model, for messages.
@@ -201,31 +217,41 @@ impl MemoryPlan {
     pub fn kv_bytes_per_token(hp: &HParams) -> u64 {
         hp.layers
             .iter()
-            .map(|l| (l.state_bytes(1) as u64, &l.mixer))
+            .map(|l| (l.state_bytes(1), &l.mixer))
             .filter(|(_, m)| matches!(m, super::MixerShape::Attention(_)))
             .map(|(b, _)| b)
             .sum()
     }
 }
 
-/// A one-dimensional tensor (norm weights, biases, RoPE factors): ggml dims `[n, 1, 1, 1]`.
-fn is_vector(t: &TensorInfo) -> bool {
-    t.dims[1..].iter().all(|&d| d == 1)
+/// The memory plan's state parts from the arena's: (kv cache with the MTP block's state,
+/// recurrent state, activations with the layer table and the scratch, logits with the
+/// sampler's arrays for `n_vocab` tokens).
+fn state_parts(arena: &ArenaPlan, n_vocab: u64) -> (u64, u64, u64, u64) {
+    let part = |p| arena.bytes(p);
+    let sum = |parts: &[Part]| parts.iter().fold(0u64, |s, &p| s.saturating_add(part(p)));
+    (
+        sum(&[Part::KvCache, Part::Mtp]),
+        part(Part::RecurrentState),
+        sum(&[Part::LayerTable, Part::Activations, Part::Scratch]),
+        part(Part::Logits).saturating_add(SAMPLER_BYTES_PER_TOKEN.saturating_mul(n_vocab)),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::hparams::{Family, RopeScaling};
+    use crate::model::hparams::RopeScaling;
+    use crate::model::Family;
     use crate::model::{AttentionShape, FfnShape, LayerShape, MixerShape};
     use crate::quant::GgmlType;
-    use alloc::string::String;
+    use alloc::string::{String, ToString};
     use alloc::vec;
     use alloc::vec::Vec;
 
     fn hparams() -> HParams {
         HParams {
-            family: Family::Qwen2,
+            family: Family::from_arch("qwen2").unwrap(),
             arch: String::from("qwen2"),
             n_layer: 2,
             n_nextn: 0,
@@ -338,8 +364,37 @@ mod tests {
         assert_eq!(b.kv_cache - a.kv_cache, 100 * 256);
         // Scores grow by n_head f32 per token; nothing else in the activations does.
         assert_eq!(b.activations - a.activations, 100 * 4 * 4);
-        assert_eq!(a.logits, 1000 * (4 + SAMPLER_BYTES_PER_TOKEN));
+        // One row of 1000 f32 logits, rounded up to a cache line in the arena (4000 -> 4032),
+        // and the sampler's arrays.
+        assert_eq!(a.logits, 4032 + 1000 * SAMPLER_BYTES_PER_TOKEN);
+        assert_eq!(a.arena.bytes(Part::Logits), 4032);
         assert_eq!(a.runtime, RUNTIME_BYTES);
         assert_eq!(a.total(), a.parts().iter().map(|p| p.1).sum::<u64>());
+    }
+
+    /// A context a 32-bit device cannot address: 2^24 positions of this model's KV cache
+    /// (256 bytes each) are 4 GB, plus the activations. The plan says so in u64 on every
+    /// target; a 32-bit target refuses it when making the state (never a wrapped, small size);
+    /// a 64-bit one accepts it.
+    #[test]
+    fn a_context_beyond_a_32_bit_address_space_is_refused_never_wrapped() {
+        let mut hp = hparams();
+        hp.n_ctx_train = 1 << 24;
+        let plan = MemoryPlan::new(&hp, &table(false), 0, 1 << 24);
+        assert_eq!(plan.kv_cache, 256 << 24);
+        assert!(plan.arena.total() > u32::MAX as u64);
+        let err = plan.arena.fits_in(u32::MAX as u64).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("more than this device can address"),
+            "{err}"
+        );
+        let fits = plan.arena.total_usize();
+        if usize::BITS == 64 {
+            assert_eq!(fits.unwrap() as u64, plan.arena.total());
+        } else {
+            let e = fits.unwrap_err().to_string();
+            assert!(e.contains("4294967295 bytes"), "{e}");
+        }
     }
 }

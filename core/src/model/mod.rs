@@ -1,6 +1,6 @@
-//! The decoder-only transformer: Llama, Qwen2, Qwen3, Qwen3-MoE, Qwen1.5-MoE (qwen2moe), bailingmoe2
-//! (Ling 2.0), Gemma 3 and the Qwen3.5 hybrid (qwen35: recurrent Gated DeltaNet layers between
-//! full-attention ones) in one forward pass.
+//! The decoder-only transformer, one forward pass for every family smolrun runs (Llama, Qwen2,
+//! Qwen3, Gemma 3, Qwen3-MoE, Qwen1.5-MoE, Ling 2.0 and the Qwen3.5 hybrid; the table is in
+//! arch/).
 //!
 //! ```text
 //! token -> embedding row (x sqrt(n_embd) for Gemma)
@@ -10,11 +10,15 @@
 //! logits = Wout rms_norm(x)              Wout may be token_embd (tied), or a pruned head:
 //!                                        only the kept ids' rows, the rest -inf
 //! ```
-//! Families differ only in the switches of [`Switches`]; everything else is shared. Every
+//! Families differ in what their layers are made of and in the switches of the shared kinds:
+//! each family's file in arch/ reads its own keys, lays out its layers (which mixer and which
+//! FFN each has: dense, experts with its routing, recurrent or gated attention), sets its
+//! [`Switches`] and names its tensor quirks; hparams.rs reads the keys they all share. Every
 //! weight is reached through a [`WeightStore`] (store.rs), asked for just before its matvec and
 //! released right after; a per-pass context ([`pass::Pass`]) carries the pool, the store and
 //! the scratch, so a layer's forward reads like the math.
 
+pub mod arch;
 pub mod attention;
 pub mod delta_net;
 pub mod dense_ffn;
@@ -35,12 +39,14 @@ pub mod repack;
 pub mod state;
 pub mod store;
 pub mod stream;
+pub mod tensor_use;
 
+pub use arch::{Activation, Architecture, Family, Layout, Switches, ARCHITECTURES};
 pub use attention::{Attention, AttentionOptions, AttentionShape, KvCache, QkvWeights};
 pub use delta_net::{DeltaNet, DeltaNetShape, RecurrentState};
 pub use dense_ffn::{DenseFfn, Gate};
 pub use error::ModelError;
-pub use hparams::{Family, HParams, RopeScaling};
+pub use hparams::{HParams, Keys, RopeScaling};
 pub use layer::{Ffn, FfnShape, Layer, LayerShape, LayerState, MixerShape, TokenMixer};
 pub use matrix::{Loader, Matrix};
 pub use memory_plan::MemoryPlan;
@@ -50,12 +56,13 @@ pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
     bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
 };
-pub use state::{State, StateShape, DEFAULT_BATCH, TABLE_TOKENS};
+pub use state::{State, StateOptions, StateShape, DEFAULT_BATCH, TABLE_TOKENS};
 pub use store::{
     PreadStore, RecordingStore, RepackedWeights, ResidentStore, StoreCall, StoreError,
     StoreErrorKind, StreamStats, TensorId, TensorTable, Weight, WeightKey, WeightStore,
 };
 pub use stream::{StreamBudget, StreamPlan, StreamStore};
+pub use tensor_use::TensorUse;
 
 use crate::gguf::Gguf;
 use crate::kernels::KernelSet;
@@ -65,66 +72,18 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use pass::{row, row_mut, Pass};
 
-/// The per-family differences, and nothing else.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Switches {
-    /// Q, K and V have biases (Qwen2).
-    pub qkv_bias: bool,
-    /// Each Q and K head is RMS-normed before RoPE (Qwen3, Gemma 3).
-    pub qk_norm: bool,
-    /// The attention and FFN outputs are RMS-normed before the residual add (Gemma 3).
-    pub post_norms: bool,
-    /// The embedding row is multiplied by sqrt(n_embd) (Gemma).
-    pub scale_embedding: bool,
-    pub activation: Activation,
-    pub rope_style: RopeStyle,
-    /// Q is multiplied by 1/sqrt(head_dim) before attention instead of scaling the scores
-    /// (Gemma's order of operations; the same value, rounded as the reference rounds it).
-    pub scale_q_before_attention: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    Silu,
-    GeluTanh,
-}
-
-impl Family {
-    pub fn switches(self) -> Switches {
-        let base = Switches {
-            qkv_bias: false,
-            qk_norm: false,
-            post_norms: false,
-            scale_embedding: false,
-            activation: Activation::Silu,
-            rope_style: RopeStyle::Neox,
-            scale_q_before_attention: false,
-        };
-        match self {
-            Family::Llama => Switches {
-                rope_style: RopeStyle::Normal,
-                ..base
-            },
-            Family::Qwen2 | Family::Qwen2Moe => Switches {
-                qkv_bias: true,
-                ..base
-            },
-            // Qwen3.5's IMRoPE is NeoX's rotation where, as for text, every section has the
-            // same position (HParams checks the sections cover the rotated pairs).
-            Family::Qwen3 | Family::Qwen3Moe | Family::BailingMoe2 | Family::Qwen35 => Switches {
-                qk_norm: true,
-                ..base
-            },
-            Family::Gemma3 => Switches {
-                qk_norm: true,
-                post_norms: true,
-                scale_embedding: true,
-                activation: Activation::GeluTanh,
-                scale_q_before_attention: true,
-                ..base
-            },
-        }
+/// [`Model::act_table_bytes`] of these layers and head.
+fn act_table_bytes_of(layers: &[Layer], output: &Matrix) -> usize {
+    let mut matrices: Vec<&Matrix> = Vec::new();
+    for l in layers {
+        matrices.extend(l.matrices());
     }
+    matrices.push(output);
+    matrices
+        .iter()
+        .filter_map(|m| (m.kernel.repacked?.act_table?.bytes)(m.n_cols))
+        .max()
+        .unwrap_or(0)
 }
 
 #[derive(Debug, Clone)]
@@ -148,6 +107,9 @@ pub struct Model {
     pub moe_predict: usize,
     /// Qwen3.5's MTP block, loaded for drafting with it ([`Model::load_mtp`]); `None`: skipped.
     pub mtp: Option<Mtp>,
+    /// [`Model::act_table_bytes`], worked out once at load (the kernels are chosen there), so
+    /// that making a state allocates nothing.
+    act_tables_per_token: usize,
 }
 
 /// How a mixture of experts runs, beyond what the file says (`--experts`, `--moe-cache-bias`,
@@ -185,7 +147,7 @@ impl Model {
         kernels: &KernelSet,
     ) -> Result<Model, ModelError> {
         let hp = HParams::from_gguf(g)?;
-        let sw = hp.family.switches();
+        let sw = hp.family.switches;
         let n_embd = hp.n_embd;
         let ld = Loader {
             gguf: g,
@@ -214,67 +176,13 @@ impl Model {
         let output_norm = ld.vector("output_norm.weight", n_embd)?;
         let rope_freqs = ld.opt_vector("rope_freqs.weight", hp.n_rot / 2)?;
 
-        let gate = match sw.activation {
-            Activation::Silu => Gate::Silu {
-                swiglu: kernels.swiglu(),
-            },
-            // GELU by table lookup, built once here rather than a `tanhf` per element.
-            Activation::GeluTanh => Gate::GeluTanh {
-                table: Arc::new(math::GeluTable::new()),
-            },
-        };
-        let opts = attention_options(&hp, &sw);
+        let gate = ffn_gate(sw.activation, kernels);
         let mut layers = Vec::with_capacity(hp.n_layer);
-        for (l, shape) in hp.layers.iter().enumerate() {
-            let mixer = match shape.mixer {
-                MixerShape::Attention(a) => TokenMixer::Attention(Attention::load(
-                    &ld,
-                    l,
-                    n_embd,
-                    a,
-                    opts,
-                    layer_rope(&hp, sw.rope_style, l),
-                    kernels.attention(),
-                )?),
-                MixerShape::DeltaNet(d) => {
-                    TokenMixer::DeltaNet(DeltaNet::load(&ld, l, n_embd, d, kernels.delta_rule())?)
-                }
-            };
-            // Qwen3.5 names the FFN's input norm after the attention it follows.
-            let ffn_norm = match hp.family {
-                Family::Qwen35 => "post_attention_norm.weight",
-                _ => "ffn_norm.weight",
-            };
-            let ffn = match shape.ffn {
-                FfnShape::Dense { n_ff } => Ffn::Dense(DenseFfn::load(
-                    &ld,
-                    l,
-                    ffn_norm,
-                    n_embd,
-                    n_ff,
-                    sw.post_norms,
-                    gate.clone(),
-                )?),
-                FfnShape::Moe {
-                    n_ff,
-                    n_expert,
-                    n_expert_used,
-                    routing,
-                    n_ff_shared,
-                } => Ffn::Moe(MoeFfn::load(
-                    &ld,
-                    l,
-                    n_embd,
-                    n_ff,
-                    n_expert,
-                    n_expert_used,
-                    routing,
-                    n_ff_shared,
-                    kernels.swiglu(),
-                )?),
-            };
-            layers.push(Layer::new(mixer, ffn));
+        for (l, &shape) in hp.layers.iter().enumerate() {
+            let rope = layer_rope(&hp, sw.rope_style, hp.is_swa[l]);
+            layers.push(load_layer(&ld, &hp, l, shape, rope, &gate)?);
         }
+        let act_tables_per_token = act_table_bytes_of(&layers, &output);
         Ok(Model {
             hp,
             switches: sw,
@@ -287,81 +195,8 @@ impl Model {
             kernels_name: kernels.name(),
             moe_predict: 0,
             mtp: None,
+            act_tables_per_token,
         })
-    }
-
-    /// Loads the MTP block (`blk.{n_layer}`: gated attention, FFN, `nextn.*`) for drafting with
-    /// it; refuses a model without one, of another family, or with more than one (llama.cpp's
-    /// qwen35 MTP graph runs exactly one).
-    pub fn load_mtp(
-        &mut self,
-        g: &Gguf,
-        store: &dyn WeightStore,
-        kernels: &KernelSet,
-    ) -> Result<(), ModelError> {
-        let shape = mtp::check_mtp_layers(&self.hp)?;
-        let (hp, sw) = (&self.hp, self.switches);
-        let (l, n_embd) = (hp.n_layer, hp.n_embd);
-        let ld = Loader {
-            gguf: g,
-            store,
-            kernels,
-        };
-        let n = |s: &str| alloc::format!("blk.{l}.{s}");
-        let (MixerShape::Attention(a), FfnShape::Dense { n_ff }) = (shape.mixer, shape.ffn) else {
-            unreachable!("the MTP block is gated attention and a dense FFN (HParams::mtp_layer)");
-        };
-        let opts = attention_options(hp, &sw);
-        // Layer 0's RoPE: qwen35 has no sliding window, every attention layer rotates alike.
-        let rope = layer_rope(hp, sw.rope_style, 0);
-        let attention = Attention::load(&ld, l, n_embd, a, opts, rope, kernels.attention())?;
-        let gate = Gate::Silu {
-            swiglu: kernels.swiglu(),
-        };
-        let ffn = DenseFfn::load(
-            &ld,
-            l,
-            "post_attention_norm.weight",
-            n_embd,
-            n_ff,
-            false,
-            gate,
-        )?;
-        let head_norm = match ld.opt_vector(&n("nextn.shared_head_norm.weight"), n_embd)? {
-            Some(w) => w,
-            None => self.output_norm.clone(),
-        };
-        let head = match g.tensor(&n("nextn.shared_head_head.weight")) {
-            Some(_) if self.head_ids.is_some() => {
-                return Err(ModelError::BadOption {
-                    option: "--draft mtp",
-                    reason: "this pruned-head file's MTP layer has a head of its own \
-                             (nextn.shared_head_head), which prune-head does not prune: use the \
-                             unpruned file"
-                        .into(),
-                })
-            }
-            Some(_) => Some(ld.matrix(&n("nextn.shared_head_head.weight"), n_embd, hp.n_vocab)?),
-            None => None,
-        };
-        let embed = match g.tensor(&n("nextn.embed_tokens.weight")) {
-            Some(_) => Some(ld.matrix(&n("nextn.embed_tokens.weight"), n_embd, hp.n_vocab)?),
-            None => None,
-        };
-        let mut block = Mtp {
-            layer: Layer::new(TokenMixer::Attention(attention), Ffn::Dense(ffn)),
-            eh_proj: ld.matrix(&n("nextn.eh_proj.weight"), 2 * n_embd, n_embd)?,
-            enorm: ld.vector(&n("nextn.enorm.weight"), n_embd)?,
-            hnorm: ld.vector(&n("nextn.hnorm.weight"), n_embd)?,
-            head_norm,
-            head,
-            embed,
-            keys: Vec::new(),
-        };
-        block.keys = block.matrices().iter().map(|m| m.key).collect();
-        block.keys.push(self.output.key);
-        self.mtp = Some(block);
-        Ok(())
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -452,16 +287,7 @@ impl Model {
     /// lookup-table kernel (`RepackedKernel::act_table`); 0 if none is. `State` sizes its
     /// table scratch with it.
     pub fn act_table_bytes(&self) -> usize {
-        let mut matrices: Vec<&Matrix> = Vec::new();
-        for l in &self.layers {
-            matrices.extend(l.matrices());
-        }
-        matrices.push(&self.output);
-        matrices
-            .iter()
-            .filter_map(|m| (m.kernel.repacked?.act_table?.bytes)(m.n_cols))
-            .max()
-            .unwrap_or(0)
+        self.act_tables_per_token
     }
 
     /// Bytes of the largest weight the forward pass asks a store for at once: what a store
@@ -874,8 +700,75 @@ struct Chunk<'t> {
     verify: bool,
 }
 
-/// Layer `l`'s RoPE: sliding-window layers use their own base and are never frequency-scaled;
-/// YaRN scales the magnitude as llama.cpp does.
+/// Loads block `l`, of the kinds `shape` says: its token mixer, then its FFN, set by the
+/// family's switches and named as the family names them. `rope` is the block's RoPE, `gate`
+/// the dense FFN's activation.
+pub(crate) fn load_layer(
+    ld: &Loader,
+    hp: &HParams,
+    l: usize,
+    shape: LayerShape,
+    rope: Rope,
+    gate: &Gate,
+) -> Result<Layer, ModelError> {
+    let (family, n_embd, kernels) = (hp.family, hp.n_embd, ld.kernels);
+    let sw = &family.switches;
+    let mixer = match shape.mixer {
+        MixerShape::Attention(a) => {
+            let opts = attention_options(hp, sw);
+            let attend = kernels.attention();
+            TokenMixer::Attention(Attention::load(ld, l, n_embd, a, opts, rope, attend)?)
+        }
+        MixerShape::DeltaNet(d) => {
+            TokenMixer::DeltaNet(DeltaNet::load(ld, l, n_embd, d, kernels.delta_rule())?)
+        }
+    };
+    let norm = family.ffn_norm;
+    let ffn = match shape.ffn {
+        FfnShape::Dense { n_ff } => Ffn::Dense(DenseFfn::load(
+            ld,
+            l,
+            norm,
+            n_embd,
+            n_ff,
+            sw.post_norms,
+            gate.clone(),
+        )?),
+        FfnShape::Moe {
+            n_ff,
+            n_expert,
+            n_expert_used,
+            routing,
+            n_ff_shared,
+        } => Ffn::Moe(MoeFfn::load(
+            ld,
+            l,
+            norm,
+            n_embd,
+            n_ff,
+            n_expert,
+            n_expert_used,
+            routing,
+            n_ff_shared,
+            kernels.swiglu(),
+        )?),
+    };
+    Ok(Layer::new(mixer, ffn))
+}
+
+/// The dense FFN's gate for `activation`, with the kernel set's SwiGLU face.
+pub(crate) fn ffn_gate(activation: Activation, kernels: &KernelSet) -> Gate {
+    match activation {
+        Activation::Silu => Gate::Silu {
+            swiglu: kernels.swiglu(),
+        },
+        // GELU by table lookup, built once here rather than a `tanhf` per element.
+        Activation::GeluTanh => Gate::GeluTanh {
+            table: Arc::new(math::GeluTable::new()),
+        },
+    }
+}
+
 /// What differs inside attention for this family, from its switches and the header.
 fn attention_options(hp: &HParams, sw: &Switches) -> AttentionOptions {
     AttentionOptions {
@@ -887,7 +780,9 @@ fn attention_options(hp: &HParams, sw: &Switches) -> AttentionOptions {
     }
 }
 
-fn layer_rope(hp: &HParams, style: RopeStyle, l: usize) -> Rope {
+/// The RoPE of a layer with a sliding window (`swa`) or without: sliding-window layers use
+/// their own base and are never frequency-scaled; YaRN scales the magnitude as llama.cpp does.
+pub(crate) fn layer_rope(hp: &HParams, style: RopeStyle, swa: bool) -> Rope {
     let ext_factor = if hp.rope_scaling == RopeScaling::Yarn {
         1.0
     } else {
@@ -902,7 +797,6 @@ fn layer_rope(hp: &HParams, style: RopeStyle, l: usize) -> Rope {
     } else {
         1.0
     } * hp.rope_attn_factor;
-    let swa = hp.is_swa[l];
     let freq_base = if swa {
         hp.rope_freq_base_swa
     } else {

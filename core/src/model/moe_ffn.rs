@@ -78,18 +78,6 @@ impl Routing {
         selection_bias: false,
         shared_gate: false,
     };
-
-    /// Qwen1.5-MoE's (`qwen2moe`): softmax, the chosen probabilities used as they are (llama.cpp
-    /// neither normalises nor scales them for this architecture), a gated shared expert.
-    pub const QWEN2MOE: Routing = Routing {
-        gating: Gating::Softmax,
-        norm_weights: false,
-        weights_scale: 1.0,
-        n_group: 0,
-        n_group_used: 0,
-        selection_bias: false,
-        shared_gate: true,
-    };
 }
 
 /// The shared expert: a gated MLP every token runs beside its chosen experts.
@@ -129,11 +117,12 @@ pub struct MoeFfn {
 impl MoeFfn {
     /// Loads layer `l`'s router and expert tensors (`blk.{l}.ffn_gate_inp`, `ffn_*_exps`, the
     /// selection bias `exp_probs_b.bias` if `routing` looks for one, and `ffn_*_shexp` if
-    /// `n_ff_shared` is not 0).
+    /// `n_ff_shared` is not 0), its input norm `blk.{l}.{norm}`.
     #[allow(clippy::too_many_arguments)]
     pub fn load(
         ld: &Loader,
         l: usize,
+        norm: &str,
         n_embd: usize,
         n_ff: usize,
         n_expert: usize,
@@ -166,7 +155,7 @@ impl MoeFfn {
             n_expert_used,
             n_ff,
             routing,
-            ffn_norm: ld.vector(&n("ffn_norm.weight"), n_embd)?,
+            ffn_norm: ld.vector(&n(norm), n_embd)?,
             router: ld.matrix(&n("ffn_gate_inp.weight"), n_embd, n_expert)?,
             selection_bias,
             shared,

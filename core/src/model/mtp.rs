@@ -7,13 +7,15 @@
 //!                                                what its LM head multiplies ("h_nextn")
 //! pair at position p: the token t_p and h_{p-1}  (zeros before position 0)
 //! u = eh_proj [rms_norm(embed(t_p)) * enorm | rms_norm(h_{p-1}) * hnorm]     2 n_embd -> n_embd
-//! u = u + gated_attention(u, own KV cache)       a full-attention qwen35 block (attention.rs)
+//! u = u + gated_attention(u, own KV cache)       as the trunk's full-attention layers (attention.rs)
 //! u = u + ffn(rms_norm(u) * post_attention_norm) (dense_ffn.rs)
 //! g = rms_norm(u) * shared_head_norm             (output_norm when the file has none)
 //! logits = head g                                shared_head_head, else the model's LM head
 //! ```
 //! h_{p-1} is what the trunk predicted t_p from; given t_p as well, the block at p predicts
 //! t_{p+1}: the token after the one just sampled, before the trunk has run that one.
+//! The block's layer is the one the family's file describes (`Family::mtp_layer`, in
+//! arch/qwen35.rs), loaded as the trunk's layers are (`load_layer`).
 //!
 //! Drafting after the trunk sampled `t` at position `pos` (the trunk has run up to pos - 1):
 //! the pair (t, h_{pos-1}) gives the first draft d1 (argmax); the pair (d1, g) at pos + 1, with
@@ -24,13 +26,17 @@
 //! for both). A rejected draft's entries lie beyond the accepted position and are overwritten
 //! before attention reads them, as in the trunk's caches.
 
+use super::arch::ARCHITECTURES;
 use super::error::ModelError;
 use super::layer::{LayerShape, LayerState};
-use super::matrix::Matrix;
+use super::matrix::{Loader, Matrix};
 use super::pass::{row_mut, Pass};
 use super::state::State;
 use super::store::{WeightKey, WeightStore};
 use super::Layer;
+use crate::arena::{Arena, ArenaError, ArenaPlan, ArenaSlice, Part};
+use crate::gguf::Gguf;
+use crate::kernels::KernelSet;
 use crate::math::{self, AttentionKernel};
 use crate::platform::Parallel;
 use alloc::vec;
@@ -67,56 +73,79 @@ impl Mtp {
 
 /// What the MTP block keeps between passes: its KV cache, and the trunk's hidden states of the
 /// last pass (and of the position before it), from which the pairs of the accepted positions are
-/// made. Sized once; a step allocates nothing.
+/// made. Carved from the state's arena (`Part::Mtp`); a step allocates nothing.
 pub struct MtpState {
     pub(super) kv: LayerState,
     pub(super) n_embd: usize,
     /// The trunk's last pass: its tokens and their hidden states `h` (after the output norm),
     /// `hidden_rows` of them from position `hidden_pos`.
-    pub(super) tokens: Vec<u32>,
-    pub(super) hidden: Vec<f32>,
+    pub(super) tokens: ArenaSlice<u32>,
+    pub(super) hidden: ArenaSlice<f32>,
     pub(super) hidden_pos: usize,
     pub(super) hidden_rows: usize,
     /// `h` at position `hidden_pos - 1` (zeros at position 0), when known.
-    pub(super) h_prev: Vec<f32>,
+    pub(super) h_prev: ArenaSlice<f32>,
     pub(super) h_prev_known: bool,
     /// Positions below `done` have their pair in the KV cache.
     pub(super) done: usize,
     /// The draft chain: the MTP's normed output after its last step, and where the next goes.
-    pub(super) h_chain: Vec<f32>,
+    pub(super) h_chain: ArenaSlice<f32>,
     pub(super) chain_pos: usize,
     /// A step's tokens, and eh_proj's input rows `[n][2 n_embd]` (the `h` half written first).
-    pub(super) batch_tokens: Vec<u32>,
-    pub(super) cat: Vec<f32>,
+    pub(super) batch_tokens: ArenaSlice<u32>,
+    pub(super) cat: ArenaSlice<f32>,
 }
 
 impl MtpState {
-    pub fn new(shape: &LayerShape, n_ctx: usize, n_batch: usize, n_embd: usize) -> MtpState {
-        MtpState {
-            kv: LayerState::new(shape, n_ctx),
-            n_embd,
-            tokens: vec![0; n_batch],
-            hidden: vec![0.0; n_batch * n_embd],
-            hidden_pos: 0,
-            hidden_rows: 0,
-            h_prev: vec![0.0; n_embd],
-            h_prev_known: true,
-            done: 0,
-            h_chain: vec![0.0; n_embd],
-            chain_pos: 0,
-            batch_tokens: vec![0; n_batch],
-            cat: vec![0.0; n_batch * 2 * n_embd],
-        }
+    /// Counts the block's state for `n_ctx` positions and batches of `n_batch` in `Part::Mtp`.
+    pub fn plan(
+        plan: &mut ArenaPlan,
+        shape: &LayerShape,
+        n_ctx: usize,
+        n_batch: usize,
+        n_embd: usize,
+    ) {
+        let part = Part::Mtp;
+        LayerState::plan(plan, part, shape, n_ctx, 0);
+        plan.add::<u32>(part, 1, n_batch);
+        plan.add::<f32>(part, n_batch, n_embd);
+        plan.add::<f32>(part, 1, n_embd);
+        plan.add::<f32>(part, 1, n_embd);
+        plan.add::<u32>(part, 1, n_batch);
+        plan.add::<f32>(part, n_batch, 2 * n_embd);
     }
 
-    pub fn bytes(&self) -> usize {
-        self.kv.bytes()
-            + 4 * (self.tokens.len()
-                + self.hidden.len()
-                + self.h_prev.len()
-                + self.h_chain.len()
-                + self.batch_tokens.len()
-                + self.cat.len())
+    /// Takes the state [`MtpState::plan`] counted from `arena`.
+    ///
+    /// # Safety
+    /// The region under `arena` must outlive the state (see [`ArenaSlice::detach`]).
+    pub unsafe fn carve(
+        arena: &mut Arena<'_>,
+        shape: &LayerShape,
+        n_ctx: usize,
+        n_batch: usize,
+        n_embd: usize,
+    ) -> Result<MtpState, ArenaError> {
+        let part = Part::Mtp;
+        // SAFETY: the caller's promise, for every slice below.
+        unsafe {
+            let kv = LayerState::carve(arena, part, shape, n_ctx, 0)?;
+            Ok(MtpState {
+                kv,
+                n_embd,
+                tokens: arena.take_detached(part, 1, n_batch)?,
+                hidden: arena.take_detached(part, n_batch, n_embd)?,
+                hidden_pos: 0,
+                hidden_rows: 0,
+                h_prev: arena.take_detached(part, 1, n_embd)?,
+                h_prev_known: true,
+                done: 0,
+                h_chain: arena.take_detached(part, 1, n_embd)?,
+                chain_pos: 0,
+                batch_tokens: arena.take_detached(part, 1, n_batch)?,
+                cat: arena.take_detached(part, n_batch, 2 * n_embd)?,
+            })
+        }
     }
 
     /// The trunk went back to `pos`: pairs from there on are of forgotten tokens.
@@ -203,15 +232,20 @@ enum HSource {
 }
 
 /// Why MTP drafting cannot run on a model: no MTP layer, one smolrun does not run, or more
-/// than the one block llama.cpp's qwen35 graph supports.
+/// than the one block llama.cpp's MTP graph supports.
 pub(super) fn check_mtp_layers(hp: &super::HParams) -> Result<LayerShape, ModelError> {
     let key = alloc::format!("{}.nextn_predict_layers", hp.arch);
     let Some(shape) = hp.mtp_layer() else {
+        let with_mtp = ARCHITECTURES
+            .iter()
+            .filter(|a| a.family.mtp_layer.is_some());
+        let names: Vec<&str> = with_mtp.map(|a| a.name).collect();
         return Err(ModelError::BadOption {
             option: "--draft mtp",
             reason: alloc::format!(
-                "MTP drafting runs Qwen3.5's (qwen35) MTP layer; this model is {}: use \
+                "MTP drafting runs the MTP layer of {} models; this model is {}: use \
                  --draft ngram or a draft model",
+                names.join(", "),
                 hp.arch
             ),
         });
@@ -227,14 +261,72 @@ pub(super) fn check_mtp_layers(hp: &super::HParams) -> Result<LayerShape, ModelE
         }),
         n => Err(ModelError::BadHParam {
             key,
-            expected: "1 for MTP drafting (one nextn block, the graph llama.cpp's qwen35 runs)"
-                .into(),
+            expected: "1 for MTP drafting (one nextn block, the graph llama.cpp runs)".into(),
             found: alloc::format!("{n}"),
         }),
     }
 }
 
 impl super::Model {
+    /// Loads the MTP block (`blk.{n_layer}`: the block the family's `mtp_layer` describes, then
+    /// `nextn.*`) for drafting with it; refuses a model without one, of a family without one
+    /// smolrun runs, or with more than one (llama.cpp's MTP graph runs exactly one).
+    pub fn load_mtp(
+        &mut self,
+        g: &Gguf,
+        store: &dyn WeightStore,
+        kernels: &KernelSet,
+    ) -> Result<(), ModelError> {
+        let shape = check_mtp_layers(&self.hp)?;
+        let hp = &self.hp;
+        let (l, n_embd) = (hp.n_layer, hp.n_embd);
+        let ld = Loader {
+            gguf: g,
+            store,
+            kernels,
+        };
+        let n = |s: &str| alloc::format!("blk.{l}.{s}");
+        // The block attends globally, as the trunk's layers without a window.
+        let rope = super::layer_rope(hp, self.switches.rope_style, false);
+        let gate = super::ffn_gate(self.switches.activation, kernels);
+        let layer = super::load_layer(&ld, hp, l, shape, rope, &gate)?;
+        let head_norm = match ld.opt_vector(&n("nextn.shared_head_norm.weight"), n_embd)? {
+            Some(w) => w,
+            None => self.output_norm.clone(),
+        };
+        let head = match g.tensor(&n("nextn.shared_head_head.weight")) {
+            Some(_) if self.head_ids.is_some() => {
+                return Err(ModelError::BadOption {
+                    option: "--draft mtp",
+                    reason: "this pruned-head file's MTP layer has a head of its own \
+                             (nextn.shared_head_head), which prune-head does not prune: use the \
+                             unpruned file"
+                        .into(),
+                })
+            }
+            Some(_) => Some(ld.matrix(&n("nextn.shared_head_head.weight"), n_embd, hp.n_vocab)?),
+            None => None,
+        };
+        let embed = match g.tensor(&n("nextn.embed_tokens.weight")) {
+            Some(_) => Some(ld.matrix(&n("nextn.embed_tokens.weight"), n_embd, hp.n_vocab)?),
+            None => None,
+        };
+        let mut block = Mtp {
+            layer,
+            eh_proj: ld.matrix(&n("nextn.eh_proj.weight"), 2 * n_embd, n_embd)?,
+            enorm: ld.vector(&n("nextn.enorm.weight"), n_embd)?,
+            hnorm: ld.vector(&n("nextn.hnorm.weight"), n_embd)?,
+            head_norm,
+            head,
+            embed,
+            keys: Vec::new(),
+        };
+        block.keys = block.matrices().iter().map(|m| m.key).collect();
+        block.keys.push(self.output.key);
+        self.mtp = Some(block);
+        Ok(())
+    }
+
     /// The MTP block's first draft step after the trunk sampled `token` at position
     /// `state.pos`: runs the pairs of the accepted positions the block has not seen yet (the
     /// last verify pass's accepted tokens) and the pair (token, h_{pos-1}) in one batch, and

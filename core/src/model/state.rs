@@ -1,15 +1,22 @@
 //! Everything that changes while running: the activations, the matvec scratch and each
-//! layer's state (an attention layer's KV cache, a recurrent layer's fixed state), all sized once for a context length and a
-//! batch size so that a token allocates nothing.
+//! layer's state (an attention layer's KV cache, a recurrent layer's fixed state), all sized
+//! once for a context length and a batch size and carved from one region by the state's
+//! [`ArenaPlan`], so that a token allocates nothing and the plan is what the state holds.
+//!
+//! [`StateShape::plan`] counts every buffer, part by part; [`State::in_region`] takes the same
+//! buffers in the same order from an [`Arena`] over the caller's [`Region`] (a heap block for
+//! [`State::new`], an anonymous mmap, a static buffer on bare metal). The two lists sit side
+//! by side below; the tests check, for every model family, that the arena's high-water mark is
+//! the plan's total, part by part.
 
 use super::error::ModelError;
 use super::hparams::HParams;
-use super::layer::{LayerShape, LayerState, LayerWidths, MixerShape};
+use super::layer::{LayerState, LayerWidths};
 use super::mtp::MtpState;
 use super::pass::TapFn;
 use super::Model;
-use alloc::vec;
-use alloc::vec::Vec;
+use crate::arena::{Arena, ArenaError, ArenaPlan, ArenaSlice, ArenaUsage, Part, Region};
+use core::mem::MaybeUninit;
 
 /// Tokens of a prompt that run together by default: each weight is read once per batch, and
 /// the batch buffers (a few MB for a 1.5B model) stay small next to the KV cache.
@@ -20,9 +27,14 @@ pub const DEFAULT_BATCH: usize = 32;
 /// FFN input take 800 KB instead of 3.2 MB for the whole batch).
 pub const TABLE_TOKENS: usize = 8;
 
-/// The element counts of every buffer a [`State`] holds for a model shape, a context and a
-/// batch: what `State::with_batch` allocates, and what `MemoryPlan` plans for before a model is
-/// loaded (one computation, so the plan cannot drift from the allocation).
+/// What a [`State`] is sized for: the model's shape, a context, a batch, the rows of logits
+/// and whether it drafts with the MTP block. [`StateShape::plan`] turns it into the arena's
+/// plan, which is both what `State::in_region` carves and what `MemoryPlan` counts before a
+/// model is loaded (one computation, so the plan cannot drift from the state).
+///
+/// Every field is a width or a count from the validated header, none the product of two of
+/// them: the products are worked out in u64 by the plan, so a 32-bit device refuses a context
+/// it cannot address instead of wrapping its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateShape {
     pub n_ctx: usize,
@@ -31,33 +43,24 @@ pub struct StateShape {
     pub n_embd: usize,
     /// The widest row of each kind over the layers.
     pub widths: LayerWidths,
-    /// f32 scores, `[n_head][n_ctx]`.
-    pub scores: usize,
+    /// Rows a matmul tile holds per token: the most rows of a layer matrix (the tile is only
+    /// there when the batch is more than one token).
+    pub tile_rows: usize,
     /// Bytes of one quantized input row (worst case: f32).
     pub act_row_bytes: usize,
-    /// f32s of the matmul tile (none when the batch is one token).
-    pub tile: usize,
-    /// Bytes of the lookup-table kernels' activation tables (see [`State`]'s `act_tables`).
-    pub act_tables: usize,
-    /// Bytes of every layer's state together (KV caches, recurrent states).
-    pub layer_state_bytes: usize,
+    /// Bytes of the lookup-table kernels' activation tables per token (see [`State`]'s
+    /// `act_tables`; 0 when no matrix has such a kernel).
+    pub act_table_bytes: usize,
     pub n_vocab: usize,
     /// Rows of a pruned head (0 for a full head).
     pub head_rows: usize,
     /// Tokens whose logits one pass computes together, with one read of the LM head (1: the
-    /// head runs token by token; speculative decoding verifies its drafts with more).
+    /// head runs token by token; speculative decoding verifies its drafts with more). A verify
+    /// pass of `n_logits` tokens keeps `n_logits - 1` copies of each recurrent layer's state
+    /// (`RecurrentState::steps`).
     pub n_logits: usize,
-    /// Bytes of the MTP block's buffers besides its KV cache (0 without MTP drafting).
-    pub mtp_bytes: usize,
-}
-
-/// Bytes of the recurrent layers' state (one copy).
-fn recurrent_bytes(layers: &[LayerShape]) -> usize {
-    let recurrent = layers.iter().filter_map(|l| match l.mixer {
-        MixerShape::DeltaNet(d) => Some(d.state_bytes()),
-        MixerShape::Attention(_) => None,
-    });
-    recurrent.sum()
+    /// The state of Qwen3.5's MTP block is carved too ([`MtpState`]).
+    pub mtp: bool,
 }
 
 impl StateShape {
@@ -71,43 +74,36 @@ impl StateShape {
             n_batch: b,
             n_embd: hp.n_embd,
             widths: w,
-            scores: w.n_head * n_ctx,
+            tile_rows: most_rows,
             act_row_bytes: widest * 4,
-            tile: if b > 1 { b * most_rows } else { 0 },
-            act_tables: 0,
-            layer_state_bytes: hp.layers.iter().map(|l| l.state_bytes(n_ctx)).sum(),
+            act_table_bytes: 0,
             n_vocab: hp.n_vocab,
             head_rows,
             n_logits: 1,
-            mtp_bytes: 0,
+            mtp: false,
         }
     }
 
     /// This shape with `n_logits` rows of logits (clamped to 1..=n_batch: the head's input rows
-    /// are rows of the activation buffers). A verify pass of `n_logits` tokens keeps
-    /// `n_logits - 1` copies of each recurrent layer's state (`RecurrentState::steps`).
-    pub fn with_logit_rows(self, hp: &HParams, n_logits: usize) -> StateShape {
-        let n_logits = n_logits.clamp(1, self.n_batch);
+    /// are rows of the activation buffers).
+    pub fn with_logit_rows(self, n_logits: usize) -> StateShape {
         StateShape {
-            n_logits,
-            layer_state_bytes: self.layer_state_bytes
-                + (n_logits - 1) * recurrent_bytes(&hp.layers),
+            n_logits: n_logits.clamp(1, self.n_batch),
             ..self
         }
     }
 
     /// This shape with the state of Qwen3.5's MTP block (its KV cache, the trunk's hidden rows
-    /// it reads, its input row), for MTP drafting ([`MtpState`]).
+    /// it reads, its input row), for MTP drafting ([`MtpState`]); unchanged for a model
+    /// without one.
     pub fn with_mtp(self, hp: &HParams) -> StateShape {
-        let Some(shape) = hp.mtp_layer() else {
+        if hp.mtp_layer().is_none() {
             return self;
-        };
-        let e = self.n_embd;
+        }
         StateShape {
-            layer_state_bytes: self.layer_state_bytes + shape.state_bytes(self.n_ctx),
             // the MTP's eh_proj reads rows of 2 x n_embd
-            act_row_bytes: self.act_row_bytes.max(2 * e * 4),
-            mtp_bytes: 4 * (self.n_batch * (e + 2 * e) + 2 * e) + 4 * self.n_batch,
+            act_row_bytes: self.act_row_bytes.max(2 * self.n_embd * 4),
+            mtp: true,
             ..self
         }
     }
@@ -116,82 +112,110 @@ impl StateShape {
     /// the batch), `per_token` bytes each (`Model::act_table_bytes`).
     pub fn with_act_tables(self, per_token: usize) -> StateShape {
         StateShape {
-            act_tables: per_token * self.n_batch.min(TABLE_TOKENS),
+            act_table_bytes: per_token,
             ..self
         }
     }
 
-    /// Bytes of the layers' state: the KV cache (f16 keys and values) of the attention layers
-    /// and the fixed f32 state of the recurrent ones (which does not grow with the context).
-    pub fn kv_cache_bytes(&self) -> usize {
-        self.layer_state_bytes
+    /// Tokens whose activation tables the scratch holds at once.
+    fn table_tokens(&self) -> usize {
+        self.n_batch.min(TABLE_TOKENS)
     }
 
-    /// Bytes of the activation buffers, the scores, the quantized-input scratch and the tile.
-    pub fn activation_bytes(&self) -> usize {
-        let (b, w) = (self.n_batch, &self.widths);
-        4 * (b
-            * (3 * self.n_embd + w.q + w.k + w.v + w.o + w.router + w.qkv + w.gate + w.ssm_gates)
-            + b * 2 * w.ff
-            + self.scores
-            + self.tile
-            + self.moe_acc()
-            + self.widths.router)
-            + b * self.act_row_bytes
-            + self.act_tables
-            + self.widths.router
-            + self.mtp_bytes
-    }
-
-    /// f32s of the mixture-of-experts scratch (one token's sum and one expert's output; none
-    /// without MoE).
-    fn moe_acc(&self) -> usize {
+    /// Rows of `n_embd` in the mixture-of-experts scratch (one token's sum and one expert's
+    /// output; none without MoE).
+    fn moe_rows(&self) -> usize {
         if self.widths.router > 0 {
-            2 * self.n_embd
+            2
         } else {
             0
         }
     }
 
-    /// Bytes of the logits and a pruned head's rows.
-    pub fn logits_bytes(&self) -> usize {
-        4 * self.n_logits * (self.n_vocab + self.head_rows)
+    /// Rows of the matmul tile (none when the batch is one token).
+    fn tile_tokens(&self) -> usize {
+        if self.n_batch > 1 {
+            self.n_batch
+        } else {
+            0
+        }
+    }
+
+    /// The arena's plan for this shape: every buffer [`State::in_region`] takes, in the same
+    /// order, each in its part.
+    pub fn plan(&self, hp: &HParams) -> ArenaPlan {
+        let mut plan = ArenaPlan::new();
+        let (b, w, e) = (self.n_batch, &self.widths, self.n_embd);
+        // The layer table, then each layer's KV cache or recurrent state.
+        plan.add::<LayerState>(Part::LayerTable, 1, hp.layers.len());
+        for l in &hp.layers {
+            LayerState::plan(&mut plan, Part::KvCache, l, self.n_ctx, self.n_logits - 1);
+        }
+        let act = Part::Activations;
+        plan.add::<f32>(act, b, e); // x
+        plan.add::<f32>(act, b, e); // xb
+        plan.add::<f32>(act, b, e); // xb2
+        plan.add::<f32>(act, b, w.q);
+        plan.add::<f32>(act, b, w.k);
+        plan.add::<f32>(act, b, w.v);
+        plan.add::<f32>(act, b, w.o); // att_out
+        plan.add::<f32>(act, w.n_head, self.n_ctx); // scores
+        plan.add::<f32>(act, b, w.ff); // hb
+        plan.add::<f32>(act, b, w.ff); // hb2
+        plan.add::<f32>(act, b, w.router);
+        plan.add::<f32>(act, self.moe_rows(), e); // moe_acc
+        plan.add::<f32>(act, 1, w.router); // router_guess
+        plan.add::<bool>(act, 1, w.router); // moe_held
+        plan.add::<f32>(act, b, w.qkv);
+        plan.add::<f32>(act, b, w.gate);
+        plan.add::<f32>(act, b, w.ssm_gates);
+        let scratch = Part::Scratch;
+        plan.add::<u8>(scratch, b, self.act_row_bytes); // act_q
+        plan.add::<u8>(scratch, self.table_tokens(), self.act_table_bytes); // act_tables
+        plan.add::<f32>(scratch, self.tile_tokens(), self.tile_rows); // tile
+        plan.add::<f32>(Part::Logits, self.n_logits, self.n_vocab); // logits
+        plan.add::<f32>(Part::Logits, self.n_logits, self.head_rows); // head_logits
+        if let (true, Some(shape)) = (self.mtp, hp.mtp_layer()) {
+            MtpState::plan(&mut plan, &shape, self.n_ctx, b, e);
+        }
+        plan
     }
 }
 
 /// The activation buffers one pass works in, one row per token of a batch (`[n_batch][dim]`).
-/// Every layer kind reads and writes these; a kind with other needs adds its own here.
+/// Every layer kind reads and writes these; a kind with other needs adds its own here (and to
+/// the plan).
 pub struct Activations {
     pub n_embd: usize,
     pub n_ctx: usize,
     /// The residual stream.
-    pub x: Vec<f32>,
-    pub xb: Vec<f32>,
-    pub xb2: Vec<f32>,
-    pub q: Vec<f32>,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-    pub att_out: Vec<f32>,
+    pub x: ArenaSlice<f32>,
+    pub xb: ArenaSlice<f32>,
+    pub xb2: ArenaSlice<f32>,
+    pub q: ArenaSlice<f32>,
+    pub k: ArenaSlice<f32>,
+    pub v: ArenaSlice<f32>,
+    pub att_out: ArenaSlice<f32>,
     /// `[n_head][n_ctx]`: one token's attention at a time.
-    pub scores: Vec<f32>,
-    pub hb: Vec<f32>,
-    pub hb2: Vec<f32>,
+    pub scores: ArenaSlice<f32>,
+    pub hb: ArenaSlice<f32>,
+    pub hb2: ArenaSlice<f32>,
     /// Router logits, then probabilities, of a mixture-of-experts FFN, `[n_batch][n_expert]`.
-    pub router: Vec<f32>,
+    pub router: ArenaSlice<f32>,
     /// One token's weighted sum of expert outputs, then one expert's output, `[2][n_embd]`
     /// (empty without MoE).
-    pub moe_acc: Vec<f32>,
+    pub moe_acc: ArenaSlice<f32>,
     /// A later layer's router logits on this hidden state (pre-gated prefetch), `[n_expert]`.
-    pub router_guess: Vec<f32>,
+    pub router_guess: ArenaSlice<f32>,
     /// Which experts the store holds in RAM, for cache-aware routing, `[n_expert]`.
-    pub moe_held: Vec<bool>,
+    pub moe_held: ArenaSlice<bool>,
     /// A fused QKV matrix's output before it is split into q, k and v, `[n_batch][qkv]`; a
     /// recurrent layer's convolution channels.
-    pub qkv: Vec<f32>,
+    pub qkv: ArenaSlice<f32>,
     /// Output gates, `[n_batch][gate]`: gated attention's, a recurrent layer's z.
-    pub gate: Vec<f32>,
+    pub gate: ArenaSlice<f32>,
     /// A recurrent layer's beta rows, then its alpha rows: `[2][n_batch][n_v_heads]`.
-    pub ssm_gates: Vec<f32>,
+    pub ssm_gates: ArenaSlice<f32>,
 }
 
 pub struct State {
@@ -202,24 +226,24 @@ pub struct State {
     pub(super) n_batch: usize,
     pub(super) act: Activations,
     /// `n_batch` quantized input rows, back to back.
-    pub(super) act_q: Vec<u8>,
+    pub(super) act_q: ArenaSlice<u8>,
     /// Activation tables of the lookup-table kernels (`RepackedKernel::act_table`) for up to
     /// [`TABLE_TOKENS`] tokens; empty when no matrix of the model has such a kernel.
-    pub(super) act_tables: Vec<u8>,
+    pub(super) act_tables: ArenaSlice<u8>,
     /// The matmul workers' output before it is copied into the tokens' rows: `n_batch` x the
     /// most rows of a layer matrix.
-    pub(super) tile: Vec<f32>,
+    pub(super) tile: ArenaSlice<f32>,
     /// One per layer: its KV cache (or, for a recurrent layer, its state).
-    pub(super) layers: Vec<LayerState>,
+    pub(super) layers: ArenaSlice<LayerState>,
     /// `n_logits` rows of `n_vocab` logits: the last pass's tokens whose logits were asked for,
     /// in order (row 0 is what [`State::logits`] returns).
-    pub(super) logits: Vec<f32>,
+    pub(super) logits: ArenaSlice<f32>,
     /// Rows of logits the LM head computes with one read of its weight.
     pub(super) n_logits: usize,
     pub(super) n_vocab: usize,
     /// The rows of a pruned head before they are scattered into `logits` (empty for a full
     /// head), `n_logits` rows.
-    pub(super) head_logits: Vec<f32>,
+    pub(super) head_logits: ArenaSlice<f32>,
     /// The first position of the last verify pass and how many of its tokens each recurrent
     /// layer kept a copy of its state after (0 after any other pass): where [`State::rewind`]
     /// may go back to.
@@ -232,11 +256,41 @@ pub struct State {
     /// result_norm), once per token, for debugging a disagreement layer by layer. `None` in
     /// normal use.
     pub tap: Option<TapFn>,
+    /// The plan and what the arena handed out, part by part.
+    arena: ArenaUsage,
+    /// The memory every slice above points into: it lives exactly as long as the state (no
+    /// slice is reachable once the state is dropped, and none has drop glue).
+    _region: Region,
+}
+
+/// What a [`State`] is made for: a context, a prompt batch, rows of logits, MTP drafting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateOptions {
+    /// Positions of context (at most the model's trained context).
+    pub n_ctx: usize,
+    /// Prompt tokens run together (1: token by token; more than `n_ctx` is capped).
+    pub n_batch: usize,
+    /// Rows of logits one pass computes (at most `n_batch`; more than one to verify drafts).
+    pub n_logits: usize,
+    /// Carve the MTP block's state too (the model must have it loaded).
+    pub mtp: bool,
+}
+
+impl StateOptions {
+    /// `n_ctx` positions, prompts in batches of [`DEFAULT_BATCH`], one row of logits.
+    pub fn new(n_ctx: usize) -> StateOptions {
+        StateOptions {
+            n_ctx,
+            n_batch: DEFAULT_BATCH,
+            n_logits: 1,
+            mtp: false,
+        }
+    }
 }
 
 impl State {
     /// Sizes every buffer for `n_ctx` positions (at most the model's trained context) and
-    /// prompts in batches of [`DEFAULT_BATCH`] tokens.
+    /// prompts in batches of [`DEFAULT_BATCH`], on a heap region of exactly the plan's size.
     pub fn new(model: &Model, n_ctx: usize) -> Result<State, ModelError> {
         State::with_batch(model, n_ctx, DEFAULT_BATCH)
     }
@@ -256,7 +310,13 @@ impl State {
         n_batch: usize,
         n_logits: usize,
     ) -> Result<State, ModelError> {
-        State::sized(model, n_ctx, n_batch, n_logits, false)
+        let opts = StateOptions {
+            n_ctx,
+            n_batch,
+            n_logits,
+            mtp: false,
+        };
+        State::on_heap(model, &opts)
     }
 
     /// Like [`State::with_logit_rows`], with the state of the model's MTP block for drafting
@@ -267,90 +327,165 @@ impl State {
         n_batch: usize,
         n_logits: usize,
     ) -> Result<State, ModelError> {
-        if model.mtp.is_none() {
+        let opts = StateOptions {
+            n_ctx,
+            n_batch,
+            n_logits,
+            mtp: true,
+        };
+        State::on_heap(model, &opts)
+    }
+
+    /// A state for `opts` on a heap region of exactly its plan's size.
+    pub fn on_heap(model: &Model, opts: &StateOptions) -> Result<State, ModelError> {
+        let plan = State::plan(model, opts)?;
+        let bytes = plan.total_usize().map_err(ModelError::Arena)?;
+        let region = Region::heap(bytes).map_err(ModelError::Arena)?;
+        State::in_region(model, opts, region)
+    }
+
+    /// What a state for `opts` holds, for this model (its kernels decide the lookup tables,
+    /// its head the pruned rows).
+    pub fn shape(model: &Model, opts: &StateOptions) -> Result<StateShape, ModelError> {
+        let hp = &model.hp;
+        if opts.n_ctx == 0 || opts.n_ctx > hp.n_ctx_train {
+            return Err(ModelError::BadContext {
+                requested: opts.n_ctx,
+                max: hp.n_ctx_train,
+            });
+        }
+        if opts.mtp && model.mtp.is_none() {
             return Err(ModelError::BadOption {
                 option: "--draft mtp",
                 reason: "the model's MTP layer is not loaded (Model::load_mtp)".into(),
             });
         }
-        State::sized(model, n_ctx, n_batch, n_logits, true)
+        let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
+        let shape = StateShape::new(hp, opts.n_ctx, opts.n_batch, head_rows)
+            .with_logit_rows(opts.n_logits)
+            .with_act_tables(model.act_table_bytes());
+        Ok(match opts.mtp {
+            true => shape.with_mtp(hp),
+            false => shape,
+        })
     }
 
-    fn sized(
+    /// The arena's plan for a state for `opts`: the size of the region [`State::in_region`]
+    /// needs, part by part.
+    pub fn plan(model: &Model, opts: &StateOptions) -> Result<ArenaPlan, ModelError> {
+        Ok(State::shape(model, opts)?.plan(&model.hp))
+    }
+
+    /// A state for `opts` carved from `region`, which the state keeps (and gives back when it
+    /// is dropped). Refused before anything is written if the region is smaller than the plan
+    /// or misaligned for it, or the plan is more than this target can address. Nothing is
+    /// allocated on the heap.
+    pub fn in_region(
         model: &Model,
-        n_ctx: usize,
-        n_batch: usize,
-        n_logits: usize,
-        mtp: bool,
+        opts: &StateOptions,
+        mut region: Region,
     ) -> Result<State, ModelError> {
+        let sh = State::shape(model, opts)?;
         let hp = &model.hp;
-        if n_ctx == 0 || n_ctx > hp.n_ctx_train {
-            return Err(ModelError::BadContext {
-                requested: n_ctx,
-                max: hp.n_ctx_train,
-            });
+        let plan = sh.plan(hp);
+        let (kind, region_bytes) = (region.kind(), region.len());
+        let mut arena = region.arena(&plan).map_err(ModelError::Arena)?;
+        // SAFETY: every slice carved below is kept in the state beside `region`, which the
+        // state owns and drops with them; nothing else reaches the region.
+        let carved = unsafe { State::carve(model, &sh, &mut arena) };
+        let mut state = carved.map_err(ModelError::Arena)?;
+        debug_assert_eq!(
+            arena.high_water() as u64,
+            plan.total(),
+            "plan and carving differ"
+        );
+        state.arena = arena.usage(kind, region_bytes);
+        state._region = region;
+        Ok(state)
+    }
+
+    /// Takes every buffer [`StateShape::plan`] counts, in its order. The returned state's
+    /// `arena` and `_region` are placeholders the caller fills.
+    ///
+    /// # Safety
+    /// The region under `arena` must outlive the state (see [`ArenaSlice::detach`]).
+    unsafe fn carve(
+        model: &Model,
+        sh: &StateShape,
+        arena: &mut Arena<'_>,
+    ) -> Result<State, ArenaError> {
+        let hp = &model.hp;
+        let (b, w, e, n_ctx) = (sh.n_batch, sh.widths, sh.n_embd, sh.n_ctx);
+        let table = arena.take_uninit::<LayerState>(Part::LayerTable, 1, hp.layers.len())?;
+        for (slot, l) in table.iter_mut().zip(&hp.layers) {
+            // SAFETY: the caller's promise.
+            let layer =
+                unsafe { LayerState::carve(arena, Part::KvCache, l, n_ctx, sh.n_logits - 1)? };
+            slot.write(layer);
         }
-        let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
-        let mut sh = StateShape::new(hp, n_ctx, n_batch, head_rows)
-            .with_logit_rows(hp, n_logits)
-            .with_act_tables(model.act_table_bytes());
-        if mtp {
-            sh = sh.with_mtp(hp);
-        }
-        let (b, w) = (sh.n_batch, sh.widths);
-        Ok(State {
-            n_ctx,
-            pos: 0,
-            n_batch: b,
-            act: Activations {
-                n_embd: sh.n_embd,
+        // SAFETY: every slot was written in the loop above (an error returned before this).
+        let layers =
+            unsafe { &mut *(table as *mut [MaybeUninit<LayerState>] as *mut [LayerState]) };
+        // A pruned head never writes its dropped ids: they stay -inf.
+        let unwritten = match model.head_ids {
+            Some(_) => f32::NEG_INFINITY,
+            None => 0.0,
+        };
+        let (act, scratch) = (Part::Activations, Part::Scratch);
+        // SAFETY (every `take_detached` and `detach`): the caller's promise.
+        unsafe {
+            let act = Activations {
+                n_embd: e,
                 n_ctx,
-                x: vec![0.0; b * sh.n_embd],
-                xb: vec![0.0; b * sh.n_embd],
-                xb2: vec![0.0; b * sh.n_embd],
-                q: vec![0.0; b * w.q],
-                k: vec![0.0; b * w.k],
-                v: vec![0.0; b * w.v],
-                att_out: vec![0.0; b * w.o],
-                scores: vec![0.0; sh.scores],
-                hb: vec![0.0; b * w.ff],
-                hb2: vec![0.0; b * w.ff],
-                router: vec![0.0; b * w.router],
-                moe_acc: vec![0.0; sh.moe_acc()],
-                router_guess: vec![0.0; w.router],
-                moe_held: vec![false; w.router],
-                qkv: vec![0.0; b * w.qkv],
-                gate: vec![0.0; b * w.gate],
-                ssm_gates: vec![0.0; b * w.ssm_gates],
-            },
-            act_q: vec![0; b * sh.act_row_bytes],
-            act_tables: vec![0; sh.act_tables],
-            tile: vec![0.0; sh.tile],
-            layers: hp
-                .layers
-                .iter()
-                .map(|l| LayerState::with_steps(l, n_ctx, sh.n_logits - 1))
-                .collect(),
-            // A pruned head never writes its dropped ids: they stay -inf.
-            logits: vec![
-                if model.head_ids.is_some() {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                };
-                sh.n_logits * hp.n_vocab
-            ],
-            n_logits: sh.n_logits,
-            n_vocab: hp.n_vocab,
-            head_logits: vec![0.0; sh.n_logits * head_rows],
-            steps_from: 0,
-            steps_kept: 0,
-            mtp: match (mtp, hp.mtp_layer()) {
-                (true, Some(shape)) => Some(MtpState::new(&shape, n_ctx, b, sh.n_embd)),
+                x: arena.take_detached(act, b, e)?,
+                xb: arena.take_detached(act, b, e)?,
+                xb2: arena.take_detached(act, b, e)?,
+                q: arena.take_detached(act, b, w.q)?,
+                k: arena.take_detached(act, b, w.k)?,
+                v: arena.take_detached(act, b, w.v)?,
+                att_out: arena.take_detached(act, b, w.o)?,
+                scores: arena.take_detached(act, w.n_head, n_ctx)?,
+                hb: arena.take_detached(act, b, w.ff)?,
+                hb2: arena.take_detached(act, b, w.ff)?,
+                router: arena.take_detached(act, b, w.router)?,
+                moe_acc: arena.take_detached(act, sh.moe_rows(), e)?,
+                router_guess: arena.take_detached(act, 1, w.router)?,
+                moe_held: arena.take_detached(act, 1, w.router)?,
+                qkv: arena.take_detached(act, b, w.qkv)?,
+                gate: arena.take_detached(act, b, w.gate)?,
+                ssm_gates: arena.take_detached(act, b, w.ssm_gates)?,
+            };
+            let act_q = arena.take_detached(scratch, b, sh.act_row_bytes)?;
+            let act_tables = arena.take_detached(scratch, sh.table_tokens(), sh.act_table_bytes)?;
+            let tile = arena.take_detached(scratch, sh.tile_tokens(), sh.tile_rows)?;
+            let logits = arena.take_filled(Part::Logits, sh.n_logits, sh.n_vocab, unwritten)?;
+            let logits = ArenaSlice::detach(logits);
+            let head_logits = arena.take_detached(Part::Logits, sh.n_logits, sh.head_rows)?;
+            let mtp = match (sh.mtp, hp.mtp_layer()) {
+                (true, Some(shape)) => Some(MtpState::carve(arena, &shape, n_ctx, b, e)?),
                 _ => None,
-            },
-            tap: None,
-        })
+            };
+            Ok(State {
+                n_ctx,
+                pos: 0,
+                n_batch: b,
+                act,
+                act_q,
+                act_tables,
+                tile,
+                layers: ArenaSlice::detach(layers),
+                logits,
+                n_logits: sh.n_logits,
+                n_vocab: sh.n_vocab,
+                head_logits,
+                steps_from: 0,
+                steps_kept: 0,
+                mtp,
+                tap: None,
+                arena: arena.usage("", 0),
+                _region: Region::empty(),
+            })
+        }
     }
 
     /// Goes back to position `pos` (at most the current one): a rejected draft's tokens are
@@ -447,29 +582,14 @@ impl State {
         self.n_logits
     }
 
-    /// Bytes this state holds (activations, scratch, logits and the layers' state).
+    /// Bytes this state holds (activations, scratch, logits and the layers' state): the
+    /// arena's high-water mark, which is the plan's total.
     pub fn memory_bytes(&self) -> usize {
-        let a = &self.act;
-        4 * (a.x.len() * 3
-            + self.tile.len()
-            + a.q.len()
-            + a.k.len()
-            + a.v.len()
-            + a.att_out.len()
-            + a.scores.len()
-            + a.hb.len() * 2
-            + a.router.len()
-            + a.moe_acc.len()
-            + a.router_guess.len()
-            + a.qkv.len()
-            + a.gate.len()
-            + a.ssm_gates.len()
-            + self.logits.len()
-            + self.head_logits.len())
-            + self.act_q.len()
-            + self.act_tables.len()
-            + a.moe_held.len()
-            + self.layers.iter().map(LayerState::bytes).sum::<usize>()
-            + self.mtp.as_ref().map_or(0, MtpState::bytes)
+        self.arena.high_water()
+    }
+
+    /// The arena's plan and what it handed out, part by part (`--verbose` prints it).
+    pub fn arena(&self) -> &ArenaUsage {
+        &self.arena
     }
 }

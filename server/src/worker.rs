@@ -1,0 +1,623 @@
+//! The one generation worker: a thread that owns the backend and runs one job at a time.
+//!
+//! HTTP handlers put jobs into a bounded queue and read the job's events from a channel. The
+//! worker turns tokens into sendable text (UTF-8 and stop-string hold-back, `text.rs`) right
+//! where they are sampled, so a stop string or a spent token budget ends generation at that
+//! token. A client that went away has dropped its receiver: the next send fails and the
+//! worker stops at that token; a job whose client left while it was queued is skipped.
+
+use super::backend::{
+    Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
+};
+use super::text::TextStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self as std_mpsc, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
+
+pub enum Prompt {
+    /// Rendered through the chat template, ending with the assistant's turn; `tools` (OpenAI's
+    /// list) go to the template as Hugging Face passes them.
+    Chat {
+        messages: Vec<ChatMessage>,
+        tools: Option<serde_json::Value>,
+    },
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+pub struct Job {
+    pub prompt: Prompt,
+    pub params: SamplingParams,
+    /// None: until end-of-generation or a full context.
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    /// A grammar the answer must follow (response_format, tool calls).
+    pub constraint: Option<Constraint>,
+    pub events: UnboundedSender<Event>,
+}
+
+/// One input of an embedding request.
+pub enum EmbedInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+/// Embed each input in turn, each on a fresh cache.
+pub struct EmbedJob {
+    pub inputs: Vec<EmbedInput>,
+    /// Cut an input longer than the context to the context's length instead of refusing it.
+    pub truncate: bool,
+    pub reply: oneshot::Sender<Result<Embeddings, JobError>>,
+}
+
+pub struct Embeddings {
+    /// One unit-length vector per input, in order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens over all inputs.
+    pub prompt_tokens: usize,
+}
+
+/// What the queue carries: a generation or a batch of embeddings.
+pub enum Work {
+    Generate(Job),
+    Embed(EmbedJob),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End-of-generation token or a stop string.
+    Stop,
+    /// max_tokens reached or the context is full.
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// From the start of the job to the first generated token (prompt evaluation).
+    pub prompt_ms: f64,
+    /// From the first to the last generated token.
+    pub generation_ms: f64,
+}
+
+impl Summary {
+    /// Decoding speed: tokens after the first over the time they took.
+    pub fn tokens_per_second(&self) -> Option<f64> {
+        (self.completion_tokens > 1 && self.generation_ms > 0.0)
+            .then(|| (self.completion_tokens - 1) as f64 * 1000.0 / self.generation_ms)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobError {
+    /// The chat template or tokenizer rejected the prompt (the client's fault: 400).
+    BadPrompt(String),
+    PromptTooLong {
+        prompt_tokens: usize,
+        n_ctx: usize,
+    },
+    /// An embedding input longer than the context (400).
+    InputTooLong {
+        index: usize,
+        tokens: usize,
+        n_ctx: usize,
+    },
+    /// The engine failed (500).
+    Engine(String),
+}
+
+pub enum Event {
+    /// The job left the queue and its prompt is tokenized; nothing was generated yet.
+    Started {
+        prompt_tokens: usize,
+    },
+    /// Text that became final, with the tokens it completes (see `text::Released`).
+    Piece {
+        text: String,
+        tokens: Vec<TokenEvent>,
+    },
+    Done(Summary),
+    Failed(JobError),
+}
+
+/// What the backend said about itself once loaded.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub name: String,
+    pub n_ctx: usize,
+    pub n_threads: usize,
+    pub details: ModelDetails,
+}
+
+/// Live counters for the status endpoint, written by the worker and the queue.
+#[derive(Default)]
+pub struct Status {
+    pub busy: AtomicBool,
+    pub queued: AtomicUsize,
+    /// Tokens in the context of the current (or last) job: prompt plus generated.
+    pub ctx_used: AtomicUsize,
+    /// f32 bits of the decoding speed of the last finished job.
+    last_tokens_per_second: AtomicU32,
+    pub jobs_done: AtomicU64,
+    pub tokens_generated: AtomicU64,
+}
+
+impl Status {
+    pub fn last_tokens_per_second(&self) -> f32 {
+        f32::from_bits(self.last_tokens_per_second.load(Ordering::Relaxed))
+    }
+}
+
+pub struct QueueFull;
+
+/// The handlers' side of the worker: submit jobs, read the model's info and the live status.
+pub struct WorkerHandle {
+    queue: SyncSender<Work>,
+    pub capacity: usize,
+    pub info: ModelInfo,
+    pub status: Arc<Status>,
+}
+
+impl WorkerHandle {
+    /// Queue a job, or refuse it at once when `capacity` jobs are already waiting.
+    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+        self.submit_work(Work::Generate(job))
+    }
+
+    /// Queue an embedding job, refused like `submit` when the queue is full.
+    pub fn submit_embed(&self, job: EmbedJob) -> Result<(), QueueFull> {
+        self.submit_work(Work::Embed(job))
+    }
+
+    fn submit_work(&self, work: Work) -> Result<(), QueueFull> {
+        self.status.queued.fetch_add(1, Ordering::SeqCst);
+        match self.queue.try_send(work) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.status.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(QueueFull)
+            }
+        }
+    }
+}
+
+/// Start the worker thread, load the backend on it with `load`, and return once it is loaded
+/// (or with the loading error). `queue_capacity` jobs may wait while one runs.
+pub fn start<F>(load: F, queue_capacity: usize) -> Result<WorkerHandle, String>
+where
+    F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
+{
+    let (queue, jobs) = std_mpsc::sync_channel::<Work>(queue_capacity);
+    let (loaded_tx, loaded_rx) = std_mpsc::channel::<Result<ModelInfo, String>>();
+    let status = Arc::new(Status::default());
+    let worker_status = status.clone();
+    std::thread::Builder::new()
+        .name("smolrun-generate".into())
+        .spawn(move || {
+            let mut backend = match load() {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = loaded_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = loaded_tx.send(Ok(ModelInfo {
+                name: backend.model_name().to_string(),
+                n_ctx: backend.n_ctx(),
+                n_threads: backend.n_threads(),
+                details: backend.details(),
+            }));
+            for work in jobs {
+                worker_status.queued.fetch_sub(1, Ordering::SeqCst);
+                // Skip a job whose client left while it was waiting.
+                let gone = match &work {
+                    Work::Generate(job) => job.events.is_closed(),
+                    Work::Embed(job) => job.reply.is_closed(),
+                };
+                if gone {
+                    continue;
+                }
+                worker_status.busy.store(true, Ordering::SeqCst);
+                match work {
+                    Work::Generate(job) => run_job(backend.as_mut(), job, &worker_status),
+                    Work::Embed(job) => {
+                        let result =
+                            run_embed(backend.as_mut(), job.inputs, job.truncate, &worker_status);
+                        let _ = job.reply.send(result);
+                    }
+                }
+                worker_status.busy.store(false, Ordering::SeqCst);
+            }
+        })
+        .map_err(|e| format!("cannot start the generation thread: {e}"))?;
+    let info = loaded_rx
+        .recv()
+        .map_err(|_| "the generation thread died while loading the model".to_string())??;
+    Ok(WorkerHandle {
+        queue,
+        capacity: queue_capacity,
+        info,
+        status,
+    })
+}
+
+fn prompt_tokens(backend: &dyn Backend, prompt: Prompt) -> Result<Vec<u32>, JobError> {
+    let tokens = match prompt {
+        Prompt::Chat { messages, tools } => {
+            let text = backend
+                .render_chat(&messages, tools.as_ref(), true)
+                .map_err(JobError::BadPrompt)?;
+            backend.tokenize(&text).map_err(JobError::BadPrompt)?
+        }
+        Prompt::Text(text) => backend.tokenize(&text).map_err(JobError::BadPrompt)?,
+        Prompt::Tokens(tokens) => tokens,
+    };
+    if tokens.is_empty() {
+        return Err(JobError::BadPrompt("the prompt is empty".into()));
+    }
+    // At least one position must stay free for the first generated token.
+    if tokens.len() >= backend.n_ctx() {
+        return Err(JobError::PromptTooLong {
+            prompt_tokens: tokens.len(),
+            n_ctx: backend.n_ctx(),
+        });
+    }
+    Ok(tokens)
+}
+
+/// Tokenize and embed every input, one after another, each on a fresh cache. An input longer
+/// than the context is refused before anything runs (embeddings need no room for an answer,
+/// so a context-long input fits).
+fn run_embed(
+    backend: &mut dyn Backend,
+    inputs: Vec<EmbedInput>,
+    truncate: bool,
+    status: &Status,
+) -> Result<Embeddings, JobError> {
+    let mut token_lists = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.into_iter().enumerate() {
+        let mut tokens = match input {
+            EmbedInput::Text(text) => backend.tokenize(&text).map_err(JobError::BadPrompt)?,
+            EmbedInput::Tokens(tokens) => tokens,
+        };
+        if tokens.is_empty() {
+            return Err(JobError::BadPrompt(format!("input {i} is empty")));
+        }
+        if truncate {
+            tokens.truncate(backend.n_ctx());
+        }
+        if tokens.len() > backend.n_ctx() {
+            return Err(JobError::InputTooLong {
+                index: i,
+                tokens: tokens.len(),
+                n_ctx: backend.n_ctx(),
+            });
+        }
+        token_lists.push(tokens);
+    }
+    let mut vectors = Vec::with_capacity(token_lists.len());
+    for tokens in &token_lists {
+        status.ctx_used.store(tokens.len(), Ordering::Relaxed);
+        vectors.push(backend.embed(tokens).map_err(JobError::Engine)?);
+    }
+    status.jobs_done.fetch_add(1, Ordering::Relaxed);
+    Ok(Embeddings {
+        vectors,
+        prompt_tokens: token_lists.iter().map(Vec::len).sum(),
+    })
+}
+
+/// Why the callback told the backend to stop.
+#[derive(Clone, Copy, PartialEq)]
+enum StopCause {
+    None,
+    StopString,
+    Budget,
+    ClientGone,
+}
+
+fn run_job(backend: &mut dyn Backend, job: Job, status: &Status) {
+    let started = Instant::now();
+    let events = job.events;
+    let prompt = match prompt_tokens(backend, job.prompt) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = events.send(Event::Failed(e));
+            return;
+        }
+    };
+    let n_prompt = prompt.len();
+    status.ctx_used.store(n_prompt, Ordering::Relaxed);
+    if events
+        .send(Event::Started {
+            prompt_tokens: n_prompt,
+        })
+        .is_err()
+    {
+        return;
+    }
+
+    let mut text = TextStream::new(&job.stop);
+    let mut n_generated = 0usize;
+    let mut first_token_at = None;
+    let mut last_token_at = started;
+    let mut cause = StopCause::None;
+    let constraint = job.constraint.as_ref();
+    let result = backend.generate(
+        &prompt,
+        &job.params,
+        constraint,
+        &mut |token: TokenEvent| {
+            let now = Instant::now();
+            first_token_at.get_or_insert(now);
+            last_token_at = now;
+            n_generated += 1;
+            status
+                .ctx_used
+                .store(n_prompt + n_generated, Ordering::Relaxed);
+            let bytes = token.bytes.clone();
+            let released = text.push(token, &bytes);
+            let stopped = released.stopped;
+            if !released.is_empty() {
+                let piece = Event::Piece {
+                    text: released.text,
+                    tokens: released.tokens,
+                };
+                if events.send(piece).is_err() {
+                    cause = StopCause::ClientGone;
+                    return Control::Stop;
+                }
+            }
+            if stopped {
+                cause = StopCause::StopString;
+                return Control::Stop;
+            }
+            if job.max_tokens.is_some_and(|max| n_generated >= max) {
+                cause = StopCause::Budget;
+                return Control::Stop;
+            }
+            // A client that left between tokens is noticed here even when this token released
+            // no text (held back), so it never costs more than one token.
+            if events.is_closed() {
+                cause = StopCause::ClientGone;
+                return Control::Stop;
+            }
+            Control::Continue
+        },
+    );
+    status
+        .tokens_generated
+        .fetch_add(n_generated as u64, Ordering::Relaxed);
+    status.jobs_done.fetch_add(1, Ordering::Relaxed);
+
+    let finish_reason = match result {
+        Err(e) => {
+            let _ = events.send(Event::Failed(JobError::Engine(e)));
+            return;
+        }
+        Ok(Finish::EndOfGeneration) => FinishReason::Stop,
+        Ok(Finish::ContextFull) => FinishReason::Length,
+        Ok(Finish::Stopped) => match cause {
+            StopCause::ClientGone => return,
+            StopCause::StopString => FinishReason::Stop,
+            // A backend that stops on its own after Stop was never asked for is treated as
+            // having run out of room.
+            StopCause::Budget | StopCause::None => FinishReason::Length,
+        },
+    };
+    let rest = text.finish();
+    if !rest.is_empty() {
+        let _ = events.send(Event::Piece {
+            text: rest.text,
+            tokens: rest.tokens,
+        });
+    }
+    let first = first_token_at.unwrap_or(last_token_at);
+    let summary = Summary {
+        finish_reason,
+        prompt_tokens: n_prompt,
+        completion_tokens: n_generated,
+        prompt_ms: (first - started).as_secs_f64() * 1000.0,
+        generation_ms: (last_token_at - first).as_secs_f64() * 1000.0,
+    };
+    if let Some(tps) = summary.tokens_per_second() {
+        status
+            .last_tokens_per_second
+            .store((tps as f32).to_bits(), Ordering::Relaxed);
+    }
+    let _ = events.send(Event::Done(summary));
+}
+
+/// Collect a whole job (non-streaming answers): the text, the tokens and how it ended.
+pub struct Collected {
+    pub text: String,
+    pub tokens: Vec<TokenEvent>,
+    pub summary: Summary,
+}
+
+/// Read events after `Started` until the job is done.
+pub async fn collect(events: &mut UnboundedReceiver<Event>) -> Result<Collected, JobError> {
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    while let Some(event) = events.recv().await {
+        match event {
+            Event::Started { .. } => {}
+            Event::Piece { text: t, tokens: k } => {
+                text.push_str(&t);
+                tokens.extend(k);
+            }
+            Event::Done(summary) => {
+                return Ok(Collected {
+                    text,
+                    tokens,
+                    summary,
+                })
+            }
+            Event::Failed(e) => return Err(e),
+        }
+    }
+    Err(JobError::Engine(
+        "the generation thread stopped without finishing the job".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeBackend;
+    use std::time::Duration;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    /// Run one job on the fake model; return the text it sent and how it ended.
+    fn run(
+        text: &str,
+        max_tokens: Option<usize>,
+        stop: &[&str],
+        n_ctx: usize,
+    ) -> (String, Result<Summary, JobError>) {
+        let mut fake = FakeBackend::new(n_ctx, Duration::ZERO);
+        let status = Status::default();
+        let (tx, mut rx) = unbounded_channel();
+        let job = Job {
+            prompt: Prompt::Text(text.into()),
+            params: SamplingParams::default(),
+            max_tokens,
+            stop: stop.iter().map(|s| s.to_string()).collect(),
+            constraint: None,
+            events: tx,
+        };
+        run_job(&mut fake, job, &status);
+        let mut out = String::new();
+        while let Ok(event) = rx.try_recv() {
+            match event {
+                Event::Started { .. } => {}
+                Event::Piece { text, .. } => out.push_str(&text),
+                Event::Done(s) => return (out, Ok(s)),
+                Event::Failed(e) => return (out, Err(e)),
+            }
+        }
+        panic!("the job ended without Done or Failed; text so far {out:?}")
+    }
+
+    #[test]
+    fn end_of_generation_is_stop() {
+        let (text, s) = run("hello", None, &[], 64);
+        let s = s.unwrap();
+        assert_eq!(text, "echo: hello");
+        assert_eq!(s.finish_reason, FinishReason::Stop);
+        assert_eq!((s.prompt_tokens, s.completion_tokens), (2, 4));
+    }
+
+    #[test]
+    fn token_budget_is_length() {
+        let (text, s) = run("hello", Some(2), &[], 64);
+        assert_eq!(text, "echo: ");
+        assert_eq!(s.unwrap().finish_reason, FinishReason::Length);
+    }
+
+    #[test]
+    fn stop_string_ends_the_job_as_stop() {
+        let (text, s) = run("one two three [loop]", None, &["three"], 512);
+        let s = s.unwrap();
+        assert_eq!(text, "echo: one two ");
+        assert_eq!(s.finish_reason, FinishReason::Stop);
+        // Generation stopped at the token that completed the stop string, not later.
+        assert_eq!(s.completion_tokens, "echo: one two three".len().div_ceil(3));
+    }
+
+    #[test]
+    fn full_context_is_length() {
+        let (_, s) = run("[loop]", None, &[], 20);
+        let s = s.unwrap();
+        assert_eq!(s.finish_reason, FinishReason::Length);
+        assert_eq!(s.prompt_tokens + s.completion_tokens, 20);
+    }
+
+    #[test]
+    fn prompt_that_fills_the_context_is_refused() {
+        let (_, s) = run(&"x".repeat(60), None, &[], 20);
+        assert_eq!(
+            s.err(),
+            Some(JobError::PromptTooLong {
+                prompt_tokens: 20,
+                n_ctx: 20
+            })
+        );
+    }
+
+    #[test]
+    fn embeddings_run_each_input_and_refuse_one_longer_than_the_context() {
+        let mut fake = FakeBackend::new(4, Duration::ZERO);
+        let status = Status::default();
+        let inputs = vec![
+            EmbedInput::Text("abcdef".into()),
+            EmbedInput::Tokens(vec![1, 2, 3, 4]), // exactly the context: fits
+        ];
+        let e = run_embed(&mut fake, inputs, false, &status).ok().unwrap();
+        assert_eq!((e.vectors.len(), e.prompt_tokens), (2, 6));
+        let long = vec![
+            EmbedInput::Text("a".into()),
+            EmbedInput::Text("x".repeat(13)),
+        ];
+        assert_eq!(
+            run_embed(&mut fake, long, false, &status).err(),
+            Some(JobError::InputTooLong {
+                index: 1,
+                tokens: 5,
+                n_ctx: 4
+            })
+        );
+        let long = vec![EmbedInput::Text("x".repeat(13))];
+        let e = run_embed(&mut fake, long, true, &status).ok().unwrap();
+        assert_eq!(e.prompt_tokens, 4);
+    }
+
+    #[test]
+    fn a_receiver_gone_stops_generation_at_the_next_token() {
+        let status = Arc::new(Status::default());
+        let (tx, mut rx) = unbounded_channel();
+        let job = Job {
+            prompt: Prompt::Text("[loop]".into()),
+            params: SamplingParams::default(),
+            max_tokens: None,
+            stop: Vec::new(),
+            constraint: None,
+            events: tx,
+        };
+        let worker_status = status.clone();
+        let worker = std::thread::spawn(move || {
+            // Left alone this would run for 100 000 tokens.
+            let mut fake = FakeBackend::new(100_000, Duration::from_millis(1));
+            run_job(&mut fake, job, &worker_status);
+        });
+        let mut pieces = 0;
+        while pieces < 3 {
+            if let Some(Event::Piece { .. }) = rx.blocking_recv() {
+                pieces += 1;
+            }
+        }
+        drop(rx);
+        worker.join().unwrap();
+        let generated = status.tokens_generated.load(Ordering::Relaxed);
+        // It stops at the first token after the drop; a busy machine may delay the drop itself
+        // by a few tokens, never by the 100 000 an ignored drop would cost.
+        assert!(
+            (3..200).contains(&generated),
+            "{generated} tokens generated"
+        );
+    }
+}
