@@ -18,8 +18,14 @@ pub fn smolrun_reference() -> Command {
     c
 }
 
-/// A real model file; a missing model fails the test and says how to get it.
+/// A model file: a synthetic one is written when absent (smolrun_tests::model_path); a missing
+/// real model fails the test and says how to get it.
 pub fn model(file_name: &str) -> PathBuf {
+    if let Some(short) = file_name.strip_suffix(".gguf") {
+        if short.starts_with("synthetic-") {
+            return smolrun_tests::model_path(short);
+        }
+    }
     let dir = std::env::var_os("SMOLRUN_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
