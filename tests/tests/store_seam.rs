@@ -1,8 +1,10 @@
 //! The weight store is the one seam between the forward pass and where a weight lives:
 //! - the pread store (nothing mapped, every weight read into one scratch buffer just before its
-//!   matvec) gives the resident store's logits to the bit, on every real and synthetic model,
-//!   over the golden logits texts (the positions the golden tests compare with llama.cpp) and
-//!   over greedy decoding;
+//!   matvec) and the streaming store (a resident set, the rest read ahead into a ring) give the
+//!   resident store's logits to the bit, on Gemma 3 270M, Qwen2.5-Coder-0.5B (1.5B by hand)
+//!   and every synthetic architecture file, over the golden logits texts (the positions the
+//!   golden tests compare with llama.cpp) and over greedy decoding (two of the synthetic files
+//!   over a few tokens only);
 //! - every get is released before the next one, and each decoded token asks for the same
 //!   weights in the same order (the order a streaming store learns), hinted ahead of use;
 //! - a read that fails (the file truncated after load) stops the pass with an error that
@@ -22,7 +24,57 @@ use smolrun_tests::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-fn pread_matches_resident(model: &str) {
+/// What a comparison of two stores runs on a model: the logits it returns, in order.
+type Run = fn(&Model, &dyn WeightStore, &str) -> Vec<f32>;
+
+/// The golden logits texts at every position, then 8 greedy tokens ([`logits_through`]).
+fn golden_texts(m: &Model, store: &dyn WeightStore, model: &str) -> Vec<f32> {
+    logits_through(m, store, model, 8)
+}
+
+/// The logits at every position of the golden text's first 16 tokens (one batch), then 2
+/// greedy tokens: three passes, each reading every weight.
+fn a_few_tokens(m: &Model, store: &dyn WeightStore, model: &str) -> Vec<f32> {
+    let par = ScopedThreads::from_env();
+    let prompt = golden_prompt(model, 16);
+    let n_vocab = m.n_vocab();
+    let mut state = State::new(m, prompt.len() + 2).expect("state");
+    let mut all = Vec::new();
+    m.forward_batch_all(&mut state, store, &par, &prompt, 0, 0, &mut |_, l| {
+        all.extend_from_slice(&l[..n_vocab])
+    })
+    .expect("forward_batch_all");
+    assert_eq!(all.len(), prompt.len() * n_vocab);
+    let mut next = argmax(&all[all.len() - n_vocab..]);
+    for i in 0..2 {
+        let logits = m
+            .forward(&mut state, store, &par, next, prompt.len() + i)
+            .expect("forward");
+        all.extend_from_slice(&logits[..n_vocab]);
+        next = argmax(logits);
+    }
+    all
+}
+
+/// How each synthetic architecture file (golden::SYNTHETIC_MODELS, so that a file added there
+/// is checked here too) is run through the stores: these four over the golden texts, the
+/// others over a few tokens, which keeps the file's time down (each of those passes reads
+/// every weight of the file, in the streaming setups from the disk).
+fn synthetic_run(model: &str) -> Run {
+    const OVER_THE_GOLDEN_TEXTS: [&str; 4] = [
+        "synthetic-qwen3",
+        "synthetic-llama",
+        "synthetic-qwen3moe",
+        "synthetic-bailingmoe2",
+    ];
+    if OVER_THE_GOLDEN_TEXTS.contains(&model) {
+        golden_texts
+    } else {
+        a_few_tokens
+    }
+}
+
+fn pread_matches_resident(model: &str, run: Run) {
     let path = model_path(model);
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).expect("parse");
@@ -31,7 +83,7 @@ fn pread_matches_resident(model: &str) {
     let kernels = KernelSet::select(&smolrun_linux::detect_features());
     let resident = ResidentStore::new(&g);
     let m = Model::load_from(&g, &resident, &kernels).expect("load");
-    let want = logits_through(&m, &resident, model, 8);
+    let want = run(&m, &resident, model);
 
     // The pread store reads from a header-only parse, as `--weights pread` does: the prefix
     // that holds the header, and nothing else of the file in memory.
@@ -40,7 +92,7 @@ fn pread_matches_resident(model: &str) {
     assert!(!g_header.has_tensor_data());
     let pread = pread_store(&path, &g_header);
     let m_pread = Model::load_from(&g_header, &pread, &kernels).expect("load through pread");
-    let got = logits_through(&m_pread, &pread, model, 8);
+    let got = run(&m_pread, &pread, model);
 
     assert_eq!(want.len(), got.len());
     let differ = want
@@ -63,40 +115,42 @@ fn pread_matches_resident(model: &str) {
 
 #[test]
 fn pread_store_gives_the_resident_logits_gemma3_270m() {
-    pread_matches_resident("gemma3-270m");
+    pread_matches_resident("gemma3-270m", golden_texts);
 }
 
 #[test]
 fn pread_store_gives_the_resident_logits_qwen25_coder_05b() {
-    pread_matches_resident("qwen2.5-coder-0.5b");
+    pread_matches_resident("qwen2.5-coder-0.5b", golden_texts);
 }
 
 #[test]
 #[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, 1.1 GB; minutes of CPU)"]
 fn pread_store_gives_the_resident_logits_qwen25_coder_15b() {
-    pread_matches_resident("qwen2.5-coder-1.5b");
+    pread_matches_resident("qwen2.5-coder-1.5b", golden_texts);
 }
 
+/// Every synthetic architecture file: dense, MoE, the DeltaNet hybrid ([`synthetic_run`]).
+/// The expert pager, the third store, is held to the resident logits over the golden texts on
+/// each MoE file by tests/tests/pager.rs.
 #[test]
 fn pread_store_gives_the_resident_logits_synthetic() {
-    pread_matches_resident("synthetic-qwen3");
-    pread_matches_resident("synthetic-llama");
-    pread_matches_resident("synthetic-qwen3moe");
-    pread_matches_resident("synthetic-bailingmoe2");
+    for model in smolrun_tests::golden::SYNTHETIC_MODELS {
+        pread_matches_resident(model, synthetic_run(model));
+    }
 }
 
 /// The streaming store (a resident set, the rest read ahead by reader threads into a ring)
 /// gives the resident store's logits to the bit: with nothing resident and a ring that holds
 /// only the largest weight (every weight waits for its read, the ring wraps all the time), with
 /// half the weights resident, and with several readers sharing each weight's chunks.
-fn stream_matches_resident(model: &str, all_setups: bool) {
+fn stream_matches_resident(model: &str, all_setups: bool, run: Run) {
     let path = model_path(model);
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).expect("parse");
     let kernels = KernelSet::select(&smolrun_linux::detect_features());
     let resident = ResidentStore::new(&g);
     let m = Model::load_from(&g, &resident, &kernels).expect("load");
-    let want = logits_through(&m, &resident, model, 8);
+    let want = run(&m, &resident, model);
     let header = &file.bytes()[..g.data_offset as usize];
     let g_header = Gguf::parse_header(header, file.bytes().len() as u64).expect("header");
     let half = m
@@ -142,7 +196,7 @@ fn stream_matches_resident(model: &str, all_setups: bool) {
         let reader = FileReader::open(&path).unwrap_or_else(|e| panic!("{e}"));
         let (m_stream, store, plan) = streaming_store(reader, &g_header, &kernels, setup);
         assert!(!plan.streamed.is_empty(), "{model}: nothing streamed");
-        let got = logits_through(&m_stream, &store, model, 8);
+        let got = run(&m_stream, &store, model);
         assert_eq!(want.len(), got.len());
         let differ = want
             .iter()
@@ -164,20 +218,19 @@ fn stream_matches_resident(model: &str, all_setups: bool) {
 
 #[test]
 fn stream_store_gives_the_resident_logits_gemma3_270m() {
-    stream_matches_resident("gemma3-270m", false);
+    stream_matches_resident("gemma3-270m", false, golden_texts);
 }
 
 #[test]
 fn stream_store_gives_the_resident_logits_qwen25_coder_05b() {
-    stream_matches_resident("qwen2.5-coder-0.5b", false);
+    stream_matches_resident("qwen2.5-coder-0.5b", false, golden_texts);
 }
 
 #[test]
 fn stream_store_gives_the_resident_logits_synthetic() {
-    stream_matches_resident("synthetic-qwen3", true);
-    stream_matches_resident("synthetic-llama", true);
-    stream_matches_resident("synthetic-qwen3moe", true);
-    stream_matches_resident("synthetic-bailingmoe2", true);
+    for model in smolrun_tests::golden::SYNTHETIC_MODELS {
+        stream_matches_resident(model, true, synthetic_run(model));
+    }
 }
 
 /// A prompt longer than the state's batch runs in chunks, and only the last one computes
