@@ -4,7 +4,7 @@
 //!   resident store's logits to the bit, on Gemma 3 270M, Qwen2.5-Coder-0.5B (1.5B by hand)
 //!   and every synthetic architecture file, over the golden logits texts (the positions the
 //!   golden tests compare with llama.cpp) and over greedy decoding (two of the synthetic files
-//!   over a few tokens only);
+//!   over a few tokens only); so does MTP drafting (Qwen3.5's MTP block) through both;
 //! - every get is released before the next one, and each decoded token asks for the same
 //!   weights in the same order (the order a streaming store learns), hinted ahead of use;
 //! - a read that fails (the file truncated after load) stops the pass with an error that
@@ -14,12 +14,13 @@
 
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
+use smolrun_core::model::stream::aligned_span;
 use smolrun_core::model::{
     Model, ModelError, RecordingStore, ResidentStore, State, StoreCall, StoreErrorKind,
-    StreamBudget, WeightStore,
+    StreamBudget, StreamPlan, StreamStore, WeightStore,
 };
 use smolrun_core::platform::{IoError, ReadAt};
-use smolrun_linux::{FileReader, MappedFile};
+use smolrun_linux::{CondSignal, FileReader, MappedFile, StreamingStore};
 use smolrun_tests::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -231,6 +232,140 @@ fn stream_store_gives_the_resident_logits_synthetic() {
     for model in smolrun_tests::golden::SYNTHETIC_MODELS {
         stream_matches_resident(model, true, synthetic_run(model));
     }
+}
+
+/// Qwen3.5's MTP drafting, teacher-forced along the golden text as tests/tests/mtp.rs runs it:
+/// after a prompt, at each position the MTP block drafts three chained tokens from the token
+/// there, then the trunk decodes that token. Returns the drafts and, in order, the prompt's
+/// logits, every draft step's logits and every trunk step's.
+fn mtp_drafts(m: &Model, store: &dyn WeightStore, model: &str) -> (Vec<u32>, Vec<f32>) {
+    const N_PROMPT: usize = 12;
+    const N_STEPS: usize = 4;
+    const N_DRAFT: usize = 3;
+    let par = ScopedThreads::from_env();
+    let seq = golden_prompt(model, N_PROMPT + N_STEPS);
+    let (prompt, rest) = seq.split_at(N_PROMPT);
+    let n_vocab = m.n_vocab();
+    let mut state = State::with_mtp(m, 64, 32, 4).expect("state");
+    let mut all = m
+        .forward_batch(&mut state, store, &par, prompt, 0)
+        .expect("prompt")
+        .to_vec();
+    let mut drafts = Vec::new();
+    for (i, &token) in rest.iter().enumerate() {
+        let mut logits = m
+            .mtp_begin(&mut state, store, &par, token)
+            .expect("mtp_begin")[..n_vocab]
+            .to_vec();
+        for step in 0..N_DRAFT {
+            let d = argmax(&logits);
+            drafts.push(d);
+            all.extend_from_slice(&logits);
+            if step + 1 < N_DRAFT {
+                logits =
+                    m.mtp_next(&mut state, store, &par, d).expect("mtp_next")[..n_vocab].to_vec();
+            }
+        }
+        let trunk = m
+            .forward(&mut state, store, &par, token, N_PROMPT + i)
+            .expect("forward");
+        all.extend_from_slice(trunk);
+    }
+    assert_eq!(drafts.len(), N_STEPS * N_DRAFT);
+    (drafts, all)
+}
+
+/// MTP drafting (synthetic-qwen35's MTP block) gives the resident store's drafts and logits to
+/// the bit through the pread store and through the streaming store, planned as `--draft mtp`
+/// plans it (engine/src/load.rs): the MTP block and the LM head pinned resident, since draft
+/// steps read them outside the pass's order; every other weight streamed through the smallest
+/// ring, every weight checked against its checksum.
+#[test]
+fn mtp_drafts_through_the_pread_and_stream_stores_are_the_resident_ones() {
+    let model = "synthetic-qwen35";
+    let path = model_path(model);
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = Gguf::parse(file.bytes()).expect("parse");
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    let resident = ResidentStore::new(&g);
+    let mut m = Model::load_from(&g, &resident, &kernels).expect("load");
+    m.load_mtp(&g, &resident, &kernels).expect("load_mtp");
+    let (want_drafts, want) = mtp_drafts(&m, &resident, model);
+    let same = |what: &str, drafts: &[u32], got: &[f32]| {
+        assert_eq!(drafts, &want_drafts[..], "{what}: other drafts");
+        assert_eq!(want.len(), got.len(), "{what}");
+        let differ = want
+            .iter()
+            .zip(got)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(differ, 0, "{what}: {differ} logits differ from resident");
+    };
+
+    let header = &file.bytes()[..g.data_offset as usize];
+    let g_header = Gguf::parse_header(header, file.bytes().len() as u64).expect("header");
+
+    let pread = pread_store(&path, &g_header);
+    let mut mp = Model::load_from(&g_header, &pread, &kernels).expect("load through pread");
+    mp.load_mtp(&g_header, &pread, &kernels)
+        .expect("load_mtp through pread");
+    let (drafts, got) = mtp_drafts(&mp, &pread, model);
+    same("pread", &drafts, &got);
+
+    let reader = FileReader::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let mut store = StreamStore::new(
+        reader,
+        &g_header,
+        CondSignal::default(),
+        CondSignal::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut ms = Model::load_from(&g_header, &store, &kernels).expect("load through stream");
+    ms.load_mtp(&g_header, &store, &kernels)
+        .expect("load_mtp through stream");
+    let pinned = ms.mtp.as_ref().expect("the MTP block").keys.clone();
+    // A resident budget of the pinned weights' spans alone: nothing else stays.
+    let align = store.alignment();
+    let pinned_bytes: u64 = pinned
+        .iter()
+        .map(|&k| {
+            let span = aligned_span(&store.table().extent(k).expect("extent"), align);
+            span.end - span.start
+        })
+        .sum();
+    let mut plan = StreamPlan::with_pinned(
+        store.table(),
+        &ms.weight_order(),
+        &pinned,
+        StreamBudget::Resident(pinned_bytes),
+        align,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!plan.streamed.is_empty(), "{model}: nothing streamed");
+    assert!(
+        plan.streamed.iter().all(|w| !pinned.contains(&w.key)),
+        "{model}: a pinned weight is streamed"
+    );
+    plan.zone_bytes = plan
+        .streamed
+        .iter()
+        .map(|w| w.span.end - w.span.start)
+        .max()
+        .unwrap_or(0);
+    store
+        .plan(&plan, &ms.expert_keys(), true)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = StreamingStore::start(store, 2).expect("reader threads");
+    let (drafts, got) = mtp_drafts(&ms, &store, model);
+    same("stream", &drafts, &got);
+    let stats = store.stream_stats().expect("stats");
+    assert!(stats.passes > 0, "{stats:?}");
+    println!(
+        "{model}: {} MTP drafts and {} logits identical through the resident, pread and \
+         stream stores",
+        drafts.len(),
+        want.len()
+    );
 }
 
 /// A prompt longer than the state's batch runs in chunks, and only the last one computes
