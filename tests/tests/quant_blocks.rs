@@ -266,4 +266,31 @@ fn dot_products_match_ggml_within_summation_order() {
     eprintln!("largest |dot - ggml| / sum|w*a| per type: {worst:?}");
     eprintln!("bit-identical to ggml's scalar _generic dot: {generic_identical} of {generic_cases} cases \
          (differing, by FMA contraction in ggml's -march=native build: {generic_differs:?})");
+    // Our dot follows the operation order of ggml's scalar code, so against its _generic dot
+    // (exported for 12 types, 4 cases each) it is bit-identical, not just within the bound:
+    // measured on the committed golden, 43 of the 48 cases are. The other five are cases where
+    // ggml's -O3 -march=native build of that scalar code contracted a multiply and an add into
+    // one FMA (one rounding fewer), which we do not emulate; they are held to the bound above.
+    // Any other case that differs means our order has left ggml's.
+    const FMA_CONTRACTED: [&str; 5] = [
+        "Q5_1/random_bytes",
+        "Q2_K/quantized",
+        "Q2_K/zero_and_negative_scales",
+        "Q4_K/random_bytes",
+        "Q5_K/quantized",
+    ];
+    assert!(
+        generic_cases >= 48,
+        "only {generic_cases} cases with ggml's _generic dot in the golden"
+    );
+    let unexpected: Vec<&String> = generic_differs
+        .iter()
+        .filter(|c| !FMA_CONTRACTED.contains(&c.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "not bit-identical to ggml's scalar _generic dot (and not one of the FMA-contracted \
+         cases {FMA_CONTRACTED:?}): {unexpected:?}"
+    );
+    assert!(generic_identical + FMA_CONTRACTED.len() >= generic_cases);
 }
