@@ -147,3 +147,31 @@ fn synthetic_bailingmoe2() {
 fn synthetic_qwen35() {
     check_greedy("synthetic-qwen35");
 }
+
+// The 1-bit, 2-bit and ternary kernels (golden::LOWBIT_MODELS) over greedy text, but for
+// qwen2.5-coder-0.5b-q1_0, whose greedy text is degenerate (golden::NO_GREEDY).
+
+#[test]
+fn qwen25_coder_05b_q2_k() {
+    check_greedy("qwen2.5-coder-0.5b-q2_k");
+}
+
+#[test]
+fn synthetic_qwen3_q2_0() {
+    check_greedy("synthetic-qwen3-q2_0");
+}
+
+#[test]
+fn synthetic_qwen3_q2_k() {
+    check_greedy("synthetic-qwen3-q2_k");
+}
+
+#[test]
+fn synthetic_qwen3_tq1_0() {
+    check_greedy("synthetic-qwen3-tq1_0");
+}
+
+#[test]
+fn synthetic_qwen3_tq2_0() {
+    check_greedy("synthetic-qwen3-tq2_0");
+}
