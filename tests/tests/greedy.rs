@@ -4,6 +4,7 @@
 //! way, and after it the two continuations are different texts).
 //! Run in release mode: `cargo test --release -p smolrun-tests --test greedy`.
 
+use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::State;
 use smolrun_tests::*;
 
@@ -11,9 +12,13 @@ use smolrun_tests::*;
 const NEAR_TIE: f64 = 0.2;
 
 fn check_greedy(model: &str) {
+    check_greedy_on(model, &test_kernels());
+}
+
+fn check_greedy_on(model: &str, kernels: &KernelSet) {
     let g = golden(model, "greedy.json");
     let par = ScopedThreads::from_env();
-    with_model(model, |_g, m, store| {
+    with_model_on(model, kernels, |_g, m, store| {
         let cases = g["cases"].as_array().expect("cases");
         let n_ctx = cases
             .iter()
@@ -151,9 +156,16 @@ fn synthetic_qwen35() {
 // The 1-bit, 2-bit and ternary kernels (golden::LOWBIT_MODELS) over greedy text, but for
 // qwen2.5-coder-0.5b-q1_0, whose greedy text is degenerate (golden::NO_GREEDY).
 
+/// On this CPU's kernel set: the scalar Q2_K face takes 73 s of CI for these 5 x 32 tokens, the
+/// native one 4 s, with the same result (5/5 identical, 73 tokens checked; the faces are held
+/// to the scalar one by the kernel exactness tests). This also runs the production path against
+/// llama.cpp, where the others run the scalar truth.
 #[test]
 fn qwen25_coder_05b_q2_k() {
-    check_greedy("qwen2.5-coder-0.5b-q2_k");
+    check_greedy_on(
+        "qwen2.5-coder-0.5b-q2_k",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
 }
 
 #[test]
