@@ -1,7 +1,7 @@
 //! Teacher-forced logits against llama.cpp (tests/golden/<model>/logits.json): at every position
 //! of the reference texts, our top-1 must equal the reference's wherever the reference's top-2
 //! margin exceeds 0.1 (except at no more positions than llama.cpp's own unrepacked run changes
-//! its top-1, see `reference_own_top1_changes`), and the mean KL divergence over {top-20 ids,
+//! its top-1, each no steadier than the steadiest of those, see `reference_own_top1_changes`), and the mean KL divergence over {top-20 ids,
 //! rest} must stay below 0.005.
 //! Run in release mode: `cargo test --release -p smolrun-tests --test logits`.
 
@@ -36,14 +36,22 @@ const MAX_MEAN_KL_SYNTHETIC_MOE: f64 = 1e-4;
 /// +- 1e-5 in one layer of one token, say), and the texts' later positions, which read that
 /// token, move by up to a few tenths of a logit. Where llama.cpp is not stable against its
 /// own other layout, no implementation that is not bit-identical to it can be.
-fn reference_own_top1_changes(model: &str, reference: &serde_json::Value) -> usize {
+///
+/// Returns the positions' count and the largest reference top-2 margin among them: a top-1 of
+/// ours that differs is allowed only where the reference's margin is no larger than that (a
+/// position where llama.cpp itself is that unstable), and no more often than llama.cpp's own
+/// run. Not the same positions: which near ties flip depends on the summation order, so only an
+/// implementation bit-identical to llama.cpp's unrepacked run would flip exactly there (the
+/// 0.5B flips at (2, 6), reference margin 0.141, where llama.cpp's own run flips at (2, 37),
+/// margin 0.230; Gemma at (2, 70), margin 0.248, one of llama.cpp's own four, margins up to 0.286).
+fn reference_own_top1_changes(model: &str, reference: &serde_json::Value) -> (usize, f32) {
     // tools/oracle/regen.sh writes it for every real model (golden() says how when it is
     // missing); the synthetic ones have none.
     // the low-bit files made from the 0.5B have one (tools/oracle/regen.sh)
     let lowbit_real =
         smolrun_tests::golden::LOWBIT_MODELS.contains(&model) && !model.starts_with("synthetic-");
     if !smolrun_tests::golden::REAL_MODELS.contains(&model) && !lowbit_real {
-        return 0;
+        return (0, 0.0);
     }
     let other = golden(model, "logits-norepack.json");
     let (texts, other_texts) = (
@@ -56,6 +64,7 @@ fn reference_own_top1_changes(model: &str, reference: &serde_json::Value) -> usi
         "{model}: logits-norepack.json has other texts"
     );
     let mut changes = Vec::new();
+    let mut widest = 0f32;
     for (ti, (t, o)) in texts.iter().zip(other_texts).enumerate() {
         assert_eq!(
             t["tokens"], o["tokens"],
@@ -69,13 +78,18 @@ fn reference_own_top1_changes(model: &str, reference: &serde_json::Value) -> usi
             .enumerate()
         {
             let logit = |k: usize| top[k][1].as_f64().expect("logit");
-            if logit(0) - logit(1) > MIN_MARGIN as f64 && top[0][0] != other_top[0][0] {
+            let margin = logit(0) - logit(1);
+            if margin > MIN_MARGIN as f64 && top[0][0] != other_top[0][0] {
                 changes.push((ti, i));
+                widest = widest.max(margin as f32);
             }
         }
     }
-    println!("  llama.cpp unrepacked changes its top-1 at (text, position): {changes:?}");
-    changes.len()
+    println!(
+        "  llama.cpp unrepacked changes its top-1 at (text, position): {changes:?}, reference \
+         margins up to {widest:.4}"
+    );
+    (changes.len(), widest)
 }
 
 fn check_logits(model: &str) {
@@ -122,7 +136,14 @@ fn check_logits(model: &str) {
                     if ours == top[0].0 {
                         n_agree += 1;
                     } else {
-                        disagreements.push((ti, i, top[0], ours, logits[ours as usize]));
+                        disagreements.push((
+                            ti,
+                            i,
+                            top[0],
+                            ours,
+                            logits[ours as usize],
+                            top[0].1 - top[1].1,
+                        ));
                     }
                 }
             }
@@ -136,7 +157,14 @@ fn check_logits(model: &str) {
         if !disagreements.is_empty() {
             println!("  top-1 differs at (text, position, reference (id, logit), ours, our logit): {disagreements:?}");
         }
-        let allowed = reference_own_top1_changes(model, &golden_path);
+        let (allowed, widest) = reference_own_top1_changes(model, &golden_path);
+        let wider: Vec<_> = disagreements.iter().filter(|d| d.5 > widest).collect();
+        assert!(
+            wider.is_empty(),
+            "{model}: top-1 differs from llama.cpp where the reference's top-2 margin is wider than \
+             any at which llama.cpp's own unrepacked run changes its top-1 ({widest:.4}): (text, \
+             position, reference (id, logit), ours, our logit, reference margin) {wider:?}"
+        );
         assert!(
             disagreements.len() <= allowed,
             "{model}: top-1 differs from llama.cpp at (text, position, reference (id, logit), ours, our logit): \
