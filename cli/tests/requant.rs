@@ -1,10 +1,11 @@
 //! `smolrun gguf requant` on the synthetic Qwen3 (rows of 256 and 512, tensors in F16, Q8_0,
 //! Q4_0 and Q4_1): the requantized models load and run, the tensors llama-quantize leaves alone
 //! are copied byte for byte, --tensors picks tensors, and bad input is refused with a clear
-//! error and no file left behind. Against llama-quantize itself, when its binary (tools/oracle
-//! build, $SMOLRUN_ORACLE) and Qwen2.5-Coder-0.5B are present: the tensor data of Q8_0, Q4_K,
-//! Q2_K (and with SMOLRUN_REQUANT_LOWBIT=1 Q1_0, Q2_0, TQ1_0, TQ2_0) requants compared block by
-//! block, and the metadata.
+//! error and no file left behind. The Q2_K requant of the synthetic model holds llama-quantize's
+//! tensor bytes (a committed sha256). By hand (`--ignored`, it needs the oracle's llama-quantize,
+//! $SMOLRUN_ORACLE): Qwen2.5-Coder-0.5B's Q8_0, Q4_K, Q2_K (and with SMOLRUN_REQUANT_LOWBIT=1
+//! Q1_0, Q2_0, TQ1_0, TQ2_0) requants compared with llama-quantize's block by block, and the
+//! metadata.
 
 use smolrun_core::gguf::{Gguf, GgufWriter, MetaValue, TensorInfo, Value};
 use smolrun_core::kernels::KernelSet;
@@ -83,6 +84,11 @@ fn file_type(g: &Gguf) -> Option<u64> {
 /// byte for byte, the metadata is the input's with llama-quantize's two keys at the end, and
 /// the model runs; returns the cosine of its logits with the input model's.
 fn requant_synthetic(ty: GgmlType, ftype: u64) -> f64 {
+    requant_synthetic_to(ty, ftype).0
+}
+
+/// [`requant_synthetic`], keeping the written file (its scratch folder and path).
+fn requant_synthetic_to(ty: GgmlType, ftype: u64) -> (f64, (Scratch, PathBuf)) {
     let input = require_model("synthetic-qwen3");
     let dir = scratch(&format!("requant-{ty}"));
     let out = dir.0.join("out.gguf");
@@ -126,10 +132,12 @@ fn requant_synthetic(ty: GgmlType, ftype: u64) -> f64 {
     let tokens = [1, 500, 1000, 42, 7];
     let (la, lb) = (logits(&a, &tokens), logits(&b, &tokens));
     assert!(lb.iter().flatten().all(|v| v.is_finite()));
-    la.iter()
+    let cos = la
+        .iter()
         .zip(&lb)
         .map(|(x, y)| cosine(x, y))
-        .fold(1.0, f64::min)
+        .fold(1.0, f64::min);
+    (cos, (dir, out))
 }
 
 #[test]
@@ -144,10 +152,39 @@ fn synthetic_q4_k_runs() {
     assert!(cos > 0.98, "cosine of the logits {cos}");
 }
 
+/// The bytes: the tensor data llama-quantize (b11434) wrote for the same requant, whose sha256
+/// tests/golden/synthetic-qwen3-q2_k/model.json records (a scale rounded the other way in one
+/// block changes it). The run: Q2_K on these random weights keeps a logits cosine of 0.853 on
+/// the five tokens with exactly those bytes (scalar kernels, deterministic), so 0.8 only says
+/// the file runs as a Q2_K model; a tensor read with the wrong type or rows is near 0.
 #[test]
-fn synthetic_q2_k_runs() {
-    let cos = requant_synthetic(GgmlType::Q2_K, 10);
-    assert!(cos > 0.5, "cosine of the logits {cos}");
+fn synthetic_q2_k_holds_llama_quantize_bytes_and_runs() {
+    let (cos, out) = requant_synthetic_to(GgmlType::Q2_K, 10);
+    assert!(cos > 0.8, "cosine of the logits {cos}");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/golden/synthetic-qwen3-q2_k/model.json");
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&golden).expect("model.json")).unwrap();
+    let want = want["tensor_data_sha256"]
+        .as_str()
+        .expect("tensor_data_sha256");
+    let run = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/oracle/tensor_data_sha256.py"))
+        .arg(&out.1)
+        .output()
+        .expect("python3");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let printed = String::from_utf8_lossy(&run.stdout).to_string();
+    let (_, got) = printed.trim().split_once(' ').expect("offset and hash");
+    assert_eq!(
+        got, want,
+        "smolrun gguf requant --type Q2_K of synthetic-qwen3 wrote other tensor bytes than \
+         llama-quantize --pure (tests/golden/synthetic-qwen3-q2_k/model.json)"
+    );
 }
 
 #[test]
