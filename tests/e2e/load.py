@@ -141,7 +141,12 @@ def main():
                 print("      wave %d: %d x 200, %d x 503, %d bad, %.1f s, RSS %d KB" % (
                     n, ok, busy, len(errors), time.time() - t0, rss["wave %d" % n]), flush=True)
                 assert not errors, "; ".join(errors[:5])
-                assert ok >= 1 and busy >= 1, "expected some 200s and some 503s: %d, %d" % (ok, busy)
+                # What the server guarantees, whatever the timing: every client is answered
+                # (200) or refused cleanly (an OpenAI-shaped 503, checked in check_answer), and
+                # with requests in flight someone is served. How many are refused depends on how
+                # fast the first answers finish while the others arrive, so it is printed, not
+                # asserted.
+                assert ok >= 1, "no client was answered: %d x 200, %d x 503" % (ok, busy)
                 assert ok + busy == CLIENTS
                 status, _, text = request(addr, "GET", "/health", timeout=10)
                 assert status == 200, "/health after wave: %d %s" % (status, text)
