@@ -24,6 +24,7 @@ fn run(extra: &[&str]) -> std::process::Output {
             "-c",
             "64",
             "--json",
+            "--logits-digest",
         ])
         .args(extra)
         .output()
@@ -52,7 +53,12 @@ fn paged_experts_give_the_resident_text_and_report_their_misses() {
         ],
     ] {
         let paged = json(&run(extra));
+        // Every logit, not only the tokens: on random weights a routing bug (a weight
+        // normalised wrongly, an expert's rows read from another slot) rarely changes the
+        // greedy text, but it changes the logits' bits.
         assert_eq!(paged["tokens"], all["tokens"], "{extra:?}");
+        assert!(all["logits_digest"].is_string(), "{all}");
+        assert_eq!(paged["logits_digest"], all["logits_digest"], "{extra:?}");
         let miss = paged["moe_miss_rate"].as_f64().unwrap();
         assert!(miss > 0.0 && miss < 1.0, "{extra:?}: {paged}");
         assert!(
@@ -93,6 +99,7 @@ fn run_file(
             "-c",
             "64",
             "--json",
+            "--logits-digest",
         ])
         .args(extra)
         .envs(env.iter().copied())
@@ -139,6 +146,7 @@ fn a_mixture_of_experts_that_does_not_fit_is_paged() {
     assert!(doc["moe_slots_per_layer"].as_f64().unwrap() >= 4.0, "{doc}");
     assert!(doc["moe_miss_rate"].as_f64().unwrap() > 0.0, "{doc}");
     assert_eq!(doc["tokens"], all["tokens"]);
+    assert_eq!(doc["logits_digest"], all["logits_digest"]);
 
     // 456 MiB less the 384 MiB kept for the program: 75 MB for the 84 MB file.
     let small_space = [("SMOLRUN_ADDRESS_SPACE", "456M")];
@@ -146,6 +154,7 @@ fn a_mixture_of_experts_that_does_not_fit_is_paged() {
     assert!(err.contains("only its first 50 MB"), "{err}");
     assert!(err.contains("experts are paged"), "{err}");
     assert_eq!(doc["tokens"], all["tokens"]);
+    assert_eq!(doc["logits_digest"], all["logits_digest"]);
 
     // Experts not last: its other weights cannot be mapped alone, so it is streamed.
     let mixed = dir.join("ling.gguf");
@@ -154,6 +163,7 @@ fn a_mixture_of_experts_that_does_not_fit_is_paged() {
     assert!(err.contains("streamed instead of mapped"), "{err}");
     assert!(doc.get("moe_miss_rate").is_none(), "{doc}");
     assert_eq!(doc["tokens"], all["tokens"]);
+    assert_eq!(doc["logits_digest"], all["logits_digest"]);
     let o = smolrun()
         .args(["run", "-m"])
         .arg(&mixed)
@@ -177,6 +187,7 @@ fn a_warm_list_is_written_and_read_back() {
     );
     let warmed = json(&run(&["--moe-pool", "8", "--moe-warm", w]));
     assert_eq!(cold["tokens"], warmed["tokens"]);
+    assert_eq!(cold["logits_digest"], warmed["logits_digest"]);
     assert!(
         warmed["moe_miss_rate"].as_f64().unwrap() < cold["moe_miss_rate"].as_f64().unwrap(),
         "{cold} {warmed}"

@@ -67,6 +67,18 @@ impl StopReason {
     }
 }
 
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a over the little-endian bytes of each value's bits.
+fn fnv1a_f32(mut h: u64, values: &[f32]) -> u64 {
+    for v in values {
+        for b in v.to_bits().to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
 /// What one generation produced, and how fast. Its text is what the caller made of the tokens
 /// ([`Engine::generate`] returns it beside this).
 #[derive(Debug, Clone)]
@@ -80,6 +92,10 @@ pub struct Generation {
     pub stop: StopReason,
     /// Forward passes after the prompt, and how drafting went (no drafts without `--draft`).
     pub spec: SpecStats,
+    /// With [`GenerateOptions::digest_logits`]: a 64-bit FNV-1a hash of the bits of every set of
+    /// logits a token was sampled from, in order: equal for two runs only if every logit was
+    /// (what the tests compare where the tokens alone would agree despite a routing bug).
+    pub logits_digest: Option<u64>,
 }
 
 impl Generation {
@@ -102,6 +118,9 @@ pub struct GenerateOptions<'a> {
     /// The prompt goes into the sampler's penalty history (off for a chat prompt: it is full of
     /// turn markers that must stay likely).
     pub penalize_prompt: bool,
+    /// Hash every step's logits into [`Generation::logits_digest`] (a pass over the vocabulary
+    /// per token; off by default).
+    pub digest_logits: bool,
 }
 
 /// Restricts which tokens may come next: a grammar (a JSON schema, tool calls). See
@@ -893,6 +912,7 @@ impl Engine {
         // draft) are `self.draft`'s buffer, all of them in the cache; after a rejection, or when
         // generation stops, the cache goes back to the tokens accepted.
         let mut verifying: Option<(usize, usize)> = None;
+        let mut digest = options.digest_logits.then_some(FNV_OFFSET);
         let stop_reason = loop {
             if options.interrupt.is_some_and(|i| i.load(Ordering::Relaxed)) {
                 break StopReason::Interrupted;
@@ -910,6 +930,9 @@ impl Engine {
                 Some((_, row)) => self.state.logits_row(row),
                 None => self.state.logits(),
             };
+            if let Some(d) = &mut digest {
+                *d = fnv1a_f32(*d, logits);
+            }
             let sampling_error = |e: smolrun_core::sampler::SamplerError| {
                 EngineError::model(
                     &self.path,
@@ -1000,6 +1023,7 @@ impl Engine {
             gen_time: t1.elapsed(),
             stop: stop_reason,
             spec,
+            logits_digest: digest,
         })
     }
 

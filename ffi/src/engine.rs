@@ -339,6 +339,7 @@ pub unsafe extern "C" fn smolrun_generate(
             max_tokens: usize::try_from(max_tokens).ok(),
             interrupt: Some(&handle.cancel),
             penalize_prompt: true,
+            ..GenerateOptions::default()
         };
         // Pieces of text as `Engine::generate` makes them (whole UTF-8 characters), handed to
         // the callback, which may stop the loop.

@@ -153,6 +153,7 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
             max_tokens,
             interrupt: Some(&INTERRUPTED),
             penalize_prompt: false,
+            ..GenerateOptions::default()
         };
         let (gen, text) = engine.generate(&prompt, &mut sampler, options, None, |p| {
             print!("{p}");

@@ -31,6 +31,10 @@ pub struct Args {
     /// Print one JSON object at the end (text, tokens, prompt_tokens, speeds) instead of streaming.
     #[arg(long)]
     pub json: bool,
+    /// With --json: add `logits_digest`, a hash of every logit each token was sampled from
+    /// (two runs print the same one only if all their logits are bit-identical).
+    #[arg(long, requires = "json")]
+    pub logits_digest: bool,
     /// Constrain the output to JSON this schema accepts (the schema inline, as llama.cpp's
     /// --json-schema takes it; `{}` for any JSON object).
     #[arg(
@@ -113,6 +117,7 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
     let options = GenerateOptions {
         max_tokens: usize::try_from(args.n_predict).ok(),
         penalize_prompt: true,
+        digest_logits: args.logits_digest,
         ..GenerateOptions::default()
     };
 
@@ -168,6 +173,9 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
             "draft_accept_rate": gen.spec.accept_rate(),
             "tokens_per_pass": gen.spec.tokens_per_pass(gen.tokens.len()),
         });
+        if let Some(d) = gen.logits_digest {
+            out["logits_digest"] = format!("{d:016x}").into();
+        }
         if let Some(report) = &stream {
             report.add_to(&mut out);
         }
