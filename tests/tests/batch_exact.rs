@@ -80,6 +80,24 @@ fn batches_give_the_token_by_token_logits_scalar() {
     }
 }
 
+/// The mixtures of experts: routing per token inside a batch (each token its own experts, the
+/// experts' rows gathered per batch) gives decoding's logits to the bit. With logits.rs's KL
+/// bound against llama.cpp on the batch path, this holds the decode path to llama.cpp too: what
+/// the greedy token comparisons on these synthetic files could not do (they agree even with a
+/// weight normalised wrongly: a planted x1.05 on the weights' sum passed them all).
+#[test]
+fn batches_give_the_token_by_token_logits_moe() {
+    for model in [
+        "synthetic-qwen3moe",
+        "synthetic-qwen2moe",
+        "synthetic-bailingmoe2",
+    ] {
+        check(model, &KernelSet::scalar(), 24, &[5, 32], true);
+        let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
+        check(model, &native, 24, &[7], true);
+    }
+}
+
 /// Qwen3.5's recurrent layers: a prompt in chunks reaches the state token-by-token decoding
 /// reaches (the convolution and the delta rule run token by token in both; only the matrices
 /// are batched), to the bit, and so gives the same logits at every position.

@@ -133,20 +133,10 @@ fn synthetic_llama() {
     check_greedy("synthetic-llama");
 }
 
-#[test]
-fn synthetic_qwen3moe() {
-    check_greedy("synthetic-qwen3moe");
-}
-
-#[test]
-fn synthetic_qwen2moe() {
-    check_greedy("synthetic-qwen2moe");
-}
-
-#[test]
-fn synthetic_bailingmoe2() {
-    check_greedy("synthetic-bailingmoe2");
-}
+// No greedy test on the synthetic mixtures of experts: their tokens agree with llama.cpp's even
+// with a routing bug (a planted x1.05 on the weights' sum passed all three), so they are held by
+// checks that fail: logits.rs's KL bound against llama.cpp (1e-4; the plant fails
+// synthetic_qwen3moe) and batch_exact.rs's decode path equal to the batch path, bit for bit.
 
 #[test]
 fn synthetic_qwen35() {
