@@ -9,11 +9,11 @@
 #      and armv7 (the start of it) for PROMPT_SCALAR;
 #   2. each machine's own fastest kernels (AVX2 on x86, NEON on a53, NEON+dotprod on a76) write
 #      the same text for PROMPT_NATIVE.
-# Also printed, not asserted: the native kernels on PROMPT_SCALAR. Gemma 3 270M's activation
-# outliers make its greedy choice sensitive to the last bits of a dot product, so SIMD faces
-# that sum in another order than the scalar one may pick another token after a few words
-# (core/src/kernels/exactness.rs states the bound they are tested to); the line says where
-# they part.
+# Not compared: the native kernels on PROMPT_SCALAR (a printout until #36). Gemma 3 270M's
+# activation outliers make its greedy choice sensitive to the last bits of a dot product, so
+# SIMD faces that sum in another order (sdot on a76) part from x86's after a few words on that
+# prompt, at a near tie; PROMPT_NATIVE is one where they must not, and is asserted above
+# (core/src/kernels/exactness.rs states the bound the faces are tested to).
 # Needs: tools/cross/build.sh aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf, and
 # the x86 build (cargo build --release -p smolrun).
 set -euo pipefail
@@ -93,21 +93,6 @@ for who in a53 a76; do
     if [ "$got" != "$want" ]; then
         echo "FAILED: $who native text differs from x86-64 native"
         failed=1
-    fi
-done
-
-echo "== native kernels on the scalar prompt (reported, not asserted)"
-want=$(generate "x86-64 native" native "$PROMPT_SCALAR" $n "$x86")
-for who in a53 a76; do
-    declare -n cmd=$who
-    got=$(generate "$who native" native "$PROMPT_SCALAR" $n "${cmd[@]}")
-    if [ "$got" = "$want" ]; then
-        echo "   $who native = x86-64 native"
-    else
-        # The first character where they part.
-        i=0
-        while [ "${got:i:1}" = "${want:i:1}" ]; do i=$((i + 1)); done
-        echo "   $who native differs from x86-64 native from character $i on: '${want:i:24}' vs '${got:i:24}'"
     fi
 done
 
