@@ -198,6 +198,17 @@ fn ling_shaped_expert_usage() {
             "{path}: {tokens} tokens at most, {:.1} s",
             started.elapsed().as_secs_f64()
         );
+        // Every MoE layer routes every token to the same number of experts: equal totals.
+        assert!(!usage.is_empty(), "{path}: no MoE layer reported its usage");
+        let total: u64 = usage[0].iter().sum();
+        assert!(total > 0, "{path}: no expert chosen");
+        for (layer, u) in usage.iter().enumerate() {
+            assert_eq!(
+                u.iter().sum::<u64>(),
+                total,
+                "{path}: MoE layer {layer} chose another number of experts than layer 0"
+            );
+        }
         let mut shares = Vec::new();
         for (layer, u) in usage.iter().enumerate() {
             let used = u.iter().filter(|&&c| c > 0).count();

@@ -155,9 +155,28 @@ fn a_big_experts_last_file_runs_from_its_prefix_and_the_pager() {
         let l = m
             .forward(&mut st, &store, &SingleThread, token, pos)
             .unwrap();
+        assert!(
+            l.iter().all(|v| v.is_finite()),
+            "non-finite logits at {pos}"
+        );
         token = (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap() as u32;
     }
     let s = store.moe_stats().unwrap();
+    // Only the prefix is mapped; every chosen expert was looked up, a miss read its bytes.
+    assert!(offset < file_len, "the mapped prefix is the whole file");
+    assert!(
+        s.lookups >= n as u64,
+        "{} lookups for {n} tokens",
+        s.lookups
+    );
+    assert!(s.misses <= s.lookups);
+    assert_eq!(
+        s.misses > 0,
+        s.missed_bytes > 0,
+        "misses {} but {} bytes read",
+        s.misses,
+        s.missed_bytes
+    );
     println!(
         "{}: {:.0} of {:.0} MiB mapped, pools {:.0} MiB ({slots} slots a layer): {n} tokens in \
          {:.1} s, {} of {} chosen experts missed ({:.0} MiB read)",
