@@ -1,8 +1,8 @@
 //! `smolrun gguf requant` on the synthetic Qwen3 (rows of 256 and 512, tensors in F16, Q8_0,
 //! Q4_0 and Q4_1): the requantized models load and run, the tensors llama-quantize leaves alone
 //! are copied byte for byte, --tensors picks tensors, and bad input is refused with a clear
-//! error and no file left behind. The Q2_K requant of the synthetic model holds llama-quantize's
-//! tensor bytes (a committed sha256). By hand (`--ignored`, it needs the oracle's llama-quantize,
+//! error and no file left behind. Qwen2.5-Coder-0.5B's Q8_0 and Q4_K requants and the synthetic
+//! model's Q2_K one hold llama-quantize's tensor bytes (committed sha256s). By hand (`--ignored`, it needs the oracle's llama-quantize,
 //! $SMOLRUN_ORACLE): Qwen2.5-Coder-0.5B's Q8_0, Q4_K, Q2_K (and with SMOLRUN_REQUANT_LOWBIT=1
 //! Q1_0, Q2_0, TQ1_0, TQ2_0) requants compared with llama-quantize's block by block, and the
 //! metadata.
@@ -312,7 +312,7 @@ fn a_failed_write_leaves_no_partial_file() {
 // Against llama-quantize.
 // ---------------------------------------------------------------------------------------------
 
-/// llama-quantize of the reference build, or None (the test is skipped, and says so).
+/// llama-quantize of the reference build, or None.
 fn llama_quantize() -> Option<PathBuf> {
     let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
     let oracle = std::env::var_os("SMOLRUN_ORACLE")
@@ -377,6 +377,53 @@ fn compare(ours: &Gguf, theirs: &Gguf) -> Vec<(GgmlType, Tally)> {
         tally.differ += differ;
     }
     tallies
+}
+
+/// Qwen2.5-Coder-0.5B requantized to Q8_0 and Q4_K holds the tensor bytes llama-quantize
+/// b11434 writes with --pure (their sha256 in tests/golden/qwen2.5-coder-0.5b/requant.json,
+/// written by tools/oracle/requant-golden.sh): every block of every tensor, from committed
+/// goldens, so CI needs no llama.cpp build. (Q2_K and the low-bit types: golden_files.rs's
+/// lowbit_model_files_hold_the_goldens_tensor_bytes, on the files tools/fetch-models.sh makes.)
+#[test]
+fn qwen_05b_requants_hold_llama_quantize_tensor_bytes() {
+    let model = smolrun_tests::model_path("qwen2.5-coder-0.5b");
+    let golden_path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/golden/qwen2.5-coder-0.5b/requant.json");
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&golden_path).expect("requant.json"))
+            .unwrap();
+    let types = golden["types"].as_object().expect("types");
+    assert!(types.len() >= 2, "{}: no types", golden_path.display());
+    let dir = scratch("requant-vs-golden");
+    for (ty, want) in types {
+        let out = dir.0.join(format!("{ty}.gguf"));
+        ok(&requant(&model, ty, &[], &out));
+        let run = Command::new("python3")
+            .arg(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/oracle/tensor_data_sha256.py"),
+            )
+            .arg(&out)
+            .output()
+            .expect("python3");
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let printed = String::from_utf8_lossy(&run.stdout).to_string();
+        let (_, got) = printed.trim().split_once(' ').expect("offset and hash");
+        assert_eq!(
+            got,
+            want["tensor_data_sha256"]
+                .as_str()
+                .expect("tensor_data_sha256"),
+            "smolrun gguf requant --type {ty} of Qwen2.5-Coder-0.5B wrote other tensor bytes than \
+             llama-quantize --pure ({}); the by-hand test qwen_05b_requants_match_llama_quantize_\
+             block_for_block says which blocks",
+            golden_path.display()
+        );
+        std::fs::remove_file(&out).unwrap();
+    }
 }
 
 /// By hand: it runs llama-quantize itself, which CI does not build. What CI checks instead,
