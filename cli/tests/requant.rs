@@ -32,24 +32,6 @@ fn requant(input: &Path, ty: &str, extra: &[&str], out: &Path) -> Output {
         .expect("run smolrun")
 }
 
-/// sha256 of a GGUF file's tensor data (from its own data offset: headers may differ), as
-/// tools/oracle/tensor_data_sha256.py computes it for the goldens.
-fn tensor_data_sha256(path: &Path) -> String {
-    let run = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/oracle/tensor_data_sha256.py"))
-        .arg(path)
-        .output()
-        .expect("python3");
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let printed = String::from_utf8_lossy(&run.stdout);
-    let (_, sha) = printed.trim().split_once(' ').expect("offset and hash");
-    sha.to_string()
-}
-
 fn ok(run: &Output) -> String {
     let err = String::from_utf8_lossy(&run.stderr).into_owned();
     assert!(run.status.success(), "{err}");
@@ -186,7 +168,7 @@ fn synthetic_q2_k_holds_llama_quantize_bytes_and_runs() {
     let want = want["tensor_data_sha256"]
         .as_str()
         .expect("tensor_data_sha256");
-    let got = tensor_data_sha256(&out.1);
+    let got = smolrun_tests::golden::tensor_data_sha256(&out.1).1;
     assert_eq!(
         got, want,
         "smolrun gguf requant --type Q2_K of synthetic-qwen3 wrote other tensor bytes than \
@@ -405,7 +387,7 @@ fn qwen_05b_requants_hold_llama_quantize_tensor_bytes() {
     for (ty, want) in types {
         let out = dir.0.join(format!("{ty}.gguf"));
         ok(&requant(&model, ty, &[], &out));
-        let got = tensor_data_sha256(&out);
+        let got = smolrun_tests::golden::tensor_data_sha256(&out).1;
         assert_eq!(
             got,
             want["tensor_data_sha256"]

@@ -125,6 +125,26 @@ pub fn synthetic_model(model: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// sha256 of a GGUF file's tensor data, from the file's own data offset (headers written by
+/// two tools may differ), as tools/oracle/tensor_data_sha256.py computes it for the goldens'
+/// `tensor_data_sha256`: (that offset, the hex digest). Panics with python3's message.
+pub fn tensor_data_sha256(path: &Path) -> (u64, String) {
+    let out = Command::new("python3")
+        .arg(repo_root().join("tools/oracle/tensor_data_sha256.py"))
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 tools/oracle/tensor_data_sha256.py: {e}"));
+    assert!(
+        out.status.success(),
+        "tools/oracle/tensor_data_sha256.py {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let (offset, sha) = printed.trim().split_once(' ').expect("offset and hash");
+    (offset.parse().expect("an offset"), sha.to_string())
+}
+
 /// sha256 of a file, by python3's hashlib (which writing a synthetic model needs anyway).
 fn file_sha256(path: &Path) -> Result<String, String> {
     let out = Command::new("python3")

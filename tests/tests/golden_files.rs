@@ -357,18 +357,7 @@ fn lowbit_model_files_hold_the_goldens_tensor_bytes() {
             .unwrap();
         let path = smolrun_tests::model_path(model);
         // from the file's own data offset: its header may differ from llama-quantize's
-        let out = Command::new("python3")
-            .arg(repo_root().join("tools/oracle/tensor_data_sha256.py"))
-            .arg(&path)
-            .output()
-            .expect("python3");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let printed = String::from_utf8_lossy(&out.stdout).to_string();
-        let (offset, got) = printed.trim().split_once(' ').expect("offset and hash");
+        let (offset, got) = golden::tensor_data_sha256(&path);
         assert_eq!(
             got,
             want,
