@@ -39,11 +39,11 @@ pub const DIRECT_IO_ALIGNMENT: usize = 4096;
 /// A named part of the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Part {
-    /// Zones of the streaming store's fixed-size buffer, filled by direct reads (empty while
-    /// the platform allocates them itself).
+    /// Zones of the streaming store's ring and its direct-read scratch, filled by direct
+    /// reads (the store's own arena: `StreamStore::zone_plan`; empty in a run's state).
     StreamZones,
-    /// Slots of the expert pools, filled by direct reads (empty while the platform allocates
-    /// them itself).
+    /// Slots of the expert pools, filled by direct reads (the pool's own arena:
+    /// `pager::slot_plan`; empty in a run's state).
     ExpertSlots,
     /// One entry per layer saying where its state is (the table of `LayerState`s).
     LayerTable,

@@ -237,6 +237,8 @@ pub struct Engine {
     flash: Option<FlashProbe>,
     /// The expert pager, when a mixture of experts is paged.
     pager: Option<PagerHandle>,
+    /// The arena of the store's read targets (stream zones, expert slots), when it has one.
+    store_arena: Option<smolrun_core::arena::ArenaUsage>,
     pub path: PathBuf,
     pub model: Model,
     pub tokenizer: Tokenizer,
@@ -357,6 +359,7 @@ impl Engine {
                 store,
                 flash,
                 pager,
+                store_arena,
             },
             par,
         ) = rest?;
@@ -372,6 +375,7 @@ impl Engine {
             file,
             flash,
             pager,
+            store_arena,
             path,
             model,
             tokenizer,
@@ -483,6 +487,12 @@ impl Engine {
     /// The run state's arena: its plan and what it handed out, part by part.
     pub fn arena(&self) -> &smolrun_core::arena::ArenaUsage {
         self.state.arena()
+    }
+
+    /// The arena of the weight store's read targets (the stream zones, the expert slots): its
+    /// plan and what it handed out. `None` for the mapped and pread stores.
+    pub fn store_arena(&self) -> Option<&smolrun_core::arena::ArenaUsage> {
+        self.store_arena.as_ref()
     }
 
     pub fn n_vocab(&self) -> usize {

@@ -8,6 +8,7 @@ use crate::moe::PagerHandle;
 use crate::options::{EngineOptions, Event, Events, KernelChoice};
 use crate::repack_cache::{self, Log};
 use crate::EngineError;
+use smolrun_core::arena::{ArenaPlan, ArenaUsage, Region};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{
@@ -38,6 +39,9 @@ pub struct LoadedWeights<'g> {
     pub flash: Option<FlashProbe>,
     /// The expert pager, when a mixture of experts is paged.
     pub pager: Option<PagerHandle>,
+    /// The arena of the store's read targets (the stream zones, the expert slots): its plan
+    /// and what it handed out. `None` for the mapped and pread stores, which have none.
+    pub store_arena: Option<ArenaUsage>,
 }
 
 /// This CPU's fastest kernel set, or the scalar reference (what the golden comparisons against
@@ -106,6 +110,15 @@ pub(crate) fn load_error(path: &Path, e: impl std::fmt::Display) -> EngineError 
     EngineError::bad_file(path, format!("{}: {e}", path.display()))
 }
 
+/// What starting the streaming store gives: the model loaded through it, the store, the
+/// flash it reads, and its zones' arena.
+type Streaming<'g> = (
+    Model,
+    Box<dyn WeightStore + Send + 'g>,
+    FlashProbe,
+    Option<ArenaUsage>,
+);
+
 /// Builds the streaming store: the model's setup through it, its plan for `config`, the
 /// resident set read, the flash probed (unless given), the reader threads started.
 fn start_streaming<'g>(
@@ -114,7 +127,7 @@ fn start_streaming<'g>(
     kernels: &KernelSet,
     config: StreamConfig,
     log: &Log,
-) -> Result<(Model, Box<dyn WeightStore + Send + 'g>, FlashProbe), EngineError> {
+) -> Result<Streaming<'g>, EngineError> {
     let at = |e: &dyn std::fmt::Display| load_error(path, e);
     // A reader of its own: the reader threads outlive any borrow of the opened file.
     let reader = FileReader::open(path).map_err(|e| io_error(path, &e))?;
@@ -160,9 +173,16 @@ fn start_streaming<'g>(
                 .map_err(|e| io_error(path, &e))?
         }
     };
-    store
-        .plan(&plan, &model.expert_keys(), config.verify)
+    // The ring's zones and the direct-read scratch, carved from a region the platform gives
+    // for exactly their plan, as the run's state is.
+    let zones = store
+        .zone_plan(&plan, &model.expert_keys())
         .map_err(|e| at(&e))?;
+    let region = store_region(path, &zones, "stream zones")?;
+    store
+        .plan(&plan, &model.expert_keys(), config.verify, region)
+        .map_err(|e| at(&e))?;
+    let zone_usage = store.zone_usage();
     let stream = StreamingStore::start(store, config.readers).map_err(|e| {
         EngineError::system(format!(
             "{}: cannot start the reader threads: {e}",
@@ -182,7 +202,23 @@ fn start_streaming<'g>(
         mb_s: flash_mb_s,
         load_bytes: plan.resident_bytes + probe_bytes + gguf.data_offset,
     };
-    Ok((model, Box::new(stream), flash))
+    Ok((model, Box::new(stream), flash, zone_usage))
+}
+
+/// A region of exactly `plan`'s size for a store's buffers that direct reads land in (`what`:
+/// the stream zones, the expert slots), from the platform as a run's state region is.
+pub(crate) fn store_region(
+    path: &Path,
+    plan: &ArenaPlan,
+    what: &str,
+) -> Result<Region, EngineError> {
+    crate::platform::state_region(plan).map_err(|e| {
+        EngineError::system(format!(
+            "{}: cannot get {} bytes for the {what}: {e}",
+            path.display(),
+            plan.total()
+        ))
+    })
 }
 
 /// The model, the state for `n_ctx` tokens and the weight store (with the repacked weights) of
@@ -206,6 +242,7 @@ pub fn load_weights<'g>(
     let t = Instant::now();
     let mut pager = None;
     let mut flash = None;
+    let mut store_arena = None;
     let (mut model, store): (Model, Box<dyn WeightStore + Send + 'g>) = match file {
         ModelFile::Paged {
             mapped,
@@ -229,6 +266,7 @@ pub fn load_weights<'g>(
             let (store, handle) =
                 crate::moe::start(path, gguf, &model, store, settings, events, options.verbose)?;
             phase("model setup (expert pager)", t);
+            store_arena = Some(handle.pool.slot_usage());
             pager = Some(handle);
             (model, store)
         }
@@ -253,9 +291,11 @@ pub fn load_weights<'g>(
             stream: Some(config),
             ..
         } => {
-            let (model, store, probe) = start_streaming(path, gguf, &kernels, *config, &log)?;
+            let (model, store, probe, zones) =
+                start_streaming(path, gguf, &kernels, *config, &log)?;
             phase("model setup (streaming store)", t);
             flash = Some(probe);
+            store_arena = zones;
             (model, store)
         }
         ModelFile::Unmapped { reader, .. } => {
@@ -288,6 +328,7 @@ pub fn load_weights<'g>(
         store,
         flash,
         pager,
+        store_arena,
     })
 }
 

@@ -9,7 +9,7 @@ use crate::options::{EngineOptions, Events, MoePolicy, MoePool, WeightsMode};
 use crate::EngineError;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::expert_cache::Eviction;
-use smolrun_core::model::pager::{ExpertPool, MoeStats, PagedStore, PagerConfig};
+use smolrun_core::model::pager::{slot_plan, ExpertPool, MoeStats, PagedStore, PagerConfig};
 use smolrun_core::model::tensor_use::head_is_embedding;
 use smolrun_core::model::{
     FfnShape, HParams, Model, MoeOptions, ResidentStore, TensorUse, WeightStore,
@@ -254,13 +254,18 @@ pub fn start<'g>(
         eviction: settings.eviction,
     };
     let groups = model.expert_groups();
+    let reader = open()?;
+    // The slots, carved from a region the platform gives for exactly their plan.
+    let slots = slot_plan(&reader, gguf, &groups, config).map_err(|e| at(&e))?;
+    let region = crate::load::store_region(path, &slots, "expert slots")?;
     let pool = ExpertPool::new(
-        open()?,
+        reader,
         gguf,
         &groups,
         config,
         CondSignal::default(),
         CondSignal::default(),
+        region,
     )
     .map_err(|e| at(&e))?;
     let pool = Arc::new(pool);

@@ -200,8 +200,13 @@ pub fn streaming_store<R: ReadAt + Send + Sync + 'static>(
             .max();
         plan.zone_bytes = zone.max(largest.unwrap_or(0));
     }
+    // The zones in a mapping of exactly their plan, as the engine carves them.
+    let zones = store
+        .zone_plan(&plan, &m.expert_keys())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let region = smolrun_linux::anonymous_region_for(&zones).expect("a region for the zones");
     store
-        .plan(&plan, &m.expert_keys(), setup.verify)
+        .plan(&plan, &m.expert_keys(), setup.verify, region)
         .unwrap_or_else(|e| panic!("{e}"));
     let store = StreamingStore::start(store, setup.readers).expect("reader threads");
     (m, store, plan)
@@ -381,13 +386,18 @@ pub fn paged_store<'a, R: ReadAt + Send + Sync + 'static>(
         slots_per_layer: slots,
         eviction: Eviction::DEFAULT,
     };
+    let groups = m.expert_groups();
+    // The slots in a mapping of exactly their plan, as the engine carves them.
+    let slots = smolrun_core::model::pager::slot_plan(&reader, g, &groups, config)?;
+    let region = smolrun_linux::anonymous_region_for(&slots).expect("a region for the slots");
     let pool = ExpertPool::new(
         reader,
         g,
-        &m.expert_groups(),
+        &groups,
         config,
         CondSignal::default(),
         CondSignal::default(),
+        region,
     )?;
     let pool = Arc::new(pool);
     let threads: Option<Box<dyn Send + Sync>> = match readers {

@@ -4,16 +4,23 @@
 //! the memory guard's plan (`MemoryPlan`) counts the same parts; a state in an anonymous
 //! mapping gives the same logits as one on the heap, through the resident and the pread
 //! store; a region too small or misaligned is refused with the plan before anything is written.
+//! The weight stores' read targets are carved the same way: the streaming store's zones and
+//! direct-read scratch, and the expert pools' slots, each from a region of exactly their plan,
+//! whose high-water mark is the plan's total; the stream and paged stores with their buffers
+//! in mappings give the resident store's logits.
 
 use smolrun_core::arena::{ArenaError, Part, Region};
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
+use smolrun_core::model::expert_cache::Eviction;
+use smolrun_core::model::pager::{slot_plan, ExpertPool, PagerConfig};
+use smolrun_core::model::stream::{StreamBudget, StreamPlan, StreamStore};
 use smolrun_core::model::{
     HParams, MemoryPlan, Model, ModelError, ResidentStore, State, StateOptions, WeightStore,
 };
 use smolrun_core::platform::SingleThread;
-use smolrun_linux::{anonymous_region_for, MappedFile};
-use smolrun_tests::{model_path, pread_store};
+use smolrun_linux::{anonymous_region_for, CondSignal, FileReader, MappedFile};
+use smolrun_tests::{model_path, paged_store, pread_store, streaming_store, StreamSetup};
 use std::ptr::NonNull;
 
 /// One model of each family smolrun runs (llama, qwen2, qwen3, qwen3moe, qwen2moe,
@@ -154,6 +161,168 @@ fn a_state_in_a_mapping_runs_as_one_on_the_heap() {
                 run(&model, &mut mapped, store, &prompt),
                 want,
                 "{name}, {what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_stream_zones_are_carved_exactly_by_their_plan() {
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    for name in ["synthetic-qwen3", "synthetic-qwen3moe", "synthetic-qwen35"] {
+        let path = model_path(name);
+        let file = MappedFile::open(&path).unwrap();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        // Nothing resident, then half the weights: the rest streams through the ring; the
+        // experts are read into the direct scratch.
+        for resident_half in [0u64, 1] {
+            let reader = FileReader::open(&path).unwrap();
+            let mut store =
+                StreamStore::new(reader, &gguf, CondSignal::default(), CondSignal::default())
+                    .unwrap();
+            let model = Model::load_from(&gguf, &store, &kernels).unwrap();
+            let plan_for = |budget| {
+                StreamPlan::new(
+                    store.table(),
+                    &model.weight_order(),
+                    StreamBudget::Resident(budget),
+                    store.alignment(),
+                )
+                .unwrap()
+            };
+            let budget = plan_for(0).streamed_bytes / 2 * resident_half;
+            let plan = plan_for(budget);
+            let keys = model.expert_keys();
+            let zones = store.zone_plan(&plan, &keys).unwrap();
+            let what = format!("{name}, resident budget {budget}");
+            assert!(plan.zone_bytes > 0, "{what}: nothing streamed");
+            assert_eq!(zones.total(), zones.bytes(Part::StreamZones), "{what}");
+            assert!(zones.bytes(Part::StreamZones) >= plan.zone_bytes, "{what}");
+            // A region one direct-read block short is refused before the store takes it.
+            let short = zones.total_usize().unwrap() - zones.align(Part::StreamZones);
+            let err = store
+                .plan(&plan, &keys, false, Region::heap(short).unwrap())
+                .unwrap_err();
+            assert!(
+                matches!(err, ModelError::Arena(ArenaError::RegionTooSmall { .. })),
+                "{what}: {err}"
+            );
+            store
+                .plan(&plan, &keys, false, anonymous_region_for(&zones).unwrap())
+                .unwrap();
+            let usage = store.zone_usage().expect("planned");
+            assert_eq!(usage.region, "anonymous mmap", "{what}");
+            assert_eq!(usage.plan, zones, "{what}");
+            assert_eq!(usage.high_water() as u64, zones.total(), "{what}");
+            assert_eq!(
+                usage.used(Part::StreamZones) as u64,
+                zones.bytes(Part::StreamZones),
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_expert_slots_are_carved_exactly_by_their_plan() {
+    for name in [
+        "synthetic-qwen3moe",
+        "synthetic-qwen2moe",
+        "synthetic-bailingmoe2",
+    ] {
+        let path = model_path(name);
+        let file = MappedFile::open(&path).unwrap();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        let model = Model::load(&gguf).unwrap();
+        let groups = model.expert_groups();
+        let n_used = groups.iter().map(|g| g.n_used).max().unwrap();
+        let n_expert = groups.iter().map(|g| g.n_expert).max().unwrap();
+        for slots in [n_used, n_used + 1, n_expert, 2 * n_expert] {
+            let what = format!("{name}, {slots} slots per layer");
+            let config = PagerConfig {
+                slots_per_layer: slots,
+                eviction: Eviction::DEFAULT,
+            };
+            let reader = FileReader::open(&path).unwrap();
+            let plan = slot_plan(&reader, &gguf, &groups, config).unwrap();
+            assert_eq!(plan.total(), plan.bytes(Part::ExpertSlots), "{what}");
+            let pool = ExpertPool::new(
+                reader,
+                &gguf,
+                &groups,
+                config,
+                CondSignal::default(),
+                CondSignal::default(),
+                anonymous_region_for(&plan).unwrap(),
+            )
+            .unwrap();
+            let usage = pool.slot_usage();
+            assert_eq!(usage.plan, plan, "{what}");
+            assert_eq!(usage.high_water() as u64, plan.total(), "{what}");
+            // Every slot's bytes are the pools' (each layer's buffer a multiple of the
+            // alignment already: the plan rounds nothing up).
+            assert_eq!(pool.pool_bytes(), plan.total(), "{what}");
+        }
+        // A region smaller than the plan is refused before the pool is built.
+        let config = PagerConfig {
+            slots_per_layer: n_used,
+            eviction: Eviction::DEFAULT,
+        };
+        let reader = FileReader::open(&path).unwrap();
+        let plan = slot_plan(&reader, &gguf, &groups, config).unwrap();
+        let short = Region::heap(plan.total_usize().unwrap() - 64).unwrap();
+        let err = ExpertPool::new(
+            reader,
+            &gguf,
+            &groups,
+            config,
+            CondSignal::default(),
+            CondSignal::default(),
+            short,
+        )
+        .err()
+        .expect("refused");
+        assert!(
+            matches!(err, ModelError::Arena(ArenaError::RegionTooSmall { .. })),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+fn the_stream_and_paged_stores_with_their_buffers_in_mappings_run_as_resident() {
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    for name in ["synthetic-qwen3", "synthetic-qwen3moe", "synthetic-qwen35"] {
+        let path = model_path(name);
+        let file = MappedFile::open(&path).unwrap();
+        let gguf = Gguf::parse(file.bytes()).unwrap();
+        let model = Model::load_from(&gguf, &ResidentStore::new(&gguf), &kernels).unwrap();
+        let prompt = [1u32, 5, 9, 33, 2, 7];
+        let mut state = State::new(&model, 64).unwrap();
+        let want = run(&model, &mut state, &ResidentStore::new(&gguf), &prompt);
+        let reader = FileReader::open(&path).unwrap();
+        let setup = StreamSetup {
+            budget: StreamBudget::Resident(0),
+            zone: None,
+            readers: 2,
+            verify: false,
+        };
+        let (ms, stream, _) = streaming_store(reader, &gguf, &kernels, setup);
+        let mut state = State::new(&ms, 64).unwrap();
+        assert_eq!(
+            run(&ms, &mut state, &stream, &prompt),
+            want,
+            "{name}, stream"
+        );
+        if !model.expert_groups().is_empty() {
+            let reader = FileReader::open(&path).unwrap();
+            let n_used = model.expert_groups()[0].n_used;
+            let paged = paged_store(&gguf, &model, reader, n_used + 1, 2).unwrap();
+            let mut state = State::new(&model, 64).unwrap();
+            assert_eq!(
+                run(&model, &mut state, &paged, &prompt),
+                want,
+                "{name}, paged"
             );
         }
     }

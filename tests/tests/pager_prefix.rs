@@ -5,13 +5,14 @@
 //!
 //! Run in release mode: `cargo test --release -p smolrun-tests --test pager_prefix`.
 
+use smolrun_core::arena::Region;
 use smolrun_core::gguf::EXPERT_DATA_OFFSET_KEY;
 use smolrun_core::gguf::{
     expert_data_offset, is_expert_tensor, Gguf, GgufWriter, MetaValue, TensorInfo,
 };
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::expert_cache::Eviction;
-use smolrun_core::model::pager::{ExpertPool, PagedStore, PagerConfig};
+use smolrun_core::model::pager::{slot_plan, ExpertPool, PagedStore, PagerConfig};
 use smolrun_core::model::{Model, ResidentStore};
 use smolrun_linux::{start_expert_readers, CondSignal, FileReader, MappedFile};
 use smolrun_tests::*;
@@ -75,6 +76,8 @@ fn paged_over_the_prefix_equals_resident_to_the_bit() {
             eviction: Eviction::DEFAULT,
         };
         let reader = FileReader::open(&last).unwrap();
+        let slots = slot_plan(&reader, &h, &groups, config).unwrap();
+        let region = Region::heap(slots.total_usize().unwrap()).unwrap();
         let pool = Arc::new(
             ExpertPool::new(
                 reader,
@@ -83,6 +86,7 @@ fn paged_over_the_prefix_equals_resident_to_the_bit() {
                 config,
                 CondSignal::default(),
                 CondSignal::default(),
+                region,
             )
             .unwrap(),
         );
@@ -134,14 +138,18 @@ fn a_big_experts_last_file_runs_from_its_prefix_and_the_pager() {
         eviction: Eviction::DEFAULT,
     };
     let reader = FileReader::open(path).unwrap();
+    let groups = m.expert_groups();
+    let slots = slot_plan(&reader, &h, &groups, config).unwrap();
+    let region = Region::heap(slots.total_usize().unwrap()).unwrap();
     let pool = Arc::new(
         ExpertPool::new(
             reader,
             &h,
-            &m.expert_groups(),
+            &groups,
             config,
             CondSignal::default(),
             CondSignal::default(),
+            region,
         )
         .unwrap(),
     );

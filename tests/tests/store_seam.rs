@@ -352,8 +352,12 @@ fn mtp_drafts_through_the_pread_and_stream_stores_are_the_resident_ones() {
         .map(|w| w.span.end - w.span.start)
         .max()
         .unwrap_or(0);
+    let zones = store
+        .zone_plan(&plan, &ms.expert_keys())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let region = smolrun_core::arena::Region::heap(zones.total_usize().unwrap()).unwrap();
     store
-        .plan(&plan, &ms.expert_keys(), true)
+        .plan(&plan, &ms.expert_keys(), true, region)
         .unwrap_or_else(|e| panic!("{e}"));
     let store = StreamingStore::start(store, 2).expect("reader threads");
     let (drafts, got) = mtp_drafts(&ms, &store, model);

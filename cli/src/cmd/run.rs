@@ -101,6 +101,9 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
     let mut sampler = engine.sampler(args.sampling.params())?;
     if args.verbose {
         eprintln!("{}", engine.arena());
+        if let Some(store) = engine.store_arena() {
+            eprintln!("the weights' read targets:\n{store}");
+        }
     }
 
     let prompt = engine.tokenize(&args.prompt, true, true);

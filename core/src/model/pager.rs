@@ -32,6 +32,7 @@ use super::store::{
     StoreError, StoreErrorKind, TensorId, TensorTable, Weight, WeightKey, WeightStore,
 };
 use super::stream::{aligned_span, largest_span, AlignedBytes};
+use crate::arena::{ArenaPlan, ArenaUsage, Part, Region};
 use crate::gguf::Gguf;
 use crate::platform::{IoError, ReadAt, Signal};
 use alloc::collections::VecDeque;
@@ -185,6 +186,9 @@ pub struct ExpertPool<R: ReadAt, G: Signal> {
     table: TensorTable,
     align: usize,
     pools: Vec<LayerPool>,
+    /// The memory every pool's slots are carved from, and what its arena planned and used.
+    _region: Region,
+    usage: ArenaUsage,
     /// The most slots a layer's pool has (the configured size, capped by its experts).
     slots_per_layer: usize,
     /// Tensor id -> (pool, slice) for the expert tensors.
@@ -209,7 +213,7 @@ pub struct ExpertPool<R: ReadAt, G: Signal> {
 // (a slot is never evicted while Loading) and read only through guards of Ready slots, which
 // pin it against eviction; the slot tables and the job queues are behind spin mutexes.
 unsafe impl<R: ReadAt + Sync, G: Signal> Sync for ExpertPool<R, G> {}
-// SAFETY: as above; the memory is a plain allocation owned by the pool.
+// SAFETY: as above; the slots are in a region owned by the pool.
 unsafe impl<R: ReadAt + Send, G: Signal> Send for ExpertPool<R, G> {}
 
 /// Whether a load is for a token waiting on it or for a prediction.
@@ -223,8 +227,9 @@ enum Want {
 
 impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
     /// Pools for `groups` (from `Model::expert_groups`) over `reader`, the file `gguf` was
-    /// parsed from. Refuses a pool smaller than a token's experts, and an expert tensor the
-    /// header does not describe as one.
+    /// parsed from, their slots carved from `region` (of at least [`slot_plan`]'s
+    /// total; the pool keeps it). Refuses a pool smaller than a token's experts, and an expert
+    /// tensor the header does not describe as one.
     pub fn new(
         reader: R,
         gguf: &Gguf,
@@ -232,6 +237,7 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
         config: PagerConfig,
         data_ready: G,
         work_ready: G,
+        mut region: Region,
     ) -> Result<Self, ModelError> {
         if reader.len() != gguf.file_len() {
             return Err(store_error(
@@ -245,64 +251,29 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
         }
         let table = TensorTable::new(gguf);
         let align = reader.direct_alignment().max(64);
+        let layouts = pool_layouts(&table, gguf, groups, config, align)?;
+        let mut plan = slot_arena_plan(align)?;
+        for layout in &layouts {
+            plan.add_bytes(Part::ExpertSlots, layout.bytes as u64);
+        }
+        let (kind, region_bytes) = (region.kind(), region.len());
+        let mut arena = region.arena(&plan).map_err(ModelError::Arena)?;
         let mut by_tensor = alloc::vec![None; gguf.tensors.len()];
         let mut pools = Vec::with_capacity(groups.len());
         let mut total_slots = 0usize;
-        for (p, g) in groups.iter().enumerate() {
-            let slots = config.slots_per_layer.min(g.n_expert);
-            let name = |i: usize| {
-                gguf.tensors
-                    .get(g.tensors[i])
-                    .map_or_else(|| format!("#{}", g.tensors[i]), |t| t.name.into())
-            };
-            if slots < g.n_used || slots == 0 {
-                return Err(store_error(
-                    &name(0),
-                    format!(
-                        "a pool of {slots} experts cannot hold the {} a token of layer {} uses: \
-                         give --moe-pool {} or more",
-                        g.n_used,
-                        g.layer,
-                        g.n_used.max(1)
-                    ),
-                ));
-            }
-            let mut part_at = [0usize; 3];
-            let mut at = 0usize;
+        for (p, (g, layout)) in groups.iter().zip(&layouts).enumerate() {
             for (i, &id) in g.tensors.iter().enumerate() {
-                // Every expert of the tensor has the same size, each starts elsewhere in an
-                // alignment block.
-                let one = table
-                    .extent(WeightKey::expert(id, 0))
-                    .map_err(|e| store_error(&name(i), format!("{e}")))?;
-                let last = table
-                    .extent(WeightKey::expert(id, (g.n_expert - 1) as u16))
-                    .map_err(|e| store_error(&name(i), format!("{e}")))?;
-                let n_expert_found = (last.end - one.start) / (one.end - one.start).max(1);
-                if n_expert_found != g.n_expert as u64 {
-                    return Err(store_error(
-                        &name(i),
-                        format!(
-                            "the layer has {} experts, the tensor {n_expert_found}",
-                            g.n_expert
-                        ),
-                    ));
-                }
-                part_at[i] = at;
-                let room = largest_span(one.end - one.start, align as u64);
-                at = to_usize(at as u64 + room, &name(i))?;
                 by_tensor[id] = Some((p as u32, i as u8));
             }
-            let slot_bytes = at;
-            let bytes = slot_bytes
-                .checked_mul(slots)
-                .ok_or_else(|| store_error(&name(0), "the pool is larger than memory".into()))?;
-            let memory = AlignedBytes::zeroed(bytes, align, "expert pool")?;
+            // SAFETY: the region is kept in the pool (`_region`), beside the pools, for their life.
+            let memory =
+                unsafe { AlignedBytes::in_arena(&mut arena, Part::ExpertSlots, layout.bytes)? };
+            let slots = layout.slots;
             total_slots += slots;
             pools.push(LayerPool {
                 group: *g,
-                part_at,
-                slot_bytes,
+                part_at: layout.part_at,
+                slot_bytes: layout.slot_bytes,
                 memory,
                 table: spin::Mutex::new(SlotTable {
                     cache: ExpertCache::new(g.n_expert, slots, config.eviction),
@@ -313,6 +284,7 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
                 }),
             });
         }
+        let usage = arena.usage(kind, region_bytes);
         // A slot has at most one load in flight: three jobs.
         let jobs = Jobs {
             demand: VecDeque::with_capacity(3 * total_slots),
@@ -322,6 +294,8 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             reader,
             table,
             align,
+            _region: region,
+            usage,
             slots_per_layer: groups
                 .iter()
                 .map(|g| config.slots_per_layer.min(g.n_expert))
@@ -342,6 +316,11 @@ impl<R: ReadAt, G: Signal> ExpertPool<R, G> {
             predicted: AtomicU64::new(0),
             predicted_right: AtomicU64::new(0),
         })
+    }
+
+    /// What the slots' arena planned and handed out.
+    pub fn slot_usage(&self) -> ArenaUsage {
+        self.usage
     }
 
     /// Bytes of all the pools.
@@ -806,6 +785,113 @@ fn store_error(tensor: &str, reason: String) -> ModelError {
         tensor: tensor.into(),
         reason,
     }
+}
+
+/// The arena's plan for the pools of `groups` over `reader` (the file `gguf` was parsed
+/// from): one buffer of slots per layer, aligned for the reader's direct reads. The region
+/// [`ExpertPool::new`] carves them from needs its total.
+pub fn slot_plan<R: ReadAt>(
+    reader: &R,
+    gguf: &Gguf,
+    groups: &[ExpertGroup],
+    config: PagerConfig,
+) -> Result<ArenaPlan, ModelError> {
+    let align = reader.direct_alignment().max(64);
+    let table = TensorTable::new(gguf);
+    let mut plan = slot_arena_plan(align)?;
+    for layout in pool_layouts(&table, gguf, groups, config, align)? {
+        plan.add_bytes(Part::ExpertSlots, layout.bytes as u64);
+    }
+    Ok(plan)
+}
+
+/// Where each slice of an expert sits in one slot of a layer's pool, and how big the pool is.
+struct PoolLayout {
+    part_at: [usize; 3],
+    slot_bytes: usize,
+    slots: usize,
+    /// `slot_bytes * slots`.
+    bytes: usize,
+}
+
+/// An arena plan with nothing in it yet, its read targets aligned to `align`.
+fn slot_arena_plan(align: usize) -> Result<ArenaPlan, ModelError> {
+    ArenaPlan::new()
+        .with_direct_alignment(align)
+        .ok_or_else(|| {
+            store_error(
+                "(expert pool)",
+                format!("the reader's direct-read alignment {align} is not a power of two"),
+            )
+        })
+}
+
+/// The pools' layouts for `groups`: a slot holds one expert's three slices, each in an aligned
+/// span of the largest (a slice's start is not aligned in the file). Refuses a pool smaller
+/// than a token's experts, and an expert tensor the header does not describe as one.
+fn pool_layouts(
+    table: &TensorTable,
+    gguf: &Gguf,
+    groups: &[ExpertGroup],
+    config: PagerConfig,
+    align: usize,
+) -> Result<Vec<PoolLayout>, ModelError> {
+    let mut layouts = Vec::with_capacity(groups.len());
+    for g in groups {
+        let slots = config.slots_per_layer.min(g.n_expert);
+        let name = |i: usize| {
+            gguf.tensors
+                .get(g.tensors[i])
+                .map_or_else(|| format!("#{}", g.tensors[i]), |t| t.name.into())
+        };
+        if slots < g.n_used || slots == 0 {
+            return Err(store_error(
+                &name(0),
+                format!(
+                    "a pool of {slots} experts cannot hold the {} a token of layer {} uses: \
+                     give --moe-pool {} or more",
+                    g.n_used,
+                    g.layer,
+                    g.n_used.max(1)
+                ),
+            ));
+        }
+        let mut part_at = [0usize; 3];
+        let mut at = 0usize;
+        for (i, &id) in g.tensors.iter().enumerate() {
+            // Every expert of the tensor has the same size, each starts elsewhere in an
+            // alignment block.
+            let one = table
+                .extent(WeightKey::expert(id, 0))
+                .map_err(|e| store_error(&name(i), format!("{e}")))?;
+            let last = table
+                .extent(WeightKey::expert(id, (g.n_expert - 1) as u16))
+                .map_err(|e| store_error(&name(i), format!("{e}")))?;
+            let n_expert_found = (last.end - one.start) / (one.end - one.start).max(1);
+            if n_expert_found != g.n_expert as u64 {
+                return Err(store_error(
+                    &name(i),
+                    format!(
+                        "the layer has {} experts, the tensor {n_expert_found}",
+                        g.n_expert
+                    ),
+                ));
+            }
+            part_at[i] = at;
+            let room = largest_span(one.end - one.start, align as u64);
+            at = to_usize(at as u64 + room, &name(i))?;
+        }
+        let bytes = at
+            .checked_mul(slots)
+            .ok_or_else(|| store_error(&name(0), "the pool is larger than memory".into()))?;
+        layouts.push(PoolLayout {
+            part_at,
+            slot_bytes: at,
+            slots,
+            bytes,
+        });
+    }
+    Ok(layouts)
 }
 
 fn to_usize(n: u64, tensor: &str) -> Result<usize, ModelError> {

@@ -30,6 +30,7 @@ use super::error::ModelError;
 use super::store::{
     StoreError, StoreErrorKind, StreamStats, TensorTable, Weight, WeightKey, WeightStore,
 };
+use crate::arena::{Arena, ArenaPlan, ArenaUsage, Part, Region};
 use crate::gguf::Gguf;
 use crate::platform::{IoError, ReadAt, Signal};
 use alloc::alloc::{alloc_zeroed, dealloc, Layout};
@@ -243,12 +244,16 @@ impl StreamPlan {
     }
 }
 
-/// Zeroed heap memory aligned for direct reads, shared by reader and compute threads through
-/// raw pointers (who may touch which bytes when is the ring's business).
+/// Zeroed memory aligned for direct reads, shared by reader and compute threads through raw
+/// pointers (who may touch which bytes when is the ring's business): a heap block of its own
+/// (the resident weights), or a buffer carved from an arena whose region its owner keeps (the
+/// stream zones, the expert slots).
 pub(crate) struct AlignedBytes {
     ptr: NonNull<u8>,
     pub(crate) len: usize,
     align: usize,
+    /// Allocated by `zeroed` and given back on drop; false for a buffer in an arena.
+    owned: bool,
 }
 
 // SAFETY: a plain allocation; access is coordinated by the owner (see `StreamStore`).
@@ -263,6 +268,7 @@ impl AlignedBytes {
                 ptr: NonNull::dangling(),
                 len: 0,
                 align,
+                owned: false,
             });
         }
         let too_large = || ModelError::Store {
@@ -276,6 +282,27 @@ impl AlignedBytes {
             ptr: NonNull::new(ptr).ok_or_else(too_large)?,
             len,
             align,
+            owned: true,
+        })
+    }
+
+    /// `len` bytes taken from the part `part` of `arena`, as one buffer.
+    ///
+    /// # Safety
+    /// The arena's region must outlive the returned value and every slice of it (its owner
+    /// keeps the region in a field beside it).
+    pub(crate) unsafe fn in_arena(
+        arena: &mut Arena<'_>,
+        part: Part,
+        len: usize,
+    ) -> Result<AlignedBytes, ModelError> {
+        let align = arena.plan().align(part);
+        let buf = arena.take::<u8>(part, 1, len).map_err(ModelError::Arena)?;
+        Ok(AlignedBytes {
+            ptr: NonNull::new(buf.as_mut_ptr()).unwrap_or(NonNull::dangling()),
+            len,
+            align,
+            owned: false,
         })
     }
 
@@ -297,7 +324,7 @@ impl AlignedBytes {
 
 impl Drop for AlignedBytes {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.owned && self.len > 0 {
             // SAFETY: allocated in `zeroed` with this layout.
             unsafe {
                 dealloc(
@@ -375,8 +402,11 @@ pub struct StreamStore<R: ReadAt, S: Signal> {
     place: Vec<Place>,
     order: Vec<PlannedWeight>,
     resident: AlignedBytes,
+    /// The ring's zones and the direct-read scratch: buffers in `zone_region`.
     zone: AlignedBytes,
     direct: AlignedBytes,
+    zone_region: Region,
+    zone_usage: Option<ArenaUsage>,
     ring: spin::Mutex<Ring>,
     /// Compute threads wait on it for reads to complete; reader threads for work.
     data_ready: S,
@@ -432,6 +462,8 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
             resident: AlignedBytes::zeroed(0, align, "")?,
             zone: AlignedBytes::zeroed(0, align, "")?,
             direct: AlignedBytes::zeroed(0, align, "")?,
+            zone_region: Region::empty(),
+            zone_usage: None,
             ring: spin::Mutex::new(Ring {
                 entries: Vec::new(),
                 tail: 0,
@@ -468,11 +500,16 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
     /// for unplanned weights (the largest of `unplanned`, e.g. one expert), and, with
     /// `verify`, reads every streamed weight once to checksum it. Call before the readers
     /// start.
+    ///
+    /// The zones and the scratch buffer are carved from `region` (which the store keeps), of
+    /// at least [`StreamStore::zone_plan`]'s size: the caller's memory, as the run's state is
+    /// (an anonymous mapping, a `vm_allocate`d region, a static buffer).
     pub fn plan(
         &mut self,
         plan: &StreamPlan,
         unplanned: &[WeightKey],
         verify: bool,
+        mut region: Region,
     ) -> Result<(), ModelError> {
         let align = self.align;
         let to_usize = |v: u64| {
@@ -494,18 +531,19 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
             self.place[w.key.tensor] = Place::Resident(at + skip..at + skip + bytes);
             at += len;
         }
-        self.zone = AlignedBytes::zeroed(to_usize(plan.zone_bytes)?, align, "stream zones")?;
-        let mut direct = 0u64;
-        for &key in unplanned {
-            let r = self.table.extent(key).map_err(ModelError::WeightRead)?;
-            let span = match key.expert {
-                // Every expert of the tensor, not only the one named.
-                Some(_) => largest_span(r.end - r.start, align as u64),
-                None => aligned_span(&r, align as u64).end - aligned_span(&r, align as u64).start,
-            };
-            direct = direct.max(span);
+        let zones = self.zone_plan(plan, unplanned)?;
+        let direct = self.direct_scratch_bytes(unplanned)?;
+        let (kind, region_bytes) = (region.kind(), region.len());
+        let mut arena = region.arena(&zones).map_err(ModelError::Arena)?;
+        // SAFETY: the region is kept in `self.zone_region` beside the two buffers, and dropped
+        // with them (it is replaced only here, before either is used again).
+        unsafe {
+            self.zone =
+                AlignedBytes::in_arena(&mut arena, Part::StreamZones, to_usize(plan.zone_bytes)?)?;
+            self.direct = AlignedBytes::in_arena(&mut arena, Part::StreamZones, to_usize(direct)?)?;
         }
-        self.direct = AlignedBytes::zeroed(to_usize(direct)?, align, "direct-read scratch")?;
+        self.zone_usage = Some(arena.usage(kind, region_bytes));
+        self.zone_region = region;
         self.order = plan.streamed.clone();
         for (i, w) in self.order.iter().enumerate() {
             if (w.span_bytes() as usize) > self.zone.len {
@@ -539,6 +577,50 @@ impl<R: ReadAt + Sync, S: Signal> StreamStore<R, S> {
         self.streamed_bytes = plan.streamed_bytes;
         self.planned.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// The arena's plan for `plan`'s zones and the scratch buffer of the weights it leaves
+    /// unplanned (the largest of `unplanned`): the region [`StreamStore::plan`] needs, its
+    /// parts aligned for this reader's direct reads.
+    pub fn zone_plan(
+        &self,
+        plan: &StreamPlan,
+        unplanned: &[WeightKey],
+    ) -> Result<ArenaPlan, ModelError> {
+        let mut zones = ArenaPlan::new()
+            .with_direct_alignment(self.align)
+            .ok_or_else(|| ModelError::Store {
+                tensor: "(stream plan)".into(),
+                reason: alloc::format!(
+                    "the reader's direct-read alignment {} is not a power of two",
+                    self.align
+                ),
+            })?;
+        zones.add_bytes(Part::StreamZones, plan.zone_bytes);
+        zones.add_bytes(Part::StreamZones, self.direct_scratch_bytes(unplanned)?);
+        Ok(zones)
+    }
+
+    /// What the zones' arena planned and handed out (after [`StreamStore::plan`]).
+    pub fn zone_usage(&self) -> Option<ArenaUsage> {
+        self.zone_usage
+    }
+
+    /// Bytes of the scratch buffer a weight of `unplanned` is read into on the compute
+    /// thread: the largest aligned span among them (for an expert, of any expert).
+    fn direct_scratch_bytes(&self, unplanned: &[WeightKey]) -> Result<u64, ModelError> {
+        let align = self.align as u64;
+        let mut direct = 0u64;
+        for &key in unplanned {
+            let r = self.table.extent(key).map_err(ModelError::WeightRead)?;
+            let span = match key.expert {
+                // Every expert of the tensor, not only the one named.
+                Some(_) => largest_span(r.end - r.start, align),
+                None => aligned_span(&r, align).end - aligned_span(&r, align).start,
+            };
+            direct = direct.max(span);
+        }
+        Ok(direct)
     }
 
     /// Reads `span` (aligned) of `key` into `buf` on this thread, in chunks.
