@@ -65,6 +65,9 @@ enum Command {
     /// What a model needs on a device and what it will do there, from its header alone (a
     /// local file, a URL or a Hugging Face reference: nothing else is downloaded).
     Plan(cmd::plan::Args),
+    /// The fastest file of a model that fits a device, in one streamed pass: the LM head
+    /// pruned, the experts requantized and written last, a run profile in its metadata.
+    Fit(cmd::fit::Args),
     /// Share of free-running chat answers that fall into a repeating loop.
     Loopcheck(cmd::loopcheck::Args),
     /// Download a GGUF model (Hugging Face org/repo:QUANT, a URL, or a short name) into the
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a, g),
         Command::Plan(a) => cmd::plan::run(a, g),
+        Command::Fit(a) => cmd::fit::run(a, g),
         Command::Serve(a) => cmd::serve::run(a, g),
         Command::Loopcheck(a) => cmd::loopcheck::run(a, g),
         Command::Pull(a) => cmd::pull::run(a),

@@ -277,6 +277,34 @@ pub fn place(
     align: u64,
     options: &EngineOptions,
 ) -> Result<Placement, EngineError> {
+    let profile = crate::profile::RunProfile::of(gguf);
+    if profile.is_empty() {
+        return place_with(path, gguf, file_len, align, options);
+    }
+    // A fitted file's run profile sets what the caller left unset; a profile this device
+    // cannot honour (a pool larger than its RAM) is planned again without it, and said so.
+    let with = profile.apply(options);
+    match place_with(path, gguf, file_len, align, &with) {
+        Err(EngineError::DoesNotFit { message, .. }) if with.pager.pool != options.pager.pool => {
+            let mut placement = place_with(path, gguf, file_len, align, options)?;
+            placement.notices.push(format!(
+                "the file's run profile ({}) does not fit here, planned again without its pool: \
+                 {message}",
+                profile.describe()
+            ));
+            Ok(placement)
+        }
+        other => other,
+    }
+}
+
+fn place_with(
+    path: &Path,
+    gguf: &Gguf,
+    file_len: u64,
+    align: u64,
+    options: &EngineOptions,
+) -> Result<Placement, EngineError> {
     let mut notices = Vec::new();
     let budget = crate::platform::address_space_budget(options.memory.address_space);
     let fits = crate::platform::check_address_space(path, file_len, budget);

@@ -52,6 +52,7 @@ pub mod moe;
 pub mod options;
 pub mod plan;
 pub mod platform;
+pub mod profile;
 pub mod repack_cache;
 pub mod speculative;
 

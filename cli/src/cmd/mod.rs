@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod chat;
 pub mod experts_last;
+pub mod fit;
 pub mod gguf;
 pub mod gguf_out;
 pub mod head;

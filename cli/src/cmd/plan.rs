@@ -14,29 +14,36 @@ use smolrun_engine::plan::{self, Device, DevicePlan, PRESETS};
 use smolrun_engine::{EngineOptions, MoePool};
 use std::path::PathBuf;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Model: a .gguf path or model name, an http(s) URL, or a Hugging Face `org/repo:QUANT`.
-    model: String,
+/// The device a model is planned or fitted for (`plan`, `fit`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct DeviceArgs {
     /// The device: a preset (tv-box, tv-box-headless, ipad-air, router-512m, pi5-4g, pi5-8g) or a
     /// profile file of `key = value` lines (mem, flash_mbps, address_space, cpu, dotprod,
     /// threads). The options below change what it says.
     #[arg(long)]
-    device: Option<String>,
+    pub device: Option<String>,
     /// RAM one process may use (800M, 1.5G).
     #[arg(long, value_parser = parse_size)]
-    mem: Option<u64>,
+    pub mem: Option<u64>,
     /// Storage read bandwidth, MB/s.
     #[arg(long = "flash-mbps")]
-    flash_mbps: Option<f64>,
+    pub flash_mbps: Option<f64>,
     /// Address space a process may map (iOS: 1.7G).
     #[arg(long = "address-space", value_parser = parse_size)]
-    address_space: Option<u64>,
+    pub address_space: Option<u64>,
     /// The CPU, in words.
     #[arg(long)]
-    cpu: Option<String>,
+    pub cpu: Option<String>,
     #[arg(short = 't', long)]
-    threads: Option<usize>,
+    pub threads: Option<usize>,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model: a .gguf path or model name, an http(s) URL, or a Hugging Face `org/repo:QUANT`.
+    model: String,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Context length [default: 4096, or the trained context if smaller].
     #[arg(short = 'c', long = "ctx-size")]
     ctx: Option<usize>,
@@ -64,7 +71,7 @@ pub struct Args {
 /// The first read of a remote header; doubled until the header parses.
 const FIRST_HEADER_READ: u64 = 4 << 20;
 
-fn device(args: &Args) -> Result<Device, String> {
+pub fn device(args: &DeviceArgs) -> Result<Device, String> {
     let mut device = match args.device.as_deref() {
         Some(name) => match Device::preset(name) {
             Some(d) => d,
@@ -125,7 +132,7 @@ fn preset_names() -> String {
 
 /// The header bytes of MODEL and the file's length: read from the local file, or with range
 /// requests from a URL or a Hugging Face reference.
-fn header(model: &str) -> Result<(String, Vec<u8>, u64), String> {
+pub fn header(model: &str) -> Result<(String, Vec<u8>, u64), String> {
     let local = crate::args::resolve(model);
     if let Ok(path) = &local {
         if path.is_file() {
@@ -196,7 +203,7 @@ fn read_local_prefix(path: &std::path::Path, file_len: u64) -> Result<Vec<u8>, S
 }
 
 pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
-    let device = device(&args)?;
+    let device = device(&args.device)?;
     let (label, bytes, file_len) = header(&args.model)?;
     let gguf = Gguf::parse_header(&bytes, file_len).map_err(|e| format!("{label}: {e}"))?;
     let moe_pool = match args.moe_pool.as_deref() {
@@ -238,7 +245,7 @@ fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
-fn json(label: &str, g: &Gguf, file_len: u64, d: &Device, p: &DevicePlan) -> serde_json::Value {
+pub fn json(label: &str, g: &Gguf, file_len: u64, d: &Device, p: &DevicePlan) -> serde_json::Value {
     let mut out = serde_json::json!({
         "model": label,
         "architecture": g.architecture().unwrap_or("?"),
@@ -273,7 +280,7 @@ fn json(label: &str, g: &Gguf, file_len: u64, d: &Device, p: &DevicePlan) -> ser
     out
 }
 
-fn print_plan(label: &str, g: &Gguf, file_len: u64, d: &Device, p: &DevicePlan) {
+pub fn print_plan(label: &str, g: &Gguf, file_len: u64, d: &Device, p: &DevicePlan) {
     println!(
         "{label}: {} model, {:.0} MB file",
         g.architecture().unwrap_or("?"),

@@ -136,7 +136,7 @@ pub fn llama_quantizes(t: &TensorInfo) -> bool {
 
 /// llama-quantize's `tensor_type_fallback`: the type a tensor gets when its rows are not whole
 /// blocks of `target`. `None`: llama-quantize defines no fallback (it fails).
-fn fallback_type(target: GgmlType, row_len: u64) -> Option<GgmlType> {
+pub(crate) fn fallback_type(target: GgmlType, row_len: u64) -> Option<GgmlType> {
     use GgmlType::*;
     let fallback = match target {
         IQ1_S | IQ1_M | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ4_XS => IQ4_NL,
@@ -162,7 +162,7 @@ enum Action {
 }
 
 /// Parses `--type`: one of [`WEIGHT_QUANTIZERS`], in any case.
-fn parse_type(name: &str) -> Result<GgmlType, String> {
+pub(crate) fn parse_type(name: &str) -> Result<GgmlType, String> {
     WEIGHT_QUANTIZERS
         .iter()
         .copied()
@@ -411,7 +411,7 @@ pub fn requant(a: &RequantArgs) -> Result<(), String> {
 
 /// The buffers of one slab of rows, reused from tensor to tensor.
 #[derive(Default)]
-struct Slab {
+pub(crate) struct Slab {
     src: Vec<u8>,
     f32s: Vec<f32>,
     dst: Vec<u8>,
@@ -444,7 +444,7 @@ fn copy_tensor(
 
 /// Dequantizes `t` a slab of rows at a time, quantizes the rows to `ty` on `threads` threads,
 /// and writes them; returns the bytes written.
-fn convert_tensor(
+pub(crate) fn convert_tensor(
     src: &File,
     path: &Path,
     t: &TensorInfo,

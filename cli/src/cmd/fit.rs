@@ -1,0 +1,585 @@
+//! `smolrun fit IN -o OUT --device NAME`: the fastest file of a model that fits a device, in one
+//! streamed pass over the input (bounded memory: the header, one slab of rows, the kept head
+//! ids), with the plan printed first (`--plan` stops there).
+//!
+//! ```text
+//! the stock file's plan on the device (`smolrun plan`)
+//!   head       a vocabulary over 65,536 rows keeps 65,536 (`--head-rows`; ids chosen as
+//!              `gguf head-ids` chooses them, or given with `--head-ids`); a tied head gets its
+//!              own output.weight of the kept embedding rows, the embeddings stay whole
+//!   experts    when the stock plan cannot hold every expert in RAM, the expert tensors are
+//!              requantized to `--experts-type` (Q2_K by default; `keep` leaves them) where
+//!              that is fewer bytes, and every expert tensor is written last
+//!              (`smolrun.expert_data_offset`: a device maps the non-expert prefix alone)
+//!   profile    `smolrun.profile.*`: the device, the fitted plan's pool and context, taken by
+//!              run, chat, serve, bench and plan as defaults (engine/src/profile.rs)
+//! the fitted file's plan, from its header before a byte of tensor data is written
+//! ```
+//! Every other tensor and metadata entry is copied unchanged. The output is written to
+//! `OUT.tmp-PID`, parsed back and checked, then renamed; on any error it is removed.
+
+use super::gguf_out::{refuse_same_file, PartialFile, TensorStream};
+use super::plan::{self as plan_cmd, DeviceArgs};
+use super::requant::{self, Slab};
+use smolrun_core::gguf::{
+    expert_data_offset, is_expert_tensor, Gguf, GgufWriter, MetaValue, TensorInfo,
+    EXPERT_DATA_OFFSET_KEY,
+};
+use smolrun_core::model::head::KEPT_IDS_KEY;
+use smolrun_core::quant::{self, GgmlType};
+use smolrun_engine::plan::{self, Device, DevicePlan};
+use smolrun_engine::profile::{self, RunProfile};
+use smolrun_engine::EngineOptions;
+use smolrun_linux::MappedFile;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Input model (path or short name).
+    input: String,
+    /// Output .gguf file (written as OUT.tmp-PID, renamed when complete and checked).
+    #[arg(short = 'o', long)]
+    out: PathBuf,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Context length to fit for [default: 4096, or the trained context if smaller].
+    #[arg(short = 'c', long = "ctx-size")]
+    ctx: Option<usize>,
+    /// LM-head rows to keep, rounded up to a multiple of 16 [default: 65,536 when the
+    /// vocabulary is larger, else every row].
+    #[arg(long = "head-rows")]
+    head_rows: Option<usize>,
+    /// Kept head ids, one per line, sorted (from `smolrun gguf head-ids`), instead of choosing
+    /// them here.
+    #[arg(long = "head-ids", conflicts_with = "head_rows")]
+    head_ids: Option<PathBuf>,
+    /// Corpus positions the model reads when it chooses the head rows (as `gguf head-ids`).
+    #[arg(long, default_value_t = 4096)]
+    model_positions: usize,
+    /// Type of the expert tensors: Q2_K, Q4_0, Q4_K, ... or `keep` [default: Q2_K when the
+    /// device cannot hold every expert in RAM, else keep].
+    #[arg(long = "experts-type")]
+    experts_type: Option<String>,
+    /// Print the stock and the fitted plan, write nothing.
+    #[arg(long)]
+    plan: bool,
+}
+
+/// The head a vocabulary larger than this is cut to by default: the reference write-ups' 64K
+/// head (a Gemma 3 or Qwen vocabulary loses ~1 % bits per byte on English text with it).
+pub const DEFAULT_HEAD_ROWS: usize = 65_536;
+
+/// Bytes copied per read.
+const COPY_BUFFER: usize = 8 << 20;
+
+/// Where an output tensor's bytes come from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// The input tensor's bytes, unchanged.
+    Copy(usize),
+    /// The kept head rows of the input tensor (the head, or a tied head's embeddings).
+    KeptRows(usize),
+    /// The input tensor requantized to this type.
+    Convert(usize, GgmlType),
+}
+
+/// The fitted file's layout: its header and, per output tensor, where the bytes come from.
+struct Layout {
+    writer: GgufWriter,
+    sources: Vec<Source>,
+    /// Output index of the first expert tensor (`None`: a dense model).
+    first_expert: Option<usize>,
+}
+
+impl Layout {
+    fn file_len(&self) -> u64 {
+        self.writer.header().len() as u64 + self.writer.data_len()
+    }
+
+    fn expert_offset(&self) -> Option<u64> {
+        self.first_expert
+            .map(|i| self.writer.header().len() as u64 + self.writer.tensor_offset(i))
+    }
+}
+
+/// What `fit` decided, before the layout.
+struct Decision {
+    /// The kept head ids, sorted; `None`: the head stays whole.
+    ids: Option<Vec<u32>>,
+    /// The experts' new type; `None`: unchanged.
+    experts: Option<GgmlType>,
+    /// The run profile written into the file.
+    profile: RunProfile,
+}
+
+pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
+    let device = plan_cmd::device(&args.device)?;
+    let in_path = crate::args::resolve(&args.input)?;
+    refuse_same_file(&in_path, &args.out)?;
+    let mapped = MappedFile::open(&in_path)?;
+    let g = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", in_path.display()))?;
+    let file_len = mapped.bytes().len() as u64;
+    let base = EngineOptions {
+        n_ctx: args.ctx,
+        ..globals.base_options()
+    };
+    let label = in_path.display().to_string();
+    let stock = plan::plan(&in_path, &g, file_len, &device, &base)?;
+
+    let n_vocab = g
+        .tensor("token_embd.weight")
+        .filter(|t| t.n_dims == 2)
+        .map(|t| t.dims[1] as usize)
+        .ok_or_else(|| {
+            format!(
+                "{}: no 2-D token_embd.weight tensor: not a model fit can rewrite",
+                in_path.display()
+            )
+        })?;
+    let is_moe = g.tensors.iter().any(is_expert_tensor);
+    let experts = experts_type(&args, &g, &stock, is_moe)?;
+    let mut decision = Decision {
+        ids: head_ids(&args, &g, &in_path, n_vocab, globals)?,
+        experts,
+        profile: RunProfile::default(),
+    };
+
+    // The fitted file's plan, from its header alone (the profile's values do not move a byte:
+    // they are fixed-size numbers, zero until known, and zero means unset).
+    let layout = layout(&g, &in_path, &decision)?;
+    let header = layout.writer.header();
+    let fitted_g = Gguf::parse_header(&header, layout.file_len())
+        .map_err(|e| format!("the fitted header does not parse: {e}; please report this"))?;
+    let fitted = plan::plan(&args.out, &fitted_g, layout.file_len(), &device, &base)?;
+    decision.profile = RunProfile {
+        device: Some(device.name.clone()),
+        moe_pool: fitted.pools.as_ref().map(|p| p.slots_per_layer),
+        ctx: Some(fitted.n_ctx),
+        threads: Some(device.threads),
+    };
+    drop(fitted_g);
+    print_side_by_side(&label, &g, file_len, &device, &stock, &fitted, &decision);
+    if args.plan {
+        return Ok(());
+    }
+    if let Some(why) = &fitted.refusal {
+        return Err(format!(
+            "even the fitted file does not fit {}: {why}\nnothing was written",
+            device.name
+        ));
+    }
+    let layout = self::layout(&g, &in_path, &decision)?;
+    let threads = args
+        .device
+        .threads
+        .unwrap_or_else(crate::args::default_threads);
+    write(&g, &in_path, &args.out, &layout, &decision, threads)?;
+    Ok(())
+}
+
+/// The experts' target type: `--experts-type`, or Q2_K when the stock plan cannot hold every
+/// expert in RAM.
+fn experts_type(
+    args: &Args,
+    g: &Gguf,
+    stock: &DevicePlan,
+    is_moe: bool,
+) -> Result<Option<GgmlType>, String> {
+    let chosen = match args.experts_type.as_deref() {
+        Some(t) if t.eq_ignore_ascii_case("keep") => None,
+        Some(t) => {
+            Some(requant::parse_type(t).map_err(|e| format!("--experts-type: {e} (or keep)"))?)
+        }
+        None => {
+            let all_fit = stock
+                .pools
+                .as_ref()
+                .is_none_or(|p| p.slots_per_layer >= p.n_expert);
+            (!all_fit || stock.refusal.is_some()).then_some(GgmlType::Q2_K)
+        }
+    };
+    if chosen.is_some() && !is_moe {
+        if args.experts_type.is_some() {
+            return Err(format!(
+                "--experts-type: {} has no expert tensors (a dense model)",
+                g.architecture().unwrap_or("this model")
+            ));
+        }
+        return Ok(None);
+    }
+    Ok(chosen)
+}
+
+/// The kept head ids: from `--head-ids`, or chosen here for `--head-rows` (default: 65,536 for
+/// a larger vocabulary); `None` when the head stays whole.
+fn head_ids(
+    args: &Args,
+    g: &Gguf,
+    path: &Path,
+    n_vocab: usize,
+    globals: &crate::args::Globals,
+) -> Result<Option<Vec<u32>>, String> {
+    if g.get(KEPT_IDS_KEY).is_some() {
+        if args.head_ids.is_some() || args.head_rows.is_some() {
+            return Err(format!(
+                "{}: the head is already pruned ({KEPT_IDS_KEY} is set): fit the original file",
+                path.display()
+            ));
+        }
+        return Ok(None);
+    }
+    if let Some(file) = &args.head_ids {
+        return super::head::read_ids(file).map(Some);
+    }
+    let keep = match args.head_rows {
+        Some(0) => return Err("--head-rows 0: keep at least the control and byte tokens".into()),
+        Some(n) => n,
+        None if n_vocab > DEFAULT_HEAD_ROWS => DEFAULT_HEAD_ROWS,
+        None => return Ok(None),
+    };
+    if keep >= n_vocab {
+        return Ok(None);
+    }
+    let tmp = std::env::temp_dir().join(format!("smolrun-fit-ids-{}.txt", std::process::id()));
+    let chosen = super::head::head_ids(
+        path.to_str().ok_or("the model's path is not UTF-8")?,
+        &[],
+        None,
+        4.0,
+        keep,
+        args.model_positions,
+        args.device
+            .threads
+            .unwrap_or_else(crate::args::default_threads),
+        &tmp,
+        globals,
+    )
+    .and_then(|()| super::head::read_ids(&tmp));
+    let _ = std::fs::remove_file(&tmp);
+    chosen.map(Some)
+}
+
+/// The fitted file's header and sources: the metadata (an old expert offset, kept-ids list or
+/// profile replaced), the non-expert tensors in the input's order (the head cut to the kept
+/// rows; a tied head's own output.weight after the embeddings), then the expert tensors.
+fn layout(g: &Gguf, path: &Path, d: &Decision) -> Result<Layout, String> {
+    // Plan once to learn where the experts start, then again with that offset (a fixed-size
+    // u64: it moves nothing).
+    let first = layout_with(g, path, d, 0)?;
+    match first.expert_offset() {
+        Some(offset) => layout_with(g, path, d, offset),
+        None => Ok(first),
+    }
+}
+
+fn layout_with(g: &Gguf, path: &Path, d: &Decision, expert_offset: u64) -> Result<Layout, String> {
+    use smolrun_core::gguf::writer::MetaArray;
+    let bad = |e: smolrun_core::gguf::GgufError| format!("{}: {e}", path.display());
+    let is_moe = g.tensors.iter().any(is_expert_tensor);
+    let mut w = GgufWriter::new().with_version(g.version).map_err(bad)?;
+    let ours = [
+        EXPERT_DATA_OFFSET_KEY,
+        KEPT_IDS_KEY,
+        profile::DEVICE_KEY,
+        profile::MOE_POOL_KEY,
+        profile::CTX_KEY,
+        profile::THREADS_KEY,
+    ];
+    for entry in g.metadata.iter().filter(|e| !ours.contains(&e.key)) {
+        w.add(entry.key, MetaValue::from(entry.value))
+            .map_err(bad)?;
+    }
+    if let Some(ids) = &d.ids {
+        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        w.add(KEPT_IDS_KEY, MetaValue::Array(MetaArray::I32(ids)))
+            .map_err(bad)?;
+    }
+    let p = &d.profile;
+    w.add(profile::DEVICE_KEY, p.device.as_deref().unwrap_or(""))
+        .map_err(bad)?;
+    let count = |n: Option<usize>| n.map_or(0, |n| n.min(u32::MAX as usize) as u32);
+    w.add(profile::MOE_POOL_KEY, count(p.moe_pool))
+        .map_err(bad)?;
+    w.add(profile::CTX_KEY, count(p.ctx)).map_err(bad)?;
+    w.add(profile::THREADS_KEY, count(p.threads)).map_err(bad)?;
+    if is_moe {
+        w.add(EXPERT_DATA_OFFSET_KEY, expert_offset).map_err(bad)?;
+    }
+
+    let tied = g.tensor("output.weight").is_none();
+    let mut sources = Vec::with_capacity(g.tensors.len() + 1);
+    let add = |w: &mut GgufWriter,
+               sources: &mut Vec<Source>,
+               name: &str,
+               ty: GgmlType,
+               dims: &[u64],
+               src: Source| {
+        sources.push(src);
+        w.add_tensor(name, ty, dims).map_err(bad)
+    };
+    for (j, t) in g.tensors.iter().enumerate() {
+        if is_expert_tensor(t) {
+            continue;
+        }
+        match (&d.ids, t.name) {
+            (Some(ids), "output.weight") => add(
+                &mut w,
+                &mut sources,
+                t.name,
+                t.ggml_type,
+                &[t.dims[0], ids.len() as u64],
+                Source::KeptRows(j),
+            )?,
+            _ => add(
+                &mut w,
+                &mut sources,
+                t.name,
+                t.ggml_type,
+                t.shape(),
+                Source::Copy(j),
+            )?,
+        };
+        if let (Some(ids), true, "token_embd.weight") = (&d.ids, tied, t.name) {
+            add(
+                &mut w,
+                &mut sources,
+                "output.weight",
+                t.ggml_type,
+                &[t.dims[0], ids.len() as u64],
+                Source::KeptRows(j),
+            )?;
+        }
+    }
+    let first_expert = is_moe.then_some(sources.len());
+    for (j, t) in g.tensors.iter().enumerate() {
+        if !is_expert_tensor(t) {
+            continue;
+        }
+        let (ty, src) = match expert_target(t, d.experts, path)? {
+            Some(ty) => (ty, Source::Convert(j, ty)),
+            None => (t.ggml_type, Source::Copy(j)),
+        };
+        add(&mut w, &mut sources, t.name, ty, t.shape(), src)?;
+    }
+    Ok(Layout {
+        writer: w,
+        sources,
+        first_expert,
+    })
+}
+
+/// The type an expert tensor is rewritten to: `target` (or llama-quantize's fallback for rows
+/// that are not whole blocks of it) where that takes fewer bytes; `None` to copy it.
+fn expert_target(
+    t: &TensorInfo,
+    target: Option<GgmlType>,
+    path: &Path,
+) -> Result<Option<GgmlType>, String> {
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    let row_len = t.dims[0] as usize;
+    let ty = if row_len.is_multiple_of(target.block_size()) {
+        target
+    } else {
+        match requant::fallback_type(target, row_len as u64) {
+            Some(f) => f,
+            None => return Ok(None),
+        }
+    };
+    let now = quant::row_bytes(t.ggml_type, row_len).map_err(|e| {
+        format!(
+            "{}: tensor {}: {e}; the file is corrupt",
+            path.display(),
+            t.name
+        )
+    })?;
+    let then = quant::row_bytes(ty, row_len).unwrap_or(usize::MAX);
+    Ok((then < now).then_some(ty))
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+fn print_side_by_side(
+    label: &str,
+    g: &Gguf,
+    file_len: u64,
+    device: &Device,
+    stock: &DevicePlan,
+    fitted: &DevicePlan,
+    d: &Decision,
+) {
+    plan_cmd::print_plan(label, g, file_len, device, stock);
+    println!();
+    println!("fitted:");
+    match &d.ids {
+        Some(ids) => println!("  head: {} of its rows kept", ids.len()),
+        None => println!("  head: whole"),
+    }
+    match d.experts {
+        Some(ty) => println!("  experts: requantized to {ty} where that is smaller, written last"),
+        None if stock.pools.is_some() || g.tensors.iter().any(is_expert_tensor) => {
+            println!("  experts: types kept, written last")
+        }
+        None => {}
+    }
+    let limit = |p: &DevicePlan| {
+        if p.flash_limit_tok_s.is_finite() {
+            format!("{:.2} tok/s", p.flash_limit_tok_s)
+        } else {
+            "none (nothing read per token)".into()
+        }
+    };
+    println!("  {:<28} {:>14} {:>14}", "", "stock", "fitted");
+    println!(
+        "  {:<28} {:>14} {:>14}",
+        "weights", stock.weights, fitted.weights
+    );
+    println!(
+        "  {:<28} {:>14.1} {:>14.1}",
+        "resident MB",
+        mb(stock.resident_bytes),
+        mb(fitted.resident_bytes)
+    );
+    if let (Some(a), Some(b)) = (&stock.pools, &fitted.pools) {
+        println!(
+            "  {:<28} {:>14} {:>14}",
+            "experts per layer in RAM", a.slots_per_layer, b.slots_per_layer
+        );
+    }
+    println!(
+        "  {:<28} {:>14.1} {:>14.1}",
+        "flash MB per token", stock.flash_mb_per_token, fitted.flash_mb_per_token
+    );
+    println!(
+        "  {:<28} {:>14} {:>14}",
+        "flash limit",
+        limit(stock),
+        limit(fitted)
+    );
+    println!(
+        "  {:<28} {:>14} {:>14}",
+        "fits",
+        if stock.refusal.is_none() { "yes" } else { "no" },
+        if fitted.refusal.is_none() {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    println!("  run profile: {}", d.profile.describe());
+}
+
+/// Writes `layout` from `in_path` to `out` (through `OUT.tmp-PID`), parses it back, checks it
+/// and renames it.
+fn write(
+    g: &Gguf,
+    in_path: &Path,
+    out: &Path,
+    layout: &Layout,
+    d: &Decision,
+    threads: usize,
+) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let partial = PartialFile::for_output(out);
+    let src = File::open(in_path).map_err(|e| format!("cannot open {}: {e}", in_path.display()))?;
+    let read = |buf: &mut [u8], at: u64| {
+        src.read_exact_at(buf, at)
+            .map_err(|e| format!("reading {} at byte {at}: {e}", in_path.display()))
+    };
+    let mut stream = TensorStream::create(&partial.path, &layout.writer)?;
+    let mut buf = vec![0u8; COPY_BUFFER];
+    let mut slab = Slab::default();
+    for (i, source) in layout.sources.iter().enumerate() {
+        stream.begin_tensor(i)?;
+        match *source {
+            Source::Copy(j) => {
+                let t = &g.tensors[j];
+                let mut done = 0u64;
+                while done < t.n_bytes {
+                    let n = (t.n_bytes - done).min(COPY_BUFFER as u64) as usize;
+                    read(&mut buf[..n], t.offset + done)?;
+                    stream.write(&buf[..n])?;
+                    done += n as u64;
+                }
+            }
+            Source::KeptRows(j) => {
+                let t = &g.tensors[j];
+                let ids = d.ids.as_deref().unwrap_or(&[]);
+                let rb = t.row_bytes();
+                let per_buf = (COPY_BUFFER / rb.max(1)).max(1);
+                // Runs of consecutive ids are one read each, at most a buffer long.
+                let mut k = 0;
+                while k < ids.len() {
+                    let first = ids[k];
+                    let mut n = 1;
+                    while k + n < ids.len() && n < per_buf && ids[k + n] == first + n as u32 {
+                        n += 1;
+                    }
+                    read(&mut buf[..n * rb], t.offset + first as u64 * rb as u64)?;
+                    stream.write(&buf[..n * rb])?;
+                    k += n;
+                }
+            }
+            Source::Convert(j, ty) => {
+                requant::convert_tensor(
+                    &src,
+                    in_path,
+                    &g.tensors[j],
+                    ty,
+                    threads.max(1),
+                    &mut stream,
+                    &mut slab,
+                )?;
+            }
+        }
+    }
+    let total = stream.finish()?;
+    drop(slab);
+
+    // Parse the result back and check it before it takes the final name.
+    let check = MappedFile::open(&partial.path)?;
+    if check.bytes().len() as u64 != total || total != layout.file_len() {
+        return Err(format!(
+            "{}: wrote {} bytes, expected {}; please report this",
+            partial.path.display(),
+            check.bytes().len(),
+            layout.file_len()
+        ));
+    }
+    let written = Gguf::parse(check.bytes())
+        .map_err(|e| format!("{} does not parse back: {e}", partial.path.display()))?;
+    match (expert_data_offset(&written), layout.expert_offset()) {
+        (Ok(found), want) if found == want => {}
+        (found, want) => {
+            return Err(format!(
+                "{}: {EXPERT_DATA_OFFSET_KEY} reads back as {found:?}, expected {want:?}; \
+                 please report this",
+                partial.path.display()
+            ))
+        }
+    }
+    if RunProfile::of(&written) != d.profile {
+        return Err(format!(
+            "{}: the run profile reads back as {:?}, expected {:?}; please report this",
+            partial.path.display(),
+            RunProfile::of(&written),
+            d.profile
+        ));
+    }
+    drop(written);
+    drop(check);
+    partial.commit(out)?;
+    eprintln!(
+        "fit: wrote {} ({:.1} MB, from {:.1} MB) in {:.1} s",
+        out.display(),
+        mb(total),
+        mb(g.file_len()),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
