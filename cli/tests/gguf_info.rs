@@ -165,3 +165,38 @@ fn empty_file_is_an_error_not_a_panic() {
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("truncated while reading magic"));
 }
+
+/// `gguf info --kernels` on every real and low-bit file the tests use: on this CPU (x86-64 with
+/// AVX2 in CI, or aarch64) no big matrix is left on a scalar path and every matrix has a
+/// kernel. (The flagging itself is tested on the scalar set: cmd::gguf's unit test.)
+#[test]
+fn every_big_matrix_of_the_test_models_reaches_a_simd_kernel() {
+    for file in [
+        "gemma-3-270m-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b-q1_0.gguf",
+        "qwen2.5-coder-0.5b-q2_0.gguf",
+        "qwen2.5-coder-0.5b-q2_k.gguf",
+        "synthetic-qwen3-q2_0.gguf",
+        "synthetic-qwen3-tq1_0.gguf",
+        "synthetic-qwen3-tq2_0.gguf",
+        "synthetic-qwen3-q2_k.gguf",
+    ] {
+        let path = require_model(file);
+        let out = smolrun(&["gguf", "info", "--kernels", path.to_str().unwrap()], None);
+        assert!(out.status.success(), "{file}: {}", text(&out.stderr));
+        let report = text(&out.stdout);
+        if report.lines().next().unwrap_or("").contains("(scalar)") {
+            // A CPU smolrun has no SIMD kernels for: nothing to ask of it.
+            continue;
+        }
+        assert!(
+            report.contains("every big matrix reaches a SIMD kernel on this CPU"),
+            "{file}:\n{report}"
+        );
+        assert!(
+            report.contains("output.weight") || report.contains("(head)"),
+            "{file}"
+        );
+    }
+}

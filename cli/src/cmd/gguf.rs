@@ -24,6 +24,10 @@ pub enum GgufCommand {
         /// Array elements to show before abbreviating.
         #[arg(long, default_value_t = 5)]
         array_items: usize,
+        /// Instead: the kernel each matrix of the forward pass reaches on this CPU (decode,
+        /// prompt, repacked), and every big matrix left on a scalar path.
+        #[arg(long)]
+        kernels: bool,
     },
     /// Choose the LM-head rows to keep: the most frequent ids of a corpus, plus every control,
     /// byte and chat-template token; writes the sorted ids, one per line.
@@ -97,7 +101,14 @@ pub enum GgufCommand {
 
 pub fn run(c: GgufCommand, globals: &crate::args::Globals) -> Result<(), String> {
     match c {
-        GgufCommand::Info { file, array_items } => info(&file, array_items),
+        GgufCommand::Info {
+            file,
+            kernels: true,
+            ..
+        } => kernel_report(&file),
+        GgufCommand::Info {
+            file, array_items, ..
+        } => info(&file, array_items),
         GgufCommand::HeadIds {
             model,
             corpus,
@@ -143,6 +154,117 @@ fn info(file: &str, array_items: usize) -> Result<(), String> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(format!("writing to stdout: {e}")),
     }
+}
+
+/// A matrix of at least this many weights is big: read every token, it is where a scalar
+/// kernel costs whole milliseconds (the reference write-ups lost 45 of 72 ms per token to an
+/// LM head that missed the fast kernel).
+pub const BIG_MATRIX: u64 = 1 << 20;
+
+/// `smolrun gguf info --kernels FILE`.
+fn kernel_report(file: &str) -> Result<(), String> {
+    let path = crate::args::resolve(file)?;
+    let mapped = MappedFile::open(&path)?;
+    let gguf = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let kernels = smolrun_core::kernels::KernelSet::select(&smolrun_linux::detect_features());
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match print_kernels(&mut out, &path.display().to_string(), &gguf, &kernels)
+        .and_then(|()| out.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("writing to stdout: {e}")),
+    }
+}
+
+/// One line per matrix the forward pass multiplies (the tied embedding table as the LM head;
+/// an untied one is read by row, not multiplied): its type and shape, the decode kernel's face,
+/// whether a prompt runs batched or row by row, the repacked layout and face where this CPU
+/// has one; then every big matrix ([`BIG_MATRIX`]) whose decode kernel is scalar.
+fn print_kernels(
+    out: &mut impl Write,
+    path: &str,
+    g: &Gguf<'_>,
+    kernels: &smolrun_core::kernels::KernelSet,
+) -> io::Result<()> {
+    use smolrun_core::model::tensor_use::{head_is_embedding, TensorUse};
+    writeln!(out, "{path}: kernels on this CPU ({})", kernels.name())?;
+    writeln!(
+        out,
+        "{:<40} {:>6} {:>16}  {:<10} {:<10} repacked",
+        "matrix", "type", "rows x cols", "decode", "prompt"
+    )?;
+    let tied = head_is_embedding(&g.tensors);
+    let mut scalar_big = Vec::new();
+    let mut unsupported = Vec::new();
+    for t in &g.tensors {
+        let use_ = TensorUse::of(t, tied);
+        // The short convolution's taps are not multiplied by the matvec.
+        let conv = t.name.ends_with("ssm_conv1d.weight");
+        if !matches!(use_, TensorUse::Whole | TensorUse::Experts) || t.n_dims < 2 || conv {
+            continue;
+        }
+        let (rows, cols) = t.rows_cols();
+        let shape = format!("{rows} x {cols}");
+        let name = if tied && t.name == "token_embd.weight" {
+            "token_embd.weight (head)"
+        } else {
+            t.name
+        };
+        match kernels.weight(t.ggml_type) {
+            Ok(k) => {
+                let repacked = match k.repacked {
+                    Some(r) if (r.bytes)(rows as usize, cols as usize).is_some() => {
+                        format!("{} ({})", r.layout, r.face)
+                    }
+                    _ => "-".into(),
+                };
+                let prompt = if k.cols.is_some() {
+                    "batched"
+                } else {
+                    "row by row"
+                };
+                writeln!(
+                    out,
+                    "{name:<40} {:>6} {shape:>16}  {:<10} {prompt:<10} {repacked}",
+                    t.ggml_type.name(),
+                    k.face
+                )?;
+                let fast_repacked = k.repacked.is_some_and(|r| !r.face.starts_with("scalar"));
+                if rows * cols >= BIG_MATRIX && k.face == "scalar" && !fast_repacked {
+                    scalar_big.push(format!("{} ({}, {shape})", t.name, t.ggml_type.name()));
+                }
+            }
+            Err(_) => {
+                writeln!(
+                    out,
+                    "{name:<40} {:>6} {shape:>16}  no kernel",
+                    t.ggml_type.name()
+                )?;
+                unsupported.push(format!("{} ({})", t.name, t.ggml_type.name()));
+            }
+        }
+    }
+    if scalar_big.is_empty() && unsupported.is_empty() {
+        writeln!(out, "every big matrix reaches a SIMD kernel on this CPU")?;
+    }
+    if !scalar_big.is_empty() {
+        writeln!(
+            out,
+            "WARNING: {} big matrices on a scalar path (slow): {}",
+            scalar_big.len(),
+            scalar_big.join(", ")
+        )?;
+    }
+    if !unsupported.is_empty() {
+        writeln!(
+            out,
+            "ERROR: {} matrices of a type smolrun cannot multiply: {}",
+            unsupported.len(),
+            unsupported.join(", ")
+        )?;
+    }
+    Ok(())
 }
 
 fn print_info(
@@ -293,4 +415,34 @@ fn format_array(a: ArrayRef<'_>, array_items: usize) -> String {
     }
     s.push(']');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report names a big matrix left on a scalar path: Gemma 3's 262,144-row tied head
+    /// on the scalar set is flagged; on this CPU's set nothing is.
+    #[test]
+    fn a_big_matrix_on_a_scalar_path_is_flagged() {
+        let path = crate::test_support::gemma_path();
+        let file = MappedFile::open(&path).unwrap();
+        let g = Gguf::parse(file.bytes()).unwrap();
+        let report = |kernels: &smolrun_core::kernels::KernelSet| {
+            let mut out = Vec::new();
+            print_kernels(&mut out, "gemma", &g, kernels).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let scalar = report(&smolrun_core::kernels::KernelSet::scalar());
+        assert!(
+            scalar.contains("big matrices on a scalar path")
+                && scalar.contains("token_embd.weight (Q8_0, 262144 x 640)"),
+            "{scalar}"
+        );
+        let native = smolrun_core::kernels::KernelSet::select(&smolrun_linux::detect_features());
+        if native.name() != "scalar" {
+            let r = report(&native);
+            assert!(r.contains("every big matrix reaches a SIMD kernel"), "{r}");
+        }
+    }
 }
