@@ -375,6 +375,46 @@ pub fn read_prefix(agent: &ureq::Agent, src: &Source, len: u64) -> Result<(Vec<u
     Ok((bytes, total))
 }
 
+/// Reads `buf.len()` bytes of `src` from `at` with one range request; a server that does not
+/// answer 206 with exactly that range is an error (a rewriter reads the file in pieces).
+pub fn read_range(
+    agent: &ureq::Agent,
+    src: &Source,
+    at: u64,
+    buf: &mut [u8],
+) -> Result<(), String> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    check_scheme(&src.url)?;
+    let end = at + buf.len() as u64 - 1;
+    let mut req = agent
+        .get(&src.url)
+        .header("Range", format!("bytes={at}-{end}"));
+    if let Some(auth) = &src.auth {
+        req = req.header("Authorization", auth);
+    }
+    let mut resp = req.call().map_err(|e| format!("{}: {e}", src.url))?;
+    let status = resp.status().as_u16();
+    let start = resp
+        .headers()
+        .get("content-range")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_content_range)
+        .map(|(start, _)| start);
+    if status != 206 || start != Some(at) {
+        return Err(format!(
+            "{}: asked for bytes {at}-{end}, the server answered HTTP {status}{}: it must serve byte ranges",
+            src.url,
+            start.map_or(String::new(), |s| format!(" from byte {s}"))
+        ));
+    }
+    resp.body_mut()
+        .as_reader()
+        .read_exact(buf)
+        .map_err(|e| format!("{}: reading bytes {at}-{end}: {e}", src.url))
+}
+
 /// `bytes START-END/TOTAL` -> (START, TOTAL); TOTAL may be `*` (unknown).
 fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
     let rest = v.trim().strip_prefix("bytes ")?;

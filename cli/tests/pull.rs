@@ -577,3 +577,87 @@ fn plan_reads_only_the_header_over_http() {
     }
     assert!(files_in(&dir).is_empty(), "plan downloads nothing");
 }
+
+/// `smolrun fit` over HTTP: the model goes from the server into the fitted file with range
+/// requests, tensor by tensor (nothing else written to disk), byte-identical to the fit of the
+/// local file; a server that ignores ranges is refused with nothing left behind.
+#[test]
+fn fit_reads_a_model_over_http_as_the_local_file() {
+    let model = smolrun_tests::model_path("synthetic-qwen3moe");
+    let data = std::fs::read(&model).unwrap();
+    let file_path = "/models/synthetic-qwen3moe.gguf";
+    let server = Server::start(HashMap::from([
+        (
+            file_path.to_string(),
+            Route {
+                body: data.clone(),
+                content_type: "application/octet-stream",
+                ..Route::default()
+            },
+        ),
+        (
+            "/no-ranges.gguf".to_string(),
+            Route {
+                body: data.clone(),
+                content_type: "application/octet-stream",
+                ignore_ranges: true,
+                ..Route::default()
+            },
+        ),
+    ]));
+    let dir = models_dir("fit");
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let fit = |input: &str, name: &str| {
+        let dest = out.join(name);
+        let o = smolrun(
+            &[
+                "fit",
+                input,
+                "-o",
+                dest.to_str().unwrap(),
+                "--mem",
+                "8G",
+                "--flash-mbps",
+                "278",
+                "--head-rows",
+                "2048",
+                "--model-positions",
+                "0",
+                "--experts-type",
+                "q4_0",
+            ],
+            &dir,
+            None,
+        );
+        (o, dest)
+    };
+    let (o, local) = fit(model.to_str().unwrap(), "local.gguf");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, remote) = fit(&format!("{}{file_path}", server.base), "remote.gguf");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        std::fs::read(&local).unwrap() == std::fs::read(&remote).unwrap(),
+        "the fit over HTTP differs from the local fit"
+    );
+    let reads = server.requests(file_path);
+    assert!(reads.len() > 10, "{} reads: tensor by tensor", reads.len());
+    assert!(
+        reads.iter().all(|r| r.range.is_some()),
+        "only range requests"
+    );
+    let (o, dest) = fit(&format!("{}/no-ranges.gguf", server.base), "bad.gguf");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("must serve byte ranges"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dest.exists());
+    assert_eq!(
+        files_in(&out),
+        vec!["local.gguf".to_string(), "remote.gguf".to_string()],
+        "no temporary left"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

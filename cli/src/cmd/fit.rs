@@ -1,6 +1,8 @@
 //! `smolrun fit IN -o OUT --device NAME`: the fastest file of a model that fits a device, in one
 //! streamed pass over the input (bounded memory: the header, one slab of rows, the kept head
-//! ids), with the plan printed first (`--plan` stops there).
+//! ids), with the plan printed first (`--plan` stops there). IN is a local file, an http(s)
+//! URL or a Hugging Face `org/repo:QUANT`: a remote file is read with range requests, tensor
+//! by tensor, never stored whole.
 //!
 //! ```text
 //! the stock file's plan on the device (`smolrun plan`)
@@ -18,7 +20,7 @@
 //! Every other tensor and metadata entry is copied unchanged. The output is written to
 //! `OUT.tmp-PID`, parsed back and checked, then renamed; on any error it is removed.
 
-use super::gguf_out::{refuse_same_file, PartialFile, TensorStream};
+use super::gguf_out::{refuse_same_file, Input, PartialFile, TensorStream};
 use super::plan::{self as plan_cmd, DeviceArgs};
 use super::requant::{self, Slab};
 use smolrun_core::gguf::{
@@ -31,13 +33,12 @@ use smolrun_engine::plan::{self, Device, DevicePlan};
 use smolrun_engine::profile::{self, RunProfile};
 use smolrun_engine::EngineOptions;
 use smolrun_linux::MappedFile;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Input model (path or short name).
+    /// Input model: a .gguf path or model name, an http(s) URL, or a Hugging Face
+    /// `org/repo:QUANT` (read with range requests, never stored whole).
     input: String,
     /// Output .gguf file (written as OUT.tmp-PID, renamed when complete and checked).
     #[arg(short = 'o', long)]
@@ -116,16 +117,23 @@ struct Decision {
 
 pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
     let device = plan_cmd::device(&args.device)?;
-    let in_path = crate::args::resolve(&args.input)?;
-    refuse_same_file(&in_path, &args.out)?;
-    let mapped = MappedFile::open(&in_path)?;
-    let g = Gguf::parse(mapped.bytes()).map_err(|e| format!("{}: {e}", in_path.display()))?;
-    let file_len = mapped.bytes().len() as u64;
+    // The input's header, read from the local file or with range requests; its tensor bytes
+    // are read the same way, tensor by tensor, while the output is written.
+    let (input, header_bytes, file_len) = plan_cmd::open(&args.input)?;
+    let label = input.label();
+    let local = match &input {
+        Input::Local { path, .. } => {
+            refuse_same_file(path, &args.out)?;
+            Some(path.clone())
+        }
+        Input::Remote { .. } => None,
+    };
+    let g = Gguf::parse_header(&header_bytes, file_len).map_err(|e| format!("{label}: {e}"))?;
+    let in_path = PathBuf::from(&label);
     let base = EngineOptions {
         n_ctx: args.ctx,
         ..globals.base_options()
     };
-    let label = in_path.display().to_string();
     let stock = plan::plan(&in_path, &g, file_len, &device, &base)?;
 
     let n_vocab = g
@@ -141,7 +149,7 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
     let is_moe = g.tensors.iter().any(is_expert_tensor);
     let experts = experts_type(&args, &g, &stock, is_moe)?;
     let mut decision = Decision {
-        ids: head_ids(&args, &g, &in_path, n_vocab, globals)?,
+        ids: head_ids(&args, &g, &label, local.as_deref(), n_vocab, globals)?,
         experts,
         profile: RunProfile::default(),
     };
@@ -175,7 +183,7 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
         .device
         .threads
         .unwrap_or_else(crate::args::default_threads);
-    write(&g, &in_path, &args.out, &layout, &decision, threads)?;
+    write(&g, &input, &args.out, &layout, &decision, threads)?;
     Ok(())
 }
 
@@ -217,15 +225,16 @@ fn experts_type(
 fn head_ids(
     args: &Args,
     g: &Gguf,
-    path: &Path,
+    label: &str,
+    local: Option<&Path>,
     n_vocab: usize,
     globals: &crate::args::Globals,
 ) -> Result<Option<Vec<u32>>, String> {
     if g.get(KEPT_IDS_KEY).is_some() {
         if args.head_ids.is_some() || args.head_rows.is_some() {
             return Err(format!(
-                "{}: the head is already pruned ({KEPT_IDS_KEY} is set): fit the original file",
-                path.display()
+                "{label}: the head is already pruned ({KEPT_IDS_KEY} is set): fit the original \
+                 file"
             ));
         }
         return Ok(None);
@@ -242,9 +251,17 @@ fn head_ids(
     if keep >= n_vocab {
         return Ok(None);
     }
-    let tmp = std::env::temp_dir().join(format!("smolrun-fit-ids-{}.txt", std::process::id()));
-    let chosen = super::head::head_ids(
-        path.to_str().ok_or("the model's path is not UTF-8")?,
+    if local.is_none() && args.model_positions > 0 {
+        eprintln!(
+            "fit: {label} is read over HTTP: the head rows are ranked by the corpus and the word \
+             lists, without the model's predictions (they need its weights; give --head-ids \
+             from `smolrun gguf head-ids` on a local copy to have them)"
+        );
+    }
+    super::head::choose_ids(
+        g,
+        label,
+        local,
         &[],
         None,
         4.0,
@@ -253,12 +270,9 @@ fn head_ids(
         args.device
             .threads
             .unwrap_or_else(crate::args::default_threads),
-        &tmp,
         globals,
     )
-    .and_then(|()| super::head::read_ids(&tmp));
-    let _ = std::fs::remove_file(&tmp);
-    chosen.map(Some)
+    .map(Some)
 }
 
 /// The fitted file's header and sources: the metadata (an old expert offset, kept-ids list or
@@ -478,7 +492,7 @@ fn print_side_by_side(
 /// and renames it.
 fn write(
     g: &Gguf,
-    in_path: &Path,
+    input: &Input,
     out: &Path,
     layout: &Layout,
     d: &Decision,
@@ -486,11 +500,7 @@ fn write(
 ) -> Result<(), String> {
     let started = std::time::Instant::now();
     let partial = PartialFile::for_output(out);
-    let src = File::open(in_path).map_err(|e| format!("cannot open {}: {e}", in_path.display()))?;
-    let read = |buf: &mut [u8], at: u64| {
-        src.read_exact_at(buf, at)
-            .map_err(|e| format!("reading {} at byte {at}: {e}", in_path.display()))
-    };
+    let read = |buf: &mut [u8], at: u64| input.read_at(buf, at);
     let mut stream = TensorStream::create(&partial.path, &layout.writer)?;
     let mut buf = vec![0u8; COPY_BUFFER];
     let mut slab = Slab::default();
@@ -527,8 +537,7 @@ fn write(
             }
             Source::Convert(j, ty) => {
                 requant::convert_tensor(
-                    &src,
-                    in_path,
+                    input,
                     &g.tensors[j],
                     ty,
                     threads.max(1),

@@ -144,3 +144,53 @@ impl<'a> TensorStream<'a> {
         Ok(self.header_len + self.layout.data_len())
     }
 }
+
+/// Where a rewriter reads the input's tensor bytes: a local file (pread) or a file on an HTTP
+/// server (one range request per read), so a model can go from a registry to the device
+/// without being stored twice.
+pub enum Input {
+    Local {
+        file: File,
+        path: PathBuf,
+    },
+    Remote {
+        agent: ureq::Agent,
+        src: crate::download::Source,
+    },
+}
+
+impl Input {
+    pub fn local(path: &Path) -> Result<Input, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        Ok(Input::Local {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// What the input is called in messages.
+    pub fn label(&self) -> String {
+        match self {
+            Input::Local { path, .. } => path.display().to_string(),
+            Input::Remote { src, .. } => src.url.clone(),
+        }
+    }
+
+    /// Fills `buf` with the input's bytes from `at`.
+    pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<(), String> {
+        match self {
+            Input::Local { file, path } => {
+                use std::os::unix::fs::FileExt;
+                file.read_exact_at(buf, at)
+                    .map_err(|e| format!("reading {} at byte {at}: {e}", path.display()))
+            }
+            Input::Remote { agent, src } => crate::download::read_range(agent, src, at, buf)
+                .map_err(|e| {
+                    format!(
+                        "{e}\nthe partial output was removed: run the same command again \
+                         (nothing is kept between tries), or download the file first"
+                    )
+                }),
+        }
+    }
+}

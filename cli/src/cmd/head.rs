@@ -401,11 +401,51 @@ pub fn head_ids(
     let path = crate::args::resolve(model)?;
     let file = MappedFile::open(&path)?;
     let g = Gguf::parse(file.bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let tok = Tokenizer::from_gguf(&g).map_err(|e| format!("{}: {e}", path.display()))?;
+    let kept = choose_ids(
+        &g,
+        &path.display().to_string(),
+        Some(&path),
+        corpus,
+        word_lists,
+        word_weight,
+        keep,
+        model_positions,
+        threads,
+        globals,
+    )?;
+    let mut w = BufWriter::new(
+        File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?,
+    );
+    for id in &kept {
+        writeln!(w, "{id}").map_err(|e| format!("writing {}: {e}", out.display()))?;
+    }
+    w.flush()
+        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// The head rows to keep of the model whose header is `g` (`label` in messages): ranked by
+/// the corpus, the word lists and, with `model_positions` and the weights at `model`, the
+/// model's own predictions (a header read over HTTP has no weights: `None`).
+#[allow(clippy::too_many_arguments)]
+pub fn choose_ids(
+    g: &Gguf,
+    label: &str,
+    model: Option<&Path>,
+    corpus: &[PathBuf],
+    word_lists: Option<&[PathBuf]>,
+    word_weight: f64,
+    keep: usize,
+    model_positions: usize,
+    threads: usize,
+    globals: &crate::args::Globals,
+) -> Result<Vec<u32>, String> {
+    let tok = Tokenizer::from_gguf(g).map_err(|e| format!("{label}: {e}"))?;
     let n_vocab = g
         .tensor("token_embd.weight")
         .map(|t| t.dims[1] as usize)
-        .ok_or_else(|| format!("{}: no token_embd.weight tensor", path.display()))?;
+        .ok_or_else(|| format!("{label}: no token_embd.weight tensor"))?;
     if keep == 0 {
         return Err("--keep 0: keep at least the control and byte tokens".into());
     }
@@ -440,7 +480,7 @@ pub fn head_ids(
             }
         }
     }
-    let template = smolrun_engine::chat_template::ChatTemplate::from_gguf(&g)
+    let template = smolrun_engine::chat_template::ChatTemplate::from_gguf(g)
         .and_then(|t| {
             use smolrun_engine::chat_template::ChatMessage;
             t.render(
@@ -460,8 +500,8 @@ pub fn head_ids(
         .and_then(|v| v.as_array())
         .and_then(|a| a.f32s().map(|it| it.collect()));
     let mut weight: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
-    if model_positions > 0 {
-        let expected = expected_counts(&path, globals, &files, model_positions, threads)?;
+    if let (true, Some(path)) = (model_positions > 0, model) {
+        let expected = expected_counts(path, globals, &files, model_positions, threads)?;
         // Scaled to the corpus's size, so that both kinds of evidence weigh the same in total.
         let scale = n_tokens as f64 / expected.iter().sum::<f64>().max(1e-9);
         for (w, e) in weight.iter_mut().zip(&expected) {
@@ -477,29 +517,23 @@ pub fn head_ids(
         }
     }
     let (kept, stats) = select_ids(n_vocab, &forced, &weight, prior.as_deref(), keep)?;
-
-    let mut w = BufWriter::new(
-        File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?,
-    );
-    for id in &kept {
-        writeln!(w, "{id}").map_err(|e| format!("writing {}: {e}", out.display()))?;
-    }
-    w.flush()
-        .map_err(|e| format!("writing {}: {e}", out.display()))?;
     let covered: u64 = kept.iter().map(|&i| counts[i as usize]).sum();
     eprintln!(
-        "kept {} of {n_vocab} ids ({} forced, {} by the corpus, the model's predictions and {} \
-         word lists, {} by the tokenizer's prior alone); \
-         they cover {:.2} % of the corpus's {n_tokens} tokens; wrote {}",
+        "kept {} of {n_vocab} ids ({} forced, {} by the corpus, {}{} word lists, {} by the \
+         tokenizer's prior alone); they cover {:.2} % of the corpus's {n_tokens} tokens",
         kept.len(),
         stats.forced,
         stats.weighed,
+        if model.is_some() && model_positions > 0 {
+            "the model's predictions and "
+        } else {
+            ""
+        },
         lists.len(),
         stats.by_prior,
         100.0 * covered as f64 / n_tokens.max(1) as f64,
-        out.display()
     );
-    Ok(())
+    Ok(kept)
 }
 
 /// Reads a kept-ids file: one decimal id per line (blank lines and `#` comments ignored).

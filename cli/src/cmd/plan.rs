@@ -6,6 +6,7 @@
 //! and the speed limit that sets.
 
 use crate::args::WeightsFlag;
+use crate::cmd::gguf_out::Input;
 use crate::cmd::pull::{self, Reference};
 use crate::download;
 use smolrun_core::gguf::Gguf;
@@ -133,6 +134,13 @@ fn preset_names() -> String {
 /// The header bytes of MODEL and the file's length: read from the local file, or with range
 /// requests from a URL or a Hugging Face reference.
 pub fn header(model: &str) -> Result<(String, Vec<u8>, u64), String> {
+    let (input, bytes, file_len) = open(model)?;
+    Ok((input.label(), bytes, file_len))
+}
+
+/// MODEL as an input a rewriter reads (the local file, or the file on its server), with its
+/// header bytes and length.
+pub fn open(model: &str) -> Result<(Input, Vec<u8>, u64), String> {
     let local = crate::args::resolve(model);
     if let Ok(path) = &local {
         if path.is_file() {
@@ -140,7 +148,7 @@ pub fn header(model: &str) -> Result<(String, Vec<u8>, u64), String> {
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?
                 .len();
             let bytes = read_local_prefix(path, file_len)?;
-            return Ok((path.display().to_string(), bytes, file_len));
+            return Ok((Input::local(path)?, bytes, file_len));
         }
     }
     let agent = download::agent();
@@ -160,7 +168,7 @@ pub fn header(model: &str) -> Result<(String, Vec<u8>, u64), String> {
     loop {
         let (bytes, file_len) = download::read_prefix(&agent, &src, want)?;
         match Gguf::parse_header(&bytes, file_len) {
-            Ok(_) => return Ok((src.url.clone(), bytes, file_len)),
+            Ok(_) => return Ok((Input::Remote { agent, src }, bytes, file_len)),
             Err(e) if e.wants_more_bytes() && (bytes.len() as u64) < file_len.min(want) => {
                 return Err(format!(
                     "{}: the server sent {} bytes of the {want} asked for: {e}",

@@ -27,12 +27,10 @@
 //! llama-quantize writes for "Q4_K") moved to the end. With --tensors, `general.file_type` is
 //! kept as it was: the file is then a mix, not one type.
 
-use super::gguf_out::{refuse_same_file, PartialFile, TensorStream};
+use super::gguf_out::{refuse_same_file, Input, PartialFile, TensorStream};
 use smolrun_core::gguf::{Gguf, GgufWriter, MetaValue, TensorInfo};
 use smolrun_core::quant::{self, GgmlType, QuantError, WEIGHT_QUANTIZERS};
 use smolrun_linux::MappedFile;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -319,8 +317,7 @@ pub fn requant(a: &RequantArgs) -> Result<(), String> {
     let w = layout(&g, &in_path, &actions, &order, file_type)?;
 
     let partial = PartialFile::for_output(&a.out);
-    let src =
-        File::open(&in_path).map_err(|e| format!("cannot open {}: {e}", in_path.display()))?;
+    let src = Input::local(&in_path)?;
     let mut out = TensorStream::create(&partial.path, &w)?;
     let n = g.tensors.len();
     let (mut bytes_in, mut bytes_out, mut n_converted) = (0u64, 0u64, 0usize);
@@ -339,12 +336,12 @@ pub fn requant(a: &RequantArgs) -> Result<(), String> {
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         match *action {
             Action::Copy => {
-                copy_tensor(&src, &in_path, t, &mut out, &mut slab)?;
+                copy_tensor(&src, t, &mut out, &mut slab)?;
                 eprintln!("{line}size = {:8.3} MiB", mib(t.n_bytes));
                 bytes_out += t.n_bytes;
             }
             Action::Convert(ty) => {
-                let written = convert_tensor(&src, &in_path, t, ty, threads, &mut out, &mut slab)?;
+                let written = convert_tensor(&src, t, ty, threads, &mut out, &mut slab)?;
                 eprintln!(
                     "{line}converting to {ty} .. size = {:8.2} MiB -> {:8.2} MiB",
                     mib(t.n_bytes),
@@ -417,15 +414,9 @@ pub(crate) struct Slab {
     dst: Vec<u8>,
 }
 
-fn read_at(src: &File, path: &Path, buf: &mut [u8], at: u64) -> Result<(), String> {
-    src.read_exact_at(buf, at)
-        .map_err(|e| format!("reading {} at byte {at}: {e}", path.display()))
-}
-
 /// Copies a tensor's bytes unchanged, a slab at a time.
 fn copy_tensor(
-    src: &File,
-    path: &Path,
+    src: &Input,
     t: &TensorInfo,
     out: &mut TensorStream,
     slab: &mut Slab,
@@ -435,7 +426,7 @@ fn copy_tensor(
     while done < t.n_bytes {
         let n = (t.n_bytes - done).min(chunk) as usize;
         slab.src.resize(n, 0);
-        read_at(src, path, &mut slab.src, t.offset + done)?;
+        src.read_at(&mut slab.src, t.offset + done)?;
         out.write(&slab.src)?;
         done += n as u64;
     }
@@ -445,8 +436,7 @@ fn copy_tensor(
 /// Dequantizes `t` a slab of rows at a time, quantizes the rows to `ty` on `threads` threads,
 /// and writes them; returns the bytes written.
 pub(crate) fn convert_tensor(
-    src: &File,
-    path: &Path,
+    src: &Input,
     t: &TensorInfo,
     ty: GgmlType,
     threads: usize,
@@ -455,7 +445,8 @@ pub(crate) fn convert_tensor(
 ) -> Result<u64, String> {
     let (n_rows, row_len) = t.rows_cols();
     let (n_rows, row_len) = (n_rows as usize, row_len as usize);
-    let qerr = |e: QuantError| format!("{}: tensor {}: {e}", path.display(), t.name);
+    let path = src.label();
+    let qerr = |e: QuantError| format!("{path}: tensor {}: {e}", t.name);
     let src_row = quant::row_bytes(t.ggml_type, row_len).map_err(qerr)?;
     let dst_row = quant::row_bytes(ty, row_len).map_err(qerr)?;
     let rows_per_slab = (SLAB_ELEMENTS / row_len.max(1)).max(1);
@@ -466,22 +457,19 @@ pub(crate) fn convert_tensor(
         slab.src.resize(rows * src_row, 0);
         slab.f32s.resize(rows * row_len, 0.0);
         slab.dst.resize(rows * dst_row, 0);
-        read_at(src, path, &mut slab.src, t.offset + (row * src_row) as u64)?;
+        src.read_at(&mut slab.src, t.offset + (row * src_row) as u64)?;
         quant::dequantize_row(t.ggml_type, &slab.src, &mut slab.f32s).map_err(|e| match e {
             QuantError::Unsupported { .. } => format!(
-                "{}: tensor {} is {}, which smolrun cannot dequantize; leave it out with \
+                "{path}: tensor {} is {}, which smolrun cannot dequantize; leave it out with \
                  --tensors, or requantize it with llama-quantize",
-                path.display(),
-                t.name,
-                t.ggml_type
+                t.name, t.ggml_type
             ),
             e => qerr(e),
         })?;
         if let Some(bad) = slab.f32s.iter().position(|v| !v.is_finite()) {
             return Err(format!(
-                "{}: tensor {} row {} holds {} (element {}): its scales are NaN or infinite; \
+                "{path}: tensor {} row {} holds {} (element {}): its scales are NaN or infinite; \
                  the file is corrupt (llama-quantize rejects it too)",
-                path.display(),
                 t.name,
                 row + bad / row_len,
                 slab.f32s[bad],
