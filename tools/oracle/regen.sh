@@ -55,8 +55,19 @@ model_file() {
 for m in "${want[@]}"; do model_file "$m" >/dev/null; done
 
 "$repo/tools/oracle/build.sh"
-"$repo/tools/fetch-models.sh" all
-python3 "$repo/tools/oracle/synth_model.py" all --out "$models"
+# only synthetic files asked for (not their requantized copies): the one real model whose
+# tokenizer they copy, and only those files
+only_synthetic=1
+for m in "${want[@]}"; do
+  case $m in synthetic-qwen3-*) only_synthetic= ;; synthetic-*) ;; *) only_synthetic= ;; esac
+done
+if [[ -n $only_synthetic ]]; then
+  "$repo/tools/fetch-models.sh" qwen2.5-coder-0.5b
+  for m in "${want[@]}"; do python3 "$repo/tools/oracle/synth_model.py" "${m#synthetic-}" --out "$models"; done
+else
+  "$repo/tools/fetch-models.sh" all
+  python3 "$repo/tools/oracle/synth_model.py" all --out "$models"
+fi
 
 # our golden program, compiled against the build; rebuilt when its source or libllama changes
 golden=$cache/golden-bin/golden
