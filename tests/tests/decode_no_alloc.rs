@@ -40,6 +40,8 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         "synthetic-bailingmoe2",
         "synthetic-qwen2moe",
         "synthetic-qwen35",
+        "synthetic-olmoe",
+        "synthetic-phi3",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

@@ -176,6 +176,7 @@ fn check_logits(model: &str) {
                 | "synthetic-qwen2moe"
                 | "synthetic-bailingmoe2"
                 | "synthetic-qwen35"
+                | "synthetic-olmoe"
         ) {
             MAX_MEAN_KL_SYNTHETIC_MOE
         } else {
@@ -232,6 +233,21 @@ fn synthetic_bailingmoe2() {
 #[test]
 fn synthetic_qwen35() {
     check_logits("synthetic-qwen35");
+}
+
+#[test]
+fn synthetic_smollm3() {
+    check_logits("synthetic-smollm3");
+}
+
+#[test]
+fn synthetic_phi3() {
+    check_logits("synthetic-phi3");
+}
+
+#[test]
+fn synthetic_olmoe() {
+    check_logits("synthetic-olmoe");
 }
 
 // The 1-bit, 2-bit and ternary kernels against llama.cpp (golden::LOWBIT_MODELS).
