@@ -53,7 +53,10 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
   olmoe (OLMoE's architecture): 4 query and 4 KV heads (Q and K n_embd wide, as their QK-norm
           over the whole projection, n_embd weights, requires), NEOX RoPE; every FFN a mixture of
           16 experts of width 64 (feed_forward_length: llama.cpp's olmoe reads no expert width),
-          8 used per token, softmax router, the chosen probabilities unnormalised; pre-type "olmo"
+          8 used per token, softmax router, the chosen probabilities unnormalised; pre-type "olmo".
+          Its router is softer than the others' (std 0.08: logits of std ~1.3), so that the 8
+          chosen of 16 hold ~0.88 of the probability, not ~0.996: weights renormalised over the
+          chosen (qwen3moe's rule, not olmoe's) then move the logits beyond logits.rs's MoE bound
   smollm3 (SmolLM3's architecture): llama's attention and FFN in 8 layers, so that two of them
           (3 and 7) are the layers llama.cpp runs without RoPE (every fourth); base 5e6,
           pre-type "llama-bpe" (SmolLM3 has Llama 3's tokenizer), no BOS
@@ -167,7 +170,7 @@ ARCHS = {
     "olmoe": dict(
         seed=0x01E0_0001, n_embd=256, n_layer=4, n_head=4, n_head_kv=4, head_dim=64, n_ff=64,
         n_ctx=4096, rope_base=10_000.0, rms_eps=1e-5, pre="olmo", add_bos=False,
-        n_expert=16, n_expert_used=8, n_ff_exp=64,
+        n_expert=16, n_expert_used=8, n_ff_exp=64, router_std=0.08,
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.Q4_1, attn_v=T.F16, attn_output=T.Q8_0,
                    ffn_gate_inp=T.F32, ffn_gate_exps=T.Q4_0, ffn_up_exps=T.Q8_0, ffn_down_exps=T.Q5_1),
     ),
@@ -418,7 +421,7 @@ def build(name, tok, out_path):
         tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
         if moe:
             n_e, n_fe = cfg["n_expert"], cfg["n_ff_exp"]
-            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), ROUTER_STD))
+            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), cfg.get("router_std", ROUTER_STD)))
             # numpy [expert, rows, cols] = ggml [cols, rows, expert]
             tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
