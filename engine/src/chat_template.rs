@@ -375,6 +375,25 @@ mod tests {
         ]
     }
 
+    /// Phi-3's own template, from llama.cpp's Phi-3 vocabulary file (the tokenizer of the
+    /// synthetic phi3 model): turns in `<|user|>` / `<|end|>` markers, the system turn dropped.
+    #[test]
+    fn phi3_template_from_its_file_renders_its_turns() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/golden/vocab/ggml-vocab-phi-3.gguf"
+        );
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let gguf = Gguf::parse(&bytes).unwrap();
+        let t = ChatTemplate::from_gguf(&gguf).unwrap();
+        assert_eq!(t.kind(), TemplateKind::FromModel);
+        assert_eq!(
+            t.render(&conversation(), true).unwrap(),
+            "<s><|user|>\nHi there<|end|>\n<|assistant|>\nHello!<|end|>\n\
+             <|user|>\n  What is 2+2?  <|end|>\n<|assistant|>\n"
+        );
+    }
+
     #[test]
     fn gemma_builtin_matches_llama_cpp_gemma_format() {
         let t = ChatTemplate::builtin(TemplateKind::Gemma, "<bos>", "<eos>").unwrap();

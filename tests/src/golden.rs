@@ -7,13 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
-pub const SYNTHETIC_MODELS: [&str; 6] = [
+pub const SYNTHETIC_MODELS: [&str; 9] = [
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
     "synthetic-qwen2moe",
     "synthetic-bailingmoe2",
     "synthetic-qwen35",
+    "synthetic-smollm3",
+    "synthetic-phi3",
+    "synthetic-olmoe",
 ];
 
 /// Models requantized to the 1-bit, 2-bit and ternary types by `llama-quantize

@@ -24,9 +24,9 @@ use smolrun_tests::{model_path, paged_store, pread_store, streaming_store, Strea
 use std::ptr::NonNull;
 
 /// One model of each family smolrun runs (llama, qwen2, qwen3, qwen3moe, qwen2moe,
-/// bailingmoe2, gemma3, qwen35), and a lookup-table model (Q2_0: aarch64 kernels carve their
-/// activation tables).
-const FAMILIES: [&str; 9] = [
+/// bailingmoe2, gemma3, qwen35, smollm3, phi3, olmoe), and a lookup-table model (Q2_0: aarch64
+/// kernels carve their activation tables).
+const FAMILIES: [&str; 12] = [
     "synthetic-llama",
     "qwen2.5-coder-0.5b",
     "synthetic-qwen3",
@@ -36,6 +36,9 @@ const FAMILIES: [&str; 9] = [
     "gemma3-270m",
     "synthetic-qwen35",
     "synthetic-qwen3-q2_0",
+    "synthetic-smollm3",
+    "synthetic-phi3",
+    "synthetic-olmoe",
 ];
 
 fn options(mtp: bool) -> Vec<(StateOptions, &'static str)> {

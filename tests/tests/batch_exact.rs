@@ -75,7 +75,12 @@ fn check(model: &str, kernels: &KernelSet, n_tokens: usize, batches: &[usize], p
 
 #[test]
 fn batches_give_the_token_by_token_logits_scalar() {
-    for model in ["gemma3-270m", "qwen2.5-coder-0.5b"] {
+    for model in [
+        "gemma3-270m",
+        "qwen2.5-coder-0.5b",
+        "synthetic-smollm3",
+        "synthetic-phi3",
+    ] {
         check(model, &KernelSet::scalar(), 24, &[5, 32], true);
     }
 }
@@ -91,6 +96,7 @@ fn batches_give_the_token_by_token_logits_moe() {
         "synthetic-qwen3moe",
         "synthetic-qwen2moe",
         "synthetic-bailingmoe2",
+        "synthetic-olmoe",
     ] {
         check(model, &KernelSet::scalar(), 24, &[5, 32], true);
         let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();

@@ -33,13 +33,17 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     // Gemma 3; then a mixture of experts (routing, the chosen experts' hint and their
     // matvecs); then groups, the selection bias and the shared expert, with a fused QKV matrix;
     // then the shared expert's sigmoid gate (qwen2moe); then Qwen3.5's recurrent layers and
-    // gated attention.
+    // gated attention; then OLMoE's whole-projection QK-norm and top-8 routing, Phi-3's fused
+    // gate and up, SmolLM3's layers without RoPE.
     for model in [
         "gemma3-270m",
         "synthetic-qwen3moe",
         "synthetic-bailingmoe2",
         "synthetic-qwen2moe",
         "synthetic-qwen35",
+        "synthetic-olmoe",
+        "synthetic-phi3",
+        "synthetic-smollm3",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

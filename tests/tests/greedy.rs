@@ -133,6 +133,16 @@ fn synthetic_llama() {
     check_greedy("synthetic-llama");
 }
 
+#[test]
+fn synthetic_smollm3() {
+    check_greedy("synthetic-smollm3");
+}
+
+#[test]
+fn synthetic_phi3() {
+    check_greedy("synthetic-phi3");
+}
+
 // The synthetic mixtures of experts: their tokens agree with llama.cpp's even with a routing
 // bug (a planted x1.05 on the weights' sum passed all three), so these only say the decode loop
 // runs them; what holds their routing is logits.rs's KL bound against llama.cpp (1e-4; the plant
@@ -156,6 +166,11 @@ fn synthetic_bailingmoe2() {
 #[test]
 fn synthetic_qwen35() {
     check_greedy("synthetic-qwen35");
+}
+
+#[test]
+fn synthetic_olmoe() {
+    check_greedy("synthetic-olmoe");
 }
 
 // The 1-bit, 2-bit and ternary kernels (golden::LOWBIT_MODELS) over greedy text, but for

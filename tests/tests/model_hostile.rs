@@ -879,3 +879,123 @@ fn qwen35_bad_inputs_are_named() {
     .unwrap_err();
     assert!(err.to_string().contains("qwen35.ssm.state_size"), "{err}");
 }
+
+/// The llama metadata (with `n_head_kv` KV heads) and tensors renamed to `arch`, the llama
+/// tensors that `drop` names left out and `add` put in.
+fn family_file(
+    arch: &'static str,
+    n_head_kv: u32,
+    extra_meta: Vec<(&'static str, Meta)>,
+    drop: &[&str],
+    add: Vec<(&'static str, Vec<u64>)>,
+) -> Vec<u8> {
+    let key = |k: &'static str| -> &'static str {
+        let renamed = k.replacen("llama.", &format!("{arch}."), 1);
+        Box::leak(renamed.into_boxed_str())
+    };
+    let mut meta: Vec<(&str, Meta)> = metadata(1, 2, n_head_kv, N_EMBD as u32)
+        .into_iter()
+        .map(|(k, v)| (key(k), v))
+        .collect();
+    meta[0] = ("general.architecture", Meta::Str(arch));
+    meta.extend(extra_meta);
+    let mut t: Vec<_> = tensors()
+        .into_iter()
+        .filter(|(n, _)| !drop.contains(n))
+        .collect();
+    t.extend(add);
+    build_gguf(&meta, &t)
+}
+
+fn runs(bytes: &[u8]) {
+    let g = Gguf::parse(bytes).unwrap();
+    let m = Model::load(&g).unwrap();
+    let store = ResidentStore::new(&g);
+    let mut st = State::new(&m, 4).unwrap();
+    for pos in 0..4 {
+        let logits = m.forward(&mut st, &store, &SingleThread, 3, pos).unwrap();
+        assert!(logits.iter().all(|v| v.is_finite()));
+    }
+}
+
+/// A tiny phi3: fused QKV and a fused gate/up; a wrong fused width and LongRoPE factors are
+/// named.
+#[test]
+fn a_tiny_phi3_runs_and_its_fused_ffn_and_rope_factors_are_checked() {
+    let qkv = ("blk.0.attn_qkv.weight", vec![N_EMBD, N_EMBD + 32]);
+    let separate = [
+        "blk.0.attn_q.weight",
+        "blk.0.attn_k.weight",
+        "blk.0.attn_v.weight",
+        "blk.0.ffn_gate.weight",
+        "blk.0.ffn_up.weight",
+    ];
+    let file = |up_rows: u64, extra: Vec<(&'static str, Vec<u64>)>| {
+        let mut add = vec![qkv.clone(), ("blk.0.ffn_up.weight", vec![N_EMBD, up_rows])];
+        add.extend(extra);
+        family_file("phi3", 1, vec![], &separate, add)
+    };
+    runs(&file(2 * N_FF, vec![]));
+    assert_eq!(
+        load(&file(N_FF, vec![])).unwrap_err(),
+        ModelError::BadTensorShape {
+            name: "blk.0.ffn_up.weight".into(),
+            expected: [N_EMBD, 2 * N_FF, 1, 1],
+            found: [N_EMBD, N_FF, 1, 1],
+        }
+    );
+    let err = load(&file(2 * N_FF, vec![("rope_factors_long.weight", vec![8])])).unwrap_err();
+    let ModelError::UnsupportedTensor { name, .. } = &err else {
+        panic!("expected the rope factors refused, got {err}");
+    };
+    assert_eq!(name, "rope_factors_long.weight");
+}
+
+/// A tiny olmoe: QK-norm over the whole projection (its weights as long as Q and K), 4 experts
+/// of width feed_forward_length, 2 used; a per-head norm is named with both shapes, and so are
+/// K heads narrower than the norm's n_embd.
+#[test]
+fn a_tiny_olmoe_runs_and_its_whole_projection_qk_norm_is_checked() {
+    let file = |n_head_kv: u32, k_norm: u64| {
+        let meta = vec![
+            ("olmoe.expert_count", Meta::U32(4)),
+            ("olmoe.expert_used_count", Meta::U32(2)),
+        ];
+        let drop = [
+            "blk.0.attn_k.weight",
+            "blk.0.attn_v.weight",
+            "blk.0.ffn_gate.weight",
+            "blk.0.ffn_up.weight",
+            "blk.0.ffn_down.weight",
+        ];
+        let kv = 16 * n_head_kv as u64;
+        let add = vec![
+            ("blk.0.attn_k.weight", vec![N_EMBD, kv]),
+            ("blk.0.attn_v.weight", vec![N_EMBD, kv]),
+            ("blk.0.attn_q_norm.weight", vec![N_EMBD]),
+            ("blk.0.attn_k_norm.weight", vec![k_norm]),
+            ("blk.0.ffn_gate_inp.weight", vec![N_EMBD, 4]),
+            ("blk.0.ffn_gate_exps.weight", vec![N_EMBD, N_FF, 4]),
+            ("blk.0.ffn_up_exps.weight", vec![N_EMBD, N_FF, 4]),
+            ("blk.0.ffn_down_exps.weight", vec![N_FF, N_EMBD, 4]),
+        ];
+        family_file("olmoe", n_head_kv, meta, &drop, add)
+    };
+    runs(&file(2, N_EMBD));
+    assert_eq!(
+        load(&file(2, 16)).unwrap_err(),
+        ModelError::BadTensorShape {
+            name: "blk.0.attn_k_norm.weight".into(),
+            expected: [N_EMBD, 1, 1, 1],
+            found: [16, 1, 1, 1],
+        }
+    );
+    assert_eq!(
+        load(&file(1, N_EMBD)).unwrap_err(),
+        ModelError::BadTensorShape {
+            name: "blk.0.attn_k_norm.weight".into(),
+            expected: [16, 1, 1, 1],
+            found: [N_EMBD, 1, 1, 1],
+        }
+    );
+}

@@ -19,10 +19,11 @@ use smolrun_tests::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-const MOE_MODELS: [&str; 3] = [
+const MOE_MODELS: [&str; 4] = [
     "synthetic-qwen3moe",
     "synthetic-bailingmoe2",
     "synthetic-qwen2moe",
+    "synthetic-olmoe",
 ];
 
 /// The model's path and its file mapped.

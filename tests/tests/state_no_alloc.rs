@@ -32,6 +32,9 @@ fn making_the_state_and_running_the_prompt_allocate_nothing() {
         "synthetic-qwen2moe",
         "synthetic-bailingmoe2",
         "synthetic-qwen35",
+        "synthetic-smollm3",
+        "synthetic-phi3",
+        "synthetic-olmoe",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

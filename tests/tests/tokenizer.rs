@@ -184,6 +184,29 @@ fn synthetic_llama_bpe_ids_match_llama_cpp() {
     check_against_golden("synthetic-llama", file);
 }
 
+/// The synthetic SmolLM3 file: Qwen's vocabulary with "llama-bpe" (SmolLM3 has Llama 3's
+/// tokenizer) and no BOS.
+#[test]
+fn synthetic_smollm3_ids_match_llama_cpp() {
+    smolrun_tests::model_path("synthetic-smollm3");
+    check_against_golden("synthetic-smollm3", "synthetic-smollm3.gguf");
+}
+
+/// The synthetic Phi-3 file: Phi-3's own SPM vocabulary, BOS added (all its tokenizer keys
+/// copied from llama.cpp's ggml-vocab-phi-3.gguf).
+#[test]
+fn synthetic_phi3_ids_match_llama_cpp() {
+    smolrun_tests::model_path("synthetic-phi3");
+    check_against_golden("synthetic-phi3", "synthetic-phi3.gguf");
+}
+
+/// The synthetic OLMoE file: Qwen's vocabulary with the "olmo" pre-tokenizer (GPT-2's regex).
+#[test]
+fn synthetic_olmoe_ids_match_llama_cpp() {
+    smolrun_tests::model_path("synthetic-olmoe");
+    check_against_golden("synthetic-olmoe", "synthetic-olmoe.gguf");
+}
+
 const ROUND_TRIP_TEXTS: &[&str] = &[
     "Hello world",
     " leading and trailing  ",

@@ -114,6 +114,22 @@ fn qwen35_vocab_matches_llama_cpp_test_vectors() {
     assert_eq!(n, 50, "the b11434 vectors have 50 cases");
 }
 
+/// Phi-3's SPM vocabulary (32,064 tokens, pre-type "default"), llama.cpp's own vectors.
+#[test]
+fn phi3_vocab_matches_llama_cpp_test_vectors() {
+    let path = vocab_dir().join("ggml-vocab-phi-3.gguf");
+    let map = MappedFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let gguf = Gguf::parse(map.bytes()).unwrap();
+    assert_eq!(gguf.get_str("tokenizer.ggml.model").unwrap(), "llama");
+    let tok = tokenizer(map.bytes(), "ggml-vocab-phi-3.gguf");
+    let n = check(
+        "ggml-vocab-phi-3.gguf.inp",
+        "ggml-vocab-phi-3.gguf.out",
+        &tok,
+    );
+    assert!(n > 0, "the phi-3 vectors have cases");
+}
+
 /// llama.cpp's ggml-vocab-qwen2.gguf is, byte for byte, ggml-vocab-qwen35.gguf with
 /// `tokenizer.ggml.pre` "qwen2" (checked when the files were added), so only the qwen35 file is
 /// kept and the qwen2 one is made from it here.

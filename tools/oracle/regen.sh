@@ -33,7 +33,7 @@ threads=2
 # an activation moves the logits by whole units: llama.cpp's own F16 copy of the Q2_0 file scores
 # 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
 lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k)
-all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 "${lowbit[@]}")
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-smollm3 synthetic-phi3 synthetic-olmoe "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -48,6 +48,9 @@ model_file() {
     synthetic-qwen2moe) echo "$models/synthetic-qwen2moe.gguf" ;;
     synthetic-bailingmoe2) echo "$models/synthetic-bailingmoe2.gguf" ;;
     synthetic-qwen35) echo "$models/synthetic-qwen35.gguf" ;;
+    synthetic-smollm3) echo "$models/synthetic-smollm3.gguf" ;;
+    synthetic-phi3) echo "$models/synthetic-phi3.gguf" ;;
+    synthetic-olmoe) echo "$models/synthetic-olmoe.gguf" ;;
     qwen2.5-coder-0.5b-* | synthetic-qwen3-*) echo "$models/$1.gguf" ;;
     *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
   esac
@@ -55,8 +58,19 @@ model_file() {
 for m in "${want[@]}"; do model_file "$m" >/dev/null; done
 
 "$repo/tools/oracle/build.sh"
-"$repo/tools/fetch-models.sh" all
-python3 "$repo/tools/oracle/synth_model.py" all --out "$models"
+# only synthetic files asked for (not their requantized copies): the one real model whose
+# tokenizer they copy, and only those files
+only_synthetic=1
+for m in "${want[@]}"; do
+  case $m in synthetic-qwen3-*) only_synthetic= ;; synthetic-*) ;; *) only_synthetic= ;; esac
+done
+if [[ -n $only_synthetic ]]; then
+  "$repo/tools/fetch-models.sh" qwen2.5-coder-0.5b
+  for m in "${want[@]}"; do python3 "$repo/tools/oracle/synth_model.py" "${m#synthetic-}" --out "$models"; done
+else
+  "$repo/tools/fetch-models.sh" all
+  python3 "$repo/tools/oracle/synth_model.py" all --out "$models"
+fi
 
 # our golden program, compiled against the build; rebuilt when its source or libllama changes
 golden=$cache/golden-bin/golden

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|smollm3|phi3|olmoe|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -44,6 +44,22 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           vocabulary llama-bpe gives the same ids as qwen2: they differ only in grouping digits by
           three, and Qwen has no multi-digit tokens. A Llama vocabulary of our own is not at hand;
           Gemma's SPM vocabulary has 262k tokens and is already covered by gemma3-270m.)
+  phi3 (Phi-3-mini's architecture): 4 query heads (n_head * head_dim = n_embd, as llama.cpp's
+          phi3 requires), 2 KV heads, Q, K and V from one fused attn_qkv, NEOX RoPE, base 1e4; the
+          FFN's gate and up in one ffn_up of 2 x 512 rows (gate first); a sliding window of 16 in
+          the header, which llama.cpp b11434 ignores for phi3 (so must we); the real Phi-3
+          tokenizer (SPM, 32,064 tokens) and chat template, all tokenizer.* keys copied from
+          llama.cpp's ggml-vocab-phi-3.gguf
+  olmoe (OLMoE's architecture): 4 query and 4 KV heads (Q and K n_embd wide, as their QK-norm
+          over the whole projection, n_embd weights, requires), NEOX RoPE; every FFN a mixture of
+          16 experts of width 64 (feed_forward_length: llama.cpp's olmoe reads no expert width),
+          8 used per token, softmax router, the chosen probabilities unnormalised; pre-type "olmo".
+          Its router is softer than the others' (std 0.08: logits of std ~1.3), so that the 8
+          chosen of 16 hold ~0.88 of the probability, not ~0.996: weights renormalised over the
+          chosen (qwen3moe's rule, not olmoe's) then move the logits beyond logits.rs's MoE bound
+  smollm3 (SmolLM3's architecture): llama's attention and FFN in 8 layers, so that two of them
+          (3 and 7) are the layers llama.cpp runs without RoPE (every fourth); base 5e6,
+          pre-type "llama-bpe" (SmolLM3 has Llama 3's tokenizer), no BOS
 
 Tensor types are a mix the engine must handle; those the real models already carry (Q4_K, Q6_K,
 Q5_0, Q8_0) appear here less, those they lack (F16, BF16, Q4_0, Q4_1, Q5_1) appear more. gguf-py
@@ -135,6 +151,28 @@ ARCHS = {
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q8_0,
                    attn_qkv=T.Q8_0, attn_gate=T.Q8_0, ssm_alpha=T.F32, ssm_beta=T.F32, ssm_out=T.Q8_0,
                    ffn_gate=T.Q8_0, ffn_up=T.Q8_0, ffn_down=T.Q8_0, eh_proj=T.Q8_0),
+    ),
+    "smollm3": dict(
+        seed=0x5A01_3003, n_embd=256, n_layer=8, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=5_000_000.0, rms_eps=1e-6, pre="llama-bpe", add_bos=False,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.F16, attn_v=T.Q8_0,
+                   attn_output=T.Q4_1, ffn_gate=T.Q5_0, ffn_up=T.Q8_0, ffn_down=T.Q4_0),
+    ),
+    # Phi-3-mini's layout at the small shape; its real tokenizer (llama.cpp's
+    # ggml-vocab-phi-3.gguf: SPM, 32,064 tokens, BOS, its chat template), copied key for key
+    "phi3": dict(
+        vocab_file="tests/golden/vocab/ggml-vocab-phi-3.gguf",
+        seed=0x9813_0003, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=4096, rope_base=10_000.0, rms_eps=1e-5, sliding_window=16,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_qkv=T.Q8_0, attn_output=T.Q4_0,
+                   ffn_up=T.Q5_0, ffn_down=T.F16),
+    ),
+    "olmoe": dict(
+        seed=0x01E0_0001, n_embd=256, n_layer=4, n_head=4, n_head_kv=4, head_dim=64, n_ff=64,
+        n_ctx=4096, rope_base=10_000.0, rms_eps=1e-5, pre="olmo", add_bos=False,
+        n_expert=16, n_expert_used=8, n_ff_exp=64, router_std=0.08,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.Q4_1, attn_v=T.F16, attn_output=T.Q8_0,
+                   ffn_gate_inp=T.F32, ffn_gate_exps=T.Q4_0, ffn_up_exps=T.Q8_0, ffn_down_exps=T.Q5_1),
     ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
@@ -249,6 +287,21 @@ def read_tokenizer(path):
     return tok
 
 
+def read_vocab_file(path):
+    """Every tokenizer.* key of a vocabulary-only GGUF, to copy as it is (an SPM vocabulary has
+    scores instead of merges, and may carry its chat template)."""
+    r = gguf.GGUFReader(path)
+    fields = []
+    for key, f in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = f.types[0]
+        sub = f.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        fields.append((key, f.contents(), vtype, sub))
+    tokens = next(v for k, v, _, _ in fields if k == "tokenizer.ggml.tokens")
+    return {"tokens": tokens, "fields": fields}
+
+
 def quantize(data, qtype):
     if qtype == T.F32:
         return data.astype(np.float32), T.F32
@@ -271,7 +324,8 @@ def build(name, tok, out_path):
     tmp = out_path + ".tmp"
     w = gguf.GGUFWriter(tmp, arch)
     w.add_name(f"smolrun synthetic {arch}")
-    w.add_description("random weights from a fixed seed (tools/oracle/synth_model.py); tokenizer of Qwen2.5-Coder")
+    w.add_description("random weights from a fixed seed (tools/oracle/synth_model.py); tokenizer of "
+                      + (os.path.basename(cfg["vocab_file"]) if "vocab_file" in cfg else "Qwen2.5-Coder"))
     w.add_context_length(cfg["n_ctx"])
     w.add_embedding_length(n_embd)
     w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
@@ -312,15 +366,21 @@ def build(name, tok, out_path):
         w.add_expert_weights_norm(True)
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
 
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(cfg["pre"])
-    w.add_token_list(tok["tokens"])
-    w.add_token_types(tok["token_type"])
-    w.add_token_merges(tok["merges"])
-    w.add_bos_token_id(tok["bos"])
-    w.add_eos_token_id(tok["eos"])
-    w.add_pad_token_id(tok["pad"])
-    w.add_add_bos_token(cfg["add_bos"])
+    if "sliding_window" in cfg:
+        w.add_sliding_window(cfg["sliding_window"])
+    if "fields" in tok:
+        for key, value, vtype, sub in tok["fields"]:
+            w.add_key_value(key, value, vtype, sub)
+    else:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(cfg["pre"])
+        w.add_token_list(tok["tokens"])
+        w.add_token_types(tok["token_type"])
+        w.add_token_merges(tok["merges"])
+        w.add_bos_token_id(tok["bos"])
+        w.add_eos_token_id(tok["eos"])
+        w.add_pad_token_id(tok["pad"])
+        w.add_add_bos_token(cfg["add_bos"])
 
     def tensor(name, kind, data):
         packed, qtype = quantize(data, types.get(kind, T.F32))
@@ -340,9 +400,12 @@ def build(name, tok, out_path):
     for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35") else 0):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
-        tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
-        tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
-        tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        if arch == "phi3":
+            tensor(p + "attn_qkv.weight", "attn_qkv", rng.weight((n_q + 2 * n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        else:
+            tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
         if arch == "qwen2moe":
             tensor(p + "attn_q.bias", "bias", rng.weight((n_q,), 0.5))
             tensor(p + "attn_k.bias", "bias", rng.weight((n_kv,), 0.5))
@@ -350,11 +413,15 @@ def build(name, tok, out_path):
         if arch in ("qwen3", "qwen3moe"):
             tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
             tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
+        if arch == "olmoe":
+            # over the whole projection (n_q = n_kv = n_embd here)
+            tensor(p + "attn_q_norm.weight", "norm", norm_weight(n_q))
+            tensor(p + "attn_k_norm.weight", "norm", norm_weight(n_kv))
         tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
         tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
         if moe:
             n_e, n_fe = cfg["n_expert"], cfg["n_ff_exp"]
-            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), ROUTER_STD))
+            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), cfg.get("router_std", ROUTER_STD)))
             # numpy [expert, rows, cols] = ggml [cols, rows, expert]
             tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
@@ -365,6 +432,10 @@ def build(name, tok, out_path):
                 tensor(p + "ffn_gate_shexp.weight", "ffn_gate_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
                 tensor(p + "ffn_up_shexp.weight", "ffn_up_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
                 tensor(p + "ffn_down_shexp.weight", "ffn_down_shexp", rng.weight((n_embd, n_fs), 1.0 / np.sqrt(n_fs)))
+        elif arch == "phi3":
+            # rows: the gate's n_ff, then the up's n_ff
+            tensor(p + "ffn_up.weight", "ffn_up", rng.weight((2 * n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
         else:
             tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
@@ -539,7 +610,11 @@ def main():
     for name in [a for a in ARCHS if "tokenizer" not in ARCHS[a]] if args.arch == "all" else [args.arch]:
         path = os.path.join(args.out, f"synthetic-{name}.gguf")
         own = ARCHS[name].get("tokenizer")
-        build(name, read_tokenizer(os.path.join(REPO, own)) if own else tok, path)
+        vocab_file = ARCHS[name].get("vocab_file")
+        if vocab_file:
+            build(name, read_vocab_file(os.path.join(REPO, vocab_file)), path)
+        else:
+            build(name, read_tokenizer(os.path.join(REPO, own)) if own else tok, path)
         print(f"synth_model: {path} {os.path.getsize(path)} bytes sha256 {sha256(path)}")
 
 

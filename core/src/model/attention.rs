@@ -6,8 +6,8 @@
 //! q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)
 //!   or q|k|v = Wqkv xb                 one fused matrix (bailingmoe2's attn_qkv)
 //!   or q|gate per head = Wq xb         gated attention (Qwen3.5): each head's query, then its gate
-//! q, k = rms_norm per head             Qwen3, Gemma 3, Qwen3.5 (QK-norm)
-//! q, k = rope(q, k, pos)               normal (Llama) or neox (Qwen, Gemma)
+//! q, k = rms_norm per head             Qwen3, Gemma 3, Qwen3.5 (QK-norm); OLMoE: over all of q, of k
+//! q, k = rope(q, k, pos)               normal (Llama) or neox (Qwen, Gemma); none on SmolLM3's every 4th layer
 //! cache[pos] = k, v                    f16, like llama.cpp's default cache
 //! a = attention(q, cache[..=pos])      grouped-query, optional sliding window
 //! a = a * sigmoid(gate)                gated attention
@@ -39,6 +39,8 @@ pub struct AttentionShape {
     /// Wq's output holds, per head, the query and then a gate of as many values; the
     /// attention output is multiplied by sigmoid(gate) before Wo (Qwen3.5's full attention).
     pub output_gate: bool,
+    /// Q and K are rotated by RoPE; SmolLM3 leaves it out on every fourth layer.
+    pub rope: bool,
 }
 
 impl AttentionShape {
@@ -68,6 +70,8 @@ impl AttentionShape {
 pub struct AttentionOptions {
     pub qkv_bias: bool,
     pub qk_norm: bool,
+    /// QK-norm over the whole of Q and of K rather than per head (OLMoE).
+    pub qk_norm_whole: bool,
     pub post_norm: bool,
     /// Q is multiplied by 1/sqrt(head_dim) before attention instead of scaling the scores
     /// (Gemma's order of operations; the same value, rounded as the reference rounds it).
@@ -156,6 +160,11 @@ impl Attention {
         let n = |s: &str| format!("blk.{l}.{s}");
         let (q_dim, kv_dim, v_dim, o_dim) =
             (shape.q_dim(), shape.kv_dim(), shape.v_dim(), shape.o_dim());
+        // Per head, or over the whole projection.
+        let qk_norm_len = |whole: usize| match opts.qk_norm_whole {
+            true => whole,
+            false => shape.head_dim,
+        };
         let bias = |s: &str, len| match opts.qkv_bias {
             true => ld.vector(&n(s), len).map(Some),
             false => ld.opt_vector(&n(s), len),
@@ -182,8 +191,8 @@ impl Attention {
             bq: bias("attn_q.bias", q_dim)?,
             bk: bias("attn_k.bias", kv_dim)?,
             bv: bias("attn_v.bias", v_dim)?,
-            q_norm: ld.vector_if(opts.qk_norm, &n("attn_q_norm.weight"), shape.head_dim)?,
-            k_norm: ld.vector_if(opts.qk_norm, &n("attn_k_norm.weight"), shape.head_dim)?,
+            q_norm: ld.vector_if(opts.qk_norm, &n("attn_q_norm.weight"), qk_norm_len(q_dim))?,
+            k_norm: ld.vector_if(opts.qk_norm, &n("attn_k_norm.weight"), qk_norm_len(kv_dim))?,
             post_attn_norm: ld.vector_if(
                 opts.post_norm,
                 &n("post_attention_norm.weight"),
@@ -261,9 +270,10 @@ impl Attention {
                 }
             }
             if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-                q.chunks_exact_mut(hd)
+                // The norm's length: a head's (hd), or the whole projection's.
+                q.chunks_exact_mut(qn.len())
                     .for_each(|h| math::rms_norm_in_place(h, qn, p.rms_eps));
-                k.chunks_exact_mut(hd)
+                k.chunks_exact_mut(kn.len())
                     .for_each(|h| math::rms_norm_in_place(h, kn, p.rms_eps));
             }
             if let Some(f) = p.tapping() {
@@ -271,8 +281,10 @@ impl Attention {
                 f("Kcur_normed", l, k);
                 f("Vcur", l, v);
             }
-            self.rope.apply(q, hd, pos + t, p.rope_freqs);
-            self.rope.apply(k, hd, pos + t, p.rope_freqs);
+            if sh.rope {
+                self.rope.apply(q, hd, pos + t, p.rope_freqs);
+                self.rope.apply(k, hd, pos + t, p.rope_freqs);
+            }
             if let Some(f) = p.tapping() {
                 f("Qcur", l, q);
                 f("Kcur", l, k);

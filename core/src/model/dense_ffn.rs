@@ -3,6 +3,7 @@
 //! ```text
 //! xb = rms_norm(x)                     ffn_norm (Qwen3.5: post_attention_norm)
 //! h = act(Wgate xb) * (Wup xb)         SiLU (Llama, Qwen) or GELU-tanh (Gemma)
+//!   or g|u = Wup xb; h = act(g) * u    gate and up fused in one matrix (Phi-3)
 //! f = Wdown h;  f = rms_norm(f)        post_ffw_norm: Gemma 3
 //! x = x + f
 //! ```
@@ -28,7 +29,8 @@ pub enum Gate {
 pub struct DenseFfn {
     pub n_ff: usize,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: Matrix,
+    /// `None`: the gate's rows are the first `n_ff` of `w_up`'s 2 x `n_ff` (Phi-3).
+    pub w_gate: Option<Matrix>,
     pub w_up: Matrix,
     pub w_down: Matrix,
     pub post_ffn_norm: Option<Vec<f32>>,
@@ -44,15 +46,20 @@ impl DenseFfn {
         norm: &str,
         n_embd: usize,
         n_ff: usize,
+        fused_gate_up: bool,
         post_norm: bool,
         gate: Gate,
     ) -> Result<DenseFfn, ModelError> {
         let n = |s: &str| format!("blk.{l}.{s}");
+        let (w_gate, n_up) = match fused_gate_up {
+            true => (None, 2 * n_ff),
+            false => (Some(ld.matrix(&n("ffn_gate.weight"), n_embd, n_ff)?), n_ff),
+        };
         Ok(DenseFfn {
             n_ff,
             ffn_norm: ld.vector(&n(norm), n_embd)?,
-            w_gate: ld.matrix(&n("ffn_gate.weight"), n_embd, n_ff)?,
-            w_up: ld.matrix(&n("ffn_up.weight"), n_embd, n_ff)?,
+            w_gate,
+            w_up: ld.matrix(&n("ffn_up.weight"), n_embd, n_up)?,
             w_down: ld.matrix(&n("ffn_down.weight"), n_ff, n_embd)?,
             post_ffn_norm: ld.vector_if(post_norm, &n("post_ffw_norm.weight"), n_embd)?,
             gate,
@@ -60,8 +67,9 @@ impl DenseFfn {
     }
 
     /// The weights in the order `forward` asks for them.
-    pub fn matrices(&self) -> [&Matrix; 3] {
-        [&self.w_gate, &self.w_up, &self.w_down]
+    pub fn matrices(&self) -> Vec<&Matrix> {
+        let gate = self.w_gate.as_ref();
+        gate.into_iter().chain([&self.w_up, &self.w_down]).collect()
     }
 
     /// For each of the pass's tokens: x += (post-norm of) Wdown (act(Wgate xb) * Wup xb), with
@@ -70,10 +78,22 @@ impl DenseFfn {
         let (n, n_embd, n_ff) = (p.n, a.n_embd, self.n_ff);
         p.rms_norm_rows(&mut a.xb, &a.x, &self.ffn_norm, n_embd);
         p.tap("ffn_norm", l, &a.xb, n_embd);
-        p.matvecs(
-            &a.xb,
-            &mut [(&self.w_gate, &mut a.hb[..]), (&self.w_up, &mut a.hb2[..])],
-        )?;
+        match &self.w_gate {
+            Some(w_gate) => p.matvecs(
+                &a.xb,
+                &mut [(w_gate, &mut a.hb[..]), (&self.w_up, &mut a.hb2[..])],
+            )?,
+            None => {
+                // Rows of [gate | up]: the gates move to hb, the ups to the front of hb2's rows
+                // (token t's up moves to row t of width n_ff, no later than where it was).
+                p.matvec(&self.w_up, &a.xb, &mut a.hb2)?;
+                for t in 0..n {
+                    let src = t * 2 * n_ff;
+                    a.hb[t * n_ff..][..n_ff].copy_from_slice(&a.hb2[src..][..n_ff]);
+                    a.hb2.copy_within(src + n_ff..src + 2 * n_ff, t * n_ff);
+                }
+            }
+        }
         if let Some(f) = p.tapping() {
             for t in 0..n {
                 f("ffn_gate", l, row(&a.hb, n_ff, t));

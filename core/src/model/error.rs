@@ -27,6 +27,11 @@ pub enum ModelError {
         expected: [u64; 4],
         found: [u64; 4],
     },
+    /// A tensor the file has that smolrun does not run yet, said with what to do instead.
+    UnsupportedTensor {
+        name: String,
+        reason: String,
+    },
     BadTensorType {
         name: String,
         expected: &'static str,
@@ -116,6 +121,9 @@ impl fmt::Display for ModelError {
                 f,
                 "tensor '{name}': expected type {expected}, found {found}"
             ),
+            UnsupportedTensor { name, reason } => {
+                write!(f, "tensor '{name}' is not supported: {reason}")
+            }
             Quant { tensor, err } => write!(f, "tensor '{tensor}': {err}"),
             Store { tensor, reason } => write!(f, "could not use weights of '{tensor}': {reason}"),
             WeightRead(e) => write!(f, "could not read {e}"),

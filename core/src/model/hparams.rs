@@ -95,6 +95,11 @@ impl<'k> Keys<'k> {
         Keys { gguf, arch }
     }
 
+    /// Whether the file has the tensor `name` (for a family whose layout depends on it).
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
+    }
+
     /// The file's architecture name, the keys' prefix.
     pub fn arch(&self) -> &'k str {
         self.arch
@@ -412,6 +417,7 @@ impl HParams {
             },
             fused_qkv: false,
             output_gate: false,
+            rope: true,
         }
     }
 

@@ -40,9 +40,9 @@ pub enum MixerShape {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FfnShape {
-    Dense {
-        n_ff: usize,
-    },
+    /// A gated MLP of hidden width `n_ff`; `fused_gate_up`: its gate and up projections are
+    /// one matrix (`ffn_up`, 2 x `n_ff` rows: the gate's, then the up's; Phi-3).
+    Dense { n_ff: usize, fused_gate_up: bool },
     /// `n_expert` gated MLPs of hidden width `n_ff`, `n_expert_used` of them per token, chosen
     /// and weighted as `routing` says; plus a shared expert of width `n_ff_shared` (0: none).
     Moe {
@@ -91,7 +91,14 @@ impl LayerShape {
             }
         }
         match self.ffn {
-            FfnShape::Dense { n_ff } => w.ff = n_ff,
+            FfnShape::Dense {
+                n_ff,
+                fused_gate_up,
+            } => {
+                w.ff = n_ff;
+                // The fused matrix writes the gate's and the up's rows together into hb2.
+                w.ff_up = if fused_gate_up { 2 * n_ff } else { n_ff };
+            }
             FfnShape::Moe {
                 n_ff,
                 n_expert,
@@ -99,6 +106,7 @@ impl LayerShape {
                 ..
             } => {
                 w.ff = n_ff.max(n_ff_shared);
+                w.ff_up = w.ff;
                 w.router = n_expert;
             }
         }
@@ -114,6 +122,8 @@ pub struct LayerWidths {
     pub v: usize,
     pub o: usize,
     pub ff: usize,
+    /// The up projection's output (`hb2`): `ff`, or twice it when gate and up are one matrix.
+    pub ff_up: usize,
     pub n_head: usize,
     /// Router logits of a mixture-of-experts FFN (its expert count).
     pub router: usize,
@@ -138,6 +148,7 @@ impl LayerWidths {
                 v: a.v.max(b.v),
                 o: a.o.max(b.o),
                 ff: a.ff.max(b.ff),
+                ff_up: a.ff_up.max(b.ff_up),
                 n_head: a.n_head.max(b.n_head),
                 router: a.router.max(b.router),
                 qkv: a.qkv.max(b.qkv),

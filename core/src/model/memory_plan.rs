@@ -285,8 +285,12 @@ mod tests {
                         window: None,
                         fused_qkv: false,
                         output_gate: false,
+                        rope: true,
                     }),
-                    ffn: FfnShape::Dense { n_ff: 128 },
+                    ffn: FfnShape::Dense {
+                        n_ff: 128,
+                        fused_gate_up: false,
+                    },
                 };
                 2
             ],

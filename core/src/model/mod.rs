@@ -179,7 +179,10 @@ impl Model {
         let gate = ffn_gate(sw.activation, kernels);
         let mut layers = Vec::with_capacity(hp.n_layer);
         for (l, &shape) in hp.layers.iter().enumerate() {
-            let rope = layer_rope(&hp, sw.rope_style, hp.is_swa[l]);
+            // A windowed layer's RoPE: the family may run a layer unwindowed that the file
+            // marks as windowed (Phi-3), and its RoPE is then the global one.
+            let windowed = matches!(shape.mixer, MixerShape::Attention(a) if a.window.is_some());
+            let rope = layer_rope(&hp, sw.rope_style, windowed);
             layers.push(load_layer(&ld, &hp, l, shape, rope, &gate)?);
         }
         let act_tables_per_token = act_table_bytes_of(&layers, &output);
@@ -725,12 +728,16 @@ pub(crate) fn load_layer(
     };
     let norm = family.ffn_norm;
     let ffn = match shape.ffn {
-        FfnShape::Dense { n_ff } => Ffn::Dense(DenseFfn::load(
+        FfnShape::Dense {
+            n_ff,
+            fused_gate_up,
+        } => Ffn::Dense(DenseFfn::load(
             ld,
             l,
             norm,
             n_embd,
             n_ff,
+            fused_gate_up,
             sw.post_norms,
             gate.clone(),
         )?),
@@ -774,6 +781,7 @@ fn attention_options(hp: &HParams, sw: &Switches) -> AttentionOptions {
     AttentionOptions {
         qkv_bias: sw.qkv_bias,
         qk_norm: sw.qk_norm,
+        qk_norm_whole: sw.qk_norm_whole,
         post_norm: sw.post_norms,
         scale_q_before_attention: sw.scale_q_before_attention,
         softcap: hp.attn_logit_softcap,

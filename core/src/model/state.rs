@@ -161,7 +161,7 @@ impl StateShape {
         plan.add::<f32>(act, b, w.o); // att_out
         plan.add::<f32>(act, w.n_head, self.n_ctx); // scores
         plan.add::<f32>(act, b, w.ff); // hb
-        plan.add::<f32>(act, b, w.ff); // hb2
+        plan.add::<f32>(act, b, w.ff_up); // hb2
         plan.add::<f32>(act, b, w.router);
         plan.add::<f32>(act, self.moe_rows(), e); // moe_acc
         plan.add::<f32>(act, 1, w.router); // router_guess
@@ -446,7 +446,7 @@ impl State {
                 att_out: arena.take_detached(act, b, w.o)?,
                 scores: arena.take_detached(act, w.n_head, n_ctx)?,
                 hb: arena.take_detached(act, b, w.ff)?,
-                hb2: arena.take_detached(act, b, w.ff)?,
+                hb2: arena.take_detached(act, b, w.ff_up)?,
                 router: arena.take_detached(act, b, w.router)?,
                 moe_acc: arena.take_detached(act, sh.moe_rows(), e)?,
                 router_guess: arena.take_detached(act, 1, w.router)?,

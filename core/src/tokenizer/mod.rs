@@ -224,6 +224,9 @@ impl Tokenizer {
         let add_eos = get_bool(gguf, "tokenizer.ggml.add_eos_token")?.unwrap_or(false);
 
         let eog = special::resolve_roles(&mut vocab, &mut ids);
+        if let Some(name) = get_str(gguf, "general.name")? {
+            special::strip_by_model_name(&mut vocab, name);
+        }
         let special_order = special::matching_order(&vocab);
 
         let mut byte_tokens = [None; 256];

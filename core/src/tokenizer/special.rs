@@ -211,6 +211,32 @@ pub(crate) enum Fragment {
     Token(u32),
 }
 
+/// The whitespace-stripping attributes the reference gives special tokens by the model's name
+/// (`general.name`, lowercased; llama.cpp's llama_vocab::load): Phi-3's special tokens swallow
+/// the whitespace after them, except `<unk>`, `<s>` and `<|endoftext|>`.
+pub(crate) fn strip_by_model_name(vocab: &mut Vocab, name: &str) {
+    let name = name.to_ascii_lowercase();
+    if !(name.contains("phi-3") || name.contains("phi3")) {
+        return;
+    }
+    for id in matching_order(vocab) {
+        vocab.attrs[id as usize] |= attr::RSTRIP;
+    }
+    if let Some(id) = vocab.find(b"</s>") {
+        vocab.attrs[id as usize] |= attr::RSTRIP;
+    }
+    for text in [&b"<unk>"[..], b"<s>", b"<|endoftext|>"] {
+        if let Some(id) = vocab.find(text) {
+            vocab.attrs[id as usize] &= !attr::RSTRIP;
+        }
+    }
+}
+
+/// C's isspace: what the reference strips next to an LSTRIP or RSTRIP token.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
 /// Cuts the special tokens out of `text`, in `order`. For each token in turn, every occurrence
 /// in every remaining text fragment (left to right, not overlapping) becomes a token fragment.
 /// With `parse_special` off, only user-defined tokens are cut out.
@@ -264,13 +290,25 @@ pub(crate) fn partition(
                 next.push(frag);
                 continue;
             };
+            let token_attr = vocab.attr(id);
             while let Some(at) = find(&text[start..end], needle) {
                 found = true;
-                if at > 0 {
-                    next.push(Fragment::Text(start, start + at));
+                let mut left_end = start + at;
+                if token_attr & attr::LSTRIP != 0 {
+                    while left_end > start && is_c_space(text[left_end - 1]) {
+                        left_end -= 1;
+                    }
+                }
+                if left_end > start {
+                    next.push(Fragment::Text(start, left_end));
                 }
                 next.push(Fragment::Token(id));
                 start += at + needle.len();
+                if token_attr & attr::RSTRIP != 0 {
+                    while start < end && is_c_space(text[start]) {
+                        start += 1;
+                    }
+                }
             }
             if start < end {
                 next.push(Fragment::Text(start, end));

@@ -21,6 +21,10 @@ pub mod attr {
     pub const USER_DEFINED: u8 = 1 << 4;
     /// SentencePiece byte fallback `<0xXX>`.
     pub const BYTE: u8 = 1 << 5;
+    /// A special token that swallows the whitespace before it in the text (`LSTRIP`).
+    pub const LSTRIP: u8 = 1 << 6;
+    /// A special token that swallows the whitespace after it in the text (`RSTRIP`; Phi-3's).
+    pub const RSTRIP: u8 = 1 << 7;
 }
 
 /// `tokenizer.ggml.token_type` values (GGUF spec), mapped to attributes.

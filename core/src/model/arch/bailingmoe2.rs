@@ -59,7 +59,10 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
             ..hp.attention_shape(l)
         }),
         ffn: match l < n_dense_lead {
-            true => FfnShape::Dense { n_ff },
+            true => FfnShape::Dense {
+                n_ff,
+                fused_gate_up: false,
+            },
             false => experts,
         },
     }))

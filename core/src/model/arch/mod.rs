@@ -26,6 +26,9 @@
 //! | qwen3moe.rs | attention | experts | QK-norm, softmax router normalised over the chosen |
 //! | bailingmoe2.rs | fused-QKV attention | dense, then experts | sigmoid router, bias, groups, shared expert |
 //! | qwen35.rs | DeltaNet, every 4th gated attention | dense | IMRoPE sections, MTP block |
+//! | smollm3.rs | attention, every 4th without RoPE | dense | RoPE in pair order |
+//! | phi3.rs | attention, fused QKV | dense, gate and up fused | Q scaled before the scores |
+//! | olmoe.rs | attention | experts | QK-norm over all heads at once, softmax router used as is |
 //!
 //! Adding a family is a file here and a row of [`ARCHITECTURES`]; a family that brings a new
 //! layer kind adds the kind beside the others (layer.rs says how).
@@ -33,11 +36,14 @@
 mod bailingmoe2;
 mod gemma3;
 mod llama;
+mod olmoe;
+mod phi3;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen35;
 mod qwen3moe;
+mod smollm3;
 
 use super::error::ModelError;
 use super::hparams::{HParams, Keys, MAX_EXPERTS};
@@ -55,7 +61,7 @@ pub struct Architecture {
 }
 
 /// Every architecture smolrun runs.
-pub static ARCHITECTURES: [Architecture; 8] = [
+pub static ARCHITECTURES: [Architecture; 11] = [
     Architecture {
         name: "llama",
         family: &llama::FAMILY,
@@ -87,6 +93,18 @@ pub static ARCHITECTURES: [Architecture; 8] = [
     Architecture {
         name: "gemma3",
         family: &gemma3::FAMILY,
+    },
+    Architecture {
+        name: "smollm3",
+        family: &smollm3::FAMILY,
+    },
+    Architecture {
+        name: "olmoe",
+        family: &olmoe::FAMILY,
+    },
+    Architecture {
+        name: "phi3",
+        family: &phi3::FAMILY,
     },
 ];
 
@@ -170,6 +188,9 @@ pub struct Switches {
     pub qkv_bias: bool,
     /// Each Q and K head is RMS-normed before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// With `qk_norm`: Q and K are each RMS-normed whole, over all their heads at once, with
+    /// weights as long as the projection (OLMoE), instead of head by head.
+    pub qk_norm_whole: bool,
     /// The attention and FFN outputs are RMS-normed before the residual add (Gemma 3).
     pub post_norms: bool,
     /// The embedding row is multiplied by sqrt(n_embd) (Gemma).
@@ -187,6 +208,7 @@ impl Switches {
     pub const PLAIN: Switches = Switches {
         qkv_bias: false,
         qk_norm: false,
+        qk_norm_whole: false,
         post_norms: false,
         scale_embedding: false,
         activation: Activation::Silu,
@@ -208,7 +230,10 @@ fn attention_and_dense_ffn(k: &Keys, hp: &HParams) -> Result<Layout, ModelError>
     let n_ff = k.feed_forward_length(None)?;
     Ok(Layout::by_layer(hp, n_ff, |l| LayerShape {
         mixer: MixerShape::Attention(hp.attention_shape(l)),
-        ffn: FfnShape::Dense { n_ff },
+        ffn: FfnShape::Dense {
+            n_ff,
+            fused_gate_up: false,
+        },
     }))
 }
 
@@ -242,7 +267,7 @@ mod tests {
             arch: "mamba".into(),
         };
         assert!(err.to_string().ends_with(
-            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, bailingmoe2 or gemma3"
+            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, bailingmoe2, gemma3, smollm3, olmoe or phi3"
         ));
     }
 

@@ -53,7 +53,10 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
                 ..hp.attention_shape(l)
             }),
         },
-        ffn: FfnShape::Dense { n_ff },
+        ffn: FfnShape::Dense {
+            n_ff,
+            fused_gate_up: false,
+        },
     }))
 }
 
@@ -69,8 +72,12 @@ fn mtp_layer(hp: &HParams) -> LayerShape {
             window: None,
             fused_qkv: false,
             output_gate: true,
+            rope: true,
         }),
-        ffn: FfnShape::Dense { n_ff: hp.n_ff },
+        ffn: FfnShape::Dense {
+            n_ff: hp.n_ff,
+            fused_gate_up: false,
+        },
     }
 }
 
