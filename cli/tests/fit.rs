@@ -68,6 +68,9 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         "synthetic-qwen2moe.gguf",
         "synthetic-bailingmoe2.gguf",
         "synthetic-qwen35.gguf",
+        "synthetic-smollm3.gguf",
+        "synthetic-phi3.gguf",
+        "synthetic-olmoe.gguf",
         "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ] {

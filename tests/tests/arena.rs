@@ -232,6 +232,7 @@ fn the_expert_slots_are_carved_exactly_by_their_plan() {
         "synthetic-qwen3moe",
         "synthetic-qwen2moe",
         "synthetic-bailingmoe2",
+        "synthetic-olmoe",
     ] {
         let path = model_path(name);
         let file = MappedFile::open(&path).unwrap();
