@@ -97,6 +97,7 @@ fn batches_give_the_token_by_token_logits_moe() {
         "synthetic-qwen2moe",
         "synthetic-bailingmoe2",
         "synthetic-olmoe",
+        "synthetic-qwen35moe",
     ] {
         check(model, &KernelSet::scalar(), 24, &[5, 32], true);
         let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();

@@ -44,6 +44,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         "synthetic-olmoe",
         "synthetic-phi3",
         "synthetic-smollm3",
+        "synthetic-qwen35moe",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

@@ -27,6 +27,7 @@ fn has_own_tokenizer_golden(model: &str) -> bool {
             | "synthetic-qwen2moe"
             | "synthetic-bailingmoe2"
             | "synthetic-qwen35"
+            | "synthetic-qwen35moe"
     ) && !smolrun_tests::golden::LOWBIT_MODELS.contains(&model)
 }
 const TOP_K: usize = 20;

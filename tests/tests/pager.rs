@@ -19,11 +19,12 @@ use smolrun_tests::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-const MOE_MODELS: [&str; 4] = [
+const MOE_MODELS: [&str; 5] = [
     "synthetic-qwen3moe",
     "synthetic-bailingmoe2",
     "synthetic-qwen2moe",
     "synthetic-olmoe",
+    "synthetic-qwen35moe",
 ];
 
 /// The model's path and its file mapped.

@@ -33,7 +33,7 @@ threads=2
 # an activation moves the logits by whole units: llama.cpp's own F16 copy of the Q2_0 file scores
 # 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
 lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k)
-all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-smollm3 synthetic-phi3 synthetic-olmoe "${lowbit[@]}")
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -48,6 +48,7 @@ model_file() {
     synthetic-qwen2moe) echo "$models/synthetic-qwen2moe.gguf" ;;
     synthetic-bailingmoe2) echo "$models/synthetic-bailingmoe2.gguf" ;;
     synthetic-qwen35) echo "$models/synthetic-qwen35.gguf" ;;
+    synthetic-qwen35moe) echo "$models/synthetic-qwen35moe.gguf" ;;
     synthetic-smollm3) echo "$models/synthetic-smollm3.gguf" ;;
     synthetic-phi3) echo "$models/synthetic-phi3.gguf" ;;
     synthetic-olmoe) echo "$models/synthetic-olmoe.gguf" ;;
@@ -99,7 +100,7 @@ for m in "${want[@]}"; do
   corpus=(--corpus "$repo/tools/oracle/corpus.json")
   # synthetic-qwen3 has the very tokenizer of qwen2.5-coder (same vocab, merges and pre-type), so
   # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
-  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || $m == synthetic-qwen35 || -n $lowbit_type ]] && corpus=()
+  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || $m == synthetic-qwen35 || $m == synthetic-qwen35moe || -n $lowbit_type ]] && corpus=()
   (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
   # degenerate greedy text (one token, 32 times, after every prompt): no greedy golden
   # (tests/src/golden.rs NO_GREEDY)

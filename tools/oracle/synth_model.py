@@ -174,6 +174,20 @@ ARCHS = {
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.Q4_1, attn_v=T.F16, attn_output=T.Q8_0,
                    ffn_gate_inp=T.F32, ffn_gate_exps=T.Q4_0, ffn_up_exps=T.Q8_0, ffn_down_exps=T.Q5_1),
     ),
+    # Qwen3.5-MoE (Qwen3.5-35B-A3B's layout at toy size): qwen35's hybrid blocks with a softmax
+    # router over 16 experts, 4 used, normalised over the chosen, and a sigmoid-gated shared
+    # expert; no MTP block.
+    "qwen35moe": dict(
+        seed=0x5157_35E0, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=2048, rope_base=10_000_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
+        n_rot=16, rope_sections=[3, 3, 2, 0], full_attention_interval=4,
+        ssm_conv=4, ssm_state=32, ssm_k_heads=2, ssm_v_heads=4, n_nextn=0,
+        n_expert=16, n_expert_used=4, n_ff_exp=128, n_ff_shexp=256,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0, attn_output=T.Q4_0,
+                   attn_qkv=T.Q8_0, attn_gate=T.F16, ssm_alpha=T.F32, ssm_beta=T.F16, ssm_out=T.Q4_1,
+                   ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0, ffn_down_exps=T.Q5_0,
+                   ffn_gate_shexp=T.Q8_0, ffn_up_shexp=T.Q4_1, ffn_down_shexp=T.F16),
+    ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
         n_ctx=2048, rope_base=10_000.0, rms_eps=1e-5, pre="llama-bpe", add_bos=True,
@@ -335,7 +349,7 @@ def build(name, tok, out_path):
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(cfg.get("n_rot", hd))
-    if arch == "qwen35":
+    if arch in ("qwen35", "qwen35moe"):
         w.add_rope_dimension_sections(cfg["rope_sections"])
         w.add_full_attention_interval(cfg["full_attention_interval"])
         w.add_ssm_conv_kernel(cfg["ssm_conv"])
@@ -353,7 +367,7 @@ def build(name, tok, out_path):
         w.add_expert_count(cfg["n_expert"])
         w.add_expert_used_count(cfg["n_expert_used"])
         w.add_expert_feed_forward_length(cfg["n_ff_exp"])
-    if arch == "qwen2moe":
+    if arch in ("qwen2moe", "qwen35moe"):
         w.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
     if arch == "bailingmoe2":
         w.add_leading_dense_block_count(cfg["n_dense_lead"])
@@ -395,9 +409,9 @@ def build(name, tok, out_path):
     tensor("token_embd.weight", "token_embd", embd)
     if arch == "bailingmoe2":
         bailing_layers(cfg, rng, tensor, norm_weight)
-    if arch == "qwen35":
+    if arch in ("qwen35", "qwen35moe"):
         qwen35_layers(cfg, rng, tensor, norm_weight)
-    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35") else 0):
+    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35", "qwen35moe") else 0):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
         if arch == "phi3":
@@ -537,6 +551,18 @@ def qwen35_layers(cfg, rng, tensor, norm_weight):
             tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
             tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
         tensor(p + "post_attention_norm.weight", "norm", norm_weight(n_embd))
+        if "n_expert" in cfg:
+            # qwen35moe: routed experts and a gated shared expert (qwen2moe's tensors)
+            n_e, n_fe, n_fs = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_shexp"]
+            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), ROUTER_STD))
+            tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down_exps.weight", "ffn_down_exps", rng.weight((n_e, n_embd, n_fe), 1.0 / np.sqrt(n_fe)))
+            tensor(p + "ffn_gate_inp_shexp.weight", "ffn_gate_inp", rng.weight((n_embd,), SHEXP_GATE_STD))
+            tensor(p + "ffn_gate_shexp.weight", "ffn_gate_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up_shexp.weight", "ffn_up_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down_shexp.weight", "ffn_down_shexp", rng.weight((n_embd, n_fs), 1.0 / np.sqrt(n_fs)))
+            continue
         tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))

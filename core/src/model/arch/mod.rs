@@ -26,6 +26,7 @@
 //! | qwen3moe.rs | attention | experts | QK-norm, softmax router normalised over the chosen |
 //! | bailingmoe2.rs | fused-QKV attention | dense, then experts | sigmoid router, bias, groups, shared expert |
 //! | qwen35.rs | DeltaNet, every 4th gated attention | dense | IMRoPE sections, MTP block |
+//! | qwen35moe.rs | as qwen35 | experts | softmax router normalised over the chosen, gated shared expert |
 //! | smollm3.rs | attention, every 4th without RoPE | dense | RoPE in pair order |
 //! | phi3.rs | attention, fused QKV | dense, gate and up fused | Q scaled before the scores |
 //! | olmoe.rs | attention | experts | QK-norm over all heads at once, softmax router used as is |
@@ -42,6 +43,7 @@ mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen35;
+mod qwen35moe;
 mod qwen3moe;
 mod smollm3;
 
@@ -61,7 +63,7 @@ pub struct Architecture {
 }
 
 /// Every architecture smolrun runs.
-pub static ARCHITECTURES: [Architecture; 11] = [
+pub static ARCHITECTURES: [Architecture; 12] = [
     Architecture {
         name: "llama",
         family: &llama::FAMILY,
@@ -85,6 +87,10 @@ pub static ARCHITECTURES: [Architecture; 11] = [
     Architecture {
         name: "qwen35",
         family: &qwen35::FAMILY,
+    },
+    Architecture {
+        name: "qwen35moe",
+        family: &qwen35moe::FAMILY,
     },
     Architecture {
         name: "bailingmoe2",
@@ -267,7 +273,7 @@ mod tests {
             arch: "mamba".into(),
         };
         assert!(err.to_string().ends_with(
-            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, bailingmoe2, gemma3, smollm3, olmoe or phi3"
+            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe or phi3"
         ));
     }
 

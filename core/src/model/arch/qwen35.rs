@@ -84,7 +84,11 @@ fn mtp_layer(hp: &HParams) -> LayerShape {
 /// Which of the `n_layer` layers are recurrent, as llama.cpp decides: the bool array
 /// `attention.recurrent_layers` (one per block, MTP blocks included), else every layer but
 /// each `full_attention_interval`-th (default 4).
-fn recurrent_layers(k: &Keys, n_block: usize, n_layer: usize) -> Result<Vec<bool>, ModelError> {
+pub(super) fn recurrent_layers(
+    k: &Keys,
+    n_block: usize,
+    n_layer: usize,
+) -> Result<Vec<bool>, ModelError> {
     let key = k.key("attention.recurrent_layers");
     let flag = |v: &Value| v.as_bool().or(v.as_u64().map(|n| n != 0));
     if let Some(v) = k.get("attention.recurrent_layers") {
@@ -120,7 +124,7 @@ fn recurrent_layers(k: &Keys, n_block: usize, n_layer: usize) -> Result<Vec<bool
 /// A Gated DeltaNet layer's shape from the `ssm.*` keys, checked as llama.cpp's qwen35 needs
 /// it: dk = dv (`ssm.inner_size` = `ssm.state_size` x `ssm.time_step_rank`), value heads a
 /// multiple of the key heads.
-fn delta_net(k: &Keys) -> Result<DeltaNetShape, ModelError> {
+pub(super) fn delta_net(k: &Keys) -> Result<DeltaNetShape, ModelError> {
     let conv_kernel = k.count("ssm.conv_kernel", 1, 64)?;
     let head_dim = k.count("ssm.state_size", 1, MAX_HEAD_DIM)?;
     let n_k_heads = k.count("ssm.group_count", 1, MAX_HEADS)?;
@@ -160,7 +164,7 @@ fn delta_net(k: &Keys) -> Result<DeltaNetShape, ModelError> {
 /// llama.cpp gives ([p, p, p, 0]) a pair rotates by the position when its section is one of
 /// the first three, which is NeoX's rotation; a pair left to the fourth section would not
 /// rotate at all. Refused unless every rotated pair is in the first three.
-fn check_rope_sections(k: &Keys, n_rot: usize) -> Result<(), ModelError> {
+pub(super) fn check_rope_sections(k: &Keys, n_rot: usize) -> Result<(), ModelError> {
     let key = k.key("rope.dimension_sections");
     let bad = |found: alloc::string::String| ModelError::BadHParam {
         key: key.clone(),

@@ -1,0 +1,85 @@
+//! Qwen3.5-MoE (`qwen35moe`, Qwen3.5/3.6-35B-A3B and larger): Qwen3.5's layers (qwen35.rs:
+//! recurrent Gated DeltaNet layers, every `full_attention_interval`-th one gated full attention
+//! with QK-norm and IMRoPE) with a mixture of experts in place of every dense FFN: a softmax
+//! router picks `expert_used_count` of `expert_count` experts, weighted by their probabilities
+//! normalised over the chosen (no `expert_weights_scale`: llama.cpp's qwen35moe reads none),
+//! plus, when the file has one, a shared expert scaled by a sigmoid gate of its own
+//! (`ffn_gate_inp_shexp`, as qwen2moe's). llama.cpp: src/models/qwen35moe.cpp.
+//!
+//! Its MTP block is a MoE block too; smolrun does not draft with it yet (`mtp_layer: None`:
+//! the nextn layers are left unread).
+
+use super::qwen35::{check_rope_sections, delta_net, recurrent_layers};
+use super::{expert_counts, Family, Layout, Switches};
+use crate::model::attention::AttentionShape;
+use crate::model::hparams::{in_range, HParams, Keys, MAX_FEED_FORWARD};
+use crate::model::layer::{FfnShape, LayerShape, MixerShape};
+use crate::model::moe_ffn::{Gating, Routing};
+use crate::model::ModelError;
+use alloc::format;
+
+pub static FAMILY: Family = Family {
+    switches: Switches {
+        qk_norm: true,
+        ..Switches::PLAIN
+    },
+    layout,
+    ffn_norm: "post_attention_norm.weight",
+    swa_period: 0,
+    mtp_layer: None,
+};
+
+fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
+    if hp.head_dim_v != hp.head_dim {
+        return Err(ModelError::BadHParam {
+            key: k.key("attention.value_length"),
+            expected: format!(
+                "attention.key_length ({}), as {} needs",
+                hp.head_dim, hp.arch
+            ),
+            found: format!("{}", hp.head_dim_v),
+        });
+    }
+    check_rope_sections(k, hp.n_rot)?;
+    let (n_expert, n_expert_used) = expert_counts(k)?;
+    let n_ff_expert = k.count("expert_feed_forward_length", 1, MAX_FEED_FORWARD)?;
+    // The shared expert: its width from its own key; none when the file gives no width.
+    let n_ff_shared = match k.opt_u64("expert_shared_feed_forward_length")? {
+        Some(v) => in_range(
+            &k.key("expert_shared_feed_forward_length"),
+            v,
+            1,
+            MAX_FEED_FORWARD,
+        )?,
+        None => 0,
+    };
+    let experts = FfnShape::Moe {
+        n_ff: n_ff_expert,
+        n_expert,
+        n_expert_used,
+        routing: Routing {
+            gating: Gating::Softmax,
+            norm_weights: true,
+            weights_scale: 1.0,
+            n_group: 0,
+            n_group_used: 0,
+            selection_bias: false,
+            shared_gate: n_ff_shared > 0,
+        },
+        n_ff_shared,
+    };
+    let recurrent = recurrent_layers(k, hp.n_layer + hp.n_nextn, hp.n_layer)?;
+    let delta_net = delta_net(k)?;
+    // No dense layer: the file may leave the dense width out.
+    let n_ff = k.feed_forward_length(Some(n_ff_expert))?;
+    Ok(Layout::by_layer(hp, n_ff, |l| LayerShape {
+        mixer: match recurrent[l] {
+            true => MixerShape::DeltaNet(delta_net),
+            false => MixerShape::Attention(AttentionShape {
+                output_gate: true,
+                ..hp.attention_shape(l)
+            }),
+        },
+        ffn: experts,
+    }))
+}
