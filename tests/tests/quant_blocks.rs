@@ -12,8 +12,9 @@
 //!   byte-identical to what llama-quantize's `ggml_quantize_chunk` gives without an importance
 //!   matrix, on edge-case rows (zero blocks, negative only, one huge value, ties, f16 extremes).
 //!   IQ4_NL and IQ4_XS (#33) were appended to the golden last (tools/oracle/quant_ref.c), so the
-//!   earlier types' entries kept their bytes (two F32 SIMD dot values that the reference's
-//!   AVX-512 build gives in other last bits on this machine were kept as first recorded).
+//!   earlier types' entries kept their bytes (the rerun gave two F32 SIMD dot values of the
+//!   reference build in other last bits; they were kept as first recorded, both within the
+//!   tolerance of the test).
 
 use serde_json::Value;
 use smolrun_core::kernels::KernelSet;
