@@ -3,7 +3,7 @@
 # them into $SMOLRUN_MODELS (default ~/.cache/smolrun/models), verifies sha256, skips what is there.
 #   tools/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [qwen2.5-coder-1.5b] [all] [lowbit]
 # With no argument it fetches the two smaller models (what the tests need).
-# `lowbit` makes qwen2.5-coder-0.5b-{q1_0,q2_0,q2_k}.gguf and synthetic-qwen3-{q2_0,tq1_0,tq2_0,q2_k}.gguf with
+# `lowbit` makes qwen2.5-coder-0.5b-{q1_0,q2_0,q2_k,iq4_nl,iq4_xs}.gguf and synthetic-qwen3-{q2_0,tq1_0,tq2_0,q2_k}.gguf with
 # `smolrun gguf requant` (built here; the tensor bytes llama-quantize --allow-requantize --pure
 # writes, which tests/tests/golden_files.rs checks against the goldens' record).
 set -euo pipefail
@@ -56,6 +56,7 @@ requant_lowbit() {
   (cd "$repo" && cargo build --release -q -p smolrun)
   local smolrun=$repo/target/release/smolrun
   for pair in qwen2.5-coder-0.5b:q1_0 qwen2.5-coder-0.5b:q2_0 qwen2.5-coder-0.5b:q2_k \
+              qwen2.5-coder-0.5b:iq4_nl qwen2.5-coder-0.5b:iq4_xs \
               synthetic-qwen3:q2_0 synthetic-qwen3:tq1_0 synthetic-qwen3:tq2_0 synthetic-qwen3:q2_k; do
     local base=${pair%:*} t=${pair#*:}
     local in=$src; [[ $base == synthetic-qwen3 ]] && in=$synth

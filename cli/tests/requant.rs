@@ -368,7 +368,8 @@ fn compare(ours: &Gguf, theirs: &Gguf) -> Vec<(GgmlType, Tally)> {
     tallies
 }
 
-/// Qwen2.5-Coder-0.5B requantized to Q8_0 and Q4_K holds the tensor bytes llama-quantize
+/// Qwen2.5-Coder-0.5B requantized to Q8_0, Q4_K, IQ4_NL and IQ4_XS (#33; half of its IQ4_XS
+/// tensors fall back to IQ4_NL, rows of 896) holds the tensor bytes llama-quantize
 /// b11434 writes with --pure (their sha256 in tests/golden/qwen2.5-coder-0.5b/requant.json,
 /// written by tools/oracle/requant-golden.sh): every block of every tensor, from committed
 /// goldens, so CI needs no llama.cpp build. (Q2_K and the low-bit types: golden_files.rs's
@@ -420,10 +421,14 @@ fn qwen_05b_requants_match_llama_quantize_block_for_block() {
     // The three the issue asks for; with SMOLRUN_REQUANT_LOWBIT=1 also the 1-bit, 2-bit and
     // ternary types CI makes test models of (TQ1_0/TQ2_0 fall back to Q4_0 on rows of 896, like
     // Q2_K): about 40 s more on 2 cores. tests/tests/quant_blocks.rs checks their quantizers
-    // against ggml on edge rows in every run.
+    // against ggml on edge rows in every run. With SMOLRUN_REQUANT_IQ4=1 also IQ4_NL and IQ4_XS
+    // (#33): llama-quantize's 15-scale search takes it about 9 minutes per type on 2 cores.
     let mut types = vec!["Q8_0", "Q4_K", "Q2_K"];
     if std::env::var_os("SMOLRUN_REQUANT_LOWBIT").is_some_and(|v| v == "1") {
         types.extend(["Q1_0", "Q2_0", "TQ1_0", "TQ2_0"]);
+    }
+    if std::env::var_os("SMOLRUN_REQUANT_IQ4").is_some_and(|v| v == "1") {
+        types.extend(["IQ4_NL", "IQ4_XS"]);
     }
     for ty in types {
         let theirs_path = dir.0.join(format!("llama-{ty}.gguf"));

@@ -17,8 +17,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq1_0, tq2_0,
-    GgmlType,
+    iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k,
+    tq1_0, tq2_0, GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -116,6 +116,23 @@ const KERNELS: &[Kernel] = &[
         dotprod: neon::vec_dot_tq1_0_q8_k_dotprod,
         dotprod_bit_exact: true,
     },
+    // IQ4 (#33): integer sums in asm, the twin's float steps in its order.
+    Kernel {
+        name: "IQ4_NL x Q8_0",
+        weight: GgmlType::IQ4_NL,
+        scalar: iq4_nl::vec_dot,
+        neon: neon::vec_dot_iq4_nl_q8_0_neon,
+        dotprod: neon::vec_dot_iq4_nl_q8_0_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ4_XS x Q8_K",
+        weight: GgmlType::IQ4_XS,
+        scalar: iq4_xs::vec_dot,
+        neon: neon::vec_dot_iq4_xs_q8_k_neon,
+        dotprod: neon::vec_dot_iq4_xs_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
 ];
 
 /// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
@@ -141,9 +158,12 @@ impl XorShift {
 
 fn activation_type(weight: GgmlType) -> GgmlType {
     match weight {
-        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q2_K | GgmlType::TQ2_0 | GgmlType::TQ1_0 => {
-            GgmlType::Q8_K
-        }
+        GgmlType::Q4_K
+        | GgmlType::Q6_K
+        | GgmlType::Q2_K
+        | GgmlType::TQ2_0
+        | GgmlType::TQ1_0
+        | GgmlType::IQ4_XS => GgmlType::Q8_K,
         _ => GgmlType::Q8_0,
     }
 }

@@ -28,14 +28,17 @@ pub const SYNTHETIC_MODELS: [&str; 10] = [
 /// degenerates and a last-bit change in an activation moves later logits by whole units:
 /// llama.cpp's own F16 copy of its Q2_0 file scores 8% another perplexity on 630 tokens, and
 /// ours differs from llama.cpp's by as much), so those are the synthetic Qwen3 requantized, and
-/// so is Q2_K a second time, in every matrix.
-pub const LOWBIT_MODELS: [&str; 6] = [
+/// so is Q2_K a second time, in every matrix. And the 0.5B in IQ4_NL and IQ4_XS (#33; IQ4_XS's
+/// rows of 896 fall back to IQ4_NL, so there half the matrices are IQ4_XS, half IQ4_NL).
+pub const LOWBIT_MODELS: [&str; 8] = [
     "qwen2.5-coder-0.5b-q1_0",
     "qwen2.5-coder-0.5b-q2_k",
     "synthetic-qwen3-q2_0",
     "synthetic-qwen3-tq1_0",
     "synthetic-qwen3-tq2_0",
     "synthetic-qwen3-q2_k",
+    "qwen2.5-coder-0.5b-iq4_nl",
+    "qwen2.5-coder-0.5b-iq4_xs",
 ];
 
 /// Models with no greedy.json: their greedy text is degenerate. Qwen2.5-Coder-0.5B in Q1_0

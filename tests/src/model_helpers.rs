@@ -86,6 +86,8 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3-tq1_0" => "synthetic-qwen3-tq1_0.gguf",
         "synthetic-qwen3-tq2_0" => "synthetic-qwen3-tq2_0.gguf",
         "synthetic-qwen3-q2_k" => "synthetic-qwen3-q2_k.gguf",
+        "qwen2.5-coder-0.5b-iq4_nl" => "qwen2.5-coder-0.5b-iq4_nl.gguf",
+        "qwen2.5-coder-0.5b-iq4_xs" => "qwen2.5-coder-0.5b-iq4_xs.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }

@@ -293,12 +293,15 @@ fn rows_not_whole_blocks() {
             block_size: 256
         }
     );
-    // the 1-bit, 2-bit and ternary types, whose blocks are 128, 64 and 256 long
+    // the 1-bit, 2-bit and ternary types, whose blocks are 128, 64 and 256 long, and IQ4_NL
+    // (32) and IQ4_XS (256)
     for (ty, row_len, block_size) in [
         (GgmlType::Q1_0, 192, 128),
         (GgmlType::Q2_0, 96, 64),
         (GgmlType::TQ1_0, 128, 256),
         (GgmlType::TQ2_0, 384, 256),
+        (GgmlType::IQ4_NL, 48, 32),
+        (GgmlType::IQ4_XS, 896, 256),
     ] {
         let b = one_tensor_file(&[row_len, 2], ty.id(), 0)
             .pad_to(32)

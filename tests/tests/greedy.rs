@@ -212,3 +212,21 @@ fn synthetic_qwen3_tq1_0() {
 fn synthetic_qwen3_tq2_0() {
     check_greedy("synthetic-qwen3-tq2_0");
 }
+
+/// The IQ4 types (#33) on this CPU's kernel set, as qwen25_coder_05b_q2_k: the production
+/// path against llama.cpp (the logits tests run the scalar truth), and seconds instead of minutes.
+#[test]
+fn qwen25_coder_05b_iq4_nl() {
+    check_greedy_on(
+        "qwen2.5-coder-0.5b-iq4_nl",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
+#[test]
+fn qwen25_coder_05b_iq4_xs() {
+    check_greedy_on(
+        "qwen2.5-coder-0.5b-iq4_xs",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}

@@ -302,3 +302,14 @@ fn synthetic_qwen3_tq1_0() {
 fn synthetic_qwen3_tq2_0() {
     check_logits("synthetic-qwen3-tq2_0");
 }
+
+// The IQ4 kernels (#33) on the 0.5B's real shapes.
+#[test]
+fn qwen25_coder_05b_iq4_nl() {
+    check_logits("qwen2.5-coder-0.5b-iq4_nl");
+}
+
+#[test]
+fn qwen25_coder_05b_iq4_xs() {
+    check_logits("qwen2.5-coder-0.5b-iq4_xs");
+}

@@ -1,7 +1,7 @@
 // quant_ref: writes tests/golden/quant-blocks.json from the reference engine's own ggml build.
 //
 // For every weight type smolrun dots (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K Q1_0 Q2_0
-// TQ1_0 TQ2_0) it records a few deterministic rows of blocks (quantized by ggml itself, raw
+// TQ1_0 TQ2_0 IQ4_NL IQ4_XS) it records a few deterministic rows of blocks (quantized by ggml itself, raw
 // random bytes with sane scales, zero scales, extreme scales and quants), what ggml's
 // dequantizer (type_traits.to_float) makes of them, one activation row quantized into the
 // type's vec_dot_type by ggml's reference quantizer, and the vec_dot of each row with it: both
@@ -41,6 +41,8 @@ GENERIC(ggml_vec_dot_q5_K_q8_K_generic)
 GENERIC(ggml_vec_dot_q6_K_q8_K_generic)
 GENERIC(ggml_vec_dot_tq1_0_q8_K_generic)
 GENERIC(ggml_vec_dot_tq2_0_q8_K_generic)
+GENERIC(ggml_vec_dot_iq4_nl_q8_0_generic)
+GENERIC(ggml_vec_dot_iq4_xs_q8_K_generic)
 
 struct weight_type {
     enum ggml_type type;
@@ -71,6 +73,9 @@ static const struct weight_type WEIGHTS[] = {
     {GGML_TYPE_Q2_0, 128, {0, -1}, NULL},
     {GGML_TYPE_TQ1_0, 512, {52, -1}, ggml_vec_dot_tq1_0_q8_K_generic},
     {GGML_TYPE_TQ2_0, 512, {64, -1}, ggml_vec_dot_tq2_0_q8_K_generic},
+    // Last, so that the types above keep their bytes (#33).
+    {GGML_TYPE_IQ4_NL, 128, {0, -1}, ggml_vec_dot_iq4_nl_q8_0_generic},
+    {GGML_TYPE_IQ4_XS, 512, {0, -1}, ggml_vec_dot_iq4_xs_q8_K_generic},
 };
 
 // splitmix64: deterministic across platforms.
@@ -285,7 +290,8 @@ static void weight_cases(void) {
 static void weight_quantizer_cases(void) {
     const enum ggml_type types[] = {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K,
                                     GGML_TYPE_Q2_K, GGML_TYPE_Q2_0, GGML_TYPE_Q1_0, GGML_TYPE_TQ2_0,
-                                    GGML_TYPE_TQ1_0, GGML_TYPE_F16, GGML_TYPE_BF16};
+                                    GGML_TYPE_TQ1_0, GGML_TYPE_F16, GGML_TYPE_BF16,
+                                    GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
     static const char * names[] = {"random", "zeros_and_tiny", "negative_only", "one_huge", "ties", "extremes"};
     uint64_t rng = 0x5eed1234abcdULL;
     #define RNG_UNIT() (rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17, (float)(rng >> 40) / (float)(1u << 24))

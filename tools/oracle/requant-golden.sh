@@ -3,6 +3,7 @@
 # llama-quantize b11434 writes when it requantizes Qwen2.5-Coder-0.5B (Q4_K_M) with --pure to
 # each type `smolrun gguf requant` must match byte for byte in CI (cli/tests/requant.rs). The
 # low-bit types have theirs in tests/golden/<model>-<type>/model.json (tools/oracle/regen.sh).
+# IQ4_NL and IQ4_XS take llama-quantize about 9 minutes each on 2 cores (a 15-scale search per block).
 # Needs: tools/oracle/build.sh, then `cmake --build $SMOLRUN_ORACLE/build --target llama-quantize`.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,7 +16,7 @@ model=$models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 entries=()
-for ty in Q8_0 Q4_K; do
+for ty in Q8_0 Q4_K IQ4_NL IQ4_XS; do
   "$quantize" --allow-requantize --pure "$model" "$work/$ty.gguf" "$ty" 2 >"$work/$ty.log" 2>&1 \
     || { cat "$work/$ty.log" >&2; exit 1; }
   read -r offset sha < <(python3 "$repo/tools/oracle/tensor_data_sha256.py" "$work/$ty.gguf")

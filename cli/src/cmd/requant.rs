@@ -11,7 +11,7 @@
 //!                   quantizer (`quant::quantize_weights`) -> written at the tensor's offset
 //! ```
 //! The target of a tensor whose rows are not whole blocks of T is llama-quantize's fallback
-//! (`fallback_type`): Q2_K, Q3_K, Q2_0, TQ1_0, TQ2_0 -> Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1;
+//! (`fallback_type`): IQ4_XS -> IQ4_NL; Q2_K, Q3_K, Q2_0, TQ1_0, TQ2_0 -> Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1;
 //! Q6_K -> Q8_0; a 32-block type keeps itself; and F16 when even the fallback does not fit.
 //! Qwen2.5 0.5B's rows of 896 = 3.5 x 256 make half its tensors fall back. A line is printed
 //! per fallback, as llama-quantize does.
@@ -38,7 +38,8 @@ pub struct RequantArgs {
     /// Input model (path or short name).
     #[arg(short = 'm', long)]
     pub model: String,
-    /// Target type: Q8_0, Q5_0, Q4_0, Q4_K, Q2_K, Q2_0, Q1_0, TQ2_0, TQ1_0, F16, BF16, F32.
+    /// Target type: Q8_0, Q5_0, Q4_0, Q4_K, Q2_K, Q2_0, Q1_0, TQ2_0, TQ1_0, IQ4_NL, IQ4_XS, F16,
+    /// BF16, F32.
     #[arg(long = "type")]
     pub ty: String,
     /// Rewrite only the tensors whose name this regex matches (searched anywhere in the name,
@@ -77,6 +78,8 @@ fn file_type(t: GgmlType) -> u32 {
         GgmlType::TQ2_0 => 37,
         GgmlType::Q1_0 => 40,
         GgmlType::Q2_0 => 41,
+        GgmlType::IQ4_NL => 25,
+        GgmlType::IQ4_XS => 30,
         // Every type in WEIGHT_QUANTIZERS is listed above; this arm is never taken.
         _ => 0,
     }

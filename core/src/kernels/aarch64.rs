@@ -49,6 +49,19 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q1_0, neon::vec_dot_q1_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q2_0, neon::vec_dot_q2_0_q8_0_neon, None, "neon");
     set.install(GgmlType::TQ1_0, neon::vec_dot_tq1_0_q8_k_neon, None, "neon");
+    // IQ4_NL, IQ4_XS (#33): `tbl` lookups of the level table, bit for bit the scalar twins.
+    set.install(
+        GgmlType::IQ4_NL,
+        neon::vec_dot_iq4_nl_q8_0_neon,
+        None,
+        "neon",
+    );
+    set.install(
+        GgmlType::IQ4_XS,
+        neon::vec_dot_iq4_xs_q8_k_neon,
+        None,
+        "neon",
+    );
     // Q1_0 by table lookup (rows in groups of 16, one `tbl` per 4 weights of 16 rows), with
     // and without dotprod: llvm-mca (tools/lowbit-asm.py mca) predicts per row and 128
     // weights 22.4 cycles on the A53 and 5.1 on the A7 against 100 and 19.5 for the direct
@@ -72,6 +85,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q1_0, q1_0_dotprod, None, "dotprod");
     set.install(GgmlType::Q2_0, q2_0_dotprod, None, "dotprod");
     set.install(GgmlType::TQ1_0, tq1_0_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ4_NL, iq4_nl_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ4_XS, iq4_xs_dotprod, None, "dotprod");
     // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
     // of a matrix run through the one-row dotprod kernel inside the same call.
     set.add_repacked(
@@ -182,6 +197,12 @@ fn q2_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn tq1_0_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_tq1_0_q8_k_dotprod(n, w, a) }
+}
+fn iq4_nl_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq4_nl_q8_0_dotprod(n, w, a) }
+}
+fn iq4_xs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq4_xs_q8_k_dotprod(n, w, a) }
 }
 
 // =============================================================================================
@@ -307,6 +328,8 @@ mod tests {
             (GgmlType::Q1_0, true),
             (GgmlType::Q2_0, true),
             (GgmlType::TQ1_0, true),
+            (GgmlType::IQ4_NL, true),
+            (GgmlType::IQ4_XS, true),
         ];
         let neon_only = CpuFeatures {
             neon: true,

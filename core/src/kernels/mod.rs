@@ -480,7 +480,7 @@ const fn scalar_kernel(
 }
 
 /// Every weight type with a matvec, with its scalar reference (pairs as in `quant::vec_dot_type`).
-const SCALAR_WEIGHTS: [WeightKernel; 17] = {
+const SCALAR_WEIGHTS: [WeightKernel; 19] = {
     use quant::*;
     use GgmlType as T;
     [
@@ -501,6 +501,8 @@ const SCALAR_WEIGHTS: [WeightKernel; 17] = {
         scalar_kernel(T::Q2_0, T::Q8_0, q2_0::vec_dot),
         scalar_kernel(T::TQ1_0, T::Q8_K, tq1_0::vec_dot),
         scalar_kernel(T::TQ2_0, T::Q8_K, tq2_0::vec_dot),
+        scalar_kernel(T::IQ4_NL, T::Q8_0, iq4_nl::vec_dot),
+        scalar_kernel(T::IQ4_XS, T::Q8_K, iq4_xs::vec_dot),
     ]
 };
 
@@ -538,7 +540,7 @@ const fn scalar_quantizer(act_type: GgmlType) -> QuantizeFn {
 #[derive(Clone, Debug)]
 pub struct KernelSet {
     name: &'static str,
-    weights: [WeightKernel; 17],
+    weights: [WeightKernel; 19],
     quantizers: [(GgmlType, QuantizeFn); 6],
     /// Attention over the f16 KV cache, of one query head (`math::attention_head`) and of the
     /// query heads of one KV head (`math::attention_group`), or SIMD faces with the same bits.

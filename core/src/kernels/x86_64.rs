@@ -14,8 +14,8 @@ use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
 use smolrun_kernels::x86_64::{
-    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_q0, avx512_k,
-    avx512_q0, avx512_vnni_usable, exp,
+    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_iq4, avx2_k, avx2_q0,
+    avx512_k, avx512_q0, avx512_vnni_usable, exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -62,6 +62,11 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install_cols(GgmlType::Q8_0, q8_0_cols);
     set.install_cols(GgmlType::Q4_0, q4_0_cols);
     set.install_cols(GgmlType::Q5_0, q5_0_cols);
+    // IQ4_NL and IQ4_XS (#33): the grid lookup is a pshufb; prompts in the decode kernel's bits.
+    set.install(GgmlType::IQ4_NL, iq4_nl, Some(iq4_nl_rows), "avx2");
+    set.install_cols(GgmlType::IQ4_NL, iq4_nl_cols);
+    set.install(GgmlType::IQ4_XS, iq4_xs, None, "avx2");
+    set.install_cols(GgmlType::IQ4_XS, iq4_xs_cols);
     let allowed = features.avx512f && features.avx512bw && features.avx512vnni;
     if !allowed || !avx512_vnni_usable() {
         return;
@@ -189,6 +194,21 @@ fn q4_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
 }
 fn q5_0_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_q0::matmul_q5_0_q8_0(n, w, a, t, out) }
+}
+fn iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_q0::vec_dot_iq4_nl_q8_0(n, w, a) }
+}
+fn iq4_nl_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_q0::matvec_iq4_nl_q8_0(n, w, a, out) }
+}
+fn iq4_nl_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q0::matmul_iq4_nl_q8_0(n, w, a, t, out) }
+}
+fn iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq4::vec_dot_iq4_xs_q8_k(n, w, a) }
+}
+fn iq4_xs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq4::matmul_iq4_xs_q8_k(n, w, a, t, out) }
 }
 
 // `avx512_vnni_usable()` confirmed AVX2, FMA, F16C, AVX512F/BW/VL and AVX512-VNNI. The
@@ -399,6 +419,8 @@ mod tests {
                 GgmlType::Q1_0,
                 GgmlType::Q2_0,
                 GgmlType::TQ1_0,
+                GgmlType::IQ4_NL,
+                GgmlType::IQ4_XS,
             ] {
                 assert_eq!(set.weight(ty).unwrap().face, "avx2", "{ty}");
             }

@@ -10,6 +10,8 @@ mod common;
 pub mod bf16;
 pub mod f16;
 pub mod f32;
+pub mod iq4_nl;
+pub mod iq4_xs;
 pub mod q1_0;
 pub mod q1_0_lut;
 pub mod q2_0;
@@ -298,18 +300,18 @@ fn check_len(ty: GgmlType, expected: usize, found: usize) -> Result<(), QuantErr
 
 /// The activation format a weight type is dotted against (ggml-cpu's `vec_dot_type`):
 /// the K-quants and ternary types take Q8_K; Q4_0, Q5_0, Q8_0, Q1_0, Q2_0 take Q8_0;
-/// Q4_1, Q5_1 take Q8_1; the float types take themselves. Types smolrun cannot use as matvec
-/// weights (the activation-only Q8_1 and Q8_K, the IQ family, MXFP4/NVFP4, integers) are
-/// `Unsupported`.
+/// Q4_1, Q5_1 take Q8_1; IQ4_NL takes Q8_0 and IQ4_XS Q8_K; the float types take themselves.
+/// Types smolrun cannot use as matvec weights (the activation-only Q8_1 and Q8_K, the other IQ
+/// types, MXFP4/NVFP4, integers) are `Unsupported`.
 pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
     use GgmlType::*;
     Ok(match w {
         F32 => F32,
         F16 => F16,
         BF16 => BF16,
-        Q4_0 | Q5_0 | Q8_0 | Q1_0 | Q2_0 => Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | Q1_0 | Q2_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 => Q8_K,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 | IQ4_XS => Q8_K,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -345,8 +347,9 @@ pub fn quantize_row(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), Quant
 }
 
 /// The weight types [`quantize_weights`] writes: ggml's reference quantizers, the ones
-/// llama-quantize runs when it has no importance matrix. Q4_0 and Q5_0 are there as the
-/// fallbacks of the 256-block types for rows that are not whole super-blocks.
+/// llama-quantize runs when it has no importance matrix (for IQ4_NL and IQ4_XS its
+/// `quantize_iq4_*`, which search 15 scales per block). Q4_0, Q5_0 and IQ4_NL are there also
+/// as the fallbacks of the 256-block types for rows that are not whole super-blocks.
 pub const WEIGHT_QUANTIZERS: &[GgmlType] = &[
     GgmlType::F32,
     GgmlType::F16,
@@ -360,6 +363,8 @@ pub const WEIGHT_QUANTIZERS: &[GgmlType] = &[
     GgmlType::Q1_0,
     GgmlType::TQ2_0,
     GgmlType::TQ1_0,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// Quantizes an f32 row of weights into `ty` exactly as ggml's `quantize_row_*_ref` does
@@ -379,6 +384,8 @@ pub fn quantize_weights(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), Q
         GgmlType::Q1_0 => q1_0::quantize_row,
         GgmlType::TQ2_0 => tq2_0::quantize_row,
         GgmlType::TQ1_0 => tq1_0::quantize_row,
+        GgmlType::IQ4_NL => iq4_nl::quantize_row,
+        GgmlType::IQ4_XS => iq4_xs::quantize_row,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: ty,
@@ -414,6 +421,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Q
         GgmlType::Q2_0 => q2_0::dequantize_row,
         GgmlType::TQ1_0 => tq1_0::dequantize_row,
         GgmlType::TQ2_0 => tq2_0::dequantize_row,
+        GgmlType::IQ4_NL => iq4_nl::dequantize_row,
+        GgmlType::IQ4_XS => iq4_xs::dequantize_row,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: ty,
@@ -451,6 +460,8 @@ pub fn vec_dot_fn(w: GgmlType) -> Result<VecDotFn, QuantError> {
         GgmlType::Q2_0 => q2_0::vec_dot,
         GgmlType::TQ1_0 => tq1_0::vec_dot,
         GgmlType::TQ2_0 => tq2_0::vec_dot,
+        GgmlType::IQ4_NL => iq4_nl::vec_dot,
+        GgmlType::IQ4_XS => iq4_xs::vec_dot,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -513,7 +524,7 @@ mod dispatch_tests {
     use alloc::vec;
     use alloc::vec::Vec;
 
-    const WEIGHT_TYPES: [GgmlType; 17] = [
+    const WEIGHT_TYPES: [GgmlType; 19] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -531,6 +542,8 @@ mod dispatch_tests {
         GgmlType::Q2_0,
         GgmlType::TQ1_0,
         GgmlType::TQ2_0,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ];
 
     #[test]
@@ -586,7 +599,7 @@ mod dispatch_tests {
     /// error allowed, as a share of the block's largest |x|: half a step of each format's grid,
     /// plus the rounding of its 6- or 4-bit sub-scales for the K types. Q1_0 keeps only signs
     /// (x = +-mean|x|), so its bound is the whole range.
-    const PACKING_QUANTIZERS: [(GgmlType, f32); 9] = [
+    const PACKING_QUANTIZERS: [(GgmlType, f32); 11] = [
         (GgmlType::Q8_0, 0.5 / 127.0 + 1e-3),
         // A whole step: the extreme opposite to the signed max is clipped to the last level.
         (GgmlType::Q5_0, 1.0 / 16.0 + 1e-3),
@@ -597,6 +610,10 @@ mod dispatch_tests {
         (GgmlType::TQ2_0, 0.5 + 1e-3),
         (GgmlType::TQ1_0, 0.5 + 1e-3),
         (GgmlType::Q1_0, 1.0 + 1e-3),
+        // Half the widest gap of the grid (89..113) over its end (127), plus for IQ4_XS the
+        // rounding of its 6-bit sub-block scales.
+        (GgmlType::IQ4_NL, 12.0 / 127.0 + 1e-3),
+        (GgmlType::IQ4_XS, 0.15),
     ];
 
     /// Quantizes `x` to `ty` and back.
@@ -761,7 +778,8 @@ mod dispatch_tests {
 }
 
 /// Where a block format keeps its f16 scales (byte offsets inside one block), or `None` for a
-/// type whose scales this does not know (the float types have none; the IQ types are not run).
+/// type whose scales this does not know (the float types have none; the IQ types other than
+/// IQ4_NL and IQ4_XS are not run).
 fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
     use GgmlType as T;
     Some(match ty {
@@ -779,6 +797,8 @@ fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
         T::Q6_K => &[q6_k::OFF_D],
         T::TQ1_0 => &[tq1_0::OFF_D],
         T::TQ2_0 => &[tq2_0::OFF_D],
+        T::IQ4_NL => &[iq4_nl::OFF_D],
+        T::IQ4_XS => &[iq4_xs::OFF_D],
         _ => return None,
     })
 }
@@ -818,6 +838,8 @@ mod scale_check_tests {
             GgmlType::Q4_K,
             GgmlType::Q6_K,
             GgmlType::Q8_0,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
         ] {
             let offsets = scale_offsets(ty).unwrap();
             let size = ty.type_size();

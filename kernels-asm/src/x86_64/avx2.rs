@@ -32,6 +32,8 @@ pub(super) const QK8_0: usize = 32;
 pub(super) const Q8_0_BYTES: usize = 34; // d: f16, qs: [i8; 32]
 pub(super) const Q4_0_BYTES: usize = 18; // d: f16, qs: [u8; 16]
 pub(super) const Q5_0_BYTES: usize = 22; // d: f16, qh: u32, qs: [u8; 16]
+pub(super) const IQ4_NL_BYTES: usize = 18; // d: f16, qs: [u8; 16] (indices into kvalues_iq4nl)
+pub(super) const IQ4_XS_BYTES: usize = 136; // d: f16, scales_h: u16, scales_l: [u8; 4], qs: [u8; 128]
 
 #[inline(always)]
 pub(super) unsafe fn load256(p: *const u8) -> __m256i {

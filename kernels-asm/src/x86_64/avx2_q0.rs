@@ -1,5 +1,5 @@
-//! AVX2 kernels for the 32-element block formats against Q8_0 activations (Q8_0, Q4_0 and
-//! Q5_0 weights): a matvec that runs [`ROWS`] weight rows at once (decoding), with the
+//! AVX2 kernels for the 32-element block formats against Q8_0 activations (Q8_0, Q4_0, Q5_0
+//! and IQ4_NL weights): a matvec that runs [`ROWS`] weight rows at once (decoding), with the
 //! signature of `smolrun_core::kernels::RowsFn`, and a small-batch matmul (prompts), with the
 //! signature of `smolrun_core::kernels::ColsFn`.
 //!
@@ -132,6 +132,47 @@ impl<const FIVE_BITS: bool> Q0Format for Q450<FIVE_BITS> {
     }
 }
 
+/// IQ4_NL: each nibble indexes the 16-value grid `kvalues_iq4nl`, looked up 32 at a time with
+/// one `pshufb` (a nibble is 0..15, so every lookup is in the table; no byte of a file can
+/// reach outside it). The levels are signed (-127..113) and so are the activations (-128
+/// possible in a file), so both sides are widened to i16 and multiplied with `madd_epi16`, as
+/// Q8_0's are: exact for every byte.
+struct IQ4NL;
+
+/// ggml's `kvalues_iq4nl` in both 128-bit lanes, for `pshufb`.
+#[inline(always)]
+pub(super) unsafe fn iq4nl_table() -> __m256i {
+    _mm256_setr_epi8(
+        -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113, //
+        -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+    )
+}
+
+impl Q0Format for IQ4NL {
+    const W_BYTES: usize = IQ4_NL_BYTES;
+    type W = (__m256i, __m256i);
+    type Y = (__m256i, __m256i);
+
+    #[inline(always)]
+    unsafe fn unpack(x: *const u8) -> Self::W {
+        let v = _mm256_shuffle_epi8(iq4nl_table(), nibbles(x.add(2)));
+        (
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)),
+        )
+    }
+
+    #[inline(always)]
+    unsafe fn prepare(y: *const u8) -> Self::Y {
+        Q80::unpack(y)
+    }
+
+    #[inline(always)]
+    unsafe fn dot(w: Self::W, y: Self::Y) -> __m256i {
+        Q80::dot(w, y)
+    }
+}
+
 /// The 32 quants of a Q4_0/Q5_0 block as bytes (the layout of `nibbles_0` in avx2.rs: low
 /// nibbles, elements 0..15, in the low 128 bits, high nibbles in the high 128 bits), from one
 /// broadcast load and one variable shift instead of two shifts and an insert.
@@ -260,6 +301,26 @@ pub unsafe fn matvec_q4_0_q8_0(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matvec_q5_0_q8_0(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
     matvec::<Q450<true>>(n, w, act, out)
+}
+
+/// IQ4_NL weight rows . one Q8_0 activation row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matvec_iq4_nl_q8_0(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    matvec::<IQ4NL>(n, w, act, out)
+}
+
+/// IQ4_NL . Q8_0, one row: the matvec's one-row form (its bits, and so `matmul`'s).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq4_nl_q8_0(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let mut out = [0f32; 1];
+    matvec::<IQ4NL>(n, w, act, &mut out);
+    out[0]
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -428,4 +489,13 @@ pub unsafe fn matmul_q4_0_q8_0(n: usize, w: &[u8], acts: &[u8], n_acts: usize, o
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matmul_q5_0_q8_0(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
     matmul::<Q450<true>>(n, w, acts, n_acts, out)
+}
+
+/// IQ4_NL weights x Q8_0 activation rows.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq4_nl_q8_0(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<IQ4NL>(n, w, acts, n_acts, out)
 }

@@ -1,0 +1,151 @@
+//! AVX2 IQ4_XS . Q8_K (#33): a one-row dot with the signature of
+//! `smolrun_core::quant::VecDotFn` and a small-batch matmul (prompts) with that of
+//! `smolrun_core::kernels::ColsFn`. (IQ4_NL, a 32-element format against Q8_0, is in
+//! [`super::avx2_q0`].)
+//!
+//! Per sub-block of 32: the 16 index bytes become 32 nibbles in element order (low nibbles are
+//! elements 0..15, high ones 16..31, as [`super::avx2_q0`]'s `nibbles` lays them), one `pshufb`
+//! looks them up in `kvalues_iq4nl` (a nibble is 0..15, so always inside the table: no byte of
+//! a file reaches outside it), the levels are widened to i16 and multiplied by the sub-block's
+//! scale (ls - 32; |level * scale| <= 127 * 32 = 4064), then dotted with the activations
+//! widened to i16 (`madd_epi16`, -128 included: a pair is at most 2 * 4064 * 128). The eight
+//! sub-blocks' sums stay integers in 8 i32 lanes (at most 8 * 4 * 4064 * 128 < 2^24 each), so
+//! the super-block's integer is exact; then one FMA of (f16(d) * d_act) into 8 f32 lanes, the
+//! lanes summed at the end. The scalar twin instead scales each sub-block in f32: the results
+//! differ only in float rounding, within the bound core's exactness tests hold every kernel to.
+//!
+//! `matmul` unpacks each weight sub-block once for up to [`GROUP`] activation rows and gives
+//! each (row, activation) pair exactly `vec_dot`'s operations, so a prompt gives decode's bits.
+//!
+//! Every function reads only whole blocks inside the slices.
+//!
+//! # Safety (all kernels)
+//! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
+
+use super::avx2::*;
+use super::avx2_q0::{iq4nl_table, nibbles};
+use core::arch::x86_64::*;
+
+/// Activation rows dotted with one unpacked weight sub-block in the matmul.
+pub const GROUP: usize = 4;
+
+/// Weight rows dotted with every activation group before moving on (the tile stays in L1).
+const ROW_TILE: usize = 16;
+
+/// The 8 sub-block scales of an IQ4_XS super-block (ls - 32, in -32..31).
+#[inline(always)]
+unsafe fn sub_scales(x: *const u8) -> [i16; 8] {
+    let h = u16::from_le_bytes([*x.add(2), *x.add(3)]);
+    let mut s = [0i16; 8];
+    for (ib, s) in s.iter_mut().enumerate() {
+        let low = (*x.add(4 + ib / 2) >> (4 * (ib % 2))) & 0xF;
+        let high = ((h >> (2 * ib)) & 3) as u8;
+        *s = (low | (high << 4)) as i16 - 32;
+    }
+    s
+}
+
+/// Sub-block `ib` of the super-block at `x`: its 32 levels times its scale, as two halves of 16
+/// i16 in element order.
+#[inline(always)]
+unsafe fn unpack_sub(x: *const u8, ib: usize, scale: i16, table: __m256i) -> (__m256i, __m256i) {
+    let v = _mm256_shuffle_epi8(table, nibbles(x.add(8 + 16 * ib)));
+    let sc = _mm256_set1_epi16(scale);
+    (
+        _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), sc),
+        _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)), sc),
+    )
+}
+
+/// The 32 activations at `y` against an unpacked sub-block, in 8 i32 lanes.
+#[inline(always)]
+unsafe fn dot_sub(w: (__m256i, __m256i), y: *const u8) -> __m256i {
+    let y0 = _mm256_cvtepi8_epi16(load128(y));
+    let y1 = _mm256_cvtepi8_epi16(load128(y.add(16)));
+    _mm256_add_epi32(_mm256_madd_epi16(w.0, y0), _mm256_madd_epi16(w.1, y1))
+}
+
+/// `nb` super-blocks of the weight row at `xr` against N activation rows.
+#[inline(always)]
+unsafe fn cols_dot<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
+    let table = iq4nl_table();
+    let mut acc = [_mm256_setzero_ps(); N];
+    for i in 0..nb {
+        let x = xr.add(i * IQ4_XS_BYTES);
+        let scales = sub_scales(x);
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for (ib, &sc) in scales.iter().enumerate() {
+            let w = unpack_sub(x, ib, sc, table);
+            for j in 0..N {
+                let y = ys[j].add(i * Q8_K_BYTES + Q8_K_QS + 32 * ib);
+                sumi[j] = _mm256_add_epi32(sumi[j], dot_sub(w, y));
+            }
+        }
+        let dx = f16_at(x);
+        for j in 0..N {
+            let d = _mm256_set1_ps(dx * f32_at(ys[j].add(i * Q8_K_BYTES)));
+            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+        }
+    }
+    let mut out = [0f32; N];
+    for j in 0..N {
+        out[j] = hsum_ps(acc[j]);
+    }
+    out
+}
+
+/// IQ4_XS . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq4_xs_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = (n / QK_K)
+        .min(w.len() / IQ4_XS_BYTES)
+        .min(act.len() / Q8_K_BYTES);
+    cols_dot::<1>(nb, w.as_ptr(), [act.as_ptr()])[0]
+}
+
+/// IQ4_XS weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq4_xs_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    if n_acts == 0 {
+        return;
+    }
+    let n_rows = out.len() / n_acts;
+    let nb = n / QK_K;
+    let (w_row, a_row) = (nb * IQ4_XS_BYTES, nb * Q8_K_BYTES);
+    if w.len() < n_rows * w_row || acts.len() < n_acts * a_row {
+        // The caller (WeightKernel::matmul) checked the shapes; never read past the slices.
+        return;
+    }
+    let y = |t: usize| acts.as_ptr().add(t * a_row);
+    let x = |r: usize| w.as_ptr().add(r * w_row);
+    for r0 in (0..n_rows).step_by(ROW_TILE) {
+        let mut t = 0;
+        while t < n_acts {
+            let g = (n_acts - t).min(GROUP);
+            for r in r0..(r0 + ROW_TILE).min(n_rows) {
+                let mut put = |v: &[f32]| {
+                    for (j, &v) in v.iter().enumerate() {
+                        out[(t + j) * n_rows + r] = v;
+                    }
+                };
+                match g {
+                    4 => put(&cols_dot::<4>(
+                        nb,
+                        x(r),
+                        [y(t), y(t + 1), y(t + 2), y(t + 3)],
+                    )),
+                    3 => put(&cols_dot::<3>(nb, x(r), [y(t), y(t + 1), y(t + 2)])),
+                    2 => put(&cols_dot::<2>(nb, x(r), [y(t), y(t + 1)])),
+                    _ => put(&cols_dot::<1>(nb, x(r), [y(t)])),
+                }
+            }
+            t += g;
+        }
+    }
+}
