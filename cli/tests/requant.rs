@@ -386,6 +386,13 @@ fn qwen_05b_requants_hold_llama_quantize_tensor_bytes() {
     assert!(types.len() >= 2, "{}: no types", golden_path.display());
     let dir = scratch("requant-vs-golden");
     for (ty, want) in types {
+        // IQ4_XS's requant quantizes half of the 0.5B's tensors (rows of 896) with IQ4_NL, its
+        // fallback: it holds both quantizers to llama-quantize's bytes, and IQ4_NL's own file
+        // (~1 minute of CPU more) is checked from tools/fetch-models.sh lowbit's copy by
+        // golden_files::lowbit_model_files_hold_the_goldens_tensor_bytes.
+        if ty == "IQ4_NL" {
+            continue;
+        }
         let out = dir.0.join(format!("{ty}.gguf"));
         ok(&requant(&model, ty, &[], &out));
         let got = smolrun_tests::golden::tensor_data_sha256(&out).1;
