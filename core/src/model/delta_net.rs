@@ -492,55 +492,53 @@ pub(super) fn causal_conv_rows(
     x: &mut [f32],
     n_steps: usize,
 ) {
-    {
-        let n = p.n;
-        let kept = k - 1;
-        let (_, step_len, _) = state.step_lens();
-        let window = SharedMut::new(&mut state.conv);
-        let steps = SharedMut::new(&mut state.steps);
-        let x = SharedMut::new(x);
-        let conv = ConvPass {
-            weights,
-            k,
-            conv_dim,
-            n,
-            x: &x,
-            steps: &steps,
-            step_len,
-            n_steps,
-        };
-        let channels = |ch0: usize, ch1: usize| {
-            // SAFETY: channels ch0..ch1's windows, their values in every token's row and their
-            // place in the step copies belong to this worker only.
-            let windows = unsafe { window.slice(ch0 * kept, (ch1 - ch0) * kept) };
-            let mut ch = ch0;
-            // Blocks of CONV_LANES channels side by side (vectorised), the rest one by one.
-            while ch + CONV_LANES <= ch1 && (2..=4).contains(&k) {
-                let win = &mut windows[(ch - ch0) * kept..][..CONV_LANES * kept];
-                unsafe {
-                    match k {
-                        2 => conv.block::<2>(ch, win),
-                        3 => conv.block::<3>(ch, win),
-                        _ => conv.block::<4>(ch, win),
-                    }
+    let n = p.n;
+    let kept = k - 1;
+    let (_, step_len, _) = state.step_lens();
+    let window = SharedMut::new(&mut state.conv);
+    let steps = SharedMut::new(&mut state.steps);
+    let x = SharedMut::new(x);
+    let conv = ConvPass {
+        weights,
+        k,
+        conv_dim,
+        n,
+        x: &x,
+        steps: &steps,
+        step_len,
+        n_steps,
+    };
+    let channels = |ch0: usize, ch1: usize| {
+        // SAFETY: channels ch0..ch1's windows, their values in every token's row and their
+        // place in the step copies belong to this worker only.
+        let windows = unsafe { window.slice(ch0 * kept, (ch1 - ch0) * kept) };
+        let mut ch = ch0;
+        // Blocks of CONV_LANES channels side by side (vectorised), the rest one by one.
+        while ch + CONV_LANES <= ch1 && (2..=4).contains(&k) {
+            let win = &mut windows[(ch - ch0) * kept..][..CONV_LANES * kept];
+            unsafe {
+                match k {
+                    2 => conv.block::<2>(ch, win),
+                    3 => conv.block::<3>(ch, win),
+                    _ => conv.block::<4>(ch, win),
                 }
-                ch += CONV_LANES;
             }
-            for ch in ch..ch1 {
-                let win = &mut windows[(ch - ch0) * kept..][..kept];
-                unsafe { conv.channel(ch, win) };
-            }
-        };
-        let n_workers = p.par.n_threads().max(1);
-        if n_workers == 1 || n * conv_dim < PARALLEL_CONV_VALUES {
-            channels(0, conv_dim);
-            return;
+            ch += CONV_LANES;
         }
-        p.par.run(&|w| {
-            let (ch0, ch1) = split(conv_dim, n_workers, w);
-            channels(ch0, ch1);
-        });
+        for ch in ch..ch1 {
+            let win = &mut windows[(ch - ch0) * kept..][..kept];
+            unsafe { conv.channel(ch, win) };
+        }
+    };
+    let n_workers = p.par.n_threads().max(1);
+    if n_workers == 1 || n * conv_dim < PARALLEL_CONV_VALUES {
+        channels(0, conv_dim);
+        return;
     }
+    p.par.run(&|w| {
+        let (ch0, ch1) = split(conv_dim, n_workers, w);
+        channels(ch0, ch1);
+    });
 }
 
 /// Channels side by side in [`ConvPass::block`]: one AVX2 vector of f32.

@@ -211,7 +211,7 @@ fn head_count_kv(k: &Keys, n_head: usize, n_layer: usize) -> Result<usize, Model
             .ok_or_else(|| bad(format!("{counts:?} (no layer with attention)")));
     }
     let n_head_kv = k.count_or("attention.head_count_kv", n_head as u64, 1, n_head as u64)?;
-    if n_head % n_head_kv != 0 {
+    if !n_head.is_multiple_of(n_head_kv) {
         return Err(bad(format!("{n_head_kv}")));
     }
     Ok(n_head_kv)
@@ -250,7 +250,7 @@ impl Keys<'_> {
         let counts = &counts[..n_layer];
         if let Some(&c) = counts
             .iter()
-            .find(|&&c| c > n_head as u64 || (c > 0 && n_head as u64 % c != 0))
+            .find(|&&c| c > n_head as u64 || (c > 0 && !(n_head as u64).is_multiple_of(c)))
         {
             return Err(ModelError::BadHParam {
                 key,
