@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
-pub const SYNTHETIC_MODELS: [&str; 9] = [
+pub const SYNTHETIC_MODELS: [&str; 10] = [
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
@@ -17,6 +17,7 @@ pub const SYNTHETIC_MODELS: [&str; 9] = [
     "synthetic-smollm3",
     "synthetic-phi3",
     "synthetic-olmoe",
+    "synthetic-lfm2",
 ];
 
 /// Models requantized to the 1-bit, 2-bit and ternary types by `llama-quantize
