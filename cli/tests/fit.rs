@@ -72,6 +72,7 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         "synthetic-phi3.gguf",
         "synthetic-olmoe.gguf",
         "synthetic-qwen35moe.gguf",
+        "synthetic-lfm2.gguf",
         "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ] {

@@ -1277,6 +1277,58 @@ pub(crate) mod tests {
         }
     }
 
+    /// Speculative decoding on LFM2's short convolutions (synthetic-lfm2): with drafts from
+    /// prompt lookup and from a draft model (synthetic-qwen3: the same vocabulary, its drafts
+    /// mostly wrong) and from itself (every draft right), the greedy tokens are plain decoding's:
+    /// a rejected draft takes every conv window back to the last accepted token through the
+    /// copies the verify pass keeps.
+    #[test]
+    fn drafts_on_lfm2_give_plain_decodings_tokens() {
+        let path = smolrun_tests::model_path("synthetic-lfm2");
+        let draft_model = smolrun_tests::model_path("synthetic-qwen3");
+        let mut engine = open_test(&path, 256, 1);
+        assert!(engine.state.has_recurrent_layers());
+        let prompt = engine.tokenize("The cat sat on the mat. The dog sat on the", false, false);
+        let generate = |engine: &mut Engine| {
+            let mut sampler = engine.sampler(SamplerParams::greedy()).unwrap();
+            let options = GenerateOptions {
+                max_tokens: Some(48),
+                ..GenerateOptions::default()
+            };
+            engine
+                .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
+                    ControlFlow::Continue(())
+                })
+                .unwrap()
+        };
+        let plain = generate(&mut engine);
+        assert_eq!(plain.tokens.len(), 48);
+        // The model as its own draft model: every draft accepted.
+        let itself = path.to_str().unwrap();
+        for (draft_from, max) in [
+            ("ngram", 6),
+            (draft_model.to_str().unwrap(), 4),
+            (itself, 3),
+        ] {
+            assert!(engine.set_draft(&draft(draft_from, max)).unwrap().is_some());
+            let spec = generate(&mut engine);
+            assert_eq!(spec.tokens, plain.tokens, "--draft {draft_from}");
+            let s = spec.spec;
+            eprintln!("synthetic-lfm2 --draft {draft_from} --draft-max {max}: {s:?}");
+            if draft_from == itself {
+                assert!(
+                    s.accepted > 0,
+                    "--draft {draft_from}: nothing accepted: {s:?}"
+                );
+            } else if draft_from != "ngram" {
+                assert!(
+                    s.accepted < s.drafted,
+                    "--draft {draft_from}: no rejection: {s:?}"
+                );
+            }
+        }
+    }
+
     /// Counts each thread's own heap allocations, for the test below: other tests run on other
     /// threads meanwhile.
     mod counting {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
-pub const SYNTHETIC_MODELS: [&str; 10] = [
+pub const SYNTHETIC_MODELS: [&str; 11] = [
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
@@ -18,6 +18,7 @@ pub const SYNTHETIC_MODELS: [&str; 10] = [
     "synthetic-phi3",
     "synthetic-olmoe",
     "synthetic-qwen35moe",
+    "synthetic-lfm2",
 ];
 
 /// Models requantized to the 1-bit, 2-bit and ternary types by `llama-quantize

@@ -79,6 +79,7 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-phi3" => "synthetic-phi3.gguf",
         "synthetic-olmoe" => "synthetic-olmoe.gguf",
         "synthetic-qwen35moe" => "synthetic-qwen35moe.gguf",
+        "synthetic-lfm2" => "synthetic-lfm2.gguf",
         "qwen2.5-coder-0.5b-q1_0" => "qwen2.5-coder-0.5b-q1_0.gguf",
         "qwen2.5-coder-0.5b-q2_0" => "qwen2.5-coder-0.5b-q2_0.gguf",
         "qwen2.5-coder-0.5b-q2_k" => "qwen2.5-coder-0.5b-q2_k.gguf",

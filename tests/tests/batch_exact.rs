@@ -105,53 +105,68 @@ fn batches_give_the_token_by_token_logits_moe() {
     }
 }
 
-/// Qwen3.5's recurrent layers: a prompt in chunks reaches the state token-by-token decoding
-/// reaches (the convolution and the delta rule run token by token in both; only the matrices
-/// are batched), to the bit, and so gives the same logits at every position.
+/// Qwen3.5's recurrent layers and LFM2's short convolutions: a prompt in chunks reaches the
+/// state token-by-token decoding reaches (the convolution and the delta rule run token by token
+/// in both; only the matrices are batched), to the bit, and so gives the same logits at every
+/// position.
 #[test]
 fn chunked_prompt_gives_the_token_by_token_recurrent_state() {
     let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
-    for kernels in [KernelSet::scalar(), native] {
-        check("synthetic-qwen35", &kernels, 40, &[5, 32], true);
-        let path = model_path("synthetic-qwen35");
-        let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        let g = smolrun_core::gguf::Gguf::parse(file.bytes()).expect("parse");
-        let m = Model::load_with_kernels(&g, &kernels).expect("load");
-        let store = ResidentStore::new(&g);
-        let par = ScopedThreads::from_env();
-        let tokens = golden_prompt("synthetic-qwen35", 37);
-        let mut by_token = State::with_batch(&m, 64, 1).expect("state");
-        for (i, &t) in tokens.iter().enumerate() {
-            m.forward(&mut by_token, &store, &par, t, i)
-                .expect("forward");
+    // (model, its recurrent layers, whether they hold delta-rule matrices besides the window)
+    for (model, layers, matrices) in [("synthetic-qwen35", 3, true), ("synthetic-lfm2", 4, false)] {
+        for kernels in [KernelSet::scalar(), native.clone()] {
+            chunked_state(model, &kernels, layers, matrices);
         }
-        let mut chunked = State::with_batch(&m, 64, 16).expect("state");
-        m.forward_batch(&mut chunked, &store, &par, &tokens, 0)
-            .expect("forward_batch");
-        let mut n_recurrent = 0;
-        for l in 0..m.layers.len() {
-            let (Some(a), Some(b)) = (by_token.recurrent_state(l), chunked.recurrent_state(l))
-            else {
+    }
+}
+
+fn chunked_state(model: &str, kernels: &KernelSet, layers: usize, matrices: bool) {
+    check(model, kernels, 40, &[5, 32], true);
+    let path = model_path(model);
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = smolrun_core::gguf::Gguf::parse(file.bytes()).expect("parse");
+    let m = Model::load_with_kernels(&g, kernels).expect("load");
+    let store = ResidentStore::new(&g);
+    let par = ScopedThreads::from_env();
+    let tokens = golden_prompt(model, 37);
+    let mut by_token = State::with_batch(&m, 64, 1).expect("state");
+    for (i, &t) in tokens.iter().enumerate() {
+        m.forward(&mut by_token, &store, &par, t, i)
+            .expect("forward");
+    }
+    let mut chunked = State::with_batch(&m, 64, 16).expect("state");
+    m.forward_batch(&mut chunked, &store, &par, &tokens, 0)
+        .expect("forward_batch");
+    let mut n_recurrent = 0;
+    for l in 0..m.layers.len() {
+        let (Some(a), Some(b)) = (by_token.recurrent_state(l), chunked.recurrent_state(l)) else {
+            continue;
+        };
+        n_recurrent += 1;
+        assert_eq!(
+            a.1.is_empty(),
+            !matrices,
+            "{model} layer {l}: delta-rule state"
+        );
+        for (what, x, y) in [("conv window", a.0, b.0), ("delta-rule state", a.1, b.1)] {
+            if what == "delta-rule state" && !matrices {
                 continue;
-            };
-            n_recurrent += 1;
-            for (what, x, y) in [("conv window", a.0, b.0), ("delta-rule state", a.1, b.1)] {
-                assert!(x.iter().any(|&v| v != 0.0), "layer {l}: {what} is all zero");
-                if let Some(i) = (0..x.len()).find(|&i| x[i].to_bits() != y[i].to_bits()) {
-                    panic!(
-                        "layer {l} ({}): {what}[{i}] is {} token by token, {} in chunks of 16",
-                        kernels.name(),
-                        x[i],
-                        y[i]
-                    );
-                }
+            }
+            assert!(
+                x.iter().any(|&v| v != 0.0),
+                "{model} layer {l}: {what} is all zero"
+            );
+            if let Some(i) = (0..x.len()).find(|&i| x[i].to_bits() != y[i].to_bits()) {
+                panic!(
+                    "{model} layer {l} ({}): {what}[{i}] is {} token by token, {} in chunks of 16",
+                    kernels.name(),
+                    x[i],
+                    y[i]
+                );
             }
         }
-        assert_eq!(
-            n_recurrent, 3,
-            "synthetic-qwen35 has three recurrent layers"
-        );
     }
+    assert_eq!(n_recurrent, layers, "{model}'s recurrent layers");
 }
 
 /// The same with `--state-f16` (the delta-rule matrices kept as f16), on the scalar and this

@@ -34,7 +34,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     // matvecs); then groups, the selection bias and the shared expert, with a fused QKV matrix;
     // then the shared expert's sigmoid gate (qwen2moe); then Qwen3.5's recurrent layers and
     // gated attention; then OLMoE's whole-projection QK-norm and top-8 routing, Phi-3's fused
-    // gate and up, SmolLM3's layers without RoPE.
+    // gate and up, SmolLM3's layers without RoPE, LFM2's short convolutions.
     for model in [
         "gemma3-270m",
         "synthetic-qwen3moe",
@@ -45,6 +45,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         "synthetic-phi3",
         "synthetic-smollm3",
         "synthetic-qwen35moe",
+        "synthetic-lfm2",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

@@ -178,6 +178,11 @@ fn synthetic_qwen35moe() {
     check_greedy("synthetic-qwen35moe");
 }
 
+#[test]
+fn synthetic_lfm2() {
+    check_greedy("synthetic-lfm2");
+}
+
 // The 1-bit, 2-bit and ternary kernels (golden::LOWBIT_MODELS) over greedy text, but for
 // qwen2.5-coder-0.5b-q1_0, whose greedy text is degenerate (golden::NO_GREEDY).
 

@@ -999,3 +999,86 @@ fn a_tiny_olmoe_runs_and_its_whole_projection_qk_norm_is_checked() {
         }
     );
 }
+
+/// A tiny lfm2 of two layers, a short convolution then attention (per-layer
+/// `attention.head_count_kv` [0, 1]): it runs; a conv of the wrong length, a missing in_proj, a
+/// head-count array of the wrong length or with no attention layer, and a conv length under 2
+/// are named with what was expected and found.
+#[test]
+fn a_tiny_lfm2_runs_and_its_bad_conv_layers_are_named() {
+    let file = |kv: Vec<u32>, l_cache: u32, conv: Vec<u64>, drop: &str| {
+        let meta = vec![
+            ("general.architecture", Meta::Str("lfm2")),
+            ("lfm2.block_count", Meta::U32(2)),
+            ("lfm2.embedding_length", Meta::U32(N_EMBD as u32)),
+            ("lfm2.feed_forward_length", Meta::U32(N_FF as u32)),
+            ("lfm2.attention.head_count", Meta::U32(2)),
+            ("lfm2.attention.head_count_kv", Meta::U32s(kv)),
+            ("lfm2.context_length", Meta::U32(64)),
+            ("lfm2.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+            ("lfm2.shortconv.l_cache", Meta::U32(l_cache)),
+        ];
+        let mut t = vec![
+            ("token_embd.weight", vec![N_EMBD, N_VOCAB]),
+            ("token_embd_norm.weight", vec![N_EMBD]),
+            ("blk.0.attn_norm.weight", vec![N_EMBD]),
+            ("blk.0.shortconv.in_proj.weight", vec![N_EMBD, 3 * N_EMBD]),
+            ("blk.0.shortconv.conv.weight", conv),
+            ("blk.0.shortconv.out_proj.weight", vec![N_EMBD, N_EMBD]),
+            ("blk.1.attn_norm.weight", vec![N_EMBD]),
+            ("blk.1.attn_q.weight", vec![N_EMBD, N_EMBD]),
+            ("blk.1.attn_k.weight", vec![N_EMBD, 16]),
+            ("blk.1.attn_v.weight", vec![N_EMBD, 16]),
+            ("blk.1.attn_q_norm.weight", vec![16]),
+            ("blk.1.attn_k_norm.weight", vec![16]),
+            ("blk.1.attn_output.weight", vec![N_EMBD, N_EMBD]),
+        ];
+        for l in ["blk.0.", "blk.1."] {
+            let n = |s: &str| -> &'static str { Box::leak(format!("{l}{s}").into_boxed_str()) };
+            t.push((n("ffn_norm.weight"), vec![N_EMBD]));
+            t.push((n("ffn_gate.weight"), vec![N_EMBD, N_FF]));
+            t.push((n("ffn_up.weight"), vec![N_EMBD, N_FF]));
+            t.push((n("ffn_down.weight"), vec![N_FF, N_EMBD]));
+        }
+        t.retain(|(n, _)| *n != drop);
+        build_gguf(&meta, &t)
+    };
+    runs(&file(vec![0, 1], 3, vec![3, N_EMBD], ""));
+    assert_eq!(
+        load(&file(vec![0, 1], 3, vec![4, N_EMBD], "")).unwrap_err(),
+        ModelError::BadTensorShape {
+            name: "blk.0.shortconv.conv.weight".into(),
+            expected: [3, N_EMBD, 1, 1],
+            found: [4, N_EMBD, 1, 1],
+        }
+    );
+    let err = load(&file(
+        vec![0, 1],
+        3,
+        vec![3, N_EMBD],
+        "blk.0.shortconv.in_proj.weight",
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingTensor { name } if name == "blk.0.shortconv.in_proj.weight"),
+        "{err}"
+    );
+    for (kv, l_cache, what) in [
+        (vec![0], 3, "an array of 2 counts"),
+        (vec![0, 0], 3, "no layer with attention"),
+        (vec![0, 3], 3, "0 or a divisor of attention.head_count (2)"),
+        (vec![0, 1], 1, "2..=64"),
+    ] {
+        let err = load(&file(kv.clone(), l_cache, vec![3, N_EMBD], "")).unwrap_err();
+        let ModelError::BadHParam { key, .. } = &err else {
+            panic!("{kv:?}, l_cache {l_cache}: expected a bad key, got {err}");
+        };
+        let want = if l_cache == 1 {
+            "lfm2.shortconv.l_cache"
+        } else {
+            "lfm2.attention.head_count_kv"
+        };
+        assert_eq!(key, want, "{err}");
+        assert!(err.to_string().contains(what), "{kv:?}: {err}");
+    }
+}

@@ -36,6 +36,7 @@ fn making_the_state_and_running_the_prompt_allocate_nothing() {
         "synthetic-phi3",
         "synthetic-olmoe",
         "synthetic-qwen35moe",
+        "synthetic-lfm2",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

@@ -155,3 +155,61 @@ fn verify_pass_reads_each_weight_once() {
     assert_eq!(head_gets, 1, "the LM head was asked for {head_gets} times");
     assert_eq!(gets(calls), (decode_gets, decode_distinct));
 }
+
+/// LFM2's short convolutions: a verify pass over a draft whose third token is wrong, then
+/// `State::rewind` to the last accepted token, leaves every conv window, to the bit, as a run
+/// that decoded only the accepted tokens, and so the logits after the next token; the verify
+/// pass's own logits are decoding's.
+#[test]
+fn a_rejected_draft_restores_the_conv_windows() {
+    let model = "synthetic-lfm2";
+    let path = model_path(model);
+    let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let g = Gguf::parse(file.bytes()).expect("parse");
+    let kernels = KernelSet::select(&smolrun_linux::detect_features());
+    let m = Model::load_with_kernels(&g, &kernels).expect("load");
+    let store = ResidentStore::new(&g);
+    let par = ScopedThreads::from_env();
+    let windows = |s: &State| -> Vec<Vec<u32>> {
+        (0..m.hp.n_layer)
+            .filter_map(|l| s.recurrent_state(l))
+            .map(|(c, _)| c.iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    let all = golden_prompt(model, 20);
+    let (prompt, rest) = all.split_at(12);
+
+    let mut plain = State::with_logit_rows(&m, 64, 32, 6).expect("state");
+    m.forward_batch(&mut plain, &store, &par, prompt, 0)
+        .expect("prompt");
+    let mut decoded = Vec::new();
+    for (i, &t) in rest[..2].iter().enumerate() {
+        decoded.push(
+            m.forward(&mut plain, &store, &par, t, 12 + i)
+                .unwrap()
+                .to_vec(),
+        );
+    }
+    let want = windows(&plain);
+    assert_eq!(want.len(), 4, "{model} has four conv layers");
+    let want_logits = m
+        .forward(&mut plain, &store, &par, rest[2], 14)
+        .unwrap()
+        .to_vec();
+
+    let mut spec = State::with_logit_rows(&m, 64, 32, 6).expect("state");
+    m.forward_batch(&mut spec, &store, &par, prompt, 0)
+        .expect("prompt");
+    let n = m.n_vocab() as u32;
+    let draft = [rest[0], rest[1], (rest[2] + 7) % n, (rest[3] + 7) % n, 11];
+    m.forward_verify(&mut spec, &store, &par, &draft, 12)
+        .expect("verify");
+    for (i, w) in decoded.iter().enumerate() {
+        assert_same(spec.logits_row(i), w, &format!("{model} draft token {i}"));
+    }
+    assert_ne!(windows(&spec), want, "the draft left the windows alone");
+    spec.rewind(14).expect("rewind into the verify pass");
+    assert_eq!(windows(&spec), want, "the conv windows after the rewind");
+    let got = m.forward(&mut spec, &store, &par, rest[2], 14).unwrap();
+    assert_same(got, &want_logits, &format!("{model} after the rewind"));
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|smollm3|phi3|olmoe|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|smollm3|phi3|olmoe|lfm2|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -60,6 +60,13 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
   smollm3 (SmolLM3's architecture): llama's attention and FFN in 8 layers, so that two of them
           (3 and 7) are the layers llama.cpp runs without RoPE (every fourth); base 5e6,
           pre-type "llama-bpe" (SmolLM3 has Llama 3's tokenizer), no BOS
+  lfm2 (LFM2's architecture, Liquid's short-convolution hybrid): 6 layers, attention at layers 2
+          and 5 (LFM2-350M mixes them so: attention.head_count_kv is a per-layer array, 0 on a
+          conv layer), the others short convolutions (shortconv.l_cache 3: in_proj to [b | c | x],
+          y = c * conv(b * x), out_proj; conv taps F32, std 0.5); attention with per-head QK-norm,
+          NEOX RoPE, base 1e6; the final norm named token_embd_norm (llama.cpp's
+          LLM_TENSOR_OUTPUT_NORM_LFM2); the Qwen tokenizer, pre-type "qwen2" (LFM2's own
+          pre-tokenizer "lfm2" is not in smolrun yet)
 
 Tensor types are a mix the engine must handle; those the real models already carry (Q4_K, Q6_K,
 Q5_0, Q8_0) appear here less, those they lack (F16, BF16, Q4_0, Q4_1, Q5_1) appear more. gguf-py
@@ -187,6 +194,14 @@ ARCHS = {
                    attn_qkv=T.Q8_0, attn_gate=T.F16, ssm_alpha=T.F32, ssm_beta=T.F16, ssm_out=T.Q4_1,
                    ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0, ffn_down_exps=T.Q5_0,
                    ffn_gate_shexp=T.Q8_0, ffn_up_shexp=T.Q4_1, ffn_down_shexp=T.F16),
+    ),
+    "lfm2": dict(
+        seed=0x1F02_0001, n_embd=256, n_layer=6, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=4096, rope_base=1_000_000.0, rms_eps=1e-5, pre="qwen2", add_bos=False,
+        attention_layers=[2, 5], l_cache=3,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.F16, attn_v=T.Q8_0,
+                   attn_output=T.Q4_1, shortconv_in_proj=T.Q8_0, shortconv_out_proj=T.Q5_0,
+                   ffn_gate=T.Q4_0, ffn_up=T.Q8_0, ffn_down=T.F16),
     ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
@@ -345,7 +360,13 @@ def build(name, tok, out_path):
     w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
     w.add_feed_forward_length(n_ff)
     w.add_head_count(cfg["n_head"])
-    w.add_head_count_kv(cfg["n_head_kv"])
+    if arch == "lfm2":
+        # per layer: 0 marks a short-convolution layer
+        w.add_head_count_kv([cfg["n_head_kv"] if i in cfg["attention_layers"] else 0
+                             for i in range(cfg["n_layer"])])
+        w.add_uint32(f"{arch}.shortconv.l_cache", cfg["l_cache"])
+    else:
+        w.add_head_count_kv(cfg["n_head_kv"])
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(cfg.get("n_rot", hd))
@@ -411,7 +432,9 @@ def build(name, tok, out_path):
         bailing_layers(cfg, rng, tensor, norm_weight)
     if arch in ("qwen35", "qwen35moe"):
         qwen35_layers(cfg, rng, tensor, norm_weight)
-    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35", "qwen35moe") else 0):
+    if arch == "lfm2":
+        lfm2_layers(cfg, rng, tensor, norm_weight)
+    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35", "qwen35moe", "lfm2") else 0):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
         if arch == "phi3":
@@ -454,7 +477,8 @@ def build(name, tok, out_path):
             tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
-    tensor("output_norm.weight", "norm", norm_weight(n_embd))
+    # LFM2's final norm has the name llama.cpp gives LLM_TENSOR_OUTPUT_NORM_LFM2
+    tensor("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", "norm", norm_weight(n_embd))
     # LM head: a small random row for every token, plus, for successor(t), the direction of t's
     # input embedding (see the module docs); argsort of raw 64-bit draws is a permutation
     # without ties, identical on every platform
@@ -563,6 +587,36 @@ def qwen35_layers(cfg, rng, tensor, norm_weight):
             tensor(p + "ffn_up_shexp.weight", "ffn_up_shexp", rng.weight((n_fs, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_down_shexp.weight", "ffn_down_shexp", rng.weight((n_embd, n_fs), 1.0 / np.sqrt(n_fs)))
             continue
+        tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+
+
+def lfm2_layers(cfg, rng, tensor, norm_weight):
+    """lfm2's blocks: attn_norm (LFM2's operator_norm), then attention (layers in
+    `attention_layers`: QK-norm per head) or a short convolution (shortconv.in_proj n_embd ->
+    3 n_embd as [b | c | x], shortconv.conv {l_cache, n_embd}, shortconv.out_proj), residual,
+    ffn_norm, SwiGLU FFN, residual."""
+    n_embd, n_ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
+    n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    for i in range(cfg["n_layer"]):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
+        if i in cfg["attention_layers"]:
+            tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_q_norm.weight", "norm", norm_weight(hd))
+            tensor(p + "attn_k_norm.weight", "norm", norm_weight(hd))
+            tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
+        else:
+            # b and c of std ~1 (1/sqrt(n_embd) over a normed input), so y = c * conv(b * x) keeps
+            # the scale of x times ~1
+            tensor(p + "shortconv.in_proj.weight", "shortconv_in_proj", rng.weight((3 * n_embd, n_embd), 1.0 / np.sqrt(n_embd)))
+            # numpy [channel, tap] = ggml {l_cache, n_embd}
+            tensor(p + "shortconv.conv.weight", "conv", rng.weight((n_embd, cfg["l_cache"]), 0.5))
+            tensor(p + "shortconv.out_proj.weight", "shortconv_out_proj", rng.weight((n_embd, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
         tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))

@@ -122,7 +122,17 @@ impl RecurrentState {
     /// Counts, in `Part::RecurrentState`, a state that keeps a copy of itself after each of
     /// the first `n_steps` tokens of a verify pass.
     pub fn plan(plan: &mut ArenaPlan, shape: &DeltaNetShape, n_steps: usize) {
-        let (conv, n32, n16) = RecurrentState::lens(shape);
+        RecurrentState::plan_lens(plan, RecurrentState::lens(shape), n_steps)
+    }
+
+    /// [`RecurrentState::plan`] for a state that is a conv window of `conv` f32s alone (a short
+    /// convolution, short_conv.rs).
+    pub fn plan_conv(plan: &mut ArenaPlan, conv: usize, n_steps: usize) {
+        RecurrentState::plan_lens(plan, (conv, 0, 0), n_steps)
+    }
+
+    fn plan_lens(plan: &mut ArenaPlan, lens: (usize, usize, usize), n_steps: usize) {
+        let (conv, n32, n16) = lens;
         let part = Part::RecurrentState;
         plan.add::<f32>(part, 1, conv);
         plan.add::<f32>(part, 1, n32);
@@ -140,7 +150,29 @@ impl RecurrentState {
         shape: &DeltaNetShape,
         n_steps: usize,
     ) -> Result<RecurrentState, ArenaError> {
-        let (conv, n32, n16) = RecurrentState::lens(shape);
+        // SAFETY: the caller's promise.
+        unsafe { RecurrentState::carve_lens(arena, RecurrentState::lens(shape), n_steps) }
+    }
+
+    /// Takes the state [`RecurrentState::plan_conv`] counted from `arena`.
+    ///
+    /// # Safety
+    /// As [`RecurrentState::carve`].
+    pub unsafe fn carve_conv(
+        arena: &mut Arena<'_>,
+        conv: usize,
+        n_steps: usize,
+    ) -> Result<RecurrentState, ArenaError> {
+        // SAFETY: the caller's promise.
+        unsafe { RecurrentState::carve_lens(arena, (conv, 0, 0), n_steps) }
+    }
+
+    unsafe fn carve_lens(
+        arena: &mut Arena<'_>,
+        lens: (usize, usize, usize),
+        n_steps: usize,
+    ) -> Result<RecurrentState, ArenaError> {
+        let (conv, n32, n16) = lens;
         let part = Part::RecurrentState;
         // SAFETY: the caller's promise.
         unsafe {
@@ -170,7 +202,7 @@ impl RecurrentState {
     }
 
     /// How many step copies the state has room for.
-    fn n_steps(&self) -> usize {
+    pub(super) fn n_steps(&self) -> usize {
         let (_, len, len16) = self.step_lens();
         match (len, len16) {
             (0, 0) => 0,
@@ -180,7 +212,7 @@ impl RecurrentState {
     }
 
     /// (conv, f32 values, f16 values) of one copy.
-    fn step_lens(&self) -> (usize, usize, usize) {
+    pub(super) fn step_lens(&self) -> (usize, usize, usize) {
         let c = self.conv.len();
         (c, c + self.ssm.len(), self.ssm_f16.len())
     }
@@ -440,56 +472,73 @@ impl DeltaNet {
     /// independent, so a prompt splits them over the workers; each
     /// channel's window after each of the first `n_steps` tokens goes into the step copies.
     fn conv_rows(&self, p: &Pass, state: &mut RecurrentState, qkv: &mut [f32], n_steps: usize) {
-        let n = p.n;
-        let k = self.shape.conv_kernel;
-        let kept = k - 1;
-        let conv_dim = self.shape.conv_dim();
-        let (_, step_len, _) = state.step_lens();
-        let window = SharedMut::new(&mut state.conv);
-        let steps = SharedMut::new(&mut state.steps);
-        let x = SharedMut::new(qkv);
-        let conv = ConvPass {
-            weights: &self.conv,
-            k,
-            conv_dim,
-            n,
-            x: &x,
-            steps: &steps,
-            step_len,
-            n_steps,
-        };
-        let channels = |ch0: usize, ch1: usize| {
-            // SAFETY: channels ch0..ch1's windows, their values in every token's row and their
-            // place in the step copies belong to this worker only.
-            let windows = unsafe { window.slice(ch0 * kept, (ch1 - ch0) * kept) };
-            let mut ch = ch0;
-            // Blocks of CONV_LANES channels side by side (vectorised), the rest one by one.
-            while ch + CONV_LANES <= ch1 && (2..=4).contains(&k) {
-                let win = &mut windows[(ch - ch0) * kept..][..CONV_LANES * kept];
-                unsafe {
-                    match k {
-                        2 => conv.block::<2>(ch, win),
-                        3 => conv.block::<3>(ch, win),
-                        _ => conv.block::<4>(ch, win),
-                    }
-                }
-                ch += CONV_LANES;
-            }
-            for ch in ch..ch1 {
-                let win = &mut windows[(ch - ch0) * kept..][..kept];
-                unsafe { conv.channel(ch, win) };
-            }
-        };
-        let n_workers = p.par.n_threads().max(1);
-        if n_workers == 1 || n * conv_dim < PARALLEL_CONV_VALUES {
-            channels(0, conv_dim);
-            return;
-        }
-        p.par.run(&|w| {
-            let (ch0, ch1) = split(conv_dim, n_workers, w);
-            channels(ch0, ch1);
-        });
+        let (k, conv_dim) = (self.shape.conv_kernel, self.shape.conv_dim());
+        causal_conv_rows(p, &self.conv, k, conv_dim, state, qkv, n_steps);
     }
+}
+
+/// The causal depthwise convolution of `k` taps (`weights`: `[conv_dim][k]`, oldest tap first;
+/// no bias) over the pass's tokens, in place on `x` (each token's `conv_dim` channels), the
+/// window in `state.conv` (`[conv_dim][k-1]`, oldest first) moving on by one input per token,
+/// as ggml's ssm_conv sums it. Channels are independent, so a prompt splits them over the
+/// workers; each channel's window after each of the first `n_steps` tokens goes into the
+/// step copies. Shared by the Gated DeltaNet and the short convolution (short_conv.rs).
+pub(super) fn causal_conv_rows(
+    p: &Pass,
+    weights: &[f32],
+    k: usize,
+    conv_dim: usize,
+    state: &mut RecurrentState,
+    x: &mut [f32],
+    n_steps: usize,
+) {
+    let n = p.n;
+    let kept = k - 1;
+    let (_, step_len, _) = state.step_lens();
+    let window = SharedMut::new(&mut state.conv);
+    let steps = SharedMut::new(&mut state.steps);
+    let x = SharedMut::new(x);
+    let conv = ConvPass {
+        weights,
+        k,
+        conv_dim,
+        n,
+        x: &x,
+        steps: &steps,
+        step_len,
+        n_steps,
+    };
+    let channels = |ch0: usize, ch1: usize| {
+        // SAFETY: channels ch0..ch1's windows, their values in every token's row and their
+        // place in the step copies belong to this worker only.
+        let windows = unsafe { window.slice(ch0 * kept, (ch1 - ch0) * kept) };
+        let mut ch = ch0;
+        // Blocks of CONV_LANES channels side by side (vectorised), the rest one by one.
+        while ch + CONV_LANES <= ch1 && (2..=4).contains(&k) {
+            let win = &mut windows[(ch - ch0) * kept..][..CONV_LANES * kept];
+            unsafe {
+                match k {
+                    2 => conv.block::<2>(ch, win),
+                    3 => conv.block::<3>(ch, win),
+                    _ => conv.block::<4>(ch, win),
+                }
+            }
+            ch += CONV_LANES;
+        }
+        for ch in ch..ch1 {
+            let win = &mut windows[(ch - ch0) * kept..][..kept];
+            unsafe { conv.channel(ch, win) };
+        }
+    };
+    let n_workers = p.par.n_threads().max(1);
+    if n_workers == 1 || n * conv_dim < PARALLEL_CONV_VALUES {
+        channels(0, conv_dim);
+        return;
+    }
+    p.par.run(&|w| {
+        let (ch0, ch1) = split(conv_dim, n_workers, w);
+        channels(ch0, ch1);
+    });
 }
 
 /// Channels side by side in [`ConvPass::block`]: one AVX2 vector of f32.

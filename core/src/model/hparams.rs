@@ -191,6 +191,77 @@ impl<'k> Keys<'k> {
     }
 }
 
+/// `attention.head_count_kv`: one count for every layer, or (LFM2) an array of one per layer
+/// where 0 marks a layer without attention. Each count a divisor of `n_head`; for an array,
+/// the widest, which the family's layout refines layer by layer ([`Keys::head_count_kv_layers`]).
+fn head_count_kv(k: &Keys, n_head: usize, n_layer: usize) -> Result<usize, ModelError> {
+    let key = k.key("attention.head_count_kv");
+    let bad = |found: String| ModelError::BadHParam {
+        key: key.clone(),
+        expected: format!("a divisor of attention.head_count ({n_head})"),
+        found,
+    };
+    if let Some(Value::Array(_)) = k.get("attention.head_count_kv") {
+        let counts = k.head_count_kv_layers(n_head, n_layer)?;
+        return counts
+            .iter()
+            .copied()
+            .max()
+            .filter(|&m| m > 0)
+            .ok_or_else(|| bad(format!("{counts:?} (no layer with attention)")));
+    }
+    let n_head_kv = k.count_or("attention.head_count_kv", n_head as u64, 1, n_head as u64)?;
+    if !n_head.is_multiple_of(n_head_kv) {
+        return Err(bad(format!("{n_head_kv}")));
+    }
+    Ok(n_head_kv)
+}
+
+impl Keys<'_> {
+    /// `attention.head_count_kv` as an array of one count per layer (the first `n_layer`
+    /// entries; 0: the layer has no attention), each 0 or a divisor of `n_head`.
+    pub fn head_count_kv_layers(
+        &self,
+        n_head: usize,
+        n_layer: usize,
+    ) -> Result<Vec<usize>, ModelError> {
+        let key = self.key("attention.head_count_kv");
+        let a = match self.get("attention.head_count_kv") {
+            Some(Value::Array(a)) => a,
+            Some(v) => {
+                return Err(ModelError::BadHParam {
+                    key,
+                    expected: format!(
+                        "an array of {n_layer} counts (one per layer, 0: no attention)"
+                    ),
+                    found: v.type_name().into(),
+                })
+            }
+            None => return Err(ModelError::Gguf(GgufError::MissingKey { key })),
+        };
+        let counts: Vec<u64> = a.iter().filter_map(|v| v.as_u64()).collect();
+        if a.len() < n_layer || counts.len() != a.len() {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: format!("an array of {n_layer} counts (one per layer, 0: no attention)"),
+                found: format!("an array of {} ({} counts)", a.len(), counts.len()),
+            });
+        }
+        let counts = &counts[..n_layer];
+        if let Some(&c) = counts
+            .iter()
+            .find(|&&c| c > n_head as u64 || (c > 0 && !(n_head as u64).is_multiple_of(c)))
+        {
+            return Err(ModelError::BadHParam {
+                key,
+                expected: format!("0 or a divisor of attention.head_count ({n_head}) per layer"),
+                found: format!("{c} in {counts:?}"),
+            });
+        }
+        Ok(counts.iter().map(|&c| c as usize).collect())
+    }
+}
+
 /// `v` as a count, or an error naming `key`, the range and `v`.
 pub fn in_range(key: &str, v: u64, lo: u64, hi: u64) -> Result<usize, ModelError> {
     if v < lo || v > hi {
@@ -245,14 +316,7 @@ impl HParams {
         let n_layer = n_block - n_nextn;
         let n_embd = k.count("embedding_length", 1, MAX_EMBEDDING)?;
         let n_head = k.count("attention.head_count", 1, MAX_HEADS)?;
-        let n_head_kv = k.count_or("attention.head_count_kv", n_head as u64, 1, n_head as u64)?;
-        if n_head % n_head_kv != 0 {
-            return Err(ModelError::BadHParam {
-                key: k.key("attention.head_count_kv"),
-                expected: format!("a divisor of attention.head_count ({n_head})"),
-                found: format!("{n_head_kv}"),
-            });
-        }
+        let n_head_kv = head_count_kv(&k, n_head, n_layer)?;
         let per_head = (n_embd / n_head) as u64;
         let head_dim = k.count_or("attention.key_length", per_head, 2, MAX_HEAD_DIM)?;
         if head_dim % 2 != 0 {

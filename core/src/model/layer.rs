@@ -2,7 +2,7 @@
 //!
 //! | part | kinds now | next |
 //! |---|---|---|
-//! | [`TokenMixer`] | [`Attention`] (attention.rs), [`DeltaNet`] (delta_net.rs: Qwen3.5's recurrent Gated DeltaNet) | |
+//! | [`TokenMixer`] | [`Attention`] (attention.rs), [`DeltaNet`] (delta_net.rs: Qwen3.5's recurrent Gated DeltaNet), [`ShortConv`] (short_conv.rs: LFM2's gated short convolution) | |
 //! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs), [`MoeFfn`] (moe_ffn.rs: softmax or sigmoid routers, selection bias, groups, shared expert) | |
 //!
 //! Adding a kind is a new file plus a match arm in each `match` below: its tensors
@@ -19,6 +19,7 @@ use super::error::ModelError;
 use super::matrix::Matrix;
 use super::moe_ffn::{MoeFfn, Routing};
 use super::pass::Pass;
+use super::short_conv::{ShortConv, ShortConvShape};
 use super::state::Activations;
 use super::store::WeightKey;
 use crate::arena::{Arena, ArenaError, ArenaPlan, Part};
@@ -36,6 +37,8 @@ pub enum MixerShape {
     Attention(AttentionShape),
     /// A recurrent layer: a fixed state instead of a KV cache.
     DeltaNet(DeltaNetShape),
+    /// A gated short convolution (LFM2): a fixed conv window instead of a KV cache.
+    ShortConv(ShortConvShape),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,6 +65,7 @@ impl LayerShape {
         match self.mixer {
             MixerShape::Attention(a) => 2 * n_ctx as u64 * (a.kv_dim() + a.v_dim()) as u64,
             MixerShape::DeltaNet(d) => d.state_bytes(),
+            MixerShape::ShortConv(c) => c.state_bytes(),
         }
     }
 
@@ -88,6 +92,11 @@ impl LayerShape {
                 w.gate = d.value_dim();
                 w.o = d.value_dim();
                 w.ssm_gates = 2 * d.n_v_heads;
+            }
+            MixerShape::ShortConv(c) => {
+                // in_proj's [b | c | x] rows in qkv, the conv's rows in the output's.
+                w.qkv = c.in_dim();
+                w.o = c.channels;
             }
         }
         match self.ffn {
@@ -162,6 +171,7 @@ impl LayerWidths {
 pub enum TokenMixer {
     Attention(Attention),
     DeltaNet(DeltaNet),
+    ShortConv(ShortConv),
 }
 
 // One per layer, built once: the size of the largest kind costs nothing worth a Box.
@@ -201,6 +211,9 @@ impl LayerState {
         match shape.mixer {
             MixerShape::Attention(a) => KvCache::plan(plan, part, &a, n_ctx),
             MixerShape::DeltaNet(d) => RecurrentState::plan(plan, &d, n_steps),
+            MixerShape::ShortConv(c) => {
+                RecurrentState::plan_conv(plan, c.conv_state_len(), n_steps)
+            }
         }
     }
 
@@ -222,6 +235,11 @@ impl LayerState {
                 MixerShape::DeltaNet(d) => {
                     LayerState::Recurrent(RecurrentState::carve(arena, &d, n_steps)?)
                 }
+                MixerShape::ShortConv(c) => LayerState::Recurrent(RecurrentState::carve_conv(
+                    arena,
+                    c.conv_state_len(),
+                    n_steps,
+                )?),
             })
         }
     }
@@ -261,6 +279,7 @@ impl Layer {
         match &self.mixer {
             TokenMixer::Attention(a) => all.extend(a.matrices()),
             TokenMixer::DeltaNet(d) => all.extend(d.matrices()),
+            TokenMixer::ShortConv(c) => all.extend(c.matrices()),
         }
         match &self.ffn {
             Ffn::Dense(f) => all.extend(f.matrices()),
@@ -294,6 +313,7 @@ impl Layer {
                 att.forward(p, l, a, cache, pos)?
             }
             (TokenMixer::DeltaNet(dn), LayerState::Recurrent(s)) => dn.forward(p, l, a, s)?,
+            (TokenMixer::ShortConv(sc), LayerState::Recurrent(s)) => sc.forward(p, l, a, s)?,
             _ => unreachable!("a layer's state is made from its own shape"),
         }
         match &self.ffn {

@@ -36,6 +36,7 @@ pub mod pager;
 pub mod pass;
 pub mod perplexity;
 pub mod repack;
+pub mod short_conv;
 pub mod state;
 pub mod store;
 pub mod stream;
@@ -56,6 +57,7 @@ pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
     bits_per_byte, perplexity, perplexity_strided, strided_windows, PerplexityResult,
 };
+pub use short_conv::{ShortConv, ShortConvShape};
 pub use state::{State, StateOptions, StateShape, DEFAULT_BATCH, TABLE_TOKENS};
 pub use store::{
     PreadStore, RecordingStore, RepackedWeights, ResidentStore, StoreCall, StoreError,
@@ -173,7 +175,7 @@ impl Model {
                 (token_embd.clone(), None)
             }
         };
-        let output_norm = ld.vector("output_norm.weight", n_embd)?;
+        let output_norm = ld.vector(hp.family.output_norm, n_embd)?;
         let rope_freqs = ld.opt_vector("rope_freqs.weight", hp.n_rot / 2)?;
 
         let gate = ffn_gate(sw.activation, kernels);
@@ -725,6 +727,7 @@ pub(crate) fn load_layer(
         MixerShape::DeltaNet(d) => {
             TokenMixer::DeltaNet(DeltaNet::load(ld, l, n_embd, d, kernels.delta_rule())?)
         }
+        MixerShape::ShortConv(c) => TokenMixer::ShortConv(ShortConv::load(ld, l, c)?),
     };
     let norm = family.ffn_norm;
     let ffn = match shape.ffn {

@@ -21,6 +21,7 @@ pub static FAMILY: Family = Family {
     },
     layout,
     ffn_norm: "ffn_norm.weight",
+    output_norm: "output_norm.weight",
     swa_period: 0,
     mtp_layer: None,
 };

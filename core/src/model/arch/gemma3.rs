@@ -18,6 +18,7 @@ pub static FAMILY: Family = Family {
     },
     layout: super::attention_and_dense_ffn,
     ffn_norm: "ffn_norm.weight",
+    output_norm: "output_norm.weight",
     // Five local layers, then one global.
     swa_period: 6,
     mtp_layer: None,

@@ -10,7 +10,8 @@
 //!   ([`Family::layout`]): which mixer and which FFN each layer has, and their shapes: every
 //!   layer attention and a dense FFN (llama, qwen2, qwen3, gemma3), a mixture of experts with
 //!   its routing, shared expert and leading dense layers (qwen2moe, qwen3moe, bailingmoe2),
-//!   recurrent Gated DeltaNet layers between gated attention layers (qwen35);
+//!   recurrent Gated DeltaNet layers between gated attention layers (qwen35), short
+//!   convolutions between attention layers (lfm2);
 //! - its **switches** ([`Switches`]): what differs inside the shared kinds (Q/K/V biases,
 //!   QK-norm, post-norms, the embedding scale, GELU or SiLU, the RoPE pair order);
 //! - its **tensor-name quirks** ([`Family::ffn_norm`]) and its default sliding-window period;
@@ -30,12 +31,14 @@
 //! | smollm3.rs | attention, every 4th without RoPE | dense | RoPE in pair order |
 //! | phi3.rs | attention, fused QKV | dense, gate and up fused | Q scaled before the scores |
 //! | olmoe.rs | attention | experts | QK-norm over all heads at once, softmax router used as is |
+//! | lfm2.rs | short convolutions, attention where `head_count_kv` is not 0 | dense | QK-norm, final norm `token_embd_norm` |
 //!
 //! Adding a family is a file here and a row of [`ARCHITECTURES`]; a family that brings a new
 //! layer kind adds the kind beside the others (layer.rs says how).
 
 mod bailingmoe2;
 mod gemma3;
+mod lfm2;
 mod llama;
 mod olmoe;
 mod phi3;
@@ -63,7 +66,7 @@ pub struct Architecture {
 }
 
 /// Every architecture smolrun runs.
-pub static ARCHITECTURES: [Architecture; 12] = [
+pub static ARCHITECTURES: [Architecture; 13] = [
     Architecture {
         name: "llama",
         family: &llama::FAMILY,
@@ -112,6 +115,10 @@ pub static ARCHITECTURES: [Architecture; 12] = [
         name: "phi3",
         family: &phi3::FAMILY,
     },
+    Architecture {
+        name: "lfm2",
+        family: &lfm2::FAMILY,
+    },
 ];
 
 /// What a model family is made of, beyond the layer kinds every family shares.
@@ -125,6 +132,8 @@ pub struct Family {
     pub layout: fn(&Keys, &HParams) -> Result<Layout, ModelError>,
     /// The FFN's input norm, `blk.N.<ffn_norm>` (most families: `ffn_norm.weight`).
     pub ffn_norm: &'static str,
+    /// The final norm before the head (most families: `output_norm.weight`).
+    pub output_norm: &'static str,
     /// The sliding-window period when the file gives a window but no pattern: layer l is
     /// local unless l % period == period - 1 (0: every layer is).
     pub swa_period: usize,
@@ -273,7 +282,7 @@ mod tests {
             arch: "mamba".into(),
         };
         assert!(err.to_string().ends_with(
-            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe or phi3"
+            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe, phi3 or lfm2"
         ));
     }
 

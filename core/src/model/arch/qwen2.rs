@@ -10,6 +10,7 @@ pub static FAMILY: Family = Family {
     },
     layout: super::attention_and_dense_ffn,
     ffn_norm: "ffn_norm.weight",
+    output_norm: "output_norm.weight",
     swa_period: 0,
     mtp_layer: None,
 };

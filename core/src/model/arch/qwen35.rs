@@ -26,6 +26,7 @@ pub static FAMILY: Family = Family {
     },
     layout,
     ffn_norm: "post_attention_norm.weight",
+    output_norm: "output_norm.weight",
     swa_period: 0,
     mtp_layer: Some(mtp_layer),
 };
