@@ -33,6 +33,21 @@ pub static FAMILY: Family = Family {
 
 fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
     let n_ff = k.feed_forward_length(None)?;
+    let ffn = FfnShape::Dense {
+        n_ff,
+        fused_gate_up: false,
+    };
+    hybrid_layout(k, hp, n_ff, ffn)
+}
+
+/// Qwen3.5's layers (shared with qwen35moe, whose FFNs are experts): recurrent Gated DeltaNet
+/// layers and gated full attention where `recurrent_layers` says, each with `ffn`.
+pub(super) fn hybrid_layout(
+    k: &Keys,
+    hp: &HParams,
+    n_ff: usize,
+    ffn: FfnShape,
+) -> Result<Layout, ModelError> {
     if hp.head_dim_v != hp.head_dim {
         return Err(ModelError::BadHParam {
             key: k.key("attention.value_length"),
@@ -54,10 +69,7 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
                 ..hp.attention_shape(l)
             }),
         },
-        ffn: FfnShape::Dense {
-            n_ff,
-            fused_gate_up: false,
-        },
+        ffn,
     }))
 }
 
@@ -125,7 +137,7 @@ pub(super) fn recurrent_layers(
 /// A Gated DeltaNet layer's shape from the `ssm.*` keys, checked as llama.cpp's qwen35 needs
 /// it: dk = dv (`ssm.inner_size` = `ssm.state_size` x `ssm.time_step_rank`), value heads a
 /// multiple of the key heads.
-pub(super) fn delta_net(k: &Keys) -> Result<DeltaNetShape, ModelError> {
+fn delta_net(k: &Keys) -> Result<DeltaNetShape, ModelError> {
     let conv_kernel = k.count("ssm.conv_kernel", 1, 64)?;
     let head_dim = k.count("ssm.state_size", 1, MAX_HEAD_DIM)?;
     let n_k_heads = k.count("ssm.group_count", 1, MAX_HEADS)?;
@@ -165,7 +177,7 @@ pub(super) fn delta_net(k: &Keys) -> Result<DeltaNetShape, ModelError> {
 /// llama.cpp gives ([p, p, p, 0]) a pair rotates by the position when its section is one of
 /// the first three, which is NeoX's rotation; a pair left to the fourth section would not
 /// rotate at all. Refused unless every rotated pair is in the first three.
-pub(super) fn check_rope_sections(k: &Keys, n_rot: usize) -> Result<(), ModelError> {
+fn check_rope_sections(k: &Keys, n_rot: usize) -> Result<(), ModelError> {
     let key = k.key("rope.dimension_sections");
     let bad = |found: alloc::string::String| ModelError::BadHParam {
         key: key.clone(),

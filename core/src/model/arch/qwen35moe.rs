@@ -9,14 +9,12 @@
 //! Its MTP block is a MoE block too; smolrun does not draft with it yet (`mtp_layer: None`:
 //! the nextn layers are left unread).
 
-use super::qwen35::{check_rope_sections, delta_net, recurrent_layers};
+use super::qwen35::hybrid_layout;
 use super::{expert_counts, Family, Layout, Switches};
-use crate::model::attention::AttentionShape;
 use crate::model::hparams::{in_range, HParams, Keys, MAX_FEED_FORWARD};
-use crate::model::layer::{FfnShape, LayerShape, MixerShape};
+use crate::model::layer::FfnShape;
 use crate::model::moe_ffn::{Gating, Routing};
 use crate::model::ModelError;
-use alloc::format;
 
 pub static FAMILY: Family = Family {
     switches: Switches {
@@ -31,17 +29,6 @@ pub static FAMILY: Family = Family {
 };
 
 fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
-    if hp.head_dim_v != hp.head_dim {
-        return Err(ModelError::BadHParam {
-            key: k.key("attention.value_length"),
-            expected: format!(
-                "attention.key_length ({}), as {} needs",
-                hp.head_dim, hp.arch
-            ),
-            found: format!("{}", hp.head_dim_v),
-        });
-    }
-    check_rope_sections(k, hp.n_rot)?;
     let (n_expert, n_expert_used) = expert_counts(k)?;
     let n_ff_expert = k.count("expert_feed_forward_length", 1, MAX_FEED_FORWARD)?;
     // The shared expert: its width from its own key; none when the file gives no width.
@@ -69,18 +56,7 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
         },
         n_ff_shared,
     };
-    let recurrent = recurrent_layers(k, hp.n_layer + hp.n_nextn, hp.n_layer)?;
-    let delta_net = delta_net(k)?;
     // No dense layer: the file may leave the dense width out.
     let n_ff = k.feed_forward_length(Some(n_ff_expert))?;
-    Ok(Layout::by_layer(hp, n_ff, |l| LayerShape {
-        mixer: match recurrent[l] {
-            true => MixerShape::DeltaNet(delta_net),
-            false => MixerShape::Attention(AttentionShape {
-                output_gate: true,
-                ..hp.attention_shape(l)
-            }),
-        },
-        ffn: experts,
-    }))
+    hybrid_layout(k, hp, n_ff, experts)
 }
