@@ -122,6 +122,18 @@ impl Rope {
     /// Rotates each of the `x.len() / head_dim` heads of `x` for position `pos`.
     /// `freq_factors` (Llama 3's `rope_freqs`) divide each pair's angle when present.
     pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize, freq_factors: Option<&[f32]>) {
+        self.rotate(x, head_dim, pos as f32, freq_factors);
+    }
+
+    /// Rotates heads that were rotated for position `p` to position `p + delta` (a context
+    /// shift moves cached keys back by the tokens it dropped). The angles compose, so this is
+    /// [`Rope::apply`] at position `delta`, as llama.cpp's K-shift applies it (YaRN's magnitude
+    /// scale included, as there).
+    pub fn shift(&self, x: &mut [f32], head_dim: usize, delta: i32, freq_factors: Option<&[f32]>) {
+        self.rotate(x, head_dim, delta as f32, freq_factors);
+    }
+
+    fn rotate(&self, x: &mut [f32], head_dim: usize, pos: f32, freq_factors: Option<&[f32]>) {
         let theta_scale = libm::powf(self.freq_base, -2.0 / self.n_rot as f32);
         // The angles depend on the position and the pair only: their cos/sin are computed
         // once for all heads (the same floats as per head), up to MAX_PAIRS pairs.
@@ -157,14 +169,14 @@ impl Rope {
     /// `f(i0, cos, sin)` for every pair `i0 = 0, 2, ..` of the rotated dimensions at `pos`.
     fn for_each_angle(
         &self,
-        pos: usize,
+        pos: f32,
         theta_scale: f32,
         freq_factors: Option<&[f32]>,
         mut f: impl FnMut(usize, f32, f32),
     ) {
         // theta is multiplied up step by step in f32, as ggml does, rather than computed with
         // powf per pair: the rounding then matches the reference's.
-        let mut theta = pos as f32;
+        let mut theta = pos;
         for i0 in (0..self.n_rot).step_by(2) {
             let ff = freq_factors.map_or(1.0, |f| f[i0 / 2]);
             let (c, s) = self.cos_sin(theta / ff, i0);
@@ -1113,6 +1125,30 @@ mod tests {
         rope.apply(&mut x, 4, 1, None);
         assert!((x[1] - libm::sinf(1.0)).abs() < 1e-6);
         assert_eq!(x[2], 0.0);
+    }
+
+    /// A shift by `delta` rotates a head rotated for `p` to (nearly) the head rotated for
+    /// `p + delta`: the context shift's premise. Exact up to f32 rounding of the angles.
+    #[test]
+    fn rope_shift_composes_with_the_position() {
+        for style in [RopeStyle::Normal, RopeStyle::Neox] {
+            let rope = Rope::plain(style, 64, 10000.0);
+            let x: Vec<f32> = (0..128).map(|i| libm::sinf(i as f32 * 0.37)).collect();
+            for (p, delta) in [(100usize, -60i32), (4000, -1000), (37, -37)] {
+                let mut shifted = x.clone();
+                rope.apply(&mut shifted, 64, p, None);
+                rope.shift(&mut shifted, 64, delta, None);
+                let mut fresh = x.clone();
+                rope.apply(&mut fresh, 64, (p as i64 + delta as i64) as usize, None);
+                let err = shifted
+                    .iter()
+                    .zip(&fresh)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                // Angles of up to 4000 radians carry f32 rounding of ~2e-4.
+                assert!(err < 2e-3, "{style:?} p {p} delta {delta}: off by {err}");
+            }
+        }
     }
 
     #[test]

@@ -72,6 +72,13 @@ pub enum ModelError {
         pos: usize,
         at: usize,
     },
+    /// A context shift this state cannot make: its layers keep no positions to drop, or the
+    /// positions asked for are not all cached.
+    ContextShift {
+        keep: usize,
+        discard: usize,
+        n_cached: usize,
+    },
     /// A verify pass of more tokens than the state has logit rows for (or of none).
     BadVerifyBatch {
         tokens: usize,
@@ -143,6 +150,17 @@ impl fmt::Display for ModelError {
                 f,
                 "cannot run from position {pos}: this model's recurrent layers have read {at} \
                  tokens and keep no earlier state; start the sequence again from position 0"
+            ),
+            ContextShift {
+                keep,
+                discard,
+                n_cached,
+            } => write!(
+                f,
+                "cannot drop cached positions {keep}..{}: {n_cached} are cached, and only a model \
+                 whose every layer is attention (no recurrent or convolution state, no MTP \
+                 drafting) can shift its context; start the sequence again instead",
+                keep + discard
             ),
             BadVerifyBatch { tokens, n_logits } => write!(
                 f,

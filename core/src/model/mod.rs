@@ -306,6 +306,48 @@ impl Model {
             .unwrap_or(0)
     }
 
+    /// Whether [`Model::shift_context`] can drop positions from `state`'s cache: every layer
+    /// attends through a KV cache (a recurrent state or a conv window holds no positions to
+    /// drop), no MTP block keeps its own cache, and each head fits the shift's buffer.
+    pub fn can_shift_context(&self, state: &State) -> bool {
+        state.mtp.is_none()
+            && self.layers.iter().all(|l| match &l.mixer {
+                TokenMixer::Attention(a) => a.shape.head_dim <= attention::MAX_HEAD_DIM,
+                _ => false,
+            })
+    }
+
+    /// llama.cpp's context shift: forgets cached positions `keep..keep + discard`, moves the
+    /// later ones down and rotates their keys back by `discard`, so decoding goes on at
+    /// position `state.pos - discard`. The caller checks [`Model::can_shift_context`] first.
+    pub fn shift_context(
+        &self,
+        state: &mut State,
+        keep: usize,
+        discard: usize,
+    ) -> Result<(), ModelError> {
+        let n_cached = state.pos;
+        if !self.can_shift_context(state) || discard == 0 || keep + discard > n_cached {
+            return Err(ModelError::ContextShift {
+                keep,
+                discard,
+                n_cached,
+            });
+        }
+        for (layer, st) in self.layers.iter().zip(state.layers.iter_mut()) {
+            if let (TokenMixer::Attention(a), LayerState::Kv(cache)) = (&layer.mixer, st) {
+                let rope = a
+                    .shape
+                    .rope
+                    .then_some((&a.rope, self.rope_freqs.as_deref()));
+                cache.drop_positions(&a.shape, rope, n_cached, keep, discard);
+            }
+        }
+        state.pos = n_cached - discard;
+        state.steps_kept = 0;
+        Ok(())
+    }
+
     /// Runs one token at position `pos` and returns the logits for the next token.
     pub fn forward<'s>(
         &self,

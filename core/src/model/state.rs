@@ -534,6 +534,15 @@ impl State {
         }
     }
 
+    /// Layer `l`'s KV cache, `(keys, values)` as f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`
+    /// for every position the state has room for; `None` for a recurrent layer.
+    pub fn kv_cache(&self, l: usize) -> Option<(&[u16], &[u16])> {
+        match self.layers.get(l)? {
+            LayerState::Kv(c) => Some((&c.keys, &c.values)),
+            LayerState::Recurrent(_) => None,
+        }
+    }
+
     /// Layer `l`'s delta-rule matrices when they are kept as f16 (`Model::set_state_f16`);
     /// `None` for an attention layer or an f32 state.
     pub fn recurrent_state_f16(&self, l: usize) -> Option<&[u16]> {
