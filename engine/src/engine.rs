@@ -96,6 +96,9 @@ pub struct Generation {
     /// logits a token was sampled from, in order: equal for two runs only if every logit was
     /// (what the tests compare where the tokens alone would agree despite a routing bug).
     pub logits_digest: Option<u64>,
+    /// Tokens the context shift dropped from the cache while generating (0: none; see
+    /// [`GenerateOptions::context_shift`]).
+    pub shifted_out: usize,
 }
 
 impl Generation {
@@ -121,6 +124,11 @@ pub struct GenerateOptions<'a> {
     /// Hash every step's logits into [`Generation::logits_digest`] (a pass over the vocabulary
     /// per token; off by default).
     pub digest_logits: bool,
+    /// When the context is full, keep its first `n` tokens, drop half of the rest and go on
+    /// (llama.cpp's context shift, `Engine::shift_context`) instead of stopping: for models
+    /// that can (attention only); the others stop with [`StopReason::ContextFull`]. `None`:
+    /// stop when full.
+    pub context_shift: Option<usize>,
 }
 
 /// Restricts which tokens may come next: a grammar (a JSON schema, tool calls). See
@@ -642,6 +650,30 @@ impl Engine {
         ))
     }
 
+    /// Whether [`Engine::shift_context`] works on this model and state: every layer is
+    /// attention (a recurrent state or conv window cannot drop positions), no MTP drafting.
+    pub fn can_shift_context(&self) -> bool {
+        self.model.can_shift_context(&self.state)
+    }
+
+    /// llama.cpp's context shift, for a cache that is full: keeps the first `n_keep` tokens
+    /// (at most the context less 4), drops half of the ones after them and moves the rest
+    /// down, their keys rotated to their new positions. Returns how many tokens were dropped.
+    /// Nothing is allocated (a generation that shifts still allocates nothing per token).
+    pub fn shift_context(&mut self, n_keep: usize) -> Result<usize, EngineError> {
+        let n_cached = self.cached.len();
+        let keep = n_keep.min(self.n_ctx().saturating_sub(4)).min(n_cached);
+        let discard = (n_cached - keep) / 2;
+        if discard == 0 {
+            return Ok(0);
+        }
+        self.model
+            .shift_context(&mut self.state, keep, discard)
+            .map_err(|e| self.forward_error(e))?;
+        self.cached.drain(keep..keep + discard);
+        Ok(discard)
+    }
+
     /// Runs one more token after what is cached; the sampler reads its logits next. Fails when
     /// the memory guard finds less memory left than its floor.
     pub fn decode(&mut self, token: u32) -> Result<(), EngineError> {
@@ -915,7 +947,13 @@ impl Engine {
         // only when joined pieces shorten the cache).
         let room = self.n_ctx() - self.cached.len();
         self.cached.reserve(room);
-        let mut tokens = Vec::with_capacity(max_tokens.map_or(room + 1, |n| n.min(room + 1)));
+        // With a context shift the answer may outgrow the context: room for the whole budget
+        // (an answer with no budget that shifts grows its list by doubling, rarely).
+        let most = match options.context_shift {
+            Some(_) => max_tokens.unwrap_or(room + 1),
+            None => max_tokens.map_or(room + 1, |n| n.min(room + 1)),
+        };
+        let mut tokens = Vec::with_capacity(most);
         let mut spec = SpecStats::default();
         // The last verify pass, while its rows are being sampled: the cache length before it
         // (`base`) and the row whose logits come next. Its tokens (the sampled one, then the
@@ -923,6 +961,7 @@ impl Engine {
         // generation stops, the cache goes back to the tokens accepted.
         let mut verifying: Option<(usize, usize)> = None;
         let mut digest = options.digest_logits.then_some(FNV_OFFSET);
+        let mut shifted_out = 0;
         let stop_reason = loop {
             if options.interrupt.is_some_and(|i| i.load(Ordering::Relaxed)) {
                 break StopReason::Interrupted;
@@ -1007,7 +1046,12 @@ impl Engine {
                 break StopReason::Length;
             }
             if verifying.is_none() && self.cached.len() >= self.n_ctx() {
-                break StopReason::ContextFull;
+                match options.context_shift {
+                    Some(n_keep) if self.can_shift_context() => {
+                        shifted_out += self.shift_context(n_keep)?;
+                    }
+                    _ => break StopReason::ContextFull,
+                }
             }
             if let Err(why) = self.check_memory_floor() {
                 self.low_memory = Some(why.to_string());
@@ -1034,6 +1078,7 @@ impl Engine {
             stop: stop_reason,
             spec,
             logits_digest: digest,
+            shifted_out,
         })
     }
 
@@ -1177,6 +1222,108 @@ pub(crate) mod tests {
         // The same prompt again runs its last token only (its logits are needed).
         assert_eq!(engine.prefill(&second).unwrap(), 1);
         assert_eq!(engine.state.logits(), &reused[..]);
+    }
+
+    /// A context shift moves the cached rows after the dropped ones down and rotates their
+    /// keys to their new positions. The first layer's keys and values depend on the token
+    /// alone (not on the context, as every later layer's do, so no shifted cache equals a
+    /// fresh run there, in llama.cpp neither), so there the shifted cache must hold what a
+    /// fresh run of the kept tokens writes: up to the rounding of rotating an f16 key once
+    /// more (measured: 0.00095 and 0.00097 of the head's largest value, one f16 step, against
+    /// the bound of two; a shift that forgot to rotate is off by 0.81 of it). Gemma 3's local and global layers rotate with two bases;
+    /// Qwen2.5's keys have a bias.
+    #[test]
+    fn a_shifted_cache_holds_the_first_layers_keys_of_a_fresh_run() {
+        let text = "The lighthouse keeper climbed the narrow stairs every evening at dusk. From \
+                    the top he could see the fishing boats returning to the harbour, their \
+                    lamps swaying gently as the waves rolled in from the open sea. Each night \
+                    he wrote the weather, the ships and the hour in a book that his father had \
+                    kept before him, and each morning he polished the great lens until it shone";
+        for model in ["gemma3-270m", "qwen2.5-coder-0.5b"] {
+            let path = smolrun_tests::model_path(model);
+            let mut engine = open_test(&path, 64, 2);
+            assert!(engine.can_shift_context());
+            let tokens = engine.tokenize(text, true, false);
+            let prompt = &tokens[..60];
+            engine.prefill(prompt).unwrap();
+            // Keep 4, drop half of the 56 after them.
+            assert_eq!(engine.shift_context(4).unwrap(), 28);
+            assert_eq!(engine.n_cached(), 32);
+            let kept: Vec<u32> = [&prompt[..4], &prompt[32..]].concat();
+            assert_eq!(engine.cached_tokens(), &kept[..]);
+            let (keys, values) = engine.state.kv_cache(0).unwrap();
+            let (keys, values) = (keys.to_vec(), values.to_vec());
+
+            engine.reset();
+            engine.prefill(&kept).unwrap();
+            let (fresh_keys, fresh_values) = engine.state.kv_cache(0).unwrap();
+            let f = |b: u16| half::f16::from_bits(b).to_f32();
+            let kv_dim = keys.len() / 64;
+            let head_dim = match &engine.model.layers[0].mixer {
+                smolrun_core::model::TokenMixer::Attention(a) => a.shape.head_dim,
+                _ => unreachable!(),
+            };
+            let n = 32 * kv_dim;
+            assert_eq!(
+                values[..n],
+                fresh_values[..n],
+                "{model}: values are moved as they are"
+            );
+            let mut worst = 0f32;
+            for (shifted, fresh) in keys[..n]
+                .chunks_exact(head_dim)
+                .zip(fresh_keys[..n].chunks_exact(head_dim))
+            {
+                let scale = fresh.iter().map(|&b| f(b).abs()).fold(0f32, f32::max);
+                for (&a, &b) in shifted.iter().zip(fresh) {
+                    worst = worst.max((f(a) - f(b)).abs() / scale);
+                }
+            }
+            assert!(
+                worst < 1.0 / 512.0,
+                "{model}: keys off by {worst} of a head's largest"
+            );
+        }
+    }
+
+    /// With a context shift an answer runs past the context (to its budget), allocating
+    /// nothing per token, and says how many tokens were shifted out; without one it stops
+    /// when the context is full. A recurrent model cannot shift and stops there too.
+    #[test]
+    fn generation_goes_on_past_a_full_context_with_a_shift() {
+        let path = smolrun_tests::model_path("synthetic-qwen3");
+        let mut engine = open_test(&path, 32, 1);
+        let prompt = engine.tokenize("The cat sat on the mat. The dog", false, false);
+        let generate = |engine: &mut Engine, shift: Option<usize>| {
+            let mut sampler = engine.sampler(SamplerParams::greedy()).unwrap();
+            let options = GenerateOptions {
+                max_tokens: Some(100),
+                context_shift: shift,
+                ..GenerateOptions::default()
+            };
+            engine.reset();
+            engine
+                .generate_with(&prompt, &mut sampler, options, None, &mut |_| {
+                    ControlFlow::Continue(())
+                })
+                .unwrap()
+        };
+        let plain = generate(&mut engine, None);
+        assert_eq!(plain.stop, StopReason::ContextFull);
+        assert_eq!(plain.shifted_out, 0);
+        let shifted = generate(&mut engine, Some(4));
+        assert_eq!(shifted.stop, StopReason::Length, "{:?}", shifted.stop);
+        assert_eq!(shifted.tokens.len(), 100);
+        assert!(shifted.shifted_out >= 100 + prompt.len() - 32);
+        // Up to the first shift the two answers are the same tokens.
+        let before = 32 - prompt.len();
+        assert_eq!(plain.tokens[..before], shifted.tokens[..before]);
+
+        let path = smolrun_tests::model_path("synthetic-qwen35");
+        let mut engine = open_test(&path, 32, 1);
+        assert!(!engine.can_shift_context());
+        let recurrent = generate(&mut engine, Some(4));
+        assert_eq!(recurrent.stop, StopReason::ContextFull);
     }
 
     /// A recurrent model (Qwen3.5) cannot go back to a shorter prefix: the same prompt again,
@@ -1374,8 +1521,15 @@ pub(crate) mod tests {
     /// tokens, and the forward pass (on one thread, this one, where the counter counts).
     #[test]
     fn the_generation_loop_allocates_nothing_per_token() {
+        // A context of 256, and one of 48 that shifts (at tokens ~40 and ~62).
+        for (n_ctx, shift) in [(256, None), (48, Some(4))] {
+            generate_counting_allocations(n_ctx, shift);
+        }
+    }
+
+    fn generate_counting_allocations(n_ctx: usize, context_shift: Option<usize>) {
         const N: usize = 80;
-        let mut options = test_options(256, 1);
+        let mut options = test_options(n_ctx, 1);
         options.memory.budget = Some(1 << 40);
         let mut engine = Engine::open(gemma_path().to_str().unwrap(), &options).unwrap();
         assert!(engine.memory.is_some(), "the memory guard watches");
@@ -1395,6 +1549,7 @@ pub(crate) mod tests {
         let options = GenerateOptions {
             max_tokens: Some(N),
             penalize_prompt: true,
+            context_shift,
             ..GenerateOptions::default()
         };
         let mut seen = [0usize; N];
@@ -1408,6 +1563,7 @@ pub(crate) mod tests {
             })
             .unwrap();
         assert_eq!((gen.stop, gen.tokens.len(), n), (StopReason::Length, N, N));
+        assert_eq!(gen.shifted_out > 0, context_shift.is_some());
         let after_warm_up = seen[N - 1] - seen[16];
         assert_eq!(
             after_warm_up, 0,

@@ -41,6 +41,7 @@
 
 pub mod chat_template;
 pub mod constrained;
+pub mod conversation;
 mod engine;
 mod error;
 pub mod file;
