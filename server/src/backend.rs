@@ -169,6 +169,23 @@ pub enum Finish {
     ContextFull,
 }
 
+/// How `generate` returned, and what it did to the context on the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Generated {
+    pub finish: Finish,
+    /// Tokens the context shift dropped from the cache to make room (0: none).
+    pub shifted_out: usize,
+}
+
+impl From<Finish> for Generated {
+    fn from(finish: Finish) -> Generated {
+        Generated {
+            finish,
+            shifted_out: 0,
+        }
+    }
+}
+
 /// What Ollama's /api/tags and /api/show report about the loaded model.
 #[derive(Clone, Debug, Default)]
 pub struct ModelDetails {
@@ -212,14 +229,17 @@ pub trait Backend {
     /// `on_token` is called once per generated token, right after it is sampled. The backend
     /// may reuse cached state from the previous call when the prompts share a prefix.
     /// With a `constraint`, only text its grammar allows is generated; the grammar's end
-    /// ends the answer (`Finish::EndOfGeneration`).
+    /// ends the answer (`Finish::EndOfGeneration`). With `shift_keep`, a context that fills
+    /// while generating keeps its first `shift_keep` tokens, drops half of the rest and goes
+    /// on (llama.cpp's context shift), where the model can.
     fn generate(
         &mut self,
         prompt: &[u32],
         params: &SamplingParams,
         constraint: Option<&Constraint>,
+        shift_keep: Option<usize>,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
-    ) -> Result<Finish, String>;
+    ) -> Result<Generated, String>;
     /// The model file's details for the Ollama API.
     fn details(&self) -> ModelDetails;
     /// The embedding of `tokens` (at most `n_ctx` of them): pooled over the positions and at

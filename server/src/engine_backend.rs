@@ -5,8 +5,8 @@
 //! parameters, and each token as a `TokenEvent`.
 
 use super::backend::{
-    Alternative, Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams,
-    TokenEvent,
+    Alternative, Backend, ChatMessage, Constraint, Control, Finish, Generated, ModelDetails,
+    SamplingParams, TokenEvent,
 };
 use sha2::{Digest, Sha256};
 use smolrun_core::gguf::{Gguf, Value};
@@ -213,8 +213,9 @@ impl Backend for EngineBackend {
         prompt: &[u32],
         params: &SamplingParams,
         constraint: Option<&Constraint>,
+        shift_keep: Option<usize>,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
-    ) -> Result<Finish, String> {
+    ) -> Result<Generated, String> {
         if constraint.is_some() && self.trie.is_none() {
             self.trie = Some(token_trie(&self.engine.tokenizer));
         }
@@ -249,7 +250,10 @@ impl Backend for EngineBackend {
             .generate_with(
                 prompt,
                 &mut sampler,
-                GenerateOptions::default(),
+                GenerateOptions {
+                    context_shift: shift_keep,
+                    ..GenerateOptions::default()
+                },
                 filter
                     .as_mut()
                     .map(|f| f as &mut dyn smolrun_engine::TokenFilter),
@@ -259,19 +263,23 @@ impl Backend for EngineBackend {
                 },
             )
             .map_err(String::from)?;
-        match gen.stop {
-            StopReason::EndOfText => Ok(Finish::EndOfGeneration),
-            StopReason::ContextFull => Ok(Finish::ContextFull),
-            StopReason::LowMemory => Err(self
-                .engine
-                .low_memory_message()
-                .unwrap_or("stopped generating: memory is low")
-                .to_string()),
-            // Length and Interrupted need limits that were not given.
-            StopReason::Stopped | StopReason::Length | StopReason::Interrupted => {
-                Ok(Finish::Stopped)
+        let finish = match gen.stop {
+            StopReason::EndOfText => Finish::EndOfGeneration,
+            StopReason::ContextFull => Finish::ContextFull,
+            StopReason::LowMemory => {
+                return Err(self
+                    .engine
+                    .low_memory_message()
+                    .unwrap_or("stopped generating: memory is low")
+                    .to_string())
             }
-        }
+            // Length and Interrupted need limits that were not given.
+            StopReason::Stopped | StopReason::Length | StopReason::Interrupted => Finish::Stopped,
+        };
+        Ok(Generated {
+            finish,
+            shifted_out: gen.shifted_out,
+        })
     }
 
     fn details(&self) -> ModelDetails {

@@ -11,8 +11,8 @@
 //! the same way.
 
 use super::backend::{
-    Alternative, Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams,
-    TokenEvent,
+    Alternative, Backend, ChatMessage, Constraint, Control, Finish, Generated, ModelDetails,
+    SamplingParams, TokenEvent,
 };
 use std::time::Duration;
 
@@ -104,8 +104,9 @@ impl Backend for FakeBackend {
         params: &SamplingParams,
         // The fake echoes; it has no vocabulary for a grammar to choose from.
         _constraint: Option<&Constraint>,
+        shift_keep: Option<usize>,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
-    ) -> Result<Finish, String> {
+    ) -> Result<Generated, String> {
         if prompt.len() >= self.n_ctx {
             return Err(format!(
                 "prompt of {} tokens does not fit the context of {}",
@@ -126,10 +127,19 @@ impl Backend for FakeBackend {
         let failing = subject.contains("[fail]");
 
         let mut n_generated = 0;
+        // Tokens in the context, and those a context shift dropped (as the engine shifts).
+        let mut used = prompt.len();
+        let mut shifted_out = 0;
         loop {
             for chunk in answer.as_bytes().chunks(BYTES_PER_TOKEN) {
-                if prompt.len() + n_generated >= self.n_ctx {
-                    return Ok(Finish::ContextFull);
+                if used >= self.n_ctx {
+                    let Some(keep) = shift_keep else {
+                        return Ok(Finish::ContextFull.into());
+                    };
+                    let keep = keep.min(self.n_ctx - 4);
+                    let discard = (used - keep) / 2;
+                    used -= discard;
+                    shifted_out += discard;
                 }
                 if failing && n_generated == 1 {
                     return Err("the fake engine failed on purpose ([fail] in the prompt)".into());
@@ -155,6 +165,7 @@ impl Backend for FakeBackend {
                 alternatives.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
                 alternatives.truncate(params.n_alternatives);
                 n_generated += 1;
+                used += 1;
                 let event = TokenEvent {
                     id,
                     bytes: chunk.to_vec(),
@@ -162,11 +173,17 @@ impl Backend for FakeBackend {
                     alternatives,
                 };
                 if on_token(event) == Control::Stop {
-                    return Ok(Finish::Stopped);
+                    return Ok(Generated {
+                        finish: Finish::Stopped,
+                        shifted_out,
+                    });
                 }
             }
             if !looping {
-                return Ok(Finish::EndOfGeneration);
+                return Ok(Generated {
+                    finish: Finish::EndOfGeneration,
+                    shifted_out,
+                });
             }
         }
     }
@@ -233,12 +250,12 @@ mod tests {
         let tokens = fake.tokenize(&prompt).unwrap();
         let mut out = Vec::new();
         let finish = fake
-            .generate(&tokens, &SamplingParams::default(), None, &mut |t| {
+            .generate(&tokens, &SamplingParams::default(), None, None, &mut |t| {
                 out.extend_from_slice(&t.bytes);
                 Control::Continue
             })
             .unwrap();
-        assert_eq!(finish, Finish::EndOfGeneration);
+        assert_eq!(finish, Finish::EndOfGeneration.into());
         assert_eq!(String::from_utf8(out).unwrap(), "echo: héllo");
     }
 
@@ -248,12 +265,12 @@ mod tests {
         let tokens = fake.tokenize("[loop]").unwrap();
         let mut n = 0;
         let finish = fake
-            .generate(&tokens, &SamplingParams::default(), None, &mut |_| {
+            .generate(&tokens, &SamplingParams::default(), None, None, &mut |_| {
                 n += 1;
                 Control::Continue
             })
             .unwrap();
-        assert_eq!(finish, Finish::ContextFull);
+        assert_eq!(finish, Finish::ContextFull.into());
         assert_eq!(n + tokens.len(), 40);
     }
 }

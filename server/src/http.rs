@@ -6,7 +6,7 @@ use super::openai::{self, Endpoint, ResponseHead, Writer};
 use super::state::{system_json, CpuMeter};
 use super::tools::ToolCallStream;
 use super::worker::{
-    self, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, Summary, WorkerHandle,
+    self, Dropped, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, Summary, WorkerHandle,
 };
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -433,9 +433,10 @@ async fn start_generation(
         max_tokens: request.max_tokens,
         stop: request.stop,
         constraint: request.structured.constraint,
+        n_keep: request.n_keep,
         events: mpsc::unbounded_channel().0,
     };
-    let mut events = start_job(app, job, log).await?;
+    let (mut events, dropped) = start_job(app, job, log).await?;
 
     let id_number = app.next_id.fetch_add(1, Ordering::Relaxed);
     let head = ResponseHead {
@@ -457,7 +458,8 @@ async fn start_generation(
         log.completion_tokens = collected.summary.completion_tokens;
         let value = writer.complete(&collected.text, &collected.tokens, &collected.summary);
         log.summary = Some(collected.summary);
-        return Ok(json_response(StatusCode::OK, &value));
+        let response = json_response(StatusCode::OK, &value);
+        return Ok(with_dropped_headers(response, dropped));
     }
 
     let first = writer
@@ -471,7 +473,7 @@ async fn start_generation(
         first,
         done: false,
     };
-    Ok((
+    let response = (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-cache"),
@@ -479,7 +481,8 @@ async fn start_generation(
         ],
         Body::from_stream(stream),
     )
-        .into_response())
+        .into_response();
+    Ok(with_dropped_headers(response, dropped))
 }
 
 /// Queue `job` (its `events` sender is replaced) and wait until it leaves the queue, so that a
@@ -488,23 +491,47 @@ async fn start_job(
     app: &App,
     mut job: Job,
     log: &mut RequestLog,
-) -> Result<UnboundedReceiver<Event>, ApiError> {
+) -> Result<(UnboundedReceiver<Event>, Dropped), ApiError> {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     job.events = events_tx;
     app.worker
         .submit(job)
         .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
     log.generating = true;
-    match events.recv().await {
-        Some(Event::Started { prompt_tokens }) => log.prompt_tokens = prompt_tokens,
+    let dropped = match events.recv().await {
+        Some(Event::Started {
+            prompt_tokens,
+            dropped,
+        }) => {
+            log.prompt_tokens = prompt_tokens;
+            dropped
+        }
         Some(Event::Failed(e)) => return Err(job_error(e)),
         Some(_) | None => {
             return Err(ApiError::internal(
                 "the generation thread ended the job before starting it",
             ))
         }
+    };
+    Ok((events, dropped))
+}
+
+/// Says in the headers which old turns a chat lost so that its prompt fits (known before the
+/// answer starts; what a context shift drops later is in the answer's `dropped` field).
+fn with_dropped_headers(mut response: Response, dropped: Dropped) -> Response {
+    if dropped.messages > 0 {
+        let headers = response.headers_mut();
+        for (name, n) in [
+            ("x-context-dropped-messages", dropped.messages),
+            ("x-context-dropped-tokens", dropped.prompt_tokens),
+        ] {
+            headers.insert(
+                header::HeaderName::from_static(name),
+                header::HeaderValue::from(n as u64),
+            );
+        }
     }
-    Ok(events)
+    response
 }
 
 fn sse_data(value: &Value) -> Bytes {
@@ -696,15 +723,16 @@ async fn start_ollama_generation(
         max_tokens: request.max_tokens,
         stop: request.stop,
         constraint: request.constraint,
+        n_keep: request.num_keep,
         events: mpsc::unbounded_channel().0,
     };
-    let mut events = start_job(app, job, log).await?;
+    let (mut events, dropped) = start_job(app, job, log).await?;
     if !request.stream {
         let collected = worker::collect(&mut events).await.map_err(job_error)?;
         log.completion_tokens = collected.summary.completion_tokens;
         let value = writer.done(&collected.text, &collected.summary, started.elapsed());
         log.summary = Some(collected.summary);
-        return Ok(ollama_json(&value));
+        return Ok(with_dropped_headers(ollama_json(&value), dropped));
     }
     let stream = NdjsonStream {
         events,
@@ -713,7 +741,10 @@ async fn start_ollama_generation(
         log: log_slot.take(),
         done: false,
     };
-    Ok(ndjson_response(Body::from_stream(stream)))
+    Ok(with_dropped_headers(
+        ndjson_response(Body::from_stream(stream)),
+        dropped,
+    ))
 }
 
 /// The body of a streamed Ollama answer: one JSON object per line, per piece of text, then

@@ -42,6 +42,10 @@ pub struct ServeConfig {
     pub api_key: Option<String>,
     /// Requests that may wait while one generates; more are refused with 503.
     pub queue: usize,
+    /// A context that fills while an answer is generated drops half of what follows the kept
+    /// tokens (the system prompt, or the request's `n_keep`) and goes on, as ollama does and
+    /// llama-server with `--context-shift`; off: the answer ends with finish_reason "length".
+    pub context_shift: bool,
 }
 
 /// A slow or idle client gets this long to send its request headers.
@@ -52,7 +56,7 @@ pub fn run<F>(config: ServeConfig, load: F) -> Result<(), String>
 where
     F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
 {
-    let worker = worker::start(load, config.queue)?;
+    let worker = worker::start(load, config.queue, config.context_shift)?;
     let info = worker.info.clone();
 
     let address: SocketAddr = (config.host.as_str(), config.port)

@@ -29,6 +29,8 @@ pub struct GenerationRequest {
     pub params: SamplingParams,
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
+    /// `options.num_keep`: tokens a context shift keeps (-1: the whole prompt).
+    pub num_keep: Option<i64>,
     pub stream: bool,
     /// `format` (JSON or a schema) or the tool-call grammar.
     pub constraint: Option<Constraint>,
@@ -58,9 +60,7 @@ fn ollama_defaults() -> SamplingParams {
 /// `options`: the sampler's parameters, the token budget and the stop strings. Options this
 /// server has no use for (num_ctx, num_thread, repeat_penalty, ...) are ignored, as Ollama
 /// ignores unknown ones.
-fn options(
-    m: &Map<String, Value>,
-) -> Result<(SamplingParams, Option<usize>, Vec<String>), ApiError> {
+fn options(m: &Map<String, Value>) -> Result<Options, ApiError> {
     let empty = Map::new();
     let o = match field(m, "options") {
         None => &empty,
@@ -105,7 +105,21 @@ fn options(
             ))
         }
     };
-    Ok((params, max_tokens, stop_strings(o)?))
+    Ok(Options {
+        params,
+        max_tokens,
+        stop: stop_strings(o)?,
+        num_keep: integer(o, "num_keep", -1, i64::MAX)?,
+    })
+}
+
+/// What `options` holds for a generation.
+struct Options {
+    params: SamplingParams,
+    max_tokens: Option<usize>,
+    stop: Vec<String>,
+    /// Tokens a context shift keeps (-1: the whole prompt).
+    num_keep: Option<i64>,
 }
 
 /// Refuse what this server cannot do instead of silently doing something else.
@@ -206,12 +220,18 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ApiError
             }
         }
     };
-    let (params, max_tokens, stop) = options(&m)?;
+    let Options {
+        params,
+        max_tokens,
+        stop,
+        num_keep,
+    } = options(&m)?;
     Ok(Parsed::Generate(Box::new(GenerationRequest {
         prompt,
         params,
         max_tokens,
         stop,
+        num_keep,
         stream,
         constraint: structured.constraint,
         tool_calls: structured.tool_calls,
@@ -408,6 +428,7 @@ impl Writer {
         m.insert("prompt_eval_duration".into(), json!(nanos(s.prompt_ms)));
         m.insert("eval_count".into(), json!(s.completion_tokens));
         m.insert("eval_duration".into(), json!(nanos(s.generation_ms)));
+        super::openai::insert_dropped(&mut m, s);
         Value::Object(m)
     }
 

@@ -25,6 +25,8 @@ pub struct GenerationRequest {
     pub params: SamplingParams,
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
+    /// llama-server's `n_keep`: tokens a context shift keeps (-1: the whole prompt).
+    pub n_keep: Option<i64>,
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: Option<LogprobRequest>,
@@ -34,6 +36,16 @@ pub struct GenerationRequest {
 
 const MAX_STOP_STRINGS: usize = 16;
 const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A conversation that outgrew the context says what it lost: llama-server's `truncated`, and
+/// `dropped` with the old messages left out of the prompt and the tokens shifted out while
+/// answering (absent when nothing was).
+pub(super) fn insert_dropped(m: &mut Map<String, Value>, summary: &Summary) {
+    if summary.dropped.any() {
+        m.insert("truncated".into(), Value::Bool(true));
+        m.insert("dropped".into(), summary.dropped.to_json());
+    }
+}
 
 pub(super) fn bad(message: impl Into<String>, param: &str) -> ApiError {
     ApiError::invalid_request(message).with_param(param)
@@ -304,6 +316,7 @@ pub fn parse_request(endpoint: Endpoint, body: &[u8]) -> Result<GenerationReques
         params,
         max_tokens,
         stop: stop_strings(&m)?,
+        n_keep: integer(&m, "n_keep", -1, i64::MAX)?,
         stream,
         include_usage,
         logprobs,
@@ -624,6 +637,7 @@ impl Writer {
         let mut m = self.head.wrap(false, json!([choice]));
         m.insert("usage".into(), usage(summary));
         m.insert("timings".into(), timings(summary));
+        insert_dropped(&mut m, summary);
         Value::Object(m)
     }
 
@@ -712,6 +726,7 @@ impl Writer {
         };
         let mut m = self.chunk(choice, include_usage);
         m.insert("timings".into(), timings(summary));
+        insert_dropped(&mut m, summary);
         Value::Object(m)
     }
 
@@ -895,6 +910,7 @@ mod tests {
     fn summary() -> Summary {
         Summary {
             finish_reason: super::super::worker::FinishReason::Length,
+            dropped: Default::default(),
             prompt_tokens: 3,
             completion_tokens: 2,
             prompt_ms: 1.0,

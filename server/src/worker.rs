@@ -10,6 +10,7 @@ use super::backend::{
     Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
 };
 use super::text::TextStream;
+use smolrun_engine::conversation;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self as std_mpsc, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -36,6 +37,9 @@ pub struct Job {
     pub stop: Vec<String>,
     /// A grammar the answer must follow (response_format, tool calls).
     pub constraint: Option<Constraint>,
+    /// Tokens at the start of the prompt that a context shift keeps (llama-server's `n_keep`,
+    /// ollama's `num_keep`; -1: the whole prompt). None: a chat's system prompt, else none.
+    pub n_keep: Option<i64>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -62,7 +66,7 @@ pub struct Embeddings {
 
 /// What the queue carries: a generation or a batch of embeddings.
 pub enum Work {
-    Generate(Job),
+    Generate(Box<Job>),
     Embed(EmbedJob),
 }
 
@@ -86,6 +90,8 @@ impl FinishReason {
 #[derive(Clone, Debug)]
 pub struct Summary {
     pub finish_reason: FinishReason,
+    /// What left the context: old turns before the prompt ran, tokens shifted out after.
+    pub dropped: Dropped,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     /// From the start of the job to the first generated token (prompt evaluation).
@@ -99,6 +105,33 @@ impl Summary {
     pub fn tokens_per_second(&self) -> Option<f64> {
         (self.completion_tokens > 1 && self.generation_ms > 0.0)
             .then(|| (self.completion_tokens - 1) as f64 * 1000.0 / self.generation_ms)
+    }
+}
+
+/// What a conversation longer than the context lost (reported in the answer's `dropped`
+/// field and the `X-Context-Dropped-*` headers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// The oldest messages left out of the prompt (whole turns; system messages stay).
+    pub messages: usize,
+    /// How many tokens shorter that made the prompt.
+    pub prompt_tokens: usize,
+    /// Tokens the context shift dropped while the answer was generated.
+    pub shifted_tokens: usize,
+}
+
+impl Dropped {
+    pub fn any(&self) -> bool {
+        *self != Dropped::default()
+    }
+
+    /// The answer's `dropped` field.
+    pub fn to_json(self) -> serde_json::Value {
+        serde_json::json!({
+            "messages": self.messages,
+            "prompt_tokens": self.prompt_tokens,
+            "shifted_tokens": self.shifted_tokens,
+        })
     }
 }
 
@@ -124,6 +157,8 @@ pub enum Event {
     /// The job left the queue and its prompt is tokenized; nothing was generated yet.
     Started {
         prompt_tokens: usize,
+        /// Old turns left out so that the prompt fits (`shifted_tokens` is 0 here).
+        dropped: Dropped,
     },
     /// Text that became final, with the tokens it completes (see `text::Released`).
     Piece {
@@ -175,7 +210,7 @@ pub struct WorkerHandle {
 impl WorkerHandle {
     /// Queue a job, or refuse it at once when `capacity` jobs are already waiting.
     pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
-        self.submit_work(Work::Generate(job))
+        self.submit_work(Work::Generate(Box::new(job)))
     }
 
     /// Queue an embedding job, refused like `submit` when the queue is full.
@@ -196,8 +231,9 @@ impl WorkerHandle {
 }
 
 /// Start the worker thread, load the backend on it with `load`, and return once it is loaded
-/// (or with the loading error). `queue_capacity` jobs may wait while one runs.
-pub fn start<F>(load: F, queue_capacity: usize) -> Result<WorkerHandle, String>
+/// (or with the loading error). `queue_capacity` jobs may wait while one runs;
+/// `context_shift`: see `run_job`.
+pub fn start<F>(load: F, queue_capacity: usize, context_shift: bool) -> Result<WorkerHandle, String>
 where
     F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
 {
@@ -233,7 +269,9 @@ where
                 }
                 worker_status.busy.store(true, Ordering::SeqCst);
                 match work {
-                    Work::Generate(job) => run_job(backend.as_mut(), job, &worker_status),
+                    Work::Generate(job) => {
+                        run_job(backend.as_mut(), *job, &worker_status, context_shift)
+                    }
                     Work::Embed(job) => {
                         let result =
                             run_embed(backend.as_mut(), job.inputs, job.truncate, &worker_status);
@@ -255,28 +293,76 @@ where
     })
 }
 
-fn prompt_tokens(backend: &dyn Backend, prompt: Prompt) -> Result<Vec<u32>, JobError> {
-    let tokens = match prompt {
+/// A prompt ready to run: its tokens, what a context shift keeps, what was left out.
+struct PromptPlan {
+    tokens: Vec<u32>,
+    /// The system prompt's tokens for a chat (a context shift keeps them), else 0.
+    n_system: usize,
+    dropped: Dropped,
+}
+
+/// Tokenizes the prompt. A chat that does not fit loses its oldest turns (ollama's way; the
+/// system messages and the newest turn stay, see `conversation::fit`); a text or token prompt
+/// that does not fit, or a chat whose newest turn alone does not, is refused.
+fn prompt_tokens(backend: &dyn Backend, prompt: Prompt) -> Result<PromptPlan, JobError> {
+    let n_ctx = backend.n_ctx();
+    let (tokens, n_system, dropped) = match prompt {
         Prompt::Chat { messages, tools } => {
-            let text = backend
-                .render_chat(&messages, tools.as_ref(), true)
-                .map_err(JobError::BadPrompt)?;
-            backend.tokenize(&text).map_err(JobError::BadPrompt)?
+            let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+            let (n_sys, _) = conversation::turn_starts(roles.iter().copied());
+            let render = |range: std::ops::Range<usize>| {
+                let mut kept = messages[..n_sys].to_vec();
+                kept.extend_from_slice(&messages[range]);
+                let text = backend
+                    .render_chat(&kept, tools.as_ref(), true)
+                    .map_err(JobError::BadPrompt)?;
+                backend.tokenize(&text).map_err(JobError::BadPrompt)
+            };
+            let fitted = conversation::fit(&roles, n_ctx, render)?.map_err(|too_long| {
+                JobError::PromptTooLong {
+                    prompt_tokens: too_long.tokens,
+                    n_ctx,
+                }
+            })?;
+            let n_system = match n_sys {
+                0 => 0,
+                _ => {
+                    let text = backend
+                        .render_chat(&messages[..n_sys], tools.as_ref(), false)
+                        .map_err(JobError::BadPrompt)?;
+                    let system = backend.tokenize(&text).map_err(JobError::BadPrompt)?;
+                    conversation::system_prefix(&system, &fitted.tokens)
+                }
+            };
+            let dropped = Dropped {
+                messages: fitted.dropped_messages,
+                prompt_tokens: fitted.dropped_tokens,
+                shifted_tokens: 0,
+            };
+            (fitted.tokens, n_system, dropped)
         }
-        Prompt::Text(text) => backend.tokenize(&text).map_err(JobError::BadPrompt)?,
-        Prompt::Tokens(tokens) => tokens,
+        Prompt::Text(text) => (
+            backend.tokenize(&text).map_err(JobError::BadPrompt)?,
+            0,
+            Dropped::default(),
+        ),
+        Prompt::Tokens(tokens) => (tokens, 0, Dropped::default()),
     };
     if tokens.is_empty() {
         return Err(JobError::BadPrompt("the prompt is empty".into()));
     }
     // At least one position must stay free for the first generated token.
-    if tokens.len() >= backend.n_ctx() {
+    if tokens.len() >= n_ctx {
         return Err(JobError::PromptTooLong {
             prompt_tokens: tokens.len(),
-            n_ctx: backend.n_ctx(),
+            n_ctx,
         });
     }
-    Ok(tokens)
+    Ok(PromptPlan {
+        tokens,
+        n_system,
+        dropped,
+    })
 }
 
 /// Tokenize and embed every input, one after another, each on a fresh cache. An input longer
@@ -330,21 +416,33 @@ enum StopCause {
     ClientGone,
 }
 
-fn run_job(backend: &mut dyn Backend, job: Job, status: &Status) {
+/// Runs one job. `context_shift`: a context that fills while the answer is generated drops
+/// half of what follows the kept tokens and goes on (llama.cpp's context shift) instead of
+/// ending the answer.
+fn run_job(backend: &mut dyn Backend, job: Job, status: &Status, context_shift: bool) {
     let started = Instant::now();
     let events = job.events;
-    let prompt = match prompt_tokens(backend, job.prompt) {
+    let plan = match prompt_tokens(backend, job.prompt) {
         Ok(p) => p,
         Err(e) => {
             let _ = events.send(Event::Failed(e));
             return;
         }
     };
+    let prompt = plan.tokens;
     let n_prompt = prompt.len();
+    let n_ctx = backend.n_ctx();
+    let n_keep = match job.n_keep {
+        Some(n) if n < 0 => n_prompt,
+        Some(n) => n as usize,
+        None => plan.n_system,
+    };
+    let shift_keep = context_shift.then_some(n_keep);
     status.ctx_used.store(n_prompt, Ordering::Relaxed);
     if events
         .send(Event::Started {
             prompt_tokens: n_prompt,
+            dropped: plan.dropped,
         })
         .is_err()
     {
@@ -361,6 +459,7 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status) {
         &prompt,
         &job.params,
         constraint,
+        shift_keep,
         &mut |token: TokenEvent| {
             let now = Instant::now();
             first_token_at.get_or_insert(now);
@@ -368,7 +467,7 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status) {
             n_generated += 1;
             status
                 .ctx_used
-                .store(n_prompt + n_generated, Ordering::Relaxed);
+                .store((n_prompt + n_generated).min(n_ctx), Ordering::Relaxed);
             let bytes = token.bytes.clone();
             let released = text.push(token, &bytes);
             let stopped = released.stopped;
@@ -404,14 +503,17 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status) {
         .fetch_add(n_generated as u64, Ordering::Relaxed);
     status.jobs_done.fetch_add(1, Ordering::Relaxed);
 
-    let finish_reason = match result {
+    let generated = match result {
         Err(e) => {
             let _ = events.send(Event::Failed(JobError::Engine(e)));
             return;
         }
-        Ok(Finish::EndOfGeneration) => FinishReason::Stop,
-        Ok(Finish::ContextFull) => FinishReason::Length,
-        Ok(Finish::Stopped) => match cause {
+        Ok(g) => g,
+    };
+    let finish_reason = match generated.finish {
+        Finish::EndOfGeneration => FinishReason::Stop,
+        Finish::ContextFull => FinishReason::Length,
+        Finish::Stopped => match cause {
             StopCause::ClientGone => return,
             StopCause::StopString => FinishReason::Stop,
             // A backend that stops on its own after Stop was never asked for is treated as
@@ -429,6 +531,10 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status) {
     let first = first_token_at.unwrap_or(last_token_at);
     let summary = Summary {
         finish_reason,
+        dropped: Dropped {
+            shifted_tokens: generated.shifted_out,
+            ..plan.dropped
+        },
         prompt_tokens: n_prompt,
         completion_tokens: n_generated,
         prompt_ms: (first - started).as_secs_f64() * 1000.0,
@@ -489,28 +595,115 @@ mod tests {
         stop: &[&str],
         n_ctx: usize,
     ) -> (String, Result<Summary, JobError>) {
+        run_prompt(Prompt::Text(text.into()), max_tokens, stop, n_ctx, false)
+    }
+
+    fn run_prompt(
+        prompt: Prompt,
+        max_tokens: Option<usize>,
+        stop: &[&str],
+        n_ctx: usize,
+        context_shift: bool,
+    ) -> (String, Result<Summary, JobError>) {
         let mut fake = FakeBackend::new(n_ctx, Duration::ZERO);
         let status = Status::default();
         let (tx, mut rx) = unbounded_channel();
         let job = Job {
-            prompt: Prompt::Text(text.into()),
+            prompt,
             params: SamplingParams::default(),
             max_tokens,
             stop: stop.iter().map(|s| s.to_string()).collect(),
             constraint: None,
+            n_keep: None,
             events: tx,
         };
-        run_job(&mut fake, job, &status);
+        run_job(&mut fake, job, &status, context_shift);
         let mut out = String::new();
+        let mut started_with = None;
         while let Ok(event) = rx.try_recv() {
             match event {
-                Event::Started { .. } => {}
+                Event::Started { dropped, .. } => started_with = Some(dropped),
                 Event::Piece { text, .. } => out.push_str(&text),
-                Event::Done(s) => return (out, Ok(s)),
+                Event::Done(s) => {
+                    // What the headers said is what the answer says.
+                    let started = started_with.expect("Started came first");
+                    assert_eq!(started.messages, s.dropped.messages);
+                    assert_eq!(started.prompt_tokens, s.dropped.prompt_tokens);
+                    return (out, Ok(s));
+                }
                 Event::Failed(e) => return (out, Err(e)),
             }
         }
         panic!("the job ended without Done or Failed; text so far {out:?}")
+    }
+
+    /// A system prompt, then `turns` questions with their answers, then a last question.
+    fn long_chat(turns: usize) -> Prompt {
+        let mut messages = vec![ChatMessage::text("system", "be brief")];
+        for i in 0..turns {
+            messages.push(ChatMessage::text("user", &format!("question {i}")));
+            messages.push(ChatMessage::text("assistant", &format!("answer {i}")));
+        }
+        messages.push(ChatMessage::text("user", "last question"));
+        Prompt::Chat {
+            messages,
+            tools: None,
+        }
+    }
+
+    #[test]
+    fn a_chat_longer_than_the_context_loses_its_oldest_turns_and_says_so() {
+        // 40 turns of ~11 tokens each do not fit 128 tokens.
+        let (text, s) = run_prompt(long_chat(40), None, &[], 128, false);
+        let s = s.unwrap();
+        // The newest question is what is answered (until the context fills: ollama too keeps
+        // only the prompt's room in mind).
+        assert!(
+            text.len() > 6 && "echo: last question".starts_with(&text),
+            "{text}"
+        );
+        assert!(
+            s.dropped.messages >= 2 && s.dropped.messages % 2 == 0,
+            "{s:?}"
+        );
+        assert!(s.dropped.prompt_tokens > 0 && s.prompt_tokens < 128);
+        // One turn fewer dropped would not have fitted: the cut is as late as it can be.
+        assert!(s.prompt_tokens + 11 >= 128, "{s:?}");
+        // The same chat with room for it loses nothing.
+        let (_, s) = run_prompt(long_chat(40), None, &[], 4096, false);
+        assert!(!s.unwrap().dropped.any());
+    }
+
+    #[test]
+    fn a_newest_turn_longer_than_the_context_is_still_refused() {
+        let messages = vec![
+            ChatMessage::text("system", "be brief"),
+            ChatMessage::text("user", &"x".repeat(300)),
+        ];
+        let prompt = Prompt::Chat {
+            messages,
+            tools: None,
+        };
+        let (_, s) = run_prompt(prompt, None, &[], 64, true);
+        assert!(matches!(s, Err(JobError::PromptTooLong { n_ctx: 64, .. })));
+    }
+
+    #[test]
+    fn a_full_context_shifts_and_the_answer_goes_on() {
+        // Off: the answer ends when the context is full (finish_reason length).
+        let (_, s) = run_prompt(Prompt::Text("[loop]".into()), Some(60), &[], 40, false);
+        let s = s.unwrap();
+        assert_eq!(s.prompt_tokens + s.completion_tokens, 40);
+        assert_eq!(s.dropped.shifted_tokens, 0);
+        // On: it runs to its budget, and the answer says how much was shifted out.
+        let prompt = Prompt::Text("[loop]".into());
+        let (_, s) = run_prompt(prompt, Some(60), &[], 40, true);
+        let s = s.unwrap();
+        assert_eq!(s.completion_tokens, 60);
+        assert!(
+            s.dropped.shifted_tokens > 0 && s.dropped.messages == 0,
+            "{s:?}"
+        );
     }
 
     #[test]
@@ -596,13 +789,14 @@ mod tests {
             max_tokens: None,
             stop: Vec::new(),
             constraint: None,
+            n_keep: None,
             events: tx,
         };
         let worker_status = status.clone();
         let worker = std::thread::spawn(move || {
             // Left alone this would run for 100 000 tokens.
             let mut fake = FakeBackend::new(100_000, Duration::from_millis(1));
-            run_job(&mut fake, job, &worker_status);
+            run_job(&mut fake, job, &worker_status, false);
         });
         let mut pieces = 0;
         while pieces < 3 {
