@@ -215,3 +215,49 @@ fn chat_with_an_unknown_model_fails_with_a_hint() {
         "{err}"
     );
 }
+
+/// Forty turns under a context of 150 tokens, read from a pipe: the chat goes on to the end.
+/// Old turns are left out when the conversation no longer fits (the system message stays),
+/// and an answer that fills the context goes on by a context shift; both are said. A model
+/// with recurrent layers (synthetic-qwen35) cannot shift: its answer stops at the full
+/// context, and the next turn still fits by leaving old turns out.
+#[test]
+fn a_chat_of_forty_turns_outgrows_the_context_and_goes_on() {
+    for (name, shifts) in [("synthetic-qwen3", true), ("synthetic-qwen35", false)] {
+        let path = model(&format!("{name}.gguf"));
+        let model = name;
+        let questions: String = (0..40)
+            .map(|i| format!("Question number {i}: what comes after {i}?\n"))
+            .collect();
+        let mut child = smolrun()
+            .args(["chat", "-m"])
+            .arg(&path)
+            .args(["-c", "150", "-n", "24", "--temp", "0", "-t", "1"])
+            .args(["--system", "You count. Answer with one number."])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(questions.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{model}: {err}");
+        // One status line per answer: all forty were answered.
+        let answered = err.matches(" tok/s; prompt ").count();
+        assert_eq!(answered, 40, "{model}: {err}");
+        assert!(
+            err.contains("oldest messages") && err.contains("were left out"),
+            "{model}: no turn was left out: {err}"
+        );
+        assert!(!err.contains("smolrun: "), "{model}: {err}");
+        let shifted = err.contains("were shifted out");
+        let full = String::from_utf8_lossy(&out.stdout).contains("(the context is full");
+        assert_eq!((shifted, full), (shifts, !shifts), "{model}: {err}");
+    }
+}

@@ -1154,3 +1154,96 @@ fn response_format_and_tools_are_checked() {
                       "format": {"type": "string", "format": "hostname-ish"}});
     assert_ollama_error(&post(server.addr, "/api/chat", &body), 400);
 }
+
+/// A chat of 40 turns sent whole to a context of 256 tokens: the oldest turns are left out
+/// (the system message stays), and the answer says so in its `dropped` field and the
+/// `X-Context-Dropped-*` headers, on both APIs, streamed or not; an answer that fills the
+/// context goes on by a context shift (`shifted_tokens`), unless `--no-context-shift`; a
+/// newest message longer than the context alone stays a 400.
+#[test]
+fn a_chat_longer_than_the_context_drops_old_turns_and_says_so() {
+    let mut messages = vec![json!({"role": "system", "content": "be brief"})];
+    for i in 0..40 {
+        messages.push(json!({"role": "user", "content": format!("question {i}")}));
+        messages.push(json!({"role": "assistant", "content": format!("answer {i}")}));
+    }
+    messages.push(json!({"role": "user", "content": "last question"}));
+    let server = Server::start(&[]);
+
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &json!({"messages": messages}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    let dropped = &v["dropped"];
+    let n = dropped["messages"].as_u64().unwrap();
+    assert!(n >= 2 && n.is_multiple_of(2), "{v}");
+    assert_eq!(v["truncated"], true);
+    assert_eq!(
+        r.header("x-context-dropped-messages"),
+        Some(n.to_string().as_str())
+    );
+    assert_eq!(
+        r.header("x-context-dropped-tokens").map(str::to_string),
+        Some(dropped["prompt_tokens"].to_string())
+    );
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() < 256);
+    let answer = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(answer.starts_with("echo: last"), "{answer}");
+
+    // Streamed: the headers before the body, the field in the last chunk.
+    let body = json!({"messages": messages, "stream": true});
+    let r = post(server.addr, "/v1/chat/completions", &body);
+    assert_eq!(
+        r.header("x-context-dropped-messages"),
+        Some(n.to_string().as_str())
+    );
+    let events = sse_events(&r.body);
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["dropped"]["messages"], n, "{last}");
+
+    // Ollama's /api/chat.
+    let body = json!({"model": "any", "messages": messages, "stream": false});
+    let r = post(server.addr, "/api/chat", &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["dropped"]["messages"], n);
+    assert_eq!(
+        r.header("x-context-dropped-messages"),
+        Some(n.to_string().as_str())
+    );
+
+    // A short chat loses nothing and says nothing.
+    let r = post(server.addr, "/v1/chat/completions", &chat_body("hi"));
+    assert!(r.json().get("dropped").is_none());
+    assert!(r.header("x-context-dropped-messages").is_none());
+
+    // An answer that fills the context goes on (the fake loops on "[loop]").
+    let body = json!({"messages": [{"role": "user", "content": "[loop]"}], "max_tokens": 300});
+    let v = post(server.addr, "/v1/chat/completions", &body).json();
+    assert_eq!(v["usage"]["completion_tokens"], 300, "{v}");
+    assert!(v["dropped"]["shifted_tokens"].as_u64().unwrap() > 0, "{v}");
+    drop(server);
+    let server = Server::start(&["--no-context-shift"]);
+    let v = post(server.addr, "/v1/chat/completions", &body).json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert!(
+        v["usage"]["completion_tokens"].as_u64().unwrap() < 256,
+        "{v}"
+    );
+    assert!(v.get("dropped").is_none(), "{v}");
+
+    // The newest message alone does not fit: a 400 as before.
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &chat_body(&"x".repeat(2000)),
+    );
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        Some("context_length_exceeded"),
+    );
+}

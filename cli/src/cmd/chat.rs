@@ -2,10 +2,13 @@
 //!
 //! Each turn renders the whole history with the template; the engine keeps the KV cache of the
 //! previous turns and only runs the new tokens. Ctrl-C stops an answer and returns to the prompt;
-//! `/reset` starts over; end of input (Ctrl-D) quits.
+//! `/reset` starts over; end of input (Ctrl-D) quits. A conversation that outgrows the
+//! context loses its oldest turns (the system message stays), and an answer that fills it goes
+//! on past the context by a context shift, as ollama's do.
 
 use crate::args::{Globals, SamplingArgs};
 use smolrun_engine::chat_template::ChatMessage;
+use smolrun_engine::conversation;
 use smolrun_engine::{Engine, GenerateOptions, StopReason};
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +37,10 @@ pub struct Args {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub draft: crate::args::DraftArgs,
+    /// End an answer when the context is full instead of dropping half of what follows the
+    /// system message and going on (models with recurrent or convolution layers always end it)
+    #[arg(long)]
+    pub no_context_shift: bool,
 }
 
 /// Set by SIGINT; the generation loop checks it between tokens.
@@ -126,25 +133,55 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
         }
 
         history.push(ChatMessage::new("user", message));
-        let rendered = match template.render(&history, true) {
-            Ok(r) => r,
+        let roles: Vec<&str> = history.iter().map(|m| m.role.as_str()).collect();
+        let (n_sys, _) = conversation::turn_starts(roles.iter().copied());
+        let prompt_of = |range: std::ops::Range<usize>| {
+            let kept: Vec<ChatMessage> = history[..n_sys]
+                .iter()
+                .chain(&history[range])
+                .cloned()
+                .collect();
+            let rendered = template.render(&kept, true)?;
+            Ok::<_, String>(engine.tokenize_chat(&rendered, &template))
+        };
+        let fitted = match conversation::fit(&roles, engine.n_ctx(), prompt_of) {
+            Ok(Ok(f)) => f,
+            Ok(Err(too_long)) => {
+                history.pop();
+                eprintln!(
+                    "smolrun: this message and the system message are {} tokens, the context \
+                     holds {}: shorten it, or restart with a larger -c",
+                    too_long.tokens, too_long.n_ctx
+                );
+                continue;
+            }
             Err(e) => {
                 history.pop();
                 eprintln!("smolrun: {e}");
                 continue;
             }
         };
-        let prompt = engine.tokenize_chat(&rendered, &template);
-        if prompt.len() >= engine.n_ctx() {
-            history.pop();
+        if fitted.dropped_messages > 0 {
+            history.drain(n_sys..n_sys + fitted.dropped_messages);
             eprintln!(
-                "smolrun: the conversation is {} tokens, the context holds {}: /reset to start \
-                 over, or restart with a larger -c",
-                prompt.len(),
+                "(the {} oldest messages, {} tokens, no longer fit the context of {} and were \
+                 left out)",
+                fitted.dropped_messages,
+                fitted.dropped_tokens,
                 engine.n_ctx()
             );
-            continue;
         }
+        let prompt = fitted.tokens;
+        // A context shift keeps the system message's tokens.
+        let n_keep = match n_sys {
+            0 => 0,
+            // A template that cannot render the system message alone keeps nothing.
+            _ => template
+                .render(&history[..n_sys], false)
+                .map_or(0, |system| {
+                    conversation::system_prefix(&engine.tokenize_chat(&system, &template), &prompt)
+                }),
+        };
 
         INTERRUPTED.store(false, Ordering::Relaxed);
         // Penalties look at this answer only: the prompt is full of turn markers.
@@ -153,6 +190,7 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
             max_tokens,
             interrupt: Some(&INTERRUPTED),
             penalize_prompt: false,
+            context_shift: (!args.no_context_shift).then_some(n_keep),
             ..GenerateOptions::default()
         };
         let (gen, text) = engine.generate(&prompt, &mut sampler, options, None, |p| {
@@ -160,6 +198,12 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
             let _ = std::io::stdout().flush();
         })?;
         println!();
+        if gen.shifted_out > 0 {
+            eprintln!(
+                "(the context filled: {} tokens after the system message were shifted out)",
+                gen.shifted_out
+            );
+        }
         match gen.stop {
             StopReason::Interrupted | StopReason::Stopped => println!("(stopped)"),
             StopReason::ContextFull => {

@@ -27,6 +27,12 @@ pub struct Args {
     /// Requests that may wait while one is generating; more get 503.
     #[arg(long, default_value_t = 8)]
     pub queue: usize,
+
+    /// End an answer when the context is full instead of dropping half of what follows the
+    /// system prompt (or the request's n_keep) and going on, as ollama does and llama-server
+    /// with --context-shift (models with recurrent or convolution layers always end it)
+    #[arg(long)]
+    pub no_context_shift: bool,
     /// Compute threads [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -55,6 +61,7 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
         port: args.port,
         api_key: args.api_key.filter(|k| !k.is_empty()),
         queue: args.queue,
+        context_shift: !args.no_context_shift,
     };
     let n_ctx = args.ctx;
     if args.fake_backend {
