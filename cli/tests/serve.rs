@@ -25,8 +25,15 @@ impl Server {
         } else {
             &["-c", "256"]
         };
+        // A folder of real models instead of the fake one.
+        let backend: &[&str] = if extra.contains(&"--models-dir") {
+            &[]
+        } else {
+            &["--fake-backend"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_smolrun"))
-            .args(["serve", "--fake-backend", "--port", "0"])
+            .args(["serve", "--port", "0"])
+            .args(backend)
             .args(ctx)
             .args(extra)
             .stderr(Stdio::piped())
@@ -1246,4 +1253,150 @@ fn a_chat_longer_than_the_context_drops_old_turns_and_says_so() {
         "invalid_request_error",
         Some("context_length_exceeded"),
     );
+}
+
+fn get(addr: SocketAddr, path: &str) -> Response {
+    request(addr, "GET", path, &[], b"")
+}
+
+/// `serve --models-dir`: two synthetic models in a folder. A request naming the other model
+/// unloads the first and loads it (the answer names it, /api/ps shows it with its expiry);
+/// ollama's keep_alive 0 unloads at once and an empty request loads; an unknown name is a 404
+/// on both APIs; /v1/models and /api/tags list the folder; /api/delete removes a file (the
+/// loaded one unloaded first) and a path is never taken for a name. The keep_alive timer
+/// itself: 1 second, then /api/ps is empty.
+#[test]
+fn a_models_folder_switches_models_by_name_and_unloads_them() {
+    let dir = std::env::temp_dir().join(format!("smolrun-serve-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, model) in [("alpha", "synthetic-qwen3"), ("beta", "synthetic-llama")] {
+        std::os::unix::fs::symlink(
+            smolrun_tests::model_path(model),
+            dir.join(format!("{name}.gguf")),
+        )
+        .unwrap();
+    }
+    let server = Server::start(&[
+        "--models-dir",
+        dir.to_str().unwrap(),
+        "-c",
+        "128",
+        "-t",
+        "1",
+    ]);
+    let names = |v: &Value, key: &str, field: &str| -> Vec<String> {
+        v[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[field].as_str().unwrap().to_string())
+            .collect()
+    };
+    let v = get(server.addr, "/v1/models").json();
+    assert_eq!(names(&v, "data", "id"), ["alpha", "beta"]);
+    let v = get(server.addr, "/api/tags").json();
+    assert_eq!(names(&v, "models", "name"), ["alpha:latest", "beta:latest"]);
+    // alpha, the first by name, is loaded at start and kept for good until a request says.
+    assert_eq!(
+        names(&get(server.addr, "/api/ps").json(), "models", "name"),
+        ["alpha:latest"]
+    );
+
+    let chat = |model: &str, keep_alive: Value| {
+        json!({"model": model, "messages": [{"role": "user", "content": "hi"}],
+               "max_tokens": 3, "keep_alive": keep_alive})
+    };
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &chat("beta", json!("1h")),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["model"], "beta");
+    let ps = get(server.addr, "/api/ps").json();
+    assert_eq!(names(&ps, "models", "name"), ["beta:latest"]);
+    let expires = ps["models"][0]["expires_at"].as_str().unwrap().to_string();
+    assert!(!expires.starts_with("9999"), "{expires}");
+    // Ollama's API, back to alpha.
+    let body = json!({"model": "alpha:latest", "prompt": "hi", "stream": false,
+                      "options": {"num_predict": 2}});
+    let r = post(server.addr, "/api/generate", &body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["model"], "alpha:latest");
+    // keep_alive 0 with no prompt: unloaded at once; with no keep_alive: loaded again.
+    let r = post(
+        server.addr,
+        "/api/generate",
+        &json!({"model": "alpha", "keep_alive": 0}),
+    );
+    assert_eq!(r.json()["done_reason"], "unload");
+    assert_eq!(get(server.addr, "/api/ps").json()["models"], json!([]));
+    let r = post(server.addr, "/api/generate", &json!({"model": "beta"}));
+    assert_eq!(r.json()["done_reason"], "load");
+    assert_eq!(
+        names(&get(server.addr, "/api/ps").json(), "models", "name"),
+        ["beta:latest"]
+    );
+
+    // Unknown names: 404 on both APIs, nothing unloaded.
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &chat("gamma", json!(null)),
+    );
+    assert_error(&r, 404, "invalid_request_error", Some("model_not_found"));
+    let r = post(
+        server.addr,
+        "/api/chat",
+        &json!({"model": "../beta", "messages": []}),
+    );
+    assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
+    let r = post(
+        server.addr,
+        "/api/generate",
+        &json!({"model": "beta", "keep_alive": "soon"}),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        names(&get(server.addr, "/api/ps").json(), "models", "name"),
+        ["beta:latest"]
+    );
+
+    // The keep_alive timer: a second, then unloaded.
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &chat("beta", json!("1s")),
+    );
+    assert_eq!(r.status, 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(get(server.addr, "/api/ps").json()["models"], json!([]));
+
+    // Delete: the file goes, the listing follows; the loaded model is unloaded first.
+    let r = post(
+        server.addr,
+        "/v1/chat/completions",
+        &chat("beta", json!(-1)),
+    );
+    assert_eq!(r.status, 200);
+    let delete = |name: &str| {
+        request(
+            server.addr,
+            "DELETE",
+            "/api/delete",
+            &[("Content-Type", "application/json")],
+            json!({"model": name}).to_string().as_bytes(),
+        )
+    };
+    assert_eq!(delete("beta").status, 200);
+    assert!(!dir.join("beta.gguf").exists());
+    assert_eq!(get(server.addr, "/api/ps").json()["models"], json!([]));
+    assert_eq!(delete("beta").status, 404);
+    assert_eq!(
+        names(&get(server.addr, "/v1/models").json(), "data", "id"),
+        ["alpha"]
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -81,6 +81,16 @@ impl ApiError {
         )
     }
 
+    /// A request named a model the server does not have (`--models-dir`).
+    pub fn model_not_found(message: String) -> Self {
+        Self::new(
+            404,
+            "invalid_request_error",
+            Some("model_not_found"),
+            message,
+        )
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
             405,

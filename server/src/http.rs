@@ -1,12 +1,14 @@
 //! Routes, the front door (API key, one log line per request), and the streaming body.
 
 use super::error::ApiError;
+use super::models::KeepAlive;
 use super::ollama;
 use super::openai::{self, Endpoint, ResponseHead, Writer};
 use super::state::{system_json, CpuMeter};
 use super::tools::ToolCallStream;
 use super::worker::{
-    self, Dropped, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, Summary, WorkerHandle,
+    self, DeleteJob, Dropped, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, LoadJob,
+    Summary, WorkerHandle,
 };
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -74,6 +76,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/version", get(ollama_version))
         .route("/api/tags", get(ollama_tags))
         .route("/api/ps", get(ollama_ps))
+        .route("/api/delete", axum::routing::delete(ollama_delete))
         .route("/api/show", post(ollama_show))
         .route("/api/generate", post(ollama_generate))
         .route("/api/chat", post(ollama_chat))
@@ -230,7 +233,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         &app.counters,
         &app.worker.status,
         app.worker.capacity,
-        &app.worker.info.name,
+        &app.worker.info().name,
     );
     (
         [(
@@ -246,25 +249,39 @@ async fn health() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
+/// GET /v1/models: the loaded model, or with `--models-dir` every model of the folder (those
+/// not loaded without their context length, which their header holds).
 async fn models(State(app): State<Arc<App>>) -> Response {
-    let info = &app.worker.info;
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "object": "list",
-            "data": [{
-                "id": info.name,
-                "object": "model",
-                "created": app.started,
-                "owned_by": "smolrun",
-                "meta": {"n_ctx": info.n_ctx},
-            }],
-        }),
-    )
+    let info = &app.worker.info();
+    let loaded = json!({
+        "id": info.name,
+        "object": "model",
+        "created": app.started,
+        "owned_by": "smolrun",
+        "meta": {"n_ctx": info.n_ctx},
+    });
+    let data = match &app.worker.models_dir {
+        None => vec![loaded],
+        Some(dir) => dir
+            .list()
+            .into_iter()
+            .map(|m| {
+                if m.name == info.name {
+                    return loaded.clone();
+                }
+                let created = m
+                    .modified
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                json!({"id": m.name, "object": "model", "created": created, "owned_by": "smolrun"})
+            })
+            .collect(),
+    };
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
 }
 
 async fn state(State(app): State<Arc<App>>) -> Response {
-    let info = &app.worker.info;
+    let info = &app.worker.info();
     let status = &app.worker.status;
     let mut v = system_json(&app.cpu);
     v["model"] = json!({
@@ -325,7 +342,33 @@ fn job_error(e: JobError) -> ApiError {
             n_ctx,
         } => ApiError::input_too_long(index, tokens, n_ctx),
         JobError::Engine(m) => ApiError::internal(format!("generation failed: {m}")),
+        JobError::ModelNotFound(m) => ApiError::model_not_found(m),
+        JobError::Load(m) => ApiError::internal(m),
     }
+}
+
+/// The request's `model` and ollama's `keep_alive`, read beside each API's own parse of the
+/// body (which has checked it is a JSON object by then).
+fn model_choice(body: &[u8]) -> Result<(Option<String>, Option<KeepAlive>), ApiError> {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let model = match v.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err(
+                ApiError::invalid_request(format!("'model' must be a string, got {other}"))
+                    .with_param("model"),
+            )
+        }
+    };
+    let keep_alive = match v.get("keep_alive") {
+        None | Some(Value::Null) => None,
+        Some(k) => Some(
+            KeepAlive::parse(k)
+                .map_err(|m| ApiError::invalid_request(m).with_param("keep_alive"))?,
+        ),
+    };
+    Ok((model, keep_alive))
 }
 
 /// The body, or a 400/413 that says why it could not be read.
@@ -344,12 +387,15 @@ async fn run_embeddings(
     app: &App,
     inputs: Vec<EmbedInput>,
     truncate: bool,
+    (model, keep_alive): (Option<String>, Option<KeepAlive>),
 ) -> Result<Embeddings, ApiError> {
     let (reply, answer) = oneshot::channel();
     app.worker
         .submit_embed(EmbedJob {
             inputs,
             truncate,
+            model,
+            keep_alive,
             reply,
         })
         .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
@@ -364,10 +410,11 @@ async fn run_embeddings(
 async fn embeddings(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Response {
     let mut log = RequestLog::new(&app, Method::POST, "/v1/embeddings");
     let result = async {
-        let request = openai::parse_embeddings(&request_body(body)?)?;
-        let e = run_embeddings(&app, request.inputs, false).await?;
+        let body = request_body(body)?;
+        let request = openai::parse_embeddings(&body)?;
+        let e = run_embeddings(&app, request.inputs, false, model_choice(&body)?).await?;
         log.prompt_tokens = e.prompt_tokens;
-        let model = &app.worker.info.name;
+        let model = &app.worker.info().name;
         Ok::<_, ApiError>(openai::embeddings_response(model, &e, request.encoding))
     }
     .await;
@@ -425,9 +472,13 @@ async fn start_generation(
     let Some(log) = log_slot.as_mut() else {
         return Err(ApiError::internal("request log missing"));
     };
-    let request = openai::parse_request(endpoint, &request_body(body)?)?;
+    let body = request_body(body)?;
+    let request = openai::parse_request(endpoint, &body)?;
+    let (model, keep_alive) = model_choice(&body)?;
     let tool_calls = request.structured.tool_calls;
     let job = Job {
+        model,
+        keep_alive,
         prompt: request.prompt,
         params: request.params,
         max_tokens: request.max_tokens,
@@ -446,7 +497,7 @@ async fn start_generation(
             Endpoint::Completion => format!("cmpl-{id_number}"),
         },
         created: unix_time(),
-        model: app.worker.info.name.clone(),
+        model: app.worker.info().name.clone(),
     };
     let mut writer = Writer::new(head, request.logprobs);
     if let Some(tools) = tool_calls {
@@ -628,11 +679,40 @@ async fn ollama_version() -> Response {
 }
 
 async fn ollama_tags(State(app): State<Arc<App>>) -> Response {
-    ollama_json(&ollama::tags(&app.worker.info))
+    let folder = app.worker.models_dir.as_ref().map(|d| d.list());
+    ollama_json(&ollama::tags(&app.worker.info(), folder.as_deref()))
 }
 
 async fn ollama_ps(State(app): State<Arc<App>>) -> Response {
-    ollama_json(&ollama::ps(&app.worker.info))
+    ollama_json(&ollama::ps(&app.worker.resident()))
+}
+
+/// DELETE /api/delete `{"model": NAME}`: removes a model of `--models-dir` (unloaded first
+/// when it is the loaded one), through the worker's queue so that no load races it.
+async fn ollama_delete(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let body = request_body(body)?;
+        let (model, _) = model_choice(&body)?;
+        let model = model.ok_or_else(|| {
+            ApiError::invalid_request("'model' names the model to delete").with_param("model")
+        })?;
+        let (reply, answer) = oneshot::channel();
+        app.worker
+            .submit_delete(DeleteJob { model, reply })
+            .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
+        match answer.await {
+            Ok(result) => result.map_err(job_error),
+            Err(_) => Err(ApiError::internal("the generation thread stopped")),
+        }
+    }
+    .await;
+    match result {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => e.into_ollama_response(),
+    }
 }
 
 /// POST /api/show: any model name gets the one loaded model; the body must still be JSON.
@@ -645,7 +725,7 @@ async fn ollama_show(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejec
             .ok_or_else(|| ApiError::invalid_request("the request body must be a JSON object"))
     });
     match checked {
-        Ok(()) => ollama_json(&ollama::show(&app.worker.info)),
+        Ok(()) => ollama_json(&ollama::show(&app.worker.info())),
         Err(e) => e.into_ollama_response(),
     }
 }
@@ -698,15 +778,33 @@ async fn start_ollama_generation(
     let Some(log) = log_slot.as_mut() else {
         return Err(ApiError::internal("request log missing"));
     };
+    let body = request_body(body)?;
+    let parsed = ollama::parse_request(endpoint, &body)?;
+    let (model, keep_alive) = model_choice(&body)?;
     let mut writer = ollama::Writer {
         endpoint,
-        model: ollama::model_name(&app.worker.info),
+        model: ollama::model_name(&app.worker.info()),
         tool_calls: None,
     };
-    let request = match ollama::parse_request(endpoint, &request_body(body)?)? {
+    let request = match parsed {
         ollama::Parsed::Generate(r) => r,
         ollama::Parsed::LoadOnly { stream } => {
-            let value = writer.load_only();
+            // Ollama's load (`ollama run` before the first message) or, with keep_alive 0,
+            // unload (`ollama stop`).
+            let (reply, answer) = oneshot::channel();
+            app.worker
+                .submit_load(LoadJob {
+                    model,
+                    keep_alive,
+                    reply,
+                })
+                .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
+            let loaded = match answer.await {
+                Ok(result) => result.map_err(job_error)?,
+                Err(_) => return Err(ApiError::internal("the generation thread stopped")),
+            };
+            writer.model = ollama::model_name(&app.worker.info());
+            let value = writer.load_only(loaded);
             return Ok(if stream {
                 ndjson_response(Body::from(ndjson_line(&value)))
             } else {
@@ -718,6 +816,8 @@ async fn start_ollama_generation(
         writer.tool_calls = Some(ToolCallStream::new(tools));
     }
     let job = Job {
+        model,
+        keep_alive,
         prompt: request.prompt,
         params: request.params,
         max_tokens: request.max_tokens,
@@ -727,6 +827,8 @@ async fn start_ollama_generation(
         events: mpsc::unbounded_channel().0,
     };
     let (mut events, dropped) = start_job(app, job, log).await?;
+    // The model that answers (a request may have switched it).
+    writer.model = ollama::model_name(&app.worker.info());
     if !request.stream {
         let collected = worker::collect(&mut events).await.map_err(job_error)?;
         log.completion_tokens = collected.summary.completion_tokens;
@@ -832,10 +934,12 @@ async fn ollama_embedding(
     let started = Instant::now();
     let mut log = RequestLog::new(&app, Method::POST, path);
     let result = async {
-        let request = ollama::parse_embed(&request_body(body)?, key)?;
-        let e = run_embeddings(&app, request.inputs, request.truncate).await?;
+        let body = request_body(body)?;
+        let request = ollama::parse_embed(&body, key)?;
+        let e =
+            run_embeddings(&app, request.inputs, request.truncate, model_choice(&body)?).await?;
         log.prompt_tokens = e.prompt_tokens;
-        let model = ollama::model_name(&app.worker.info);
+        let model = ollama::model_name(&app.worker.info());
         Ok::<_, ApiError>(if key == "prompt" {
             json!({"embedding": e.vectors.first()})
         } else {

@@ -17,12 +17,14 @@ mod error;
 pub mod fake;
 mod http;
 mod metrics;
+pub mod models;
 mod ollama;
 mod openai;
 mod state;
 mod text;
 mod tools;
 mod worker;
+pub use worker::Loader;
 
 use backend::Backend;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -56,8 +58,22 @@ pub fn run<F>(config: ServeConfig, load: F) -> Result<(), String>
 where
     F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
 {
-    let worker = worker::start(load, config.queue, config.context_shift)?;
-    let info = worker.info.clone();
+    let mut once = Some(load);
+    let loader = Loader {
+        load: Box::new(move |_: &str| match once.take() {
+            Some(load) => load(),
+            None => Err("the one model of this server was already loaded".into()),
+        }),
+        default: String::new(),
+        models_dir: None,
+    };
+    run_with(config, loader)
+}
+
+/// Serve the models `loader` loads (a folder's, switched by name, with `--models-dir`).
+pub fn run_with(config: ServeConfig, loader: Loader) -> Result<(), String> {
+    let worker = worker::start(loader, config.queue, config.context_shift)?;
+    let info = worker.info();
 
     let address: SocketAddr = (config.host.as_str(), config.port)
         .to_socket_addrs()

@@ -5,11 +5,12 @@
 
 use super::backend::{ChatMessage, Constraint, ModelDetails, SamplingParams};
 use super::error::ApiError;
+use super::models::DirModel;
 use super::openai::{
     bad, boolean, embedding_inputs, field, integer, number, parse_object, stop_strings,
 };
 use super::tools::{self, ToolCallStream};
-use super::worker::{EmbedInput, Embeddings, FinishReason, ModelInfo, Prompt, Summary};
+use super::worker::{EmbedInput, Embeddings, FinishReason, ModelInfo, Prompt, Resident, Summary};
 use serde_json::{json, Map, Value};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -303,31 +304,67 @@ fn modified_at(d: &ModelDetails) -> String {
     rfc3339(UNIX_EPOCH + Duration::from_secs(d.modified_unix))
 }
 
-/// GET /api/tags: the one model this server holds.
-pub fn tags(info: &ModelInfo) -> Value {
+/// One entry of /api/tags.
+fn tag(info: &ModelInfo) -> Value {
     let d = &info.details;
     let name = model_name(info);
-    json!({"models": [{
+    json!({
         "name": name,
         "model": name,
         "modified_at": modified_at(d),
         "size": d.size,
         "digest": d.digest.trim_start_matches("sha256:"),
         "details": details_json(d),
-    }]})
+    })
 }
 
-/// GET /api/ps: the model, always loaded, all in RAM (no VRAM on these boxes).
-pub fn ps(info: &ModelInfo) -> Value {
+/// GET /api/tags: the models this server can run. Without a folder, the one it holds; with
+/// `--models-dir`, every model of the folder: the loaded (or last loaded) one with its header's
+/// details, the others with their file's size and date only (reading each header would cost
+/// a flash read of every file per listing; their details come with their first load).
+pub fn tags(info: &ModelInfo, folder: Option<&[DirModel]>) -> Value {
+    let Some(folder) = folder else {
+        return json!({"models": [tag(info)]});
+    };
+    let models: Vec<Value> = folder
+        .iter()
+        .map(|m| {
+            if m.name == info.name {
+                return tag(info);
+            }
+            let name = format!("{}:latest", m.name);
+            json!({
+                "name": name,
+                "model": name,
+                "modified_at": rfc3339(m.modified),
+                "size": m.size,
+                "digest": "",
+                "details": {"format": "gguf"},
+            })
+        })
+        .collect();
+    json!({ "models": models })
+}
+
+/// GET /api/ps: the loaded model (none once its keep_alive ran out), all in RAM (no VRAM on
+/// these boxes), with when it will be unloaded (far in the future: never).
+pub fn ps(resident: &Resident) -> Value {
+    if !resident.loaded {
+        return json!({"models": []});
+    }
+    let info = &resident.info;
     let d = &info.details;
     let name = model_name(info);
+    let expires = resident
+        .expires
+        .map_or_else(|| "9999-12-31T23:59:59Z".to_string(), rfc3339);
     json!({"models": [{
         "name": name,
         "model": name,
         "size": d.size,
         "digest": d.digest.trim_start_matches("sha256:"),
         "details": details_json(d),
-        "expires_at": "9999-12-31T23:59:59Z",
+        "expires_at": expires,
         "size_vram": 0,
         "context_length": info.n_ctx,
     }]})
@@ -432,11 +469,13 @@ impl Writer {
         Value::Object(m)
     }
 
-    /// The answer to a request with nothing to generate.
-    pub fn load_only(&self) -> Value {
+    /// The answer to a request with nothing to generate: the model was loaded, or (with
+    /// keep_alive 0) unloaded.
+    pub fn load_only(&self, loaded: bool) -> Value {
         let mut m = self.object("");
         m.insert("done".into(), json!(true));
-        m.insert("done_reason".into(), json!("load"));
+        let reason = if loaded { "load" } else { "unload" };
+        m.insert("done_reason".into(), json!(reason));
         Value::Object(m)
     }
 }

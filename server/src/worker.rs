@@ -9,12 +9,13 @@
 use super::backend::{
     Backend, ChatMessage, Constraint, Control, Finish, ModelDetails, SamplingParams, TokenEvent,
 };
+use super::models::{KeepAlive, ModelsDir, DEFAULT_KEEP_ALIVE};
 use super::text::TextStream;
 use smolrun_engine::conversation;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self as std_mpsc, SyncSender, TrySendError};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::mpsc::{self as std_mpsc, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 
@@ -40,6 +41,10 @@ pub struct Job {
     /// Tokens at the start of the prompt that a context shift keeps (llama-server's `n_keep`,
     /// ollama's `num_keep`; -1: the whole prompt). None: a chat's system prompt, else none.
     pub n_keep: Option<i64>,
+    /// Which model, by the request's name (a folder's model with `--models-dir`; ignored
+    /// without one), and how long it stays loaded after (ollama's `keep_alive`).
+    pub model: Option<String>,
+    pub keep_alive: Option<KeepAlive>,
     pub events: UnboundedSender<Event>,
 }
 
@@ -54,7 +59,24 @@ pub struct EmbedJob {
     pub inputs: Vec<EmbedInput>,
     /// Cut an input longer than the context to the context's length instead of refusing it.
     pub truncate: bool,
+    pub model: Option<String>,
+    pub keep_alive: Option<KeepAlive>,
     pub reply: oneshot::Sender<Result<Embeddings, JobError>>,
+}
+
+/// Load a model without generating (ollama's request with no prompt), or with a `keep_alive`
+/// of 0 unload it.
+pub struct LoadJob {
+    pub model: Option<String>,
+    pub keep_alive: Option<KeepAlive>,
+    /// Whether the model is loaded once the job is done.
+    pub reply: oneshot::Sender<Result<bool, JobError>>,
+}
+
+/// Delete a folder's model file (unloading it first when it is the one loaded).
+pub struct DeleteJob {
+    pub model: String,
+    pub reply: oneshot::Sender<Result<(), JobError>>,
 }
 
 pub struct Embeddings {
@@ -64,10 +86,52 @@ pub struct Embeddings {
     pub prompt_tokens: usize,
 }
 
-/// What the queue carries: a generation or a batch of embeddings.
+/// What the queue carries: a generation, a batch of embeddings, a load or unload, a delete.
 pub enum Work {
     Generate(Box<Job>),
     Embed(EmbedJob),
+    Load(LoadJob),
+    Delete(DeleteJob),
+}
+
+impl Work {
+    /// The model the work names, and how long it should stay loaded after.
+    fn model(&self) -> (Option<&str>, Option<KeepAlive>) {
+        match self {
+            Work::Generate(j) => (j.model.as_deref(), j.keep_alive),
+            Work::Embed(j) => (j.model.as_deref(), j.keep_alive),
+            Work::Load(j) => (j.model.as_deref(), j.keep_alive),
+            Work::Delete(j) => (Some(&j.model), None),
+        }
+    }
+
+    /// The client left while the work waited.
+    fn abandoned(&self) -> bool {
+        match self {
+            Work::Generate(j) => j.events.is_closed(),
+            Work::Embed(j) => j.reply.is_closed(),
+            Work::Load(j) => j.reply.is_closed(),
+            Work::Delete(_) => false,
+        }
+    }
+
+    /// Answers the work with an error instead of running it.
+    fn fail(self, e: JobError) {
+        match self {
+            Work::Generate(j) => {
+                let _ = j.events.send(Event::Failed(e));
+            }
+            Work::Embed(j) => {
+                let _ = j.reply.send(Err(e));
+            }
+            Work::Load(j) => {
+                let _ = j.reply.send(Err(e));
+            }
+            Work::Delete(j) => {
+                let _ = j.reply.send(Err(e));
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +215,10 @@ pub enum JobError {
     },
     /// The engine failed (500).
     Engine(String),
+    /// No model of that name in `--models-dir` (404).
+    ModelNotFound(String),
+    /// The model could not be loaded (500), or deleted.
+    Load(String),
 }
 
 pub enum Event {
@@ -199,15 +267,61 @@ impl Status {
 
 pub struct QueueFull;
 
+/// The model the worker holds, as the handlers see it.
+#[derive(Clone, Debug)]
+pub struct Resident {
+    /// The loaded model, or the last one when none is (keep_alive ran out).
+    pub info: ModelInfo,
+    pub loaded: bool,
+    /// When it will be unloaded for being idle; None: never.
+    pub expires: Option<SystemTime>,
+}
+
+/// Loads a model by name.
+pub type LoadFn = Box<dyn FnMut(&str) -> Result<Box<dyn Backend>, String> + Send>;
+
+/// Where the worker's models come from.
+pub struct Loader {
+    /// Loads a model by name: a folder's model, or with no folder the one model.
+    pub load: LoadFn,
+    /// The model loaded at start, and the one a request that names none gets.
+    pub default: String,
+    /// `--models-dir`: the folder requests name other models from, each loaded in turn and
+    /// unloaded after its keep_alive. None: one model, whatever a request names, for good.
+    pub models_dir: Option<ModelsDir>,
+}
+
 /// The handlers' side of the worker: submit jobs, read the model's info and the live status.
 pub struct WorkerHandle {
     queue: SyncSender<Work>,
     pub capacity: usize,
-    pub info: ModelInfo,
+    resident: Arc<Mutex<Resident>>,
+    pub models_dir: Option<ModelsDir>,
     pub status: Arc<Status>,
 }
 
 impl WorkerHandle {
+    /// The loaded model's info (or the last one's).
+    pub fn info(&self) -> ModelInfo {
+        self.resident().info
+    }
+
+    pub fn resident(&self) -> Resident {
+        self.resident
+            .lock()
+            .map_or_else(|e| e.into_inner().clone(), |r| r.clone())
+    }
+
+    /// Queue a load or unload (refused like `submit` when the queue is full).
+    pub fn submit_load(&self, job: LoadJob) -> Result<(), QueueFull> {
+        self.submit_work(Work::Load(job))
+    }
+
+    /// Queue a delete (refused like `submit` when the queue is full).
+    pub fn submit_delete(&self, job: DeleteJob) -> Result<(), QueueFull> {
+        self.submit_work(Work::Delete(job))
+    }
+
     /// Queue a job, or refuse it at once when `capacity` jobs are already waiting.
     pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
         self.submit_work(Work::Generate(Box::new(job)))
@@ -230,67 +344,260 @@ impl WorkerHandle {
     }
 }
 
-/// Start the worker thread, load the backend on it with `load`, and return once it is loaded
-/// (or with the loading error). `queue_capacity` jobs may wait while one runs;
-/// `context_shift`: see `run_job`.
-pub fn start<F>(load: F, queue_capacity: usize, context_shift: bool) -> Result<WorkerHandle, String>
-where
-    F: FnOnce() -> Result<Box<dyn Backend>, String> + Send + 'static,
-{
+/// Start the worker thread, load the default model on it, and return once it is loaded (or
+/// with the loading error). `queue_capacity` jobs may wait while one runs; `context_shift`:
+/// see `run_job`.
+pub fn start(
+    loader: Loader,
+    queue_capacity: usize,
+    context_shift: bool,
+) -> Result<WorkerHandle, String> {
     let (queue, jobs) = std_mpsc::sync_channel::<Work>(queue_capacity);
-    let (loaded_tx, loaded_rx) = std_mpsc::channel::<Result<ModelInfo, String>>();
+    let (loaded_tx, loaded_rx) = std_mpsc::channel::<Result<Arc<Mutex<Resident>>, String>>();
     let status = Arc::new(Status::default());
     let worker_status = status.clone();
+    let models_dir = loader.models_dir.clone();
     std::thread::Builder::new()
         .name("smolrun-generate".into())
         .spawn(move || {
-            let mut backend = match load() {
-                Ok(b) => b,
+            let mut models = Models::new(loader);
+            let first = models.default.clone();
+            let resident = match models.switch_to(&first) {
+                Ok(()) => models.resident.clone(),
                 Err(e) => {
                     let _ = loaded_tx.send(Err(e));
                     return;
                 }
             };
-            let _ = loaded_tx.send(Ok(ModelInfo {
-                name: backend.model_name().to_string(),
-                n_ctx: backend.n_ctx(),
-                n_threads: backend.n_threads(),
-                details: backend.details(),
-            }));
-            for work in jobs {
-                worker_status.queued.fetch_sub(1, Ordering::SeqCst);
-                // Skip a job whose client left while it was waiting.
-                let gone = match &work {
-                    Work::Generate(job) => job.events.is_closed(),
-                    Work::Embed(job) => job.reply.is_closed(),
-                };
-                if gone {
-                    continue;
-                }
-                worker_status.busy.store(true, Ordering::SeqCst);
-                match work {
-                    Work::Generate(job) => {
-                        run_job(backend.as_mut(), *job, &worker_status, context_shift)
-                    }
-                    Work::Embed(job) => {
-                        let result =
-                            run_embed(backend.as_mut(), job.inputs, job.truncate, &worker_status);
-                        let _ = job.reply.send(result);
-                    }
-                }
-                worker_status.busy.store(false, Ordering::SeqCst);
-            }
+            let _ = loaded_tx.send(Ok(resident));
+            models.serve(jobs, &worker_status, context_shift);
         })
         .map_err(|e| format!("cannot start the generation thread: {e}"))?;
-    let info = loaded_rx
+    let resident = loaded_rx
         .recv()
         .map_err(|_| "the generation thread died while loading the model".to_string())??;
     Ok(WorkerHandle {
         queue,
         capacity: queue_capacity,
-        info,
+        resident,
+        models_dir,
         status,
     })
+}
+
+/// The worker's side of the models: the one loaded, the loader, when to unload.
+struct Models {
+    load: LoadFn,
+    default: String,
+    models_dir: Option<ModelsDir>,
+    /// The loaded model's name and backend.
+    current: Option<(String, Box<dyn Backend>)>,
+    /// When the loaded model is unloaded for being idle.
+    deadline: Option<Instant>,
+    resident: Arc<Mutex<Resident>>,
+}
+
+impl Models {
+    fn new(loader: Loader) -> Models {
+        let info = ModelInfo {
+            name: loader.default.clone(),
+            n_ctx: 0,
+            n_threads: 0,
+            details: ModelDetails::default(),
+        };
+        Models {
+            load: loader.load,
+            default: loader.default,
+            models_dir: loader.models_dir,
+            current: None,
+            deadline: None,
+            resident: Arc::new(Mutex::new(Resident {
+                info,
+                loaded: false,
+                expires: None,
+            })),
+        }
+    }
+
+    fn set_resident(&self, f: impl FnOnce(&mut Resident)) {
+        let mut r = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut r);
+    }
+
+    /// Unloads the model (its memory is given back before another loads).
+    fn unload(&mut self) {
+        self.current = None;
+        self.deadline = None;
+        self.set_resident(|r| {
+            r.loaded = false;
+            r.expires = None;
+        });
+    }
+
+    /// Makes `name` the loaded model: the current one is unloaded first, so that one model at
+    /// a time is in memory and the new one's load sees the whole budget.
+    fn switch_to(&mut self, name: &str) -> Result<(), String> {
+        if self.current.as_ref().is_some_and(|(n, _)| n == name) {
+            return Ok(());
+        }
+        self.unload();
+        let backend = (self.load)(name)?;
+        let info = ModelInfo {
+            name: backend.model_name().to_string(),
+            n_ctx: backend.n_ctx(),
+            n_threads: backend.n_threads(),
+            details: backend.details(),
+        };
+        self.current = Some((name.to_string(), backend));
+        self.set_resident(|r| {
+            r.info = info;
+            r.loaded = true;
+        });
+        Ok(())
+    }
+
+    /// The model a request's name stands for: a folder's model by name (an unknown one is
+    /// an error), else the loaded model, else the default.
+    fn resolve(&self, named: Option<&str>) -> Result<String, JobError> {
+        match (&self.models_dir, named.filter(|n| !n.is_empty())) {
+            (Some(dir), Some(name)) => dir.find(name).map(|m| m.name).ok_or_else(|| {
+                JobError::ModelNotFound(format!(
+                    "model '{name}' not found in {}: the models are {}",
+                    dir.dir.display(),
+                    dir.list()
+                        .iter()
+                        .map(|m| m.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            }),
+            _ => Ok(self
+                .current
+                .as_ref()
+                .map_or_else(|| self.default.clone(), |(n, _)| n.clone())),
+        }
+    }
+
+    /// After a request: a folder's model stays loaded for its keep_alive (five minutes by
+    /// default, 0 unloads at once, -1 for good); the one model of a server without a folder
+    /// stays for good.
+    fn keep(&mut self, keep_alive: Option<KeepAlive>) {
+        if self.models_dir.is_none() || self.current.is_none() {
+            return;
+        }
+        match keep_alive.unwrap_or(DEFAULT_KEEP_ALIVE) {
+            KeepAlive::For(d) if d.is_zero() => self.unload(),
+            KeepAlive::For(d) => {
+                self.deadline = Some(Instant::now() + d);
+                self.set_resident(|r| r.expires = Some(SystemTime::now() + d));
+            }
+            KeepAlive::Forever => {
+                self.deadline = None;
+                self.set_resident(|r| r.expires = None);
+            }
+        }
+    }
+
+    /// Sets the expiry /api/ps reports for a keep_alive that does not unload at once.
+    fn announce(&self, keep_alive: Option<KeepAlive>) {
+        if self.models_dir.is_none() {
+            return;
+        }
+        match keep_alive.unwrap_or(DEFAULT_KEEP_ALIVE) {
+            KeepAlive::For(d) if d.is_zero() => {}
+            KeepAlive::For(d) => self.set_resident(|r| r.expires = Some(SystemTime::now() + d)),
+            KeepAlive::Forever => self.set_resident(|r| r.expires = None),
+        }
+    }
+
+    /// Runs the queue's work until every sender is gone.
+    fn serve(&mut self, jobs: std_mpsc::Receiver<Work>, status: &Status, context_shift: bool) {
+        loop {
+            let work = match self.deadline {
+                Some(t) => match jobs.recv_timeout(t.saturating_duration_since(Instant::now())) {
+                    Ok(w) => w,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.unload();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+                None => match jobs.recv() {
+                    Ok(w) => w,
+                    Err(_) => return,
+                },
+            };
+            status.queued.fetch_sub(1, Ordering::SeqCst);
+            // Skip a job whose client left while it was waiting.
+            if work.abandoned() {
+                continue;
+            }
+            status.busy.store(true, Ordering::SeqCst);
+            self.run(work, status, context_shift);
+            status.busy.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn is_loaded(&self, name: &str) -> bool {
+        self.current.as_ref().is_some_and(|(n, _)| n == name)
+    }
+
+    fn run(&mut self, work: Work, status: &Status, context_shift: bool) {
+        let (named, keep_alive) = work.model();
+        let name = match self.resolve(named) {
+            Ok(n) => n,
+            Err(e) => return work.fail(e),
+        };
+        let unload = keep_alive == Some(KeepAlive::For(std::time::Duration::ZERO));
+        let work = match work {
+            Work::Delete(job) => return self.delete(&name, job),
+            // Unloading a model that is not loaded: nothing to load first.
+            Work::Load(job) if unload && !self.is_loaded(&name) => {
+                let _ = job.reply.send(Ok(false));
+                return;
+            }
+            w => w,
+        };
+        if let Err(e) = self.switch_to(&name) {
+            return work.fail(JobError::Load(e));
+        }
+        // /api/ps shows the expiry this request asked for while it runs (the timer itself
+        // starts when it ends).
+        self.announce(keep_alive);
+        let Some((_, backend)) = self.current.as_mut() else {
+            return work.fail(JobError::Load("no model is loaded".into()));
+        };
+        match work {
+            Work::Generate(job) => run_job(backend.as_mut(), *job, status, context_shift),
+            Work::Embed(job) => {
+                let result = run_embed(backend.as_mut(), job.inputs, job.truncate, status);
+                let _ = job.reply.send(result);
+            }
+            Work::Load(job) => {
+                self.keep(keep_alive);
+                let _ = job.reply.send(Ok(self.current.is_some()));
+                return;
+            }
+            Work::Delete(_) => {}
+        }
+        self.keep(keep_alive);
+    }
+
+    /// Deletes a folder's model file, unloading it first if it is the loaded one.
+    fn delete(&mut self, name: &str, job: DeleteJob) {
+        let Some(found) = self.models_dir.as_ref().and_then(|d| d.find(name)) else {
+            let _ = job.reply.send(Err(JobError::ModelNotFound(format!(
+                "model '{name}' not found: only a model of --models-dir can be deleted"
+            ))));
+            return;
+        };
+        if self.current.as_ref().is_some_and(|(n, _)| *n == found.name) {
+            self.unload();
+        }
+        let result = std::fs::remove_file(&found.path)
+            .map_err(|e| JobError::Load(format!("cannot delete {}: {e}", found.path.display())));
+        let _ = job.reply.send(result);
+    }
 }
 
 /// A prompt ready to run: its tokens, what a context shift keeps, what was left out.
@@ -615,6 +922,8 @@ mod tests {
             stop: stop.iter().map(|s| s.to_string()).collect(),
             constraint: None,
             n_keep: None,
+            model: None,
+            keep_alive: None,
             events: tx,
         };
         run_job(&mut fake, job, &status, context_shift);
@@ -790,6 +1099,8 @@ mod tests {
             stop: Vec::new(),
             constraint: None,
             n_keep: None,
+            model: None,
+            keep_alive: None,
             events: tx,
         };
         let worker_status = status.clone();

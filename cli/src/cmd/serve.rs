@@ -1,15 +1,23 @@
 //! `smolrun serve`: the model as an OpenAI-compatible server with a live chat page at `/`.
 
 use smolrun_server::{
-    self as serve, backend::Backend, engine_backend::EngineBackend, fake::FakeBackend, ServeConfig,
+    self as serve, backend::Backend, engine_backend::EngineBackend, fake::FakeBackend,
+    models::ModelsDir, Loader, ServeConfig,
 };
 use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Model: a path to a .gguf file or a short name (gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
-    #[arg(short = 'm', long, required_unless_present = "fake_backend")]
+    #[arg(short = 'm', long, required_unless_present_any = ["fake_backend", "models_dir"])]
     pub model: Option<String>,
+
+    /// Serve every .gguf file of this folder, by file name: a request naming another model
+    /// unloads the current one and loads it (one at a time, under the memory guard), and a
+    /// model idle for its keep_alive (ollama's; 5 minutes by default) is unloaded. -m names
+    /// the model loaded at start [default: the folder's first by name]
+    #[arg(long = "models-dir", value_name = "DIR")]
+    pub models_dir: Option<std::path::PathBuf>,
     /// Address to listen on. The default answers only this machine; 0.0.0.0 opens the server
     /// to the network (then consider --api-key).
     #[arg(long, default_value = "127.0.0.1")]
@@ -70,6 +78,38 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
             let fake = FakeBackend::new(n_ctx.unwrap_or(2048), delay);
             Ok(Box::new(fake) as Box<dyn Backend>)
         });
+    }
+    if let Some(dir) = args.models_dir {
+        let folder = ModelsDir { dir };
+        folder.check()?;
+        let default = match args.model {
+            Some(name) => {
+                folder
+                    .find(&name)
+                    .ok_or_else(|| {
+                        format!(
+                            "-m {name}: not a model of --models-dir {}",
+                            folder.dir.display()
+                        )
+                    })?
+                    .name
+            }
+            None => folder.list()[0].name.clone(),
+        };
+        let lookup = folder.clone();
+        // Each model is loaded on the generation thread, which owns it until it is unloaded.
+        let loader = Loader {
+            load: Box::new(move |name: &str| {
+                let found = lookup
+                    .find(name)
+                    .ok_or_else(|| format!("model '{name}' is no longer in the folder"))?;
+                let path = found.path.to_string_lossy().into_owned();
+                EngineBackend::load(&path, &options).map(|b| Box::new(b) as Box<dyn Backend>)
+            }),
+            default,
+            models_dir: Some(folder),
+        };
+        return serve::run_with(config, loader);
     }
     let model = args.model.unwrap_or_default();
     // The model is loaded on the generation thread, which owns it from then on.
