@@ -650,6 +650,26 @@ impl Engine {
         ))
     }
 
+    /// The file's GGUF header bytes (what a saved state's key is made from).
+    pub(crate) fn header_bytes(&self) -> &[u8] {
+        let header = self.file.header_bytes();
+        &header[..(self.gguf.data_offset as usize).min(header.len())]
+    }
+
+    pub(crate) fn state_ref(&self) -> &State {
+        &self.state
+    }
+
+    pub(crate) fn state_mut_ref(&mut self) -> &mut State {
+        &mut self.state
+    }
+
+    /// The cache now holds `tokens` (a restored state's).
+    pub(crate) fn set_cached_tokens(&mut self, tokens: &[u32]) {
+        self.cached.clear();
+        self.cached.extend_from_slice(tokens);
+    }
+
     /// Whether [`Engine::shift_context`] works on this model and state: every layer is
     /// attention (a recurrent state or conv window cannot drop positions), no MTP drafting.
     pub fn can_shift_context(&self) -> bool {

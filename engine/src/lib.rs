@@ -55,6 +55,7 @@ pub mod plan;
 pub mod platform;
 pub mod profile;
 pub mod repack_cache;
+pub mod saved_state;
 pub mod speculative;
 
 pub use engine::{

@@ -16,6 +16,7 @@ use super::mtp::MtpState;
 use super::pass::TapFn;
 use super::Model;
 use crate::arena::{Arena, ArenaError, ArenaPlan, ArenaSlice, ArenaUsage, Part, Region};
+use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 
 /// Tokens of a prompt that run together by default: each weight is read once per batch, and
@@ -534,6 +535,62 @@ impl State {
         }
     }
 
+    /// The state after its first `n` positions as byte pieces, in a fixed order, for a saved
+    /// slot or a prompt cache: each attention layer's first `n` key rows then value rows, each
+    /// recurrent layer's conv window and delta-rule matrices (which hold position `pos` only,
+    /// so `n` must be `pos` when there are any). `None` when the state cannot be saved at `n`:
+    /// past what is cached, a recurrent state asked for an earlier position, or MTP drafting
+    /// (its own cache is not saved).
+    pub fn pieces(&self, n: usize) -> Option<Vec<&[u8]>> {
+        if n > self.pos || self.mtp.is_some() || (n != self.pos && self.has_recurrent_layers()) {
+            return None;
+        }
+        let mut out = Vec::new();
+        for l in self.layers.iter() {
+            match l {
+                LayerState::Kv(c) => {
+                    let (kv, v) = (c.keys.len() / self.n_ctx, c.values.len() / self.n_ctx);
+                    out.push(bytes_of(&c.keys[..n * kv]));
+                    out.push(bytes_of(&c.values[..n * v]));
+                }
+                LayerState::Recurrent(r) => {
+                    out.push(bytes_of(&r.conv));
+                    out.push(bytes_of(&r.ssm));
+                    out.push(bytes_of(&r.ssm_f16));
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// The pieces [`State::pieces`] gives for `n` positions, to be filled in the same order
+    /// (a restore); the state then stands at position `n`. `None` past the context, or with
+    /// MTP drafting. What the caller does not fill is left as it was: it must fill them all.
+    pub fn pieces_mut(&mut self, n: usize) -> Option<Vec<&mut [u8]>> {
+        if n > self.n_ctx || self.mtp.is_some() {
+            return None;
+        }
+        self.pos = n;
+        self.steps_kept = 0;
+        let n_ctx = self.n_ctx;
+        let mut out = Vec::new();
+        for l in self.layers.iter_mut() {
+            match l {
+                LayerState::Kv(c) => {
+                    let (kv, v) = (c.keys.len() / n_ctx, c.values.len() / n_ctx);
+                    out.push(bytes_of_mut(&mut c.keys[..n * kv]));
+                    out.push(bytes_of_mut(&mut c.values[..n * v]));
+                }
+                LayerState::Recurrent(r) => {
+                    out.push(bytes_of_mut(&mut r.conv));
+                    out.push(bytes_of_mut(&mut r.ssm));
+                    out.push(bytes_of_mut(&mut r.ssm_f16));
+                }
+            }
+        }
+        Some(out)
+    }
+
     /// Layer `l`'s KV cache, `(keys, values)` as f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`
     /// for every position the state has room for; `None` for a recurrent layer.
     pub fn kv_cache(&self, l: usize) -> Option<(&[u16], &[u16])> {
@@ -600,5 +657,26 @@ impl State {
     /// The arena's plan and what it handed out, part by part (`--verbose` prints it).
     pub fn arena(&self) -> &ArenaUsage {
         &self.arena
+    }
+}
+
+/// A value type whose every bit pattern is a value and which has no padding: its slices may
+/// be seen as bytes both ways (what a saved state is made of).
+trait Plain: Copy {}
+impl Plain for u8 {}
+impl Plain for u16 {}
+impl Plain for f32 {}
+
+fn bytes_of<T: Plain>(x: &[T]) -> &[u8] {
+    // SAFETY: `Plain` types have no padding, so every byte of the slice is initialised; the
+    // length is the slice's size in bytes and u8 has alignment 1.
+    unsafe { core::slice::from_raw_parts(x.as_ptr().cast::<u8>(), core::mem::size_of_val(x)) }
+}
+
+fn bytes_of_mut<T: Plain>(x: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `bytes_of`; and every bit pattern written through the bytes is a valid
+    // `T` (`Plain`), so the slice stays valid whatever is written.
+    unsafe {
+        core::slice::from_raw_parts_mut(x.as_mut_ptr().cast::<u8>(), core::mem::size_of_val(x))
     }
 }
