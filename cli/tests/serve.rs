@@ -1400,3 +1400,76 @@ fn a_models_folder_switches_models_by_name_and_unloads_them() {
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// llama-server's slot API: the cache saved to a file under --slot-save-path, erased, and read
+/// back (the same tokens), with its answers' shapes; names that are paths, a missing file, a
+/// damaged one and a server without the folder are 400s, and the slot stays usable.
+#[test]
+fn slots_save_restore_and_erase_the_cache() {
+    let root = std::env::temp_dir().join(format!("smolrun-serve-slots-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (models, slots) = (root.join("models"), root.join("slots"));
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(
+        smolrun_tests::model_path("synthetic-qwen3"),
+        models.join("tiny.gguf"),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "--models-dir",
+        models.to_str().unwrap(),
+        "--slot-save-path",
+        slots.to_str().unwrap(),
+        "-c",
+        "256",
+        "-t",
+        "1",
+    ]);
+    let body = json!({"messages": [{"role": "user", "content": "Tell me about the sea."}],
+                      "max_tokens": 4});
+    assert_eq!(post(server.addr, "/v1/chat/completions", &body).status, 200);
+    let slot = |action: &str, filename: &str| {
+        post(
+            server.addr,
+            &format!("/slots/0?action={action}"),
+            &json!({ "filename": filename }),
+        )
+    };
+    let saved = slot("save", "sea.bin").json();
+    let n = saved["n_saved"].as_u64().unwrap();
+    assert!(n > 8, "{saved}");
+    assert_eq!(saved["filename"], "sea.bin");
+    assert!(saved["n_written"].as_u64().unwrap() > 0 && saved["timings"]["save_ms"].is_number());
+    assert!(slots.join("sea.bin").is_file());
+    assert_eq!(slot("erase", "").json()["n_erased"], n);
+    let restored = slot("restore", "sea.bin").json();
+    assert_eq!(restored["n_restored"], n, "{restored}");
+    assert_eq!(restored["n_read"], saved["n_written"]);
+    assert_eq!(get(server.addr, "/slots").json()[0]["id"], 0);
+
+    for bad in ["../sea.bin", "/etc/passwd", "", ".hidden"] {
+        assert_eq!(slot("save", bad).status, 400, "{bad}");
+    }
+    assert_eq!(slot("restore", "missing.bin").status, 400);
+    std::fs::write(slots.join("junk.bin"), b"SMOLSTAT but nothing else").unwrap();
+    assert_eq!(slot("restore", "junk.bin").status, 400);
+    assert_eq!(slot("dance", "sea.bin").status, 400);
+    assert_eq!(
+        post(server.addr, "/slots/1?action=erase", &json!({})).status,
+        400
+    );
+    // Still answering.
+    assert_eq!(post(server.addr, "/v1/chat/completions", &body).status, 200);
+    drop(server);
+
+    let server = Server::start(&["--models-dir", models.to_str().unwrap(), "-t", "1"]);
+    let r = post(
+        server.addr,
+        "/slots/0?action=save",
+        &json!({"filename": "x.bin"}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(String::from_utf8_lossy(&r.body).contains("--slot-save-path"));
+    drop(server);
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -245,4 +245,20 @@ pub trait Backend {
     /// The embedding of `tokens` (at most `n_ctx` of them): pooled over the positions and at
     /// unit length. It runs on a fresh cache; the next `generate` starts from nothing.
     fn embed(&mut self, tokens: &[u32]) -> Result<Vec<f32>, String>;
+    /// Saves the cache (its tokens and state) to `path`: (tokens, bytes written).
+    fn save_cache(&mut self, _path: &std::path::Path) -> Result<(usize, u64), String> {
+        Err("this model cannot save its cache".into())
+    }
+    /// Reads a cache `save_cache` wrote: (tokens, bytes read).
+    fn restore_cache(&mut self, _path: &std::path::Path) -> Result<(usize, u64), String> {
+        Err("this model cannot restore a cache".into())
+    }
+    /// Forgets the cache; returns how many tokens it held.
+    fn erase_cache(&mut self) -> usize {
+        0
+    }
+    /// Tokens in the cache.
+    fn cached_tokens(&self) -> usize {
+        0
+    }
 }

@@ -290,6 +290,26 @@ impl Backend for EngineBackend {
         let pooling = self.pooling.clone()?;
         self.engine.embed(tokens, pooling).map_err(String::from)
     }
+
+    fn save_cache(&mut self, path: &std::path::Path) -> Result<(usize, u64), String> {
+        let saved = self.engine.save_state(path, None).map_err(String::from)?;
+        Ok((saved.tokens, saved.bytes))
+    }
+
+    fn restore_cache(&mut self, path: &std::path::Path) -> Result<(usize, u64), String> {
+        let read = self.engine.restore_state(path).map_err(String::from)?;
+        Ok((read.tokens, read.bytes))
+    }
+
+    fn erase_cache(&mut self) -> usize {
+        let n = self.engine.n_cached();
+        self.engine.reset();
+        n
+    }
+
+    fn cached_tokens(&self) -> usize {
+        self.engine.n_cached()
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use super::state::{system_json, CpuMeter};
 use super::tools::ToolCallStream;
 use super::worker::{
     self, DeleteJob, Dropped, EmbedInput, EmbedJob, Embeddings, Event, Job, JobError, LoadJob,
-    Summary, WorkerHandle,
+    SlotAction, SlotDone, SlotJob, Summary, WorkerHandle,
 };
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -42,6 +42,8 @@ pub struct App {
     pub counters: Arc<super::metrics::Counters>,
     next_id: AtomicU64,
     started: u64,
+    /// `--slot-save-path`: where `/slots/0?action=save|restore` files go (None: refused).
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 impl App {
@@ -53,6 +55,7 @@ impl App {
             counters: Arc::new(super::metrics::Counters::new()),
             next_id: AtomicU64::new(1),
             started: unix_time(),
+            slot_save_path: None,
         }
     }
 }
@@ -73,6 +76,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
+        .route("/slots", get(slots))
+        .route("/slots/{id}", post(slot_action))
         .route("/api/version", get(ollama_version))
         .route("/api/tags", get(ollama_tags))
         .route("/api/ps", get(ollama_ps))
@@ -249,6 +254,106 @@ async fn health() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
+/// GET /slots (llama-server's): the one slot, its context and what its cache holds.
+async fn slots(State(app): State<Arc<App>>) -> Response {
+    let info = app.worker.info();
+    let status = &app.worker.status;
+    json_response(
+        StatusCode::OK,
+        &json!([{
+            "id": 0,
+            "n_ctx": info.n_ctx,
+            "is_processing": status.busy.load(Ordering::Relaxed),
+            "model": info.name,
+        }]),
+    )
+}
+
+/// POST /slots/0?action=save|restore|erase (llama-server's API and answers): the cache saved
+/// to `{"filename": NAME}` under `--slot-save-path`, read back from it, or forgotten. A file of
+/// another model or a damaged one is a 400 and the cache stays usable.
+async fn slot_action(
+    State(app): State<Arc<App>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    uri: axum::http::Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        if id != "0" {
+            return Err(ApiError::invalid_request(format!(
+                "no slot {id}: this server has one, slot 0"
+            )));
+        }
+        let action = uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("action="))
+            .unwrap_or("");
+        let file = |app: &App| -> Result<(String, std::path::PathBuf), ApiError> {
+            let dir = app.slot_save_path.as_ref().ok_or_else(|| {
+                ApiError::invalid_request(
+                    "slots are not saved: start the server with --slot-save-path DIR",
+                )
+            })?;
+            let body = request_body(body)?;
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let name = v["filename"].as_str().unwrap_or("").to_string();
+            // A file name, never a path.
+            let plain = !name.is_empty()
+                && !name.starts_with('.')
+                && !name.contains(['/', '\\'])
+                && name.len() <= 255;
+            if !plain {
+                return Err(ApiError::invalid_request(format!(
+                    "'filename' must be a plain file name under --slot-save-path, got {name:?}"
+                ))
+                .with_param("filename"));
+            }
+            Ok((name.clone(), dir.join(name)))
+        };
+        let (filename, slot_action) = match action {
+            "save" => {
+                let (name, path) = file(&app)?;
+                (Some(name), SlotAction::Save(path))
+            }
+            "restore" => {
+                let (name, path) = file(&app)?;
+                (Some(name), SlotAction::Restore(path))
+            }
+            "erase" => (None, SlotAction::Erase),
+            other => {
+                return Err(ApiError::invalid_request(format!(
+                    "action={other:?}: give action=save, restore or erase"
+                )))
+            }
+        };
+        let (reply, answer) = oneshot::channel();
+        app.worker
+            .submit_slot(SlotJob {
+                action: slot_action,
+                reply,
+            })
+            .map_err(|_| ApiError::queue_full(app.worker.capacity))?;
+        let done: SlotDone = match answer.await {
+            Ok(r) => r.map_err(job_error)?,
+            Err(_) => return Err(ApiError::internal("the generation thread stopped")),
+        };
+        Ok(match action {
+            "save" => json!({"id_slot": 0, "filename": filename, "n_saved": done.tokens,
+                             "n_written": done.bytes, "timings": {"save_ms": done.ms}}),
+            "restore" => json!({"id_slot": 0, "filename": filename, "n_restored": done.tokens,
+                                "n_read": done.bytes, "timings": {"restore_ms": done.ms}}),
+            _ => json!({"id_slot": 0, "n_erased": done.tokens}),
+        })
+    }
+    .await;
+    match result {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// GET /v1/models: the loaded model, or with `--models-dir` every model of the folder (those
 /// not loaded without their context length, which their header holds).
 async fn models(State(app): State<Arc<App>>) -> Response {
@@ -344,6 +449,7 @@ fn job_error(e: JobError) -> ApiError {
         JobError::Engine(m) => ApiError::internal(format!("generation failed: {m}")),
         JobError::ModelNotFound(m) => ApiError::model_not_found(m),
         JobError::Load(m) => ApiError::internal(m),
+        JobError::Slot(m) => ApiError::invalid_request(m),
     }
 }
 

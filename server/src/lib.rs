@@ -48,6 +48,8 @@ pub struct ServeConfig {
     /// tokens (the system prompt, or the request's `n_keep`) and goes on, as ollama does and
     /// llama-server with `--context-shift`; off: the answer ends with finish_reason "length".
     pub context_shift: bool,
+    /// `--slot-save-path`: the folder `/slots/0?action=save|restore` read and write.
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 /// A slow or idle client gets this long to send its request headers.
@@ -98,7 +100,9 @@ pub fn run_with(config: ServeConfig, loader: Loader) -> Result<(), String> {
         );
     }
 
-    let app = Arc::new(http::App::new(worker, config.api_key));
+    let mut app = http::App::new(worker, config.api_key);
+    app.slot_save_path = config.slot_save_path;
+    let app = Arc::new(app);
     let router = http::router(app);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()

@@ -73,6 +73,25 @@ pub struct LoadJob {
     pub reply: oneshot::Sender<Result<bool, JobError>>,
 }
 
+/// llama-server's `/slots/0?action=...`: save the cache to a file, restore it, or erase it.
+pub struct SlotJob {
+    pub action: SlotAction,
+    pub reply: oneshot::Sender<Result<SlotDone, JobError>>,
+}
+
+pub enum SlotAction {
+    Save(std::path::PathBuf),
+    Restore(std::path::PathBuf),
+    Erase,
+}
+
+/// Tokens and bytes a slot action moved, and how long it took.
+pub struct SlotDone {
+    pub tokens: usize,
+    pub bytes: u64,
+    pub ms: f64,
+}
+
 /// Delete a folder's model file (unloading it first when it is the one loaded).
 pub struct DeleteJob {
     pub model: String,
@@ -92,6 +111,7 @@ pub enum Work {
     Embed(EmbedJob),
     Load(LoadJob),
     Delete(DeleteJob),
+    Slot(SlotJob),
 }
 
 impl Work {
@@ -102,6 +122,8 @@ impl Work {
             Work::Embed(j) => (j.model.as_deref(), j.keep_alive),
             Work::Load(j) => (j.model.as_deref(), j.keep_alive),
             Work::Delete(j) => (Some(&j.model), None),
+            // The loaded model's cache, whichever it is.
+            Work::Slot(_) => (None, None),
         }
     }
 
@@ -111,7 +133,7 @@ impl Work {
             Work::Generate(j) => j.events.is_closed(),
             Work::Embed(j) => j.reply.is_closed(),
             Work::Load(j) => j.reply.is_closed(),
-            Work::Delete(_) => false,
+            Work::Delete(_) | Work::Slot(_) => false,
         }
     }
 
@@ -128,6 +150,9 @@ impl Work {
                 let _ = j.reply.send(Err(e));
             }
             Work::Delete(j) => {
+                let _ = j.reply.send(Err(e));
+            }
+            Work::Slot(j) => {
                 let _ = j.reply.send(Err(e));
             }
         }
@@ -219,6 +244,8 @@ pub enum JobError {
     ModelNotFound(String),
     /// The model could not be loaded (500), or deleted.
     Load(String),
+    /// A slot save or restore failed (400: a file of another model, a damaged one).
+    Slot(String),
 }
 
 pub enum Event {
@@ -315,6 +342,11 @@ impl WorkerHandle {
     /// Queue a load or unload (refused like `submit` when the queue is full).
     pub fn submit_load(&self, job: LoadJob) -> Result<(), QueueFull> {
         self.submit_work(Work::Load(job))
+    }
+
+    /// Queue a slot save, restore or erase (refused like `submit` when the queue is full).
+    pub fn submit_slot(&self, job: SlotJob) -> Result<(), QueueFull> {
+        self.submit_work(Work::Slot(job))
     }
 
     /// Queue a delete (refused like `submit` when the queue is full).
@@ -576,6 +608,21 @@ impl Models {
             Work::Load(job) => {
                 self.keep(keep_alive);
                 let _ = job.reply.send(Ok(self.current.is_some()));
+                return;
+            }
+            Work::Slot(job) => {
+                let t0 = Instant::now();
+                let done = match &job.action {
+                    SlotAction::Save(path) => backend.save_cache(path),
+                    SlotAction::Restore(path) => backend.restore_cache(path),
+                    SlotAction::Erase => Ok((backend.erase_cache(), 0)),
+                };
+                let done = done.map(|(tokens, bytes)| SlotDone {
+                    tokens,
+                    bytes,
+                    ms: t0.elapsed().as_secs_f64() * 1000.0,
+                });
+                let _ = job.reply.send(done.map_err(JobError::Slot));
                 return;
             }
             Work::Delete(_) => {}

@@ -41,6 +41,11 @@ pub struct Args {
     /// with --context-shift (models with recurrent or convolution layers always end it)
     #[arg(long)]
     pub no_context_shift: bool,
+
+    /// Folder for llama-server's /slots/0?action=save|restore (the cache saved to a file and
+    /// read back, so a long prompt is not run again)
+    #[arg(long, value_name = "DIR")]
+    pub slot_save_path: Option<std::path::PathBuf>,
     /// Compute threads [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -63,6 +68,10 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
     if args.threads == Some(0) {
         return Err("-t 0: use at least one thread".into());
     }
+    if let Some(dir) = &args.slot_save_path {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("--slot-save-path {}: {e}", dir.display()))?;
+    }
     let options = globals.engine_options(args.ctx, args.threads, &args.mem, Some(&args.draft))?;
     let config = ServeConfig {
         host: args.host,
@@ -70,6 +79,7 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
         api_key: args.api_key.filter(|k| !k.is_empty()),
         queue: args.queue,
         context_shift: !args.no_context_shift,
+        slot_save_path: args.slot_save_path,
     };
     let n_ctx = args.ctx;
     if args.fake_backend {
