@@ -276,6 +276,69 @@ mod tests {
         }
     }
 
+    /// The prompt cache: the first conversation with a prefix runs it and saves it, the next
+    /// reads it back (bit for bit the same logits after the rest of the prompt), a prefix
+    /// already in the engine's cache needs nothing, and the folder keeps to its budget by
+    /// dropping the least recently used file.
+    #[test]
+    fn the_prompt_cache_reads_a_prefix_back_and_keeps_to_its_budget() {
+        let dir = scratch("prompt-cache");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut cache = super::PromptCache {
+            dir: dir.clone(),
+            max_bytes: u64::MAX,
+            min_tokens: 8,
+        };
+        let mut engine = open_test(&gemma_path(), 128, 2);
+        let tokens = engine.tokenize(TEXT, true, false);
+        let prefix = tokens.len() / 2;
+        use super::PrefixCache::*;
+        assert_eq!(
+            cache.prepare(&mut engine, &tokens, prefix).unwrap(),
+            Saved { tokens: prefix }
+        );
+        assert_eq!(
+            cache.prepare(&mut engine, &tokens, prefix).unwrap(),
+            NotNeeded
+        );
+        engine.prefill(&tokens).unwrap();
+        let logits = engine.logits().to_vec();
+        engine.reset();
+        assert_eq!(
+            cache.prepare(&mut engine, &tokens, prefix).unwrap(),
+            Restored { tokens: prefix }
+        );
+        assert_eq!(engine.prefill(&tokens).unwrap(), tokens.len() - prefix);
+        assert_eq!(engine.logits(), &logits[..]);
+        assert_eq!(cache.prepare(&mut engine, &tokens, 4).unwrap(), NotNeeded);
+
+        // Room for one file: a second prefix pushes the first out.
+        let one = std::fs::read_dir(&dir)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .metadata()
+            .unwrap()
+            .len();
+        cache.max_bytes = one + one / 2;
+        engine.reset();
+        let other = engine.tokenize(
+            "A different system prompt, long enough to be saved.",
+            true,
+            false,
+        );
+        let saved = cache.prepare(&mut engine, &other, other.len() - 1).unwrap();
+        assert!(matches!(saved, Saved { .. }), "{saved:?}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        engine.reset();
+        assert!(matches!(
+            cache.prepare(&mut engine, &tokens, prefix).unwrap(),
+            Saved { .. }
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A file of another model, a truncated or damaged one, and a save that cannot be written
     /// are clear errors; the first two leave the cache as it was, a damaged one (found at the
     /// end) forgets it; a failed save leaves no temporary file.
@@ -319,6 +382,109 @@ mod tests {
         assert!(!nowhere.parent().unwrap().exists());
         for f in [file, truncated] {
             std::fs::remove_file(f).unwrap();
+        }
+    }
+}
+
+/// The prompt cache on flash: the state after a long prompt prefix (a chat's system prompt)
+/// saved under a name made of the model's key and the prefix's tokens, so that the next
+/// conversation with the same prefix, in this process or the next, reads it back instead of
+/// running it again. Bounded in bytes; the least recently used files go first.
+#[derive(Debug, Clone)]
+pub struct PromptCache {
+    pub dir: std::path::PathBuf,
+    pub max_bytes: u64,
+    /// Shorter prefixes are cheaper to run than to read back.
+    pub min_tokens: usize,
+}
+
+/// What the prompt cache did for one prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixCache {
+    /// The prefix was in the engine's cache already, or too short to be worth a file.
+    NotNeeded,
+    /// Read back from a file.
+    Restored { tokens: usize },
+    /// Run, then saved to a file.
+    Saved { tokens: usize },
+}
+
+impl PromptCache {
+    fn file_for(&self, key: u64, prefix: &[u32]) -> std::path::PathBuf {
+        let mut h = Fnv(key);
+        for t in prefix {
+            h.feed(&t.to_le_bytes());
+        }
+        self.dir
+            .join(format!("{:016x}-{}.state", h.0, prefix.len()))
+    }
+
+    /// Makes the engine's cache hold `prompt[..prefix]` the cheap way: already there, read
+    /// from a file, or run and then saved (a damaged or foreign file is run again and
+    /// replaced). What follows the prefix is the caller's to run.
+    pub fn prepare(
+        &self,
+        engine: &mut Engine,
+        prompt: &[u32],
+        prefix: usize,
+    ) -> Result<PrefixCache, EngineError> {
+        let prefix = prefix.min(prompt.len().saturating_sub(1));
+        let cached = engine
+            .cached_tokens()
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if prefix < self.min_tokens || cached >= prefix {
+            return Ok(PrefixCache::NotNeeded);
+        }
+        let file = self.file_for(engine.state_key(), &prompt[..prefix]);
+        if file.is_file() {
+            if let Ok(read) = engine.restore_state(&file) {
+                if engine.cached_tokens() == &prompt[..prefix] {
+                    // Used: the last to be evicted.
+                    let _ = std::fs::File::options()
+                        .append(true)
+                        .open(&file)
+                        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                    return Ok(PrefixCache::Restored {
+                        tokens: read.tokens,
+                    });
+                }
+            }
+            engine.reset();
+        }
+        engine.prefill(&prompt[..prefix])?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| {
+            EngineError::system(format!("--prompt-cache {}: {e}", self.dir.display()))
+        })?;
+        engine.save_state(&file, Some(prefix))?;
+        self.evict();
+        Ok(PrefixCache::Saved { tokens: prefix })
+    }
+
+    /// Removes the least recently used files until the folder holds at most `max_bytes`.
+    fn evict(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut files: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "state"))
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        files.sort();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        for (_, len, path) in files {
+            if total <= self.max_bytes {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
         }
     }
 }

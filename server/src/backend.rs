@@ -231,13 +231,16 @@ pub trait Backend {
     /// With a `constraint`, only text its grammar allows is generated; the grammar's end
     /// ends the answer (`Finish::EndOfGeneration`). With `shift_keep`, a context that fills
     /// while generating keeps its first `shift_keep` tokens, drops half of the rest and goes
-    /// on (llama.cpp's context shift), where the model can.
+    /// on (llama.cpp's context shift), where the model can. `prefix`: the prompt's first
+    /// tokens that other conversations share (a chat's system prompt), which a backend with a
+    /// prompt cache reads back instead of running.
     fn generate(
         &mut self,
         prompt: &[u32],
         params: &SamplingParams,
         constraint: Option<&Constraint>,
         shift_keep: Option<usize>,
+        prefix: usize,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
     ) -> Result<Generated, String>;
     /// The model file's details for the Ollama API.

@@ -16,6 +16,7 @@ use smolrun_core::sampler::SamplerParams;
 use smolrun_engine::chat_template::ChatTemplate;
 use smolrun_engine::constrained::{token_trie, GrammarFilter};
 use smolrun_engine::file::ModelFile;
+use smolrun_engine::saved_state::PromptCache;
 use smolrun_engine::{Engine, EngineOptions, GenerateOptions, StopReason, TokenStep};
 use std::ops::ControlFlow;
 
@@ -34,6 +35,8 @@ pub struct EngineBackend {
     pooling: Result<Pooling, String>,
     /// The vocabulary by bytes, for grammars: built by the first request that has one.
     trie: Option<TokenTrie>,
+    /// `--prompt-cache`: system prompts saved on flash and read back.
+    prompt_cache: Option<PromptCache>,
 }
 
 impl EngineBackend {
@@ -65,7 +68,14 @@ impl EngineBackend {
             details,
             pooling,
             trie: None,
+            prompt_cache: None,
         })
+    }
+
+    /// Reads long prompt prefixes (system prompts) back from `cache` instead of running them.
+    pub fn with_prompt_cache(mut self, cache: Option<PromptCache>) -> Self {
+        self.prompt_cache = cache;
+        self
     }
 }
 
@@ -214,8 +224,15 @@ impl Backend for EngineBackend {
         params: &SamplingParams,
         constraint: Option<&Constraint>,
         shift_keep: Option<usize>,
+        prefix: usize,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
     ) -> Result<Generated, String> {
+        if let Some(cache) = &self.prompt_cache {
+            // A failure here costs only the cache: the prompt then runs as usual.
+            if let Err(e) = cache.prepare(&mut self.engine, prompt, prefix) {
+                eprintln!("smolrun serve: prompt cache: {e}");
+            }
+        }
         if constraint.is_some() && self.trie.is_none() {
             self.trie = Some(token_trie(&self.engine.tokenizer));
         }

@@ -105,6 +105,7 @@ impl Backend for FakeBackend {
         // The fake echoes; it has no vocabulary for a grammar to choose from.
         _constraint: Option<&Constraint>,
         shift_keep: Option<usize>,
+        _prefix: usize,
         on_token: &mut dyn FnMut(TokenEvent) -> Control,
     ) -> Result<Generated, String> {
         if prompt.len() >= self.n_ctx {
@@ -250,10 +251,17 @@ mod tests {
         let tokens = fake.tokenize(&prompt).unwrap();
         let mut out = Vec::new();
         let finish = fake
-            .generate(&tokens, &SamplingParams::default(), None, None, &mut |t| {
-                out.extend_from_slice(&t.bytes);
-                Control::Continue
-            })
+            .generate(
+                &tokens,
+                &SamplingParams::default(),
+                None,
+                None,
+                0,
+                &mut |t| {
+                    out.extend_from_slice(&t.bytes);
+                    Control::Continue
+                },
+            )
             .unwrap();
         assert_eq!(finish, Finish::EndOfGeneration.into());
         assert_eq!(String::from_utf8(out).unwrap(), "echo: héllo");
@@ -265,10 +273,17 @@ mod tests {
         let tokens = fake.tokenize("[loop]").unwrap();
         let mut n = 0;
         let finish = fake
-            .generate(&tokens, &SamplingParams::default(), None, None, &mut |_| {
-                n += 1;
-                Control::Continue
-            })
+            .generate(
+                &tokens,
+                &SamplingParams::default(),
+                None,
+                None,
+                0,
+                &mut |_| {
+                    n += 1;
+                    Control::Continue
+                },
+            )
             .unwrap();
         assert_eq!(finish, Finish::ContextFull.into());
         assert_eq!(n + tokens.len(), 40);

@@ -814,6 +814,7 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status, context_shift: 
         &job.params,
         constraint,
         shift_keep,
+        plan.n_system,
         &mut |token: TokenEvent| {
             let now = Instant::now();
             first_token_at.get_or_insert(now);

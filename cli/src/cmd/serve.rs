@@ -1,5 +1,6 @@
 //! `smolrun serve`: the model as an OpenAI-compatible server with a live chat page at `/`.
 
+use smolrun_engine::saved_state::PromptCache;
 use smolrun_server::{
     self as serve, backend::Backend, engine_backend::EngineBackend, fake::FakeBackend,
     models::ModelsDir, Loader, ServeConfig,
@@ -46,6 +47,16 @@ pub struct Args {
     /// read back, so a long prompt is not run again)
     #[arg(long, value_name = "DIR")]
     pub slot_save_path: Option<std::path::PathBuf>,
+
+    /// Save the cache after a chat's system prompt (128 tokens or more) in this folder, keyed
+    /// by the model and the prompt's tokens, and read it back for the next conversation with
+    /// the same system prompt, in this run or the next, instead of running it again
+    #[arg(long, value_name = "DIR")]
+    pub prompt_cache: Option<std::path::PathBuf>,
+
+    /// The prompt cache's size on flash; the least recently used files go first
+    #[arg(long, value_name = "MB", default_value_t = 512)]
+    pub prompt_cache_mb: u64,
     /// Compute threads [default: one per core].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -81,6 +92,11 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
         context_shift: !args.no_context_shift,
         slot_save_path: args.slot_save_path,
     };
+    let prompt_cache = args.prompt_cache.map(|dir| PromptCache {
+        dir,
+        max_bytes: args.prompt_cache_mb << 20,
+        min_tokens: 128,
+    });
     let n_ctx = args.ctx;
     if args.fake_backend {
         let delay = Duration::from_millis(args.fake_token_ms);
@@ -107,6 +123,7 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
             None => folder.list()[0].name.clone(),
         };
         let lookup = folder.clone();
+        let cache = prompt_cache;
         // Each model is loaded on the generation thread, which owns it until it is unloaded.
         let loader = Loader {
             load: Box::new(move |name: &str| {
@@ -114,7 +131,8 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
                     .find(name)
                     .ok_or_else(|| format!("model '{name}' is no longer in the folder"))?;
                 let path = found.path.to_string_lossy().into_owned();
-                EngineBackend::load(&path, &options).map(|b| Box::new(b) as Box<dyn Backend>)
+                EngineBackend::load(&path, &options)
+                    .map(|b| Box::new(b.with_prompt_cache(cache.clone())) as Box<dyn Backend>)
             }),
             default,
             models_dir: Some(folder),
@@ -124,6 +142,7 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
     let model = args.model.unwrap_or_default();
     // The model is loaded on the generation thread, which owns it from then on.
     serve::run(config, move || {
-        EngineBackend::load(&model, &options).map(|b| Box::new(b) as Box<dyn Backend>)
+        EngineBackend::load(&model, &options)
+            .map(|b| Box::new(b.with_prompt_cache(prompt_cache)) as Box<dyn Backend>)
     })
 }
