@@ -1,0 +1,193 @@
+//! IQ2_XXS . Q8_K (#33). Super-block (66 bytes): f16 d at 0, then 8 sub-blocks of 8 bytes: 4
+//! grid indices (one byte each, into the 256 entries of [`IQ2XXS_GRID`]) and a u32 whose bits
+//! 7l..7l+7 are group l's sign field (into the 128 entries of [`KSIGNS64`]) and bits 28..32
+//! the sub-block scale s.
+//!
+//! The integer part runs in `asm!` (`block_sums_*`): per sub-block, the 4 indices and 4 sign
+//! fields are cut out with `and`/`ubfx` (8 and 7 bits wide: every table read is in bounds,
+//! whatever the file holds) and their entries loaded with `ldr d` at index * 8; the grid
+//! magnitudes take their signs as (g ^ m) - m with the 0x00/0xFF byte masks, then meet the 32
+//! activations: `smull`/`smlal` (four products per i16 lane: at most 4 * 43 * 128 < 2^15)
+//! and one widening `smlal` by 2s + 1 into i32 lanes, or `sdot` and `mla` with dotprod. Each
+//! super-block's lanes are added (`addv`) into the scalar twin's exact integer and stored to a
+//! small stack buffer; the float part then runs in Rust, the twin's steps in its order
+//! (`smolrun_core::quant::iq2_xxs::vec_dot`: sumf += (f16(d) * dy) * bsum, then 0.125 * sumf),
+//! so both faces return the scalar result bit for bit.
+
+use super::{whole_blocks, Q8_K_BYTES, QK_K};
+use crate::iq_grids::{IQ2XXS_GRID, KSIGNS64};
+use core::arch::asm;
+
+const IQ2_XXS_BYTES: usize = 66;
+
+/// Super-blocks whose integer sums are gathered before the float part runs.
+const RUN: usize = 16;
+
+/// `out[b]` = the exact integer of super-block b (weights from `x`, the first block's qs at
+/// byte 2; activations from `y`, the first Q8_K block's quants at byte 4), for b in 0..n
+/// (n >= 1), with ARMv8.0 widening multiplies. `$dot` is the per-sub-block product (the
+/// faces differ only there).
+macro_rules! block_sums {
+    ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
+        asm!(
+            $($pre,)*
+            "2:",
+            "movi v20.4s, #0",
+            "mov {c:w}, #8",
+            "3:",
+            "ldp {a:w}, {b:w}, [{x}], #8",
+            "and {i0:w}, {a:w}, #0xff",
+            "ubfx {i1:w}, {a:w}, #8, #8",
+            "ubfx {i2:w}, {a:w}, #16, #8",
+            "lsr {i3:w}, {a:w}, #24",
+            "ldr d0, [{grid}, {i0}, lsl #3]",
+            "ldr d1, [{grid}, {i1}, lsl #3]",
+            "ldr d2, [{grid}, {i2}, lsl #3]",
+            "ldr d3, [{grid}, {i3}, lsl #3]",
+            "and {i0:w}, {b:w}, #0x7f",
+            "ubfx {i1:w}, {b:w}, #7, #7",
+            "ubfx {i2:w}, {b:w}, #14, #7",
+            "ubfx {i3:w}, {b:w}, #21, #7",
+            "ldr d4, [{signs}, {i0}, lsl #3]",
+            "ldr d5, [{signs}, {i1}, lsl #3]",
+            "ldr d6, [{signs}, {i2}, lsl #3]",
+            "ldr d7, [{signs}, {i3}, lsl #3]",
+            "lsr {b:w}, {b:w}, #28",
+            "orr {b:w}, {one:w}, {b:w}, lsl #1",
+            "mov v0.d[1], v1.d[0]",
+            "mov v2.d[1], v3.d[0]",
+            "mov v4.d[1], v5.d[0]",
+            "mov v6.d[1], v7.d[0]",
+            "ld1 {{v16.16b, v17.16b}}, [{y}], #32",
+            "eor v0.16b, v0.16b, v4.16b",
+            "eor v2.16b, v2.16b, v6.16b",
+            "sub v0.16b, v0.16b, v4.16b",
+            "sub v2.16b, v2.16b, v6.16b",
+            $($dot,)*
+            "subs {c:w}, {c:w}, #1",
+            "b.ne 3b",
+            "addv s20, v20.4s",
+            "str s20, [{o}], #4",
+            "add {x}, {x}, #2",
+            "add {y}, {y}, #36",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            grid = in(reg) IQ2XXS_GRID.as_ptr(),
+            signs = in(reg) KSIGNS64.as_ptr(),
+            one = in(reg) 1u64,
+            x = inout(reg) $x => _,
+            y = inout(reg) $y => _,
+            n = inout(reg) $n => _,
+            o = inout(reg) $out => _,
+            a = out(reg) _, b = out(reg) _, c = out(reg) _,
+            i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
+            out("v18") _, out("v19") _, out("v20") _, out("v21") _,
+            options(nostack),
+        )
+    };
+}
+
+/// [`block_sums!`] with ARMv8.0 widening multiplies.
+///
+/// # Safety
+/// Every super-block read must lie inside its slice; `out` holds n values; n >= 1.
+#[inline(always)]
+unsafe fn block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums!(
+        x,
+        y,
+        n,
+        out,
+        [],
+        [
+            "smull v18.8h, v0.8b, v16.8b",
+            "smull2 v19.8h, v0.16b, v16.16b",
+            "smlal v18.8h, v2.8b, v17.8b",
+            "smlal2 v19.8h, v2.16b, v17.16b",
+            "add v18.8h, v18.8h, v19.8h",
+            "dup v21.8h, {b:w}",
+            "smlal v20.4s, v18.4h, v21.4h",
+            "smlal2 v20.4s, v18.8h, v21.8h"
+        ]
+    );
+}
+
+/// [`block_sums_neon`] with `sdot` (ARMv8.2 dotprod).
+///
+/// # Safety
+/// As [`block_sums_neon`], and the CPU must implement dotprod.
+#[inline(always)]
+unsafe fn block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums!(
+        x,
+        y,
+        n,
+        out,
+        [".arch_extension dotprod"],
+        [
+            "movi v18.4s, #0",
+            "sdot v18.4s, v0.16b, v16.16b",
+            "sdot v18.4s, v2.16b, v17.16b",
+            "dup v21.4s, {b:w}",
+            "mla v20.4s, v18.4s, v21.4s"
+        ]
+    );
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], off: usize) -> f32 {
+    super::float::f16_to_f32(u16::from_le_bytes([b[off], b[off + 1]]))
+}
+
+/// A grid format's row . Q8_K over `nb` super-blocks of `bytes`, with `sums` filling a run
+/// of block integers; `last` is the twin's final factor.
+#[inline(always)]
+fn grid_row(
+    nb: usize,
+    w: &[u8],
+    act: &[u8],
+    bytes: usize,
+    last: f32,
+    sums: unsafe fn(*const u8, *const u8, usize, *mut i32),
+) -> f32 {
+    let mut buf = [0i32; RUN];
+    let mut sumf = 0.0f32;
+    let mut b0 = 0;
+    while b0 < nb {
+        let c = (nb - b0).min(RUN);
+        // SAFETY: super-blocks b0..b0 + c lie inside both slices (nb = whole_blocks), c >= 1.
+        unsafe {
+            sums(
+                w.as_ptr().add(b0 * bytes + 2),
+                act.as_ptr().add(b0 * Q8_K_BYTES + 4),
+                c,
+                buf.as_mut_ptr(),
+            )
+        };
+        for (k, &s) in buf[..c].iter().enumerate() {
+            let b = b0 + k;
+            let y = &act[b * Q8_K_BYTES..b * Q8_K_BYTES + 4];
+            let d = f16_at(w, b * bytes) * f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+            sumf += d * s as f32;
+        }
+        b0 += c;
+    }
+    last * sumf
+}
+
+/// IQ2_XXS . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
+pub fn vec_dot_iq2_xxs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ2_XXS_BYTES, act, Q8_K_BYTES);
+    grid_row(nb, w, act, IQ2_XXS_BYTES, 0.125, block_sums_neon)
+}
+
+/// IQ2_XXS . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_iq2_xxs_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ2_XXS_BYTES, act, Q8_K_BYTES);
+    grid_row(nb, w, act, IQ2_XXS_BYTES, 0.125, block_sums_dotprod)
+}
