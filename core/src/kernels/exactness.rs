@@ -102,7 +102,7 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
-        GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS => &[0],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
         GgmlType::TQ1_0 => &[52],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
@@ -117,7 +117,10 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
 /// kernels, `smolrun_kernels::{x86_64::avx2_2bit, aarch64}`, and the grid i-quants,
 /// `x86_64::avx2_iq2` and `aarch64::iq2`).
 fn promises_scalar_bits(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q2_K | GgmlType::TQ2_0 | GgmlType::IQ2_XXS)
+    matches!(
+        ty,
+        GgmlType::Q2_K | GgmlType::TQ2_0 | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS
+    )
 }
 
 pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
@@ -663,7 +666,7 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
 #[test]
 fn grid_iquant_edge_blocks_give_the_scalar_bits() {
     for (ty, fast, scalar) in simd_kernels() {
-        if ty != GgmlType::IQ2_XXS {
+        if !matches!(ty, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS) {
             continue;
         }
         let nb = 3;
@@ -707,12 +710,21 @@ fn grid_iquant_edge_blocks_give_the_scalar_bits() {
                 let mut w = vec![0u8; nb * ty.type_size()];
                 for b in w.chunks_exact_mut(ty.type_size()) {
                     put_f16(b, 0, d);
-                    for sub in b[2..].chunks_exact_mut(8) {
-                        for q in &mut sub[..4] {
-                            *q = index.unwrap_or(rng.next_u64() as u8);
-                        }
+                    // IQ2_XXS: 8 sub-blocks of 4 indices and a word; IQ3_XXS: 64 indices,
+                    // then 8 words.
+                    let (indices, words): (Vec<usize>, Vec<usize>) = match ty {
+                        GgmlType::IQ2_XXS => (
+                            (0..32).map(|i| 2 + 8 * (i / 4) + i % 4).collect(),
+                            (0..8).map(|ib| 6 + 8 * ib).collect(),
+                        ),
+                        _ => ((2..66).collect(), (0..8).map(|ib| 66 + 4 * ib).collect()),
+                    };
+                    for i in indices {
+                        b[i] = index.unwrap_or(rng.next_u64() as u8);
+                    }
+                    for o in words {
                         let word = word.unwrap_or(rng.next_u64() as u32);
-                        sub[4..].copy_from_slice(&word.to_le_bytes());
+                        b[o..o + 4].copy_from_slice(&word.to_le_bytes());
                     }
                 }
                 for (a_case, act) in &acts {
