@@ -90,6 +90,7 @@ pub fn model_file_name(model: &str) -> &'static str {
         "qwen2.5-coder-0.5b-iq4_nl" => "qwen2.5-coder-0.5b-iq4_nl.gguf",
         "qwen2.5-coder-0.5b-iq4_xs" => "qwen2.5-coder-0.5b-iq4_xs.gguf",
         "synthetic-qwen3-iq2_xxs" => "synthetic-qwen3-iq2_xxs.gguf",
+        "synthetic-qwen3-iq3_xxs" => "synthetic-qwen3-iq3_xxs.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }

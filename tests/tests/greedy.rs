@@ -217,6 +217,15 @@ fn synthetic_qwen3_iq2_xxs() {
     );
 }
 
+/// IQ3_XXS (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq3_xxs() {
+    check_greedy_on(
+        "synthetic-qwen3-iq3_xxs",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
 #[test]
 fn synthetic_qwen3_tq1_0() {
     check_greedy("synthetic-qwen3-tq1_0");

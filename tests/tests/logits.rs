@@ -304,6 +304,11 @@ fn synthetic_qwen3_iq2_xxs() {
 }
 
 #[test]
+fn synthetic_qwen3_iq3_xxs() {
+    check_logits("synthetic-qwen3-iq3_xxs");
+}
+
+#[test]
 fn synthetic_qwen3_q2_0() {
     check_logits("synthetic-qwen3-q2_0");
 }

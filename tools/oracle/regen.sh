@@ -33,7 +33,7 @@ threads=2
 # an activation moves the logits by whole units: llama.cpp's own F16 copy of the Q2_0 file scores
 # 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
 lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k
-        qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs synthetic-qwen3-iq2_xxs)
+        qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs synthetic-qwen3-iq2_xxs synthetic-qwen3-iq3_xxs)
 all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe synthetic-lfm2 "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
