@@ -7,10 +7,11 @@
 //!
 //! The integer part runs in `asm!` (`block_sums_*`): per sub-block, the 4 indices and 4 sign
 //! fields are cut out with `and`/`ubfx` (8 and 7 bits wide: every table read is in bounds,
-//! whatever the file holds) and their entries loaded with `ldr d` at index * 8; the grid
-//! magnitudes take their signs as (g ^ m) - m with the 0x00/0xFF byte masks, then meet the 32
-//! activations: `smull`/`smlal` (four products per i16 lane: at most 4 * 43 * 128 < 2^15)
-//! and one widening `smlal` by 2s + 1 into i32 lanes, or `sdot` and `mla` with dotprod. Each
+//! whatever the file holds) and their entries loaded with `ldr d` at index * 8 (each group of
+//! 8 in the low half of its own register); the grid magnitudes take their signs as (g ^ m) - m
+//! with the 0x00/0xFF byte masks, then meet the 32 activations: `smull`/`smlal` (four products
+//! per i16 lane: at most 4 * 43 * 128 < 2^15) and one widening `smlal` by 2s + 1 into i32
+//! lanes, or 64-bit `sdot` and `mla` with dotprod. IQ2_XXS runs two sub-blocks a trip. Each
 //! super-block's lanes are added (`addv`) into the scalar twin's exact integer and stored to a
 //! small stack buffer; the float part then runs in Rust, the twin's steps in its order
 //! (`smolrun_core::quant::iq2_xxs::vec_dot`: sumf += (f16(d) * dy) * bsum, then 0.125 * sumf;
@@ -38,9 +39,10 @@ macro_rules! block_sums {
             "2:",
             "movi v20.4s, #0",
             "mov {c:w}, #4",
-            // Two sub-blocks a trip (A in v0-v7, v16-v17; B in v22-v31), their loads issued
-            // before either's first use: the A53 and A55 issue in order and would otherwise
-            // wait on each load.
+            // Two sub-blocks a trip (A in v0-v7, v16-v19; B in v22-v29, v8-v11), their loads
+            // issued before either's first use: the A53 and A55 issue in order and would
+            // otherwise wait on each load. Each group of 8 stays in the low half of its
+            // register (no lane inserts, which the in-order cores wait on too).
             "3:",
             "ldp {a:w}, {b:w}, [{x}], #8",
             "ldp {a2:w}, {b2:w}, [{x}], #8",
@@ -76,28 +78,28 @@ macro_rules! block_sums {
             "ldr d27, [{signs}, {j1}, lsl #3]",
             "ldr d28, [{signs}, {j2}, lsl #3]",
             "ldr d29, [{signs}, {j3}, lsl #3]",
-            "ld1 {{v16.16b, v17.16b}}, [{y}], #32",
-            "ld1 {{v30.16b, v31.16b}}, [{y}], #32",
+            "ld1 {{v16.8b, v17.8b, v18.8b, v19.8b}}, [{y}], #32",
+            "ld1 {{v8.8b, v9.8b, v10.8b, v11.8b}}, [{y}], #32",
             "lsr {b:w}, {b:w}, #28",
             "lsr {b2:w}, {b2:w}, #28",
             "orr {b:w}, {one:w}, {b:w}, lsl #1",
             "orr {b2:w}, {one:w}, {b2:w}, lsl #1",
-            "mov v0.d[1], v1.d[0]",
-            "mov v2.d[1], v3.d[0]",
-            "mov v22.d[1], v23.d[0]",
-            "mov v24.d[1], v25.d[0]",
-            "mov v4.d[1], v5.d[0]",
-            "mov v6.d[1], v7.d[0]",
-            "mov v26.d[1], v27.d[0]",
-            "mov v28.d[1], v29.d[0]",
-            "eor v0.16b, v0.16b, v4.16b",
-            "eor v2.16b, v2.16b, v6.16b",
-            "eor v22.16b, v22.16b, v26.16b",
-            "eor v24.16b, v24.16b, v28.16b",
-            "sub v0.16b, v0.16b, v4.16b",
-            "sub v2.16b, v2.16b, v6.16b",
-            "sub v22.16b, v22.16b, v26.16b",
-            "sub v24.16b, v24.16b, v28.16b",
+            "eor v0.8b, v0.8b, v4.8b",
+            "eor v1.8b, v1.8b, v5.8b",
+            "eor v2.8b, v2.8b, v6.8b",
+            "eor v3.8b, v3.8b, v7.8b",
+            "eor v22.8b, v22.8b, v26.8b",
+            "eor v23.8b, v23.8b, v27.8b",
+            "eor v24.8b, v24.8b, v28.8b",
+            "eor v25.8b, v25.8b, v29.8b",
+            "sub v0.8b, v0.8b, v4.8b",
+            "sub v1.8b, v1.8b, v5.8b",
+            "sub v2.8b, v2.8b, v6.8b",
+            "sub v3.8b, v3.8b, v7.8b",
+            "sub v22.8b, v22.8b, v26.8b",
+            "sub v23.8b, v23.8b, v27.8b",
+            "sub v24.8b, v24.8b, v28.8b",
+            "sub v25.8b, v25.8b, v29.8b",
             $($dot,)*
             "subs {c:w}, {c:w}, #1",
             "b.ne 3b",
@@ -118,10 +120,11 @@ macro_rules! block_sums {
             i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
             j0 = out(reg) _, j1 = out(reg) _, j2 = out(reg) _, j3 = out(reg) _,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
-            out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _,
-            out("v23") _, out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v16") _,
+            out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _,
+            out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _,
+            out("v27") _, out("v28") _, out("v29") _,
             options(nostack),
         )
     };
@@ -219,22 +222,20 @@ unsafe fn block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
         out,
         [],
         [
-            "smull v18.8h, v0.8b, v16.8b",
-            "smull v23.8h, v22.8b, v30.8b",
-            "smull2 v19.8h, v0.16b, v16.16b",
-            "smull2 v25.8h, v22.16b, v30.16b",
-            "smlal v18.8h, v2.8b, v17.8b",
-            "smlal v23.8h, v24.8b, v31.8b",
-            "smlal2 v19.8h, v2.16b, v17.16b",
-            "smlal2 v25.8h, v24.16b, v31.16b",
+            "smull v12.8h, v0.8b, v16.8b",
+            "smull v13.8h, v22.8b, v8.8b",
+            "smlal v12.8h, v1.8b, v17.8b",
+            "smlal v13.8h, v23.8b, v9.8b",
+            "smlal v12.8h, v2.8b, v18.8b",
+            "smlal v13.8h, v24.8b, v10.8b",
+            "smlal v12.8h, v3.8b, v19.8b",
+            "smlal v13.8h, v25.8b, v11.8b",
             "dup v21.8h, {b:w}",
             "dup v27.8h, {b2:w}",
-            "add v18.8h, v18.8h, v19.8h",
-            "add v23.8h, v23.8h, v25.8h",
-            "smlal v20.4s, v18.4h, v21.4h",
-            "smlal2 v20.4s, v18.8h, v21.8h",
-            "smlal v20.4s, v23.4h, v27.4h",
-            "smlal2 v20.4s, v23.8h, v27.8h"
+            "smlal v20.4s, v12.4h, v21.4h",
+            "smlal2 v20.4s, v12.8h, v21.8h",
+            "smlal v20.4s, v13.4h, v27.4h",
+            "smlal2 v20.4s, v13.8h, v27.8h"
         ]
     );
 }
@@ -252,16 +253,20 @@ unsafe fn block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32
         out,
         [".arch_extension dotprod"],
         [
-            "movi v18.4s, #0",
-            "movi v23.4s, #0",
-            "sdot v18.4s, v0.16b, v16.16b",
-            "sdot v23.4s, v22.16b, v30.16b",
-            "sdot v18.4s, v2.16b, v17.16b",
-            "sdot v23.4s, v24.16b, v31.16b",
+            "movi v12.4s, #0",
+            "movi v13.4s, #0",
+            "sdot v12.2s, v0.8b, v16.8b",
+            "sdot v13.2s, v22.8b, v8.8b",
+            "sdot v12.2s, v1.8b, v17.8b",
+            "sdot v13.2s, v23.8b, v9.8b",
+            "sdot v12.2s, v2.8b, v18.8b",
+            "sdot v13.2s, v24.8b, v10.8b",
+            "sdot v12.2s, v3.8b, v19.8b",
+            "sdot v13.2s, v25.8b, v11.8b",
             "dup v21.4s, {b:w}",
             "dup v27.4s, {b2:w}",
-            "mla v20.4s, v18.4s, v21.4s",
-            "mla v20.4s, v23.4s, v27.4s"
+            "mla v20.4s, v12.4s, v21.4s",
+            "mla v20.4s, v13.4s, v27.4s"
         ]
     );
 }
