@@ -114,6 +114,17 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
     ("Q2_0", 64, "dotprod", Side("4q2_025vec_dot_q2_0_q8_0_dotprod"),
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
+    # The grid i-quants (#33): ours is the asm block loop (8 sub-blocks a trip) without the
+    # per-block float step, which runs after a run of 16 blocks in Rust (3 float operations
+    # and an f16 load per block); llama.cpp's loop body includes its own.
+    ("IQ2_XXS", 256, "ARMv8.0", Side("3iq225vec_dot_iq2_xxs_q8_k_neon", [4], depth=1),
+     ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: + the float step"),
+    ("IQ2_XXS", 256, "dotprod", Side("3iq228vec_dot_iq2_xxs_q8_k_dotprod", [4], depth=1),
+     ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: + the float step"),
+    ("IQ3_XXS", 256, "ARMv8.0", Side("3iq225vec_dot_iq3_xxs_q8_k_neon", [8], depth=1),
+     ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), "ours: + the float step"),
+    ("IQ3_XXS", 256, "dotprod", Side("3iq228vec_dot_iq3_xxs_q8_k_dotprod", [8], depth=1),
+     ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), "ours: + the float step"),
     # Qwen3.5's fused delta-rule step: a "block" is one state row of dk = 128 (Qwen3.5's head
     # dim), both sweeps (decay + S k, then the update + S q) of a pair of rows per trip of the
     # outer loop, 8 trips of 16 values each inside. llama.cpp runs the delta rule as ggml's

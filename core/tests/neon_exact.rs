@@ -17,8 +17,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k,
-    tq1_0, tq2_0, GgmlType,
+    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k,
+    q8_0, q8_k, tq1_0, tq2_0, GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -133,6 +133,23 @@ const KERNELS: &[Kernel] = &[
         dotprod: neon::vec_dot_iq4_xs_q8_k_dotprod,
         dotprod_bit_exact: true,
     },
+    // IQ2_XXS (#33): block integers in asm, the twin's float steps in its order.
+    Kernel {
+        name: "IQ2_XXS x Q8_K",
+        weight: GgmlType::IQ2_XXS,
+        scalar: iq2_xxs::vec_dot,
+        neon: neon::vec_dot_iq2_xxs_q8_k_neon,
+        dotprod: neon::vec_dot_iq2_xxs_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ3_XXS x Q8_K",
+        weight: GgmlType::IQ3_XXS,
+        scalar: iq3_xxs::vec_dot,
+        neon: neon::vec_dot_iq3_xxs_q8_k_neon,
+        dotprod: neon::vec_dot_iq3_xxs_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
 ];
 
 /// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
@@ -163,7 +180,9 @@ fn activation_type(weight: GgmlType) -> GgmlType {
         | GgmlType::Q2_K
         | GgmlType::TQ2_0
         | GgmlType::TQ1_0
-        | GgmlType::IQ4_XS => GgmlType::Q8_K,
+        | GgmlType::IQ4_XS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ3_XXS => GgmlType::Q8_K,
         _ => GgmlType::Q8_0,
     }
 }

@@ -5,6 +5,7 @@
 
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
+pub mod iq_grids;
 
 /// Plain f32 dot product: the scalar twin of the SIMD f32 kernels.
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {

@@ -89,6 +89,8 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3-q2_k" => "synthetic-qwen3-q2_k.gguf",
         "qwen2.5-coder-0.5b-iq4_nl" => "qwen2.5-coder-0.5b-iq4_nl.gguf",
         "qwen2.5-coder-0.5b-iq4_xs" => "qwen2.5-coder-0.5b-iq4_xs.gguf",
+        "synthetic-qwen3-iq2_xxs" => "synthetic-qwen3-iq2_xxs.gguf",
+        "synthetic-qwen3-iq3_xxs" => "synthetic-qwen3-iq3_xxs.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }
@@ -118,8 +120,8 @@ pub fn model_path(model: &str) -> PathBuf {
     if lowbit {
         panic!(
             "model {model} not found at {}: run tools/fetch-models.sh lowbit (it requantizes \
-             qwen2.5-coder-0.5b and synthetic-qwen3 with smolrun gguf requant), or set \
-             SMOLRUN_MODELS",
+             qwen2.5-coder-0.5b and synthetic-qwen3 with smolrun gguf requant, and with \
+             llama-quantize for the 2- and 3-bit i-quants), or set SMOLRUN_MODELS",
             p.display()
         );
     }

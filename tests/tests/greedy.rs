@@ -208,6 +208,24 @@ fn synthetic_qwen3_q2_k() {
     check_greedy("synthetic-qwen3-q2_k");
 }
 
+/// IQ2_XXS (#33) on this CPU's kernels (the logits test runs the scalar truth).
+#[test]
+fn synthetic_qwen3_iq2_xxs() {
+    check_greedy_on(
+        "synthetic-qwen3-iq2_xxs",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
+/// IQ3_XXS (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq3_xxs() {
+    check_greedy_on(
+        "synthetic-qwen3-iq3_xxs",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
 #[test]
 fn synthetic_qwen3_tq1_0() {
     check_greedy("synthetic-qwen3-tq1_0");

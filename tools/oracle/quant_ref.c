@@ -1,7 +1,7 @@
 // quant_ref: writes tests/golden/quant-blocks.json from the reference engine's own ggml build.
 //
 // For every weight type smolrun dots (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K Q1_0 Q2_0
-// TQ1_0 TQ2_0 IQ4_NL IQ4_XS) it records a few deterministic rows of blocks (quantized by ggml itself, raw
+// TQ1_0 TQ2_0 IQ4_NL IQ4_XS IQ2_XXS IQ3_XXS) it records a few deterministic rows of blocks (quantized by ggml itself, raw
 // random bytes with sane scales, zero scales, extreme scales and quants), what ggml's
 // dequantizer (type_traits.to_float) makes of them, one activation row quantized into the
 // type's vec_dot_type by ggml's reference quantizer, and the vec_dot of each row with it: both
@@ -43,6 +43,8 @@ GENERIC(ggml_vec_dot_tq1_0_q8_K_generic)
 GENERIC(ggml_vec_dot_tq2_0_q8_K_generic)
 GENERIC(ggml_vec_dot_iq4_nl_q8_0_generic)
 GENERIC(ggml_vec_dot_iq4_xs_q8_K_generic)
+GENERIC(ggml_vec_dot_iq2_xxs_q8_K_generic)
+GENERIC(ggml_vec_dot_iq3_xxs_q8_K_generic)
 
 struct weight_type {
     enum ggml_type type;
@@ -76,6 +78,8 @@ static const struct weight_type WEIGHTS[] = {
     // Last, so that the types above keep their bytes (#33).
     {GGML_TYPE_IQ4_NL, 128, {0, -1}, ggml_vec_dot_iq4_nl_q8_0_generic},
     {GGML_TYPE_IQ4_XS, 512, {0, -1}, ggml_vec_dot_iq4_xs_q8_K_generic},
+    {GGML_TYPE_IQ2_XXS, 512, {0, -1}, ggml_vec_dot_iq2_xxs_q8_K_generic},
+    {GGML_TYPE_IQ3_XXS, 512, {0, -1}, ggml_vec_dot_iq3_xxs_q8_K_generic},
 };
 
 // splitmix64: deterministic across platforms.
@@ -243,7 +247,17 @@ static void weight_cases(void) {
         for (int i = 0; i < n; i++) src[i] = normalish(0.05f);
         if (t == GGML_TYPE_F32) memcpy(blocks, src, row);
         else if (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) ggml_get_type_traits(t)->from_float_ref(src, blocks, n);
-        else ggml_quantize_chunk(t, src, blocks, 0, 1, n, NULL);
+        else {
+            // The 2- and 3-bit i-quants need an importance matrix: x^2 plus a floor (what
+            // llama-imatrix gathers is a mean of squared activations; any positive weights do).
+            float * imatrix = NULL;
+            if (ggml_quantize_requires_imatrix(t)) {
+                imatrix = malloc((size_t) n * 4);
+                for (int i = 0; i < n; i++) imatrix[i] = 1e-3f + src[i] * src[i];
+            }
+            ggml_quantize_chunk(t, src, blocks, 0, 1, n, imatrix);
+            free(imatrix);
+        }
         weight_case(w, "quantized", blocks, act, 1);
 
         // 2. Random bytes everywhere, with moderate random scales (every quant bit pattern).

@@ -33,7 +33,7 @@ threads=2
 # an activation moves the logits by whole units: llama.cpp's own F16 copy of the Q2_0 file scores
 # 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
 lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k
-        qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs)
+        qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs synthetic-qwen3-iq2_xxs synthetic-qwen3-iq3_xxs)
 all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe synthetic-lfm2 "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
@@ -93,7 +93,19 @@ for m in "${want[@]}"; do
     qwen2.5-coder-0.5b-* | synthetic-qwen3-*)
       lowbit_type=$(echo "${m##*-}" | tr a-z A-Z)
       lowbit_src=$(model_file "${m%-*}")
-      [[ -f $file ]] || "$bin/llama-quantize" --allow-requantize --pure "$lowbit_src" "$file" "$lowbit_type" 2 \
+      # the i-quants of 2 and 3 bits need an importance matrix: tools/oracle/imatrix/<source>.gguf
+      # (llama-imatrix -c 128 -t 1 --process-output on tests/golden/ppl-text.txt, committed so that
+      # tools/fetch-models.sh makes the same file); the token embedding, which no matmul reads and
+      # so has no imatrix entry, stays Q8_0
+      qflags=()
+      case $lowbit_type in
+        IQ2_XXS | IQ3_XXS | IQ2_XS | IQ3_S)
+          imatrix=$repo/tools/oracle/imatrix/${m%-*}.gguf
+          [[ -f $imatrix ]] || (cd "$repo" && "$bin/llama-imatrix" -m "$lowbit_src" -f tests/golden/ppl-text.txt \
+            -c 128 -t 1 --process-output -o "$imatrix" >"$cache/imatrix-${m%-*}.log" 2>&1)
+          qflags=(--imatrix "$imatrix" --token-embedding-type q8_0) ;;
+      esac
+      [[ -f $file ]] || "$bin/llama-quantize" --allow-requantize --pure "${qflags[@]}" "$lowbit_src" "$file" "$lowbit_type" 2 \
         >"$cache/quantize-$m.log" 2>&1 || { echo "regen: llama-quantize failed for $m; see $cache/quantize-$m.log" >&2; exit 1; }
       ;;
   esac
@@ -114,13 +126,15 @@ for m in "${want[@]}"; do
     # which file the goldens belong to: its tensor data's sha256 (the bytes `smolrun gguf requant`
     # must reproduce) and the whole file's
     read -r data_offset data_sha < <(python3 "$repo/tools/oracle/tensor_data_sha256.py" "$file")
-    python3 - "$file" "$m" "$lowbit_type" "$data_offset" "$data_sha" "$out/model.json" "$(basename "$lowbit_src")" <<'PY'
+    flags="${qflags[*]}"; flags=${flags//$repo\//}
+    python3 - "$file" "$m" "$lowbit_type" "$data_offset" "$data_sha" "$out/model.json" "$(basename "$lowbit_src")" "$flags" <<'PY'
 import hashlib, json, os, sys
-path, name, ty, data_offset, data_sha, out, src = sys.argv[1:]
+path, name, ty, data_offset, data_sha, out, src, flags = sys.argv[1:]
+flags = flags + " " if flags else ""
 whole = hashlib.sha256(open(path, "rb").read()).hexdigest()
 json.dump({"model": name, "file": os.path.basename(path), "bytes": os.path.getsize(path), "sha256": whole,
            "tensor_data_sha256": data_sha, "tensor_data_offset": int(data_offset),
-           "made_by": f"llama-quantize --allow-requantize --pure {src} OUT {ty} (b11434)"},
+           "made_by": f"llama-quantize --allow-requantize --pure {flags}{src} OUT {ty} (b11434)"},
           open(out, "w"), indent=1)
 open(out, "a").write("\n")
 PY

@@ -62,6 +62,19 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
         None,
         "neon",
     );
+    // IQ2_XXS (#33): grid and sign entries loaded by masked index, bit for bit the twin.
+    set.install(
+        GgmlType::IQ2_XXS,
+        neon::vec_dot_iq2_xxs_q8_k_neon,
+        None,
+        "neon",
+    );
+    set.install(
+        GgmlType::IQ3_XXS,
+        neon::vec_dot_iq3_xxs_q8_k_neon,
+        None,
+        "neon",
+    );
     // Q1_0 by table lookup (rows in groups of 16, one `tbl` per 4 weights of 16 rows), with
     // and without dotprod: llvm-mca (tools/lowbit-asm.py mca) predicts per row and 128
     // weights 22.4 cycles on the A53 and 5.1 on the A7 against 100 and 19.5 for the direct
@@ -87,6 +100,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::TQ1_0, tq1_0_dotprod, None, "dotprod");
     set.install(GgmlType::IQ4_NL, iq4_nl_dotprod, None, "dotprod");
     set.install(GgmlType::IQ4_XS, iq4_xs_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ2_XXS, iq2_xxs_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ3_XXS, iq3_xxs_dotprod, None, "dotprod");
     // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
     // of a matrix run through the one-row dotprod kernel inside the same call.
     set.add_repacked(
@@ -203,6 +218,12 @@ fn iq4_nl_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn iq4_xs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_iq4_xs_q8_k_dotprod(n, w, a) }
+}
+fn iq2_xxs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq2_xxs_q8_k_dotprod(n, w, a) }
+}
+fn iq3_xxs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq3_xxs_q8_k_dotprod(n, w, a) }
 }
 
 // =============================================================================================
@@ -330,6 +351,8 @@ mod tests {
             (GgmlType::TQ1_0, true),
             (GgmlType::IQ4_NL, true),
             (GgmlType::IQ4_XS, true),
+            (GgmlType::IQ2_XXS, true),
+            (GgmlType::IQ3_XXS, true),
         ];
         let neon_only = CpuFeatures {
             neon: true,

@@ -102,7 +102,7 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
-        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
         GgmlType::TQ1_0 => &[52],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
@@ -114,9 +114,13 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
 
 /// Formats whose SIMD faces promise the scalar twin's bits on every input: they compute the
 /// twin's per-block integers exactly and then its f32 operations in its order (the 2-bit
-/// kernels, `smolrun_kernels::{x86_64::avx2_2bit, aarch64}`).
+/// kernels, `smolrun_kernels::{x86_64::avx2_2bit, aarch64}`, and the grid i-quants,
+/// `x86_64::avx2_iq2` and `aarch64::iq2`).
 fn promises_scalar_bits(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q2_K | GgmlType::TQ2_0)
+    matches!(
+        ty,
+        GgmlType::Q2_K | GgmlType::TQ2_0 | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS
+    )
 }
 
 pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
@@ -499,7 +503,7 @@ fn simd_integer_parts_are_exact() {
 #[test]
 fn two_bit_edge_blocks_give_the_scalar_bits() {
     for (ty, fast, scalar) in simd_kernels() {
-        if !promises_scalar_bits(ty) {
+        if !matches!(ty, GgmlType::Q2_K | GgmlType::TQ2_0) {
             continue;
         }
         let nb = 3;
@@ -650,9 +654,93 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
         ));
     }
     assert!(matches!(
-        KernelSet::select(&detected_features()).weight(GgmlType::IQ2_XXS),
+        KernelSet::select(&detected_features()).weight(GgmlType::IQ1_S),
         Err(QuantError::Unsupported { .. })
     ));
+}
+
+/// The grid i-quants' own edge cases, bit for bit against the scalar twin (#33): every grid
+/// index at 0 and 255 and random, every sign field all clear and all set (7 bits: the parity
+/// sign joins in), sub-block scales 0 and 15, d of either sign, tiny and the largest f16, and
+/// activations at -128 and 127 (which a kernel that negated activations would get wrong).
+#[test]
+fn grid_iquant_edge_blocks_give_the_scalar_bits() {
+    for (ty, fast, scalar) in simd_kernels() {
+        if !matches!(ty, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS) {
+            continue;
+        }
+        let nb = 3;
+        let n = nb * 256;
+        let mut rng = XorShift(0x1C2 ^ ty.id() as u64);
+        let acts: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "all -128",
+                act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
+            ),
+            (
+                "all 127",
+                act_from_quants(GgmlType::Q8_K, 0.02, &vec![127; n]),
+            ),
+            (
+                "-128/127",
+                act_from_quants(
+                    GgmlType::Q8_K,
+                    0.03,
+                    &(0..n)
+                        .map(|i| if i % 5 < 2 { 127 } else { -128 })
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            (
+                "random",
+                act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
+            ),
+        ];
+        // (case, index byte, signs-and-scale word); None = random.
+        let subs: [(&str, Option<u8>, Option<u32>); 6] = [
+            ("index 0, no signs, scale 0", Some(0), Some(0)),
+            ("index 255, all signs, scale 15", Some(255), Some(u32::MAX)),
+            ("index 255, no signs, scale 15", Some(255), Some(15 << 28)),
+            ("index 0, all signs, scale 0", Some(0), Some(0x0FFF_FFFF)),
+            ("random index, all signs, scale 15", None, Some(u32::MAX)),
+            ("random", None, None),
+        ];
+        for (case, index, word) in subs {
+            for d in [1.0f32, -2.5, 6.0e-8, 65504.0, -65504.0, 0.0] {
+                let mut w = vec![0u8; nb * ty.type_size()];
+                for b in w.chunks_exact_mut(ty.type_size()) {
+                    put_f16(b, 0, d);
+                    // IQ2_XXS: 8 sub-blocks of 4 indices and a word; IQ3_XXS: 64 indices,
+                    // then 8 words.
+                    let (indices, words): (Vec<usize>, Vec<usize>) = match ty {
+                        GgmlType::IQ2_XXS => (
+                            (0..32).map(|i| 2 + 8 * (i / 4) + i % 4).collect(),
+                            (0..8).map(|ib| 6 + 8 * ib).collect(),
+                        ),
+                        _ => ((2..66).collect(), (0..8).map(|ib| 66 + 4 * ib).collect()),
+                    };
+                    for i in indices {
+                        b[i] = index.unwrap_or(rng.next_u64() as u8);
+                    }
+                    for o in words {
+                        let word = word.unwrap_or(rng.next_u64() as u32);
+                        b[o..o + 4].copy_from_slice(&word.to_le_bytes());
+                    }
+                }
+                for (a_case, act) in &acts {
+                    let want = (scalar.vec_dot)(n, &w, act);
+                    let got = (fast.vec_dot)(n, &w, act);
+                    assert!(want.is_finite(), "{ty}: pick finite cases");
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{ty} {}: {case}, d {d}, act {a_case}: {got} vs scalar {want}",
+                        fast.face
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// Every repacked (row-interleaved or lookup-table) kernel this CPU has, and the scalar face

@@ -480,7 +480,7 @@ const fn scalar_kernel(
 }
 
 /// Every weight type with a matvec, with its scalar reference (pairs as in `quant::vec_dot_type`).
-const SCALAR_WEIGHTS: [WeightKernel; 19] = {
+const SCALAR_WEIGHTS: [WeightKernel; 21] = {
     use quant::*;
     use GgmlType as T;
     [
@@ -503,6 +503,8 @@ const SCALAR_WEIGHTS: [WeightKernel; 19] = {
         scalar_kernel(T::TQ2_0, T::Q8_K, tq2_0::vec_dot),
         scalar_kernel(T::IQ4_NL, T::Q8_0, iq4_nl::vec_dot),
         scalar_kernel(T::IQ4_XS, T::Q8_K, iq4_xs::vec_dot),
+        scalar_kernel(T::IQ2_XXS, T::Q8_K, iq2_xxs::vec_dot),
+        scalar_kernel(T::IQ3_XXS, T::Q8_K, iq3_xxs::vec_dot),
     ]
 };
 
@@ -540,7 +542,7 @@ const fn scalar_quantizer(act_type: GgmlType) -> QuantizeFn {
 #[derive(Clone, Debug)]
 pub struct KernelSet {
     name: &'static str,
-    weights: [WeightKernel; 19],
+    weights: [WeightKernel; 21],
     quantizers: [(GgmlType, QuantizeFn); 6],
     /// Attention over the f16 KV cache, of one query head (`math::attention_head`) and of the
     /// query heads of one KV head (`math::attention_group`), or SIMD faces with the same bits.

@@ -14,8 +14,8 @@ use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
 use smolrun_kernels::x86_64::{
-    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_iq4, avx2_k, avx2_q0,
-    avx512_k, avx512_q0, avx512_vnni_usable, exp,
+    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_iq2, avx2_iq4, avx2_k,
+    avx2_q0, avx512_k, avx512_q0, avx512_vnni_usable, exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -67,6 +67,12 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install_cols(GgmlType::IQ4_NL, iq4_nl_cols);
     set.install(GgmlType::IQ4_XS, iq4_xs, None, "avx2");
     set.install_cols(GgmlType::IQ4_XS, iq4_xs_cols);
+    // IQ2_XXS and IQ3_XXS (#33): grid and sign lookups gathered per sub-block, the twins' exact
+    // integers and float steps (bit for bit); prompts in the decode kernels' bits.
+    set.install(GgmlType::IQ2_XXS, iq2_xxs, None, "avx2");
+    set.install_cols(GgmlType::IQ2_XXS, iq2_xxs_cols);
+    set.install(GgmlType::IQ3_XXS, iq3_xxs, None, "avx2");
+    set.install_cols(GgmlType::IQ3_XXS, iq3_xxs_cols);
     let allowed = features.avx512f && features.avx512bw && features.avx512vnni;
     if !allowed || !avx512_vnni_usable() {
         return;
@@ -209,6 +215,18 @@ fn iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn iq4_xs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_iq4::matmul_iq4_xs_q8_k(n, w, a, t, out) }
+}
+fn iq2_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq2::vec_dot_iq2_xxs_q8_k(n, w, a) }
+}
+fn iq2_xxs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq2::matmul_iq2_xxs_q8_k(n, w, a, t, out) }
+}
+fn iq3_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq2::vec_dot_iq3_xxs_q8_k(n, w, a) }
+}
+fn iq3_xxs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq2::matmul_iq3_xxs_q8_k(n, w, a, t, out) }
 }
 
 // `avx512_vnni_usable()` confirmed AVX2, FMA, F16C, AVX512F/BW/VL and AVX512-VNNI. The
@@ -421,6 +439,8 @@ mod tests {
                 GgmlType::TQ1_0,
                 GgmlType::IQ4_NL,
                 GgmlType::IQ4_XS,
+                GgmlType::IQ2_XXS,
+                GgmlType::IQ3_XXS,
             ] {
                 assert_eq!(set.weight(ty).unwrap().face, "avx2", "{ty}");
             }

@@ -10,6 +10,8 @@ mod common;
 pub mod bf16;
 pub mod f16;
 pub mod f32;
+pub mod iq2_xxs;
+pub mod iq3_xxs;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod q1_0;
@@ -300,7 +302,8 @@ fn check_len(ty: GgmlType, expected: usize, found: usize) -> Result<(), QuantErr
 
 /// The activation format a weight type is dotted against (ggml-cpu's `vec_dot_type`):
 /// the K-quants and ternary types take Q8_K; Q4_0, Q5_0, Q8_0, Q1_0, Q2_0 take Q8_0;
-/// Q4_1, Q5_1 take Q8_1; IQ4_NL takes Q8_0 and IQ4_XS Q8_K; the float types take themselves.
+/// Q4_1, Q5_1 take Q8_1; IQ4_NL takes Q8_0 and IQ4_XS, IQ2_XXS, IQ3_XXS Q8_K; the float types take
+/// themselves.
 /// Types smolrun cannot use as matvec weights (the activation-only Q8_1 and Q8_K, the other IQ
 /// types, MXFP4/NVFP4, integers) are `Unsupported`.
 pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
@@ -311,7 +314,7 @@ pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
         BF16 => BF16,
         Q4_0 | Q5_0 | Q8_0 | Q1_0 | Q2_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 | IQ4_XS => Q8_K,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 | IQ4_XS | IQ2_XXS | IQ3_XXS => Q8_K,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -423,6 +426,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Q
         GgmlType::TQ2_0 => tq2_0::dequantize_row,
         GgmlType::IQ4_NL => iq4_nl::dequantize_row,
         GgmlType::IQ4_XS => iq4_xs::dequantize_row,
+        GgmlType::IQ2_XXS => iq2_xxs::dequantize_row,
+        GgmlType::IQ3_XXS => iq3_xxs::dequantize_row,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: ty,
@@ -462,6 +467,8 @@ pub fn vec_dot_fn(w: GgmlType) -> Result<VecDotFn, QuantError> {
         GgmlType::TQ2_0 => tq2_0::vec_dot,
         GgmlType::IQ4_NL => iq4_nl::vec_dot,
         GgmlType::IQ4_XS => iq4_xs::vec_dot,
+        GgmlType::IQ2_XXS => iq2_xxs::vec_dot,
+        GgmlType::IQ3_XXS => iq3_xxs::vec_dot,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -524,7 +531,7 @@ mod dispatch_tests {
     use alloc::vec;
     use alloc::vec::Vec;
 
-    const WEIGHT_TYPES: [GgmlType; 19] = [
+    const WEIGHT_TYPES: [GgmlType; 21] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -544,6 +551,8 @@ mod dispatch_tests {
         GgmlType::TQ2_0,
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ3_XXS,
     ];
 
     #[test]
@@ -713,7 +722,7 @@ mod dispatch_tests {
     #[test]
     fn unsupported_types_say_so() {
         assert!(matches!(
-            vec_dot_type(GgmlType::IQ2_XXS),
+            vec_dot_type(GgmlType::IQ1_S),
             Err(QuantError::Unsupported { .. })
         ));
         assert!(matches!(
@@ -779,7 +788,7 @@ mod dispatch_tests {
 
 /// Where a block format keeps its f16 scales (byte offsets inside one block), or `None` for a
 /// type whose scales this does not know (the float types have none; the IQ types other than
-/// IQ4_NL and IQ4_XS are not run).
+/// IQ4_NL, IQ4_XS, IQ2_XXS and IQ3_XXS are not run).
 fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
     use GgmlType as T;
     Some(match ty {
@@ -799,6 +808,8 @@ fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
         T::TQ2_0 => &[tq2_0::OFF_D],
         T::IQ4_NL => &[iq4_nl::OFF_D],
         T::IQ4_XS => &[iq4_xs::OFF_D],
+        T::IQ2_XXS => &[iq2_xxs::OFF_D],
+        T::IQ3_XXS => &[iq3_xxs::OFF_D],
         _ => return None,
     })
 }
@@ -840,6 +851,8 @@ mod scale_check_tests {
             GgmlType::Q8_0,
             GgmlType::IQ4_NL,
             GgmlType::IQ4_XS,
+            GgmlType::IQ2_XXS,
+            GgmlType::IQ3_XXS,
         ] {
             let offsets = scale_offsets(ty).unwrap();
             let size = ty.type_size();

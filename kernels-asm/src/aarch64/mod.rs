@@ -12,8 +12,9 @@
 //!   `.arch_extension dotprod`, so the crate still builds for plain `aarch64` targets.
 //!
 //! Float order (what "exact" means in the tests, core/tests/neon_exact.rs):
-//! - IQ4_NL and IQ4_XS (both faces, `iq4.rs`): the integer sums in asm, the twin's float steps
-//!   in Rust in its order: bit for bit the twin on every input.
+//! - IQ4_NL and IQ4_XS (both faces, `iq4.rs`), IQ2_XXS and IQ3_XXS (both faces, `iq2.rs`): the integer
+//!   sums in asm, the twin's float steps in Rust in its order: bit for bit the twin on every
+//!   input.
 //! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers and then its
 //!   few f32 steps one instruction each, in its order: bit for bit the twin on every input.
 //! - Q8_0, Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0 (both faces) and Q4_K, Q6_K (`_neon` face) reproduce
@@ -104,6 +105,7 @@ pub mod attention;
 pub mod delta_rule;
 pub mod exp;
 mod float;
+mod iq2;
 mod iq4;
 mod q1_0;
 mod q1_0_lut;
@@ -123,6 +125,10 @@ mod tq2_0;
 mod x4;
 
 pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
+pub use iq2::{
+    vec_dot_iq2_xxs_q8_k_dotprod, vec_dot_iq2_xxs_q8_k_neon, vec_dot_iq3_xxs_q8_k_dotprod,
+    vec_dot_iq3_xxs_q8_k_neon,
+};
 pub use iq4::{
     vec_dot_iq4_nl_q8_0_dotprod, vec_dot_iq4_nl_q8_0_neon, vec_dot_iq4_xs_q8_k_dotprod,
     vec_dot_iq4_xs_q8_k_neon,

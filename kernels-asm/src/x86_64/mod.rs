@@ -9,7 +9,8 @@
 //! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest;
 //! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins).
 //! [`avx2_lowbit`] the 1-bit, 2-bit and ternary formats (Q1_0, Q2_0, TQ1_0). IQ4_NL is one of
-//! [`avx2_q0`]'s 32-element formats; [`avx2_iq4`] holds IQ4_XS.
+//! [`avx2_q0`]'s 32-element formats; [`avx2_iq4`] holds IQ4_XS, [`avx2_iq2`] the grid i-quants
+//! (IQ2_XXS, IQ3_XXS).
 //!
 //! [`delta_rule`] holds the fused one-token step of Qwen3.5's gated delta rule (f32 and f16
 //! state), bit for bit `smolrun_core::math::delta_rule_step`.
@@ -25,6 +26,7 @@ pub mod attention;
 pub mod avx2;
 pub mod avx2_2bit;
 pub mod avx2_cols;
+pub mod avx2_iq2;
 pub mod avx2_iq4;
 pub mod avx2_k;
 pub mod avx2_lowbit;

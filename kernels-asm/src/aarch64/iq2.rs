@@ -1,0 +1,390 @@
+//! IQ2_XXS . Q8_K and IQ3_XXS . Q8_K (#33). IQ2_XXS super-block (66 bytes): f16 d at 0, then 8 sub-blocks of 8 bytes: 4
+//! grid indices (one byte each, into the 256 entries of [`IQ2XXS_GRID`]) and a u32 whose bits
+//! 7l..7l+7 are group l's sign field (into the 128 entries of [`KSIGNS64`]) and bits 28..32
+//! the sub-block scale s. IQ3_XXS super-block (98 bytes): f16 d at 0, 64 index bytes at 2 (8
+//! per sub-block, into the 256 entries of 4 magnitudes of [`IQ3XXS_GRID`]), then at 66 one
+//! such signs-and-scale u32 per sub-block.
+//!
+//! The integer part runs in `asm!` (`block_sums_*`): per sub-block, the 4 indices and 4 sign
+//! fields are cut out with `and`/`ubfx` (8 and 7 bits wide: every table read is in bounds,
+//! whatever the file holds) and their entries loaded with `ldr d` at index * 8 (each group of
+//! 8 in the low half of its own register); the grid magnitudes take their signs as (g ^ m) - m
+//! with the 0x00/0xFF byte masks, then meet the 32 activations: `smull`/`smlal` (four products
+//! per i16 lane: at most 4 * 43 * 128 < 2^15) and one widening `smlal` by 2s + 1 into i32
+//! lanes, or 64-bit `sdot` and `mla` with dotprod. IQ2_XXS runs two sub-blocks a trip. Each
+//! super-block's lanes are added (`addv`) into the scalar twin's exact integer and stored to a
+//! small stack buffer; the float part then runs in Rust, the twin's steps in its order
+//! (`smolrun_core::quant::iq2_xxs::vec_dot`: sumf += (f16(d) * dy) * bsum, then 0.125 * sumf;
+//! IQ3_XXS's the same with 0.25), so both faces return the scalar result bit for bit. For
+//! IQ3_XXS the i16 lanes of the ARMv8.0 face hold at most 4 * 62 * 128 < 2^15.
+
+use super::{whole_blocks, Q8_K_BYTES, QK_K};
+use crate::iq_grids::{IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS64};
+use core::arch::asm;
+
+const IQ2_XXS_BYTES: usize = 66;
+const IQ3_XXS_BYTES: usize = 98;
+
+/// Super-blocks whose integer sums are gathered before the float part runs.
+const RUN: usize = 16;
+
+/// `out[b]` = the exact integer of super-block b (weights from `x`, the first block's qs at
+/// byte 2; activations from `y`, the first Q8_K block's quants at byte 4), for b in 0..n
+/// (n >= 1), with ARMv8.0 widening multiplies. `$dot` is the per-sub-block product (the
+/// faces differ only there).
+macro_rules! block_sums {
+    ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
+        asm!(
+            $($pre,)*
+            "2:",
+            "movi v20.4s, #0",
+            "mov {c:w}, #4",
+            // Two sub-blocks a trip (A in v0-v7, v16-v19; B in v22-v29, v8-v11), their loads
+            // issued before either's first use: the A53 and A55 issue in order and would
+            // otherwise wait on each load. Each group of 8 stays in the low half of its
+            // register (no lane inserts, which the in-order cores wait on too).
+            "3:",
+            "ldp {a:w}, {b:w}, [{x}], #8",
+            "ldp {a2:w}, {b2:w}, [{x}], #8",
+            "and {i0:w}, {a:w}, #0xff",
+            "ubfx {i1:w}, {a:w}, #8, #8",
+            "ubfx {i2:w}, {a:w}, #16, #8",
+            "lsr {i3:w}, {a:w}, #24",
+            "and {j0:w}, {a2:w}, #0xff",
+            "ubfx {j1:w}, {a2:w}, #8, #8",
+            "ubfx {j2:w}, {a2:w}, #16, #8",
+            "lsr {j3:w}, {a2:w}, #24",
+            "ldr d0, [{grid}, {i0}, lsl #3]",
+            "ldr d1, [{grid}, {i1}, lsl #3]",
+            "ldr d2, [{grid}, {i2}, lsl #3]",
+            "ldr d3, [{grid}, {i3}, lsl #3]",
+            "and {i0:w}, {b:w}, #0x7f",
+            "ubfx {i1:w}, {b:w}, #7, #7",
+            "ubfx {i2:w}, {b:w}, #14, #7",
+            "ubfx {i3:w}, {b:w}, #21, #7",
+            "ldr d22, [{grid}, {j0}, lsl #3]",
+            "ldr d23, [{grid}, {j1}, lsl #3]",
+            "ldr d24, [{grid}, {j2}, lsl #3]",
+            "ldr d25, [{grid}, {j3}, lsl #3]",
+            "and {j0:w}, {b2:w}, #0x7f",
+            "ubfx {j1:w}, {b2:w}, #7, #7",
+            "ubfx {j2:w}, {b2:w}, #14, #7",
+            "ubfx {j3:w}, {b2:w}, #21, #7",
+            "ldr d4, [{signs}, {i0}, lsl #3]",
+            "ldr d5, [{signs}, {i1}, lsl #3]",
+            "ldr d6, [{signs}, {i2}, lsl #3]",
+            "ldr d7, [{signs}, {i3}, lsl #3]",
+            "ldr d26, [{signs}, {j0}, lsl #3]",
+            "ldr d27, [{signs}, {j1}, lsl #3]",
+            "ldr d28, [{signs}, {j2}, lsl #3]",
+            "ldr d29, [{signs}, {j3}, lsl #3]",
+            "ld1 {{v16.8b, v17.8b, v18.8b, v19.8b}}, [{y}], #32",
+            "ld1 {{v8.8b, v9.8b, v10.8b, v11.8b}}, [{y}], #32",
+            "lsr {b:w}, {b:w}, #28",
+            "lsr {b2:w}, {b2:w}, #28",
+            "orr {b:w}, {one:w}, {b:w}, lsl #1",
+            "orr {b2:w}, {one:w}, {b2:w}, lsl #1",
+            "eor v0.8b, v0.8b, v4.8b",
+            "eor v1.8b, v1.8b, v5.8b",
+            "eor v2.8b, v2.8b, v6.8b",
+            "eor v3.8b, v3.8b, v7.8b",
+            "eor v22.8b, v22.8b, v26.8b",
+            "eor v23.8b, v23.8b, v27.8b",
+            "eor v24.8b, v24.8b, v28.8b",
+            "eor v25.8b, v25.8b, v29.8b",
+            "sub v0.8b, v0.8b, v4.8b",
+            "sub v1.8b, v1.8b, v5.8b",
+            "sub v2.8b, v2.8b, v6.8b",
+            "sub v3.8b, v3.8b, v7.8b",
+            "sub v22.8b, v22.8b, v26.8b",
+            "sub v23.8b, v23.8b, v27.8b",
+            "sub v24.8b, v24.8b, v28.8b",
+            "sub v25.8b, v25.8b, v29.8b",
+            $($dot,)*
+            "subs {c:w}, {c:w}, #1",
+            "b.ne 3b",
+            "addv s20, v20.4s",
+            "str s20, [{o}], #4",
+            "add {x}, {x}, #2",
+            "add {y}, {y}, #36",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            grid = in(reg) IQ2XXS_GRID.as_ptr(),
+            signs = in(reg) KSIGNS64.as_ptr(),
+            one = in(reg) 1u64,
+            x = inout(reg) $x => _,
+            y = inout(reg) $y => _,
+            n = inout(reg) $n => _,
+            o = inout(reg) $out => _,
+            a = out(reg) _, b = out(reg) _, a2 = out(reg) _, b2 = out(reg) _, c = out(reg) _,
+            i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
+            j0 = out(reg) _, j1 = out(reg) _, j2 = out(reg) _, j3 = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v16") _,
+            out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _,
+            out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _,
+            out("v27") _, out("v28") _, out("v29") _,
+            options(nostack),
+        )
+    };
+}
+
+/// [`block_sums!`] for IQ3_XXS: the 8 indices of a sub-block from `x` (the first block's qs
+/// at byte 2), its signs-and-scale word from `s` (the first block's at byte 66).
+macro_rules! block_sums_iq3 {
+    ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
+        asm!(
+            $($pre,)*
+            "2:",
+            "movi v20.4s, #0",
+            "mov {c:w}, #8",
+            "3:",
+            "ldr {a}, [{x}], #8",
+            "ldr {b:w}, [{s}], #4",
+            "and {i0}, {a}, #0xff",
+            "ubfx {i1}, {a}, #8, #8",
+            "ubfx {i2}, {a}, #16, #8",
+            "ubfx {i3}, {a}, #24, #8",
+            "ldr s0, [{grid}, {i0}, lsl #2]",
+            "ldr s1, [{grid}, {i1}, lsl #2]",
+            "ldr s3, [{grid}, {i2}, lsl #2]",
+            "ldr s5, [{grid}, {i3}, lsl #2]",
+            "ubfx {i0}, {a}, #32, #8",
+            "ubfx {i1}, {a}, #40, #8",
+            "ubfx {i2}, {a}, #48, #8",
+            "lsr {i3}, {a}, #56",
+            "ldr s2, [{grid}, {i0}, lsl #2]",
+            "ldr s7, [{grid}, {i1}, lsl #2]",
+            "ldr s16, [{grid}, {i2}, lsl #2]",
+            "ldr s17, [{grid}, {i3}, lsl #2]",
+            "mov v0.s[1], v1.s[0]",
+            "mov v0.s[2], v3.s[0]",
+            "mov v0.s[3], v5.s[0]",
+            "mov v2.s[1], v7.s[0]",
+            "mov v2.s[2], v16.s[0]",
+            "mov v2.s[3], v17.s[0]",
+            "and {i0:w}, {b:w}, #0x7f",
+            "ubfx {i1:w}, {b:w}, #7, #7",
+            "ubfx {i2:w}, {b:w}, #14, #7",
+            "ubfx {i3:w}, {b:w}, #21, #7",
+            "ldr d4, [{signs}, {i0}, lsl #3]",
+            "ldr d5, [{signs}, {i1}, lsl #3]",
+            "ldr d6, [{signs}, {i2}, lsl #3]",
+            "ldr d7, [{signs}, {i3}, lsl #3]",
+            "lsr {b:w}, {b:w}, #28",
+            "orr {b:w}, {one:w}, {b:w}, lsl #1",
+            "mov v4.d[1], v5.d[0]",
+            "mov v6.d[1], v7.d[0]",
+            "ld1 {{v16.16b, v17.16b}}, [{y}], #32",
+            "eor v0.16b, v0.16b, v4.16b",
+            "eor v2.16b, v2.16b, v6.16b",
+            "sub v0.16b, v0.16b, v4.16b",
+            "sub v2.16b, v2.16b, v6.16b",
+            $($dot,)*
+            "subs {c:w}, {c:w}, #1",
+            "b.ne 3b",
+            "addv s20, v20.4s",
+            "str s20, [{o}], #4",
+            "add {x}, {x}, #34",
+            "add {s}, {s}, #66",
+            "add {y}, {y}, #36",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            grid = in(reg) IQ3XXS_GRID.as_ptr(),
+            signs = in(reg) KSIGNS64.as_ptr(),
+            one = in(reg) 1u64,
+            x = inout(reg) $x => _,
+            s = inout(reg) $x.add(64) => _,
+            y = inout(reg) $y => _,
+            n = inout(reg) $n => _,
+            o = inout(reg) $out => _,
+            a = out(reg) _, b = out(reg) _, c = out(reg) _,
+            i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
+            out("v18") _, out("v19") _, out("v20") _, out("v21") _,
+            options(nostack),
+        )
+    };
+}
+
+/// [`block_sums!`] with ARMv8.0 widening multiplies.
+///
+/// # Safety
+/// Every super-block read must lie inside its slice; `out` holds n values; n >= 1.
+#[inline(always)]
+unsafe fn block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums!(
+        x,
+        y,
+        n,
+        out,
+        [],
+        [
+            "smull v12.8h, v0.8b, v16.8b",
+            "smull v13.8h, v22.8b, v8.8b",
+            "smlal v12.8h, v1.8b, v17.8b",
+            "smlal v13.8h, v23.8b, v9.8b",
+            "smlal v12.8h, v2.8b, v18.8b",
+            "smlal v13.8h, v24.8b, v10.8b",
+            "smlal v12.8h, v3.8b, v19.8b",
+            "smlal v13.8h, v25.8b, v11.8b",
+            "dup v21.8h, {b:w}",
+            "dup v27.8h, {b2:w}",
+            "smlal v20.4s, v12.4h, v21.4h",
+            "smlal2 v20.4s, v12.8h, v21.8h",
+            "smlal v20.4s, v13.4h, v27.4h",
+            "smlal2 v20.4s, v13.8h, v27.8h"
+        ]
+    );
+}
+
+/// [`block_sums_neon`] with `sdot` (ARMv8.2 dotprod).
+///
+/// # Safety
+/// As [`block_sums_neon`], and the CPU must implement dotprod.
+#[inline(always)]
+unsafe fn block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums!(
+        x,
+        y,
+        n,
+        out,
+        [".arch_extension dotprod"],
+        [
+            "movi v12.4s, #0",
+            "movi v13.4s, #0",
+            "sdot v12.2s, v0.8b, v16.8b",
+            "sdot v13.2s, v22.8b, v8.8b",
+            "sdot v12.2s, v1.8b, v17.8b",
+            "sdot v13.2s, v23.8b, v9.8b",
+            "sdot v12.2s, v2.8b, v18.8b",
+            "sdot v13.2s, v24.8b, v10.8b",
+            "sdot v12.2s, v3.8b, v19.8b",
+            "sdot v13.2s, v25.8b, v11.8b",
+            "dup v21.4s, {b:w}",
+            "dup v27.4s, {b2:w}",
+            "mla v20.4s, v12.4s, v21.4s",
+            "mla v20.4s, v13.4s, v27.4s"
+        ]
+    );
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], off: usize) -> f32 {
+    super::float::f16_to_f32(u16::from_le_bytes([b[off], b[off + 1]]))
+}
+
+/// A grid format's row . Q8_K over `nb` super-blocks of `bytes`, with `sums` filling a run
+/// of block integers; `last` is the twin's final factor.
+#[inline(always)]
+fn grid_row(
+    nb: usize,
+    w: &[u8],
+    act: &[u8],
+    bytes: usize,
+    last: f32,
+    sums: unsafe fn(*const u8, *const u8, usize, *mut i32),
+) -> f32 {
+    let mut buf = [0i32; RUN];
+    let mut sumf = 0.0f32;
+    let mut b0 = 0;
+    while b0 < nb {
+        let c = (nb - b0).min(RUN);
+        // SAFETY: super-blocks b0..b0 + c lie inside both slices (nb = whole_blocks), c >= 1.
+        unsafe {
+            sums(
+                w.as_ptr().add(b0 * bytes + 2),
+                act.as_ptr().add(b0 * Q8_K_BYTES + 4),
+                c,
+                buf.as_mut_ptr(),
+            )
+        };
+        for (k, &s) in buf[..c].iter().enumerate() {
+            let b = b0 + k;
+            let y = &act[b * Q8_K_BYTES..b * Q8_K_BYTES + 4];
+            let d = f16_at(w, b * bytes) * f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+            sumf += d * s as f32;
+        }
+        b0 += c;
+    }
+    last * sumf
+}
+
+/// IQ2_XXS . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
+pub fn vec_dot_iq2_xxs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ2_XXS_BYTES, act, Q8_K_BYTES);
+    grid_row(nb, w, act, IQ2_XXS_BYTES, 0.125, block_sums_neon)
+}
+
+/// IQ2_XXS . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_iq2_xxs_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ2_XXS_BYTES, act, Q8_K_BYTES);
+    grid_row(nb, w, act, IQ2_XXS_BYTES, 0.125, block_sums_dotprod)
+}
+
+/// IQ3_XXS block sums with ARMv8.0 widening multiplies.
+///
+/// # Safety
+/// As [`block_sums_neon`], for IQ3_XXS super-blocks (`x` at the first one's byte 2).
+#[inline(always)]
+unsafe fn iq3_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums_iq3!(
+        x,
+        y,
+        n,
+        out,
+        [],
+        [
+            "smull v18.8h, v0.8b, v16.8b",
+            "smull2 v19.8h, v0.16b, v16.16b",
+            "smlal v18.8h, v2.8b, v17.8b",
+            "smlal2 v19.8h, v2.16b, v17.16b",
+            "add v18.8h, v18.8h, v19.8h",
+            "dup v21.8h, {b:w}",
+            "smlal v20.4s, v18.4h, v21.4h",
+            "smlal2 v20.4s, v18.8h, v21.8h"
+        ]
+    );
+}
+
+/// [`iq3_block_sums_neon`] with `sdot` (ARMv8.2 dotprod).
+///
+/// # Safety
+/// As [`iq3_block_sums_neon`], and the CPU must implement dotprod.
+#[inline(always)]
+unsafe fn iq3_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums_iq3!(
+        x,
+        y,
+        n,
+        out,
+        [".arch_extension dotprod"],
+        [
+            "movi v18.4s, #0",
+            "sdot v18.4s, v0.16b, v16.16b",
+            "sdot v18.4s, v2.16b, v17.16b",
+            "dup v21.4s, {b:w}",
+            "mla v20.4s, v18.4s, v21.4s"
+        ]
+    );
+}
+
+/// IQ3_XXS . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
+pub fn vec_dot_iq3_xxs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ3_XXS_BYTES, act, Q8_K_BYTES);
+    grid_row(nb, w, act, IQ3_XXS_BYTES, 0.25, iq3_block_sums_neon)
+}
+
+/// IQ3_XXS . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_iq3_xxs_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ3_XXS_BYTES, act, Q8_K_BYTES);
+    grid_row(nb, w, act, IQ3_XXS_BYTES, 0.25, iq3_block_sums_dotprod)
+}
