@@ -51,7 +51,9 @@ pub use hparams::{HParams, Keys, RopeScaling};
 pub use layer::{Ffn, FfnShape, Layer, LayerShape, LayerState, MixerShape, TokenMixer};
 pub use matrix::{Loader, Matrix};
 pub use memory_plan::MemoryPlan;
-pub use moe_ffn::{Gating, MoeFfn, Routing, SharedExpert, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS};
+pub use moe_ffn::{
+    Gating, MoeFfn, Routing, SelectionBias, SharedExpert, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS,
+};
 pub use mtp::{Mtp, MtpState};
 pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{

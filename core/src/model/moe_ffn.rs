@@ -1,12 +1,12 @@
-//! The mixture-of-experts feed-forward network (Qwen3-MoE's, Qwen1.5-MoE's, bailingmoe2's): a
-//! router picks `k` of `n_expert` gated MLPs per token; their outputs, weighted by the router's
+//! The mixture-of-experts feed-forward network (Qwen3-MoE's, Qwen1.5-MoE's, bailingmoe2's,
+//! LFM2-MoE's): a router picks `k` of `n_expert` gated MLPs per token; their outputs, weighted by the router's
 //! probabilities, are summed, plus a shared expert that every token runs (bailingmoe2, qwen2moe;
 //! qwen2moe scales it by a sigmoid gate of its own).
 //!
 //! ```text
 //! xb = rms_norm(x)                              ffn_norm
 //! p = softmax(Wrouter xb)                       ffn_gate_inp, one logit per expert (Qwen3-MoE)
-//!   or sigmoid(Wrouter xb)                      (bailingmoe2)
+//!   or sigmoid(Wrouter xb)                      (bailingmoe2, lfm2moe)
 //! s = p + b                                     exp_probs_b: for choosing only, never a weight
 //! groups: score_g = the sum of the 2 largest s in group g; all s outside the
 //!         n_group_used best groups are -inf     (expert_group_count > 1)
@@ -61,8 +61,8 @@ pub struct Routing {
     /// Expert groups (`expert_group_count`; 0 or 1: none) and how many a token may use.
     pub n_group: usize,
     pub n_group_used: usize,
-    /// Look for a selection bias (`blk.N.exp_probs_b.bias`, optional where it may appear).
-    pub selection_bias: bool,
+    /// Whether the layer has a selection bias (`blk.N.exp_probs_b.bias`).
+    pub selection_bias: SelectionBias,
     /// The shared expert's output is scaled by sigmoid(`ffn_gate_inp_shexp` . xb) (qwen2moe).
     pub shared_gate: bool,
 }
@@ -75,9 +75,21 @@ impl Routing {
         weights_scale: 1.0,
         n_group: 0,
         n_group_used: 0,
-        selection_bias: false,
+        selection_bias: SelectionBias::None,
         shared_gate: false,
     };
+}
+
+/// Whether a layer's router has a selection bias (`blk.N.exp_probs_b.bias`, added to the
+/// probabilities to choose the experts, never to weight them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectionBias {
+    /// None is read.
+    None,
+    /// Read when the file has it (bailingmoe2).
+    Optional,
+    /// The file must have it (lfm2moe): a missing one is an error, not a silent other routing.
+    Required,
 }
 
 /// The shared expert: a gated MLP every token runs beside its chosen experts.
@@ -146,9 +158,11 @@ impl MoeFfn {
                 )?,
             }),
         };
+        let bias = n("exp_probs_b.bias");
         let selection_bias = match routing.selection_bias {
-            true => ld.opt_vector(&n("exp_probs_b.bias"), n_expert)?,
-            false => None,
+            SelectionBias::None => None,
+            SelectionBias::Optional => ld.opt_vector(&bias, n_expert)?,
+            SelectionBias::Required => Some(ld.vector(&bias, n_expert)?),
         };
         Ok(MoeFfn {
             n_expert,
