@@ -762,7 +762,7 @@ pub(crate) fn load_layer(
             n_expert_used,
             routing,
             n_ff_shared,
-            kernels.swiglu(),
+            expert_gate(hp.family.switches.activation, kernels),
         )?),
     };
     Ok(Layer::new(mixer, ffn))
@@ -778,6 +778,16 @@ pub(crate) fn ffn_gate(activation: Activation, kernels: &KernelSet) -> Gate {
         Activation::GeluTanh => Gate::GeluTanh {
             table: Arc::new(math::GeluTable::new()),
         },
+        Activation::Relu => Gate::Relu,
+    }
+}
+
+/// The experts' gate for `activation`: SiLU through the kernel set's SwiGLU face, or ReLU
+/// (no mixture of experts has GELU experts; theirs would run as SiLU).
+fn expert_gate(activation: Activation, kernels: &KernelSet) -> fn(&mut [f32], &[f32]) {
+    match activation {
+        Activation::Relu => math::reglu,
+        Activation::Silu | Activation::GeluTanh => kernels.swiglu(),
     }
 }
 

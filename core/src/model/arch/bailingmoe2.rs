@@ -116,5 +116,6 @@ fn routing(k: &Keys, n_expert: usize, n_expert_used: usize) -> Result<Routing, M
         n_group_used,
         selection_bias: SelectionBias::Optional,
         shared_gate: false,
+        early_router: false,
     })
 }

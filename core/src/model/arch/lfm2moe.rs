@@ -43,6 +43,7 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
             n_group_used: 0,
             selection_bias: SelectionBias::Required,
             shared_gate: false,
+            early_router: false,
         },
         n_ff_shared: 0,
     };

@@ -33,6 +33,7 @@
 //! | olmoe.rs | attention | experts | QK-norm over all heads at once, softmax router used as is |
 //! | lfm2.rs | short convolutions, attention where `head_count_kv` is not 0 | dense | QK-norm, final norm `token_embd_norm` |
 //! | lfm2moe.rs | as lfm2 | dense, then experts | sigmoid router with a required bias, normalised over the chosen |
+//! | smallthinker.rs | attention, 3 of 4 windowed, the others without RoPE | ReGLU experts | router on the layer's input before attention (early prefetch) |
 //!
 //! Adding a family is a file here and a row of [`ARCHITECTURES`]; a family that brings a new
 //! layer kind adds the kind beside the others (layer.rs says how).
@@ -50,6 +51,7 @@ mod qwen3;
 mod qwen35;
 mod qwen35moe;
 mod qwen3moe;
+mod smallthinker;
 mod smollm3;
 
 use super::error::ModelError;
@@ -69,7 +71,7 @@ pub struct Architecture {
 }
 
 /// Every architecture smolrun runs.
-pub static ARCHITECTURES: [Architecture; 14] = [
+pub static ARCHITECTURES: [Architecture; 15] = [
     Architecture {
         name: "llama",
         family: &llama::FAMILY,
@@ -125,6 +127,10 @@ pub static ARCHITECTURES: [Architecture; 14] = [
     Architecture {
         name: "lfm2moe",
         family: &lfm2moe::FAMILY,
+    },
+    Architecture {
+        name: "smallthinker",
+        family: &smallthinker::FAMILY,
     },
 ];
 
@@ -222,6 +228,9 @@ pub struct Switches {
     /// Q is multiplied by 1/sqrt(head_dim) before attention instead of scaling the scores
     /// (Gemma's order of operations; the same value, rounded as the reference rounds it).
     pub scale_q_before_attention: bool,
+    /// A sliding-window layer's RoPE base is `rope.freq_base` unless the file gives
+    /// `rope.freq_base_swa` (SmallThinker), instead of llama.cpp's default of 10000 (Gemma 3).
+    pub swa_rope_base_global: bool,
 }
 
 impl Switches {
@@ -236,6 +245,7 @@ impl Switches {
         activation: Activation::Silu,
         rope_style: RopeStyle::Neox,
         scale_q_before_attention: false,
+        swa_rope_base_global: false,
     };
 }
 
@@ -244,6 +254,8 @@ impl Switches {
 pub enum Activation {
     Silu,
     GeluTanh,
+    /// ReLU: the gated MLP is a ReGLU (SmallThinker's experts).
+    Relu,
 }
 
 /// Every layer attention as the shared keys say it, and a dense FFN of `feed_forward_length`:
@@ -302,7 +314,7 @@ mod tests {
             arch: "mamba".into(),
         };
         assert!(err.to_string().ends_with(
-            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe, phi3, lfm2 or lfm2moe"
+            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe, phi3, lfm2, lfm2moe or smallthinker"
         ));
     }
 

@@ -30,6 +30,7 @@ const ROUTING: Routing = Routing {
     n_group_used: 0,
     selection_bias: SelectionBias::None,
     shared_gate: true,
+    early_router: false,
 };
 
 fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {

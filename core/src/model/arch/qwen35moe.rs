@@ -53,6 +53,7 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
             n_group_used: 0,
             selection_bias: SelectionBias::None,
             shared_gate: n_ff_shared > 0,
+            early_router: false,
         },
         n_ff_shared,
     };
