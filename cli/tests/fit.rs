@@ -73,6 +73,8 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         "synthetic-olmoe.gguf",
         "synthetic-qwen35moe.gguf",
         "synthetic-lfm2.gguf",
+        "synthetic-lfm2moe.gguf",
+        "synthetic-smallthinker.gguf",
         "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ] {
