@@ -111,7 +111,8 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         // The experts last, the profile as planned.
         let f = MappedFile::open(&out).unwrap();
         let g = Gguf::parse(f.bytes()).unwrap();
-        let moe = file.contains("moe");
+        // The mixtures of experts: those named so, and SmallThinker.
+        let moe = file.contains("moe") || file.contains("smallthinker");
         let offset = expert_data_offset(&g).unwrap();
         assert_eq!(offset.is_some(), moe, "{file}");
         if let Some(offset) = offset {
