@@ -73,6 +73,8 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         "synthetic-olmoe.gguf",
         "synthetic-qwen35moe.gguf",
         "synthetic-lfm2.gguf",
+        "synthetic-lfm2moe.gguf",
+        "synthetic-smallthinker.gguf",
         "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ] {
@@ -109,7 +111,8 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         // The experts last, the profile as planned.
         let f = MappedFile::open(&out).unwrap();
         let g = Gguf::parse(f.bytes()).unwrap();
-        let moe = file.contains("moe");
+        // The mixtures of experts: those named so, and SmallThinker.
+        let moe = file.contains("moe") || file.contains("smallthinker");
         let offset = expert_data_offset(&g).unwrap();
         assert_eq!(offset.is_some(), moe, "{file}");
         if let Some(offset) = offset {

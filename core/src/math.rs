@@ -365,6 +365,14 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gate[i] = max(gate[i], 0) * up[i]`: the ReGLU of one token's FFN row, as ggml's reglu
+/// writes it (0 where the gate is not positive, whatever `up` is).
+pub fn reglu(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = if *g > 0.0 { *g * u } else { 0.0 };
+    }
+}
+
 /// `x` rounded to the nearest integer, ties to even, exact for |x| < 2^22 and for infinities
 /// and NaN (returned as they are). Adding 1.5 * 2^23 moves the fraction bits out of the
 /// significand, and that f32 addition rounds half to even; subtracting it again is exact.

@@ -24,9 +24,9 @@ use smolrun_tests::{model_path, paged_store, pread_store, streaming_store, Strea
 use std::ptr::NonNull;
 
 /// One model of each family smolrun runs (llama, qwen2, qwen3, qwen3moe, qwen2moe,
-/// bailingmoe2, gemma3, qwen35, smollm3, phi3, olmoe, lfm2), and a lookup-table model (Q2_0: aarch64
-/// kernels carve their activation tables).
-const FAMILIES: [&str; 14] = [
+/// bailingmoe2, gemma3, qwen35, smollm3, phi3, olmoe, qwen35moe, lfm2, lfm2moe, smallthinker), and a lookup-table
+/// model (Q2_0: aarch64 kernels carve their activation tables).
+const FAMILIES: [&str; 16] = [
     "synthetic-llama",
     "qwen2.5-coder-0.5b",
     "synthetic-qwen3",
@@ -41,6 +41,8 @@ const FAMILIES: [&str; 14] = [
     "synthetic-olmoe",
     "synthetic-qwen35moe",
     "synthetic-lfm2",
+    "synthetic-lfm2moe",
+    "synthetic-smallthinker",
 ];
 
 fn options(mtp: bool) -> Vec<(StateOptions, &'static str)> {
@@ -118,7 +120,10 @@ fn the_arena_hands_out_exactly_the_plan_for_every_family() {
                 );
             }
             assert_eq!(plan.bytes(Part::Mtp) > 0, opts.mtp, "{name}, {what}");
-            let recurrent = matches!(model.hp.arch.as_str(), "qwen35" | "qwen35moe" | "lfm2");
+            let recurrent = matches!(
+                model.hp.arch.as_str(),
+                "qwen35" | "qwen35moe" | "lfm2" | "lfm2moe"
+            );
             assert_eq!(plan.bytes(Part::RecurrentState) > 0, recurrent, "{name}");
         }
         // The memory guard's plan counts the state's parts from the same plan (its lookup
@@ -236,6 +241,8 @@ fn the_expert_slots_are_carved_exactly_by_their_plan() {
         "synthetic-bailingmoe2",
         "synthetic-olmoe",
         "synthetic-qwen35moe",
+        "synthetic-lfm2moe",
+        "synthetic-smallthinker",
     ] {
         let path = model_path(name);
         let file = MappedFile::open(&path).unwrap();

@@ -98,6 +98,8 @@ fn batches_give_the_token_by_token_logits_moe() {
         "synthetic-bailingmoe2",
         "synthetic-olmoe",
         "synthetic-qwen35moe",
+        "synthetic-lfm2moe",
+        "synthetic-smallthinker",
     ] {
         check(model, &KernelSet::scalar(), 24, &[5, 32], true);
         let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
@@ -113,7 +115,11 @@ fn batches_give_the_token_by_token_logits_moe() {
 fn chunked_prompt_gives_the_token_by_token_recurrent_state() {
     let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
     // (model, its recurrent layers, whether they hold delta-rule matrices besides the window)
-    for (model, layers, matrices) in [("synthetic-qwen35", 3, true), ("synthetic-lfm2", 4, false)] {
+    for (model, layers, matrices) in [
+        ("synthetic-qwen35", 3, true),
+        ("synthetic-lfm2", 4, false),
+        ("synthetic-lfm2moe", 4, false),
+    ] {
         for kernels in [KernelSet::scalar(), native.clone()] {
             chunked_state(model, &kernels, layers, matrices);
         }

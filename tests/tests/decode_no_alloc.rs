@@ -34,7 +34,8 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     // matvecs); then groups, the selection bias and the shared expert, with a fused QKV matrix;
     // then the shared expert's sigmoid gate (qwen2moe); then Qwen3.5's recurrent layers and
     // gated attention; then OLMoE's whole-projection QK-norm and top-8 routing, Phi-3's fused
-    // gate and up, SmolLM3's layers without RoPE, LFM2's short convolutions.
+    // gate and up, SmolLM3's layers without RoPE, LFM2's short convolutions, LFM2-MoE's
+    // sigmoid router with its selection bias, SmallThinker's early router and ReGLU experts.
     for model in [
         "gemma3-270m",
         "synthetic-qwen3moe",
@@ -46,6 +47,8 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         "synthetic-smollm3",
         "synthetic-qwen35moe",
         "synthetic-lfm2",
+        "synthetic-lfm2moe",
+        "synthetic-smallthinker",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

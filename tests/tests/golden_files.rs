@@ -28,6 +28,8 @@ fn has_own_tokenizer_golden(model: &str) -> bool {
             | "synthetic-bailingmoe2"
             | "synthetic-qwen35"
             | "synthetic-qwen35moe"
+            | "synthetic-lfm2moe"
+            | "synthetic-smallthinker"
     ) && !smolrun_tests::golden::LOWBIT_MODELS.contains(&model)
 }
 const TOP_K: usize = 20;

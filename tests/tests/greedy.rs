@@ -183,6 +183,16 @@ fn synthetic_lfm2() {
     check_greedy("synthetic-lfm2");
 }
 
+#[test]
+fn synthetic_lfm2moe() {
+    check_greedy("synthetic-lfm2moe");
+}
+
+#[test]
+fn synthetic_smallthinker() {
+    check_greedy("synthetic-smallthinker");
+}
+
 // The 1-bit, 2-bit and ternary kernels (golden::LOWBIT_MODELS) over greedy text, but for
 // qwen2.5-coder-0.5b-q1_0, whose greedy text is degenerate (golden::NO_GREEDY).
 

@@ -3,7 +3,7 @@
 //! anything is sized from the bad number. The files are written by a tiny GGUF builder here.
 
 use smolrun_core::gguf::Gguf;
-use smolrun_core::model::{Model, ModelError, ResidentStore, State};
+use smolrun_core::model::{MixerShape, Model, ModelError, ResidentStore, State};
 use smolrun_core::platform::SingleThread;
 
 enum Meta {
@@ -1081,4 +1081,351 @@ fn a_tiny_lfm2_runs_and_its_bad_conv_layers_are_named() {
         assert_eq!(key, want, "{err}");
         assert!(err.to_string().contains(what), "{kv:?}: {err}");
     }
+}
+
+/// A tiny lfm2moe of three layers: a short convolution with a dense FFN (the one leading dense
+/// block), then attention and a short convolution with 4 experts, 2 per token, a sigmoid router
+/// and its selection bias. It runs; a missing or mis-shaped selection bias or expert tensor, a
+/// head-count array of the wrong length, an expert count beyond the fixed per-token list, an
+/// unknown gating function and more leading dense blocks than layers are named with what was
+/// expected and found.
+#[test]
+fn a_tiny_lfm2moe_runs_and_its_bad_experts_are_named() {
+    const N_EXPERT: u64 = 4;
+    const N_FF_EXP: u64 = 32;
+    struct Lfm2Moe {
+        kv: Vec<u32>,
+        n_expert: u32,
+        n_used: u32,
+        gating: Option<u32>,
+        n_dense_lead: u32,
+        drop: &'static str,
+        reshape: (&'static str, Vec<u64>),
+    }
+    let good = || Lfm2Moe {
+        kv: vec![0, 1, 0],
+        n_expert: N_EXPERT as u32,
+        n_used: 2,
+        gating: Some(2),
+        n_dense_lead: 1,
+        drop: "",
+        reshape: ("", vec![]),
+    };
+    let file = |c: &Lfm2Moe| {
+        let mut meta = vec![
+            ("general.architecture", Meta::Str("lfm2moe")),
+            ("lfm2moe.block_count", Meta::U32(3)),
+            ("lfm2moe.embedding_length", Meta::U32(N_EMBD as u32)),
+            ("lfm2moe.feed_forward_length", Meta::U32(N_FF as u32)),
+            ("lfm2moe.attention.head_count", Meta::U32(2)),
+            ("lfm2moe.attention.head_count_kv", Meta::U32s(c.kv.clone())),
+            ("lfm2moe.context_length", Meta::U32(64)),
+            ("lfm2moe.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+            ("lfm2moe.shortconv.l_cache", Meta::U32(3)),
+            ("lfm2moe.expert_count", Meta::U32(c.n_expert)),
+            ("lfm2moe.expert_used_count", Meta::U32(c.n_used)),
+            (
+                "lfm2moe.expert_feed_forward_length",
+                Meta::U32(N_FF_EXP as u32),
+            ),
+            (
+                "lfm2moe.leading_dense_block_count",
+                Meta::U32(c.n_dense_lead),
+            ),
+        ];
+        if let Some(g) = c.gating {
+            meta.push(("lfm2moe.expert_gating_func", Meta::U32(g)));
+        }
+        let mut t = vec![
+            ("token_embd.weight", vec![N_EMBD, N_VOCAB]),
+            ("token_embd_norm.weight", vec![N_EMBD]),
+            ("blk.1.attn_q.weight", vec![N_EMBD, N_EMBD]),
+            ("blk.1.attn_k.weight", vec![N_EMBD, 16]),
+            ("blk.1.attn_v.weight", vec![N_EMBD, 16]),
+            ("blk.1.attn_q_norm.weight", vec![16]),
+            ("blk.1.attn_k_norm.weight", vec![16]),
+            ("blk.1.attn_output.weight", vec![N_EMBD, N_EMBD]),
+            ("blk.0.ffn_gate.weight", vec![N_EMBD, N_FF]),
+            ("blk.0.ffn_up.weight", vec![N_EMBD, N_FF]),
+            ("blk.0.ffn_down.weight", vec![N_FF, N_EMBD]),
+        ];
+        for l in 0..3 {
+            let n =
+                |s: &str| -> &'static str { Box::leak(format!("blk.{l}.{s}").into_boxed_str()) };
+            t.push((n("attn_norm.weight"), vec![N_EMBD]));
+            t.push((n("ffn_norm.weight"), vec![N_EMBD]));
+            if l != 1 {
+                t.push((n("shortconv.in_proj.weight"), vec![N_EMBD, 3 * N_EMBD]));
+                t.push((n("shortconv.conv.weight"), vec![3, N_EMBD]));
+                t.push((n("shortconv.out_proj.weight"), vec![N_EMBD, N_EMBD]));
+            }
+            if l >= 1 {
+                t.push((n("ffn_gate_inp.weight"), vec![N_EMBD, N_EXPERT]));
+                t.push((n("exp_probs_b.bias"), vec![N_EXPERT]));
+                t.push((n("ffn_gate_exps.weight"), vec![N_EMBD, N_FF_EXP, N_EXPERT]));
+                t.push((n("ffn_up_exps.weight"), vec![N_EMBD, N_FF_EXP, N_EXPERT]));
+                t.push((n("ffn_down_exps.weight"), vec![N_FF_EXP, N_EMBD, N_EXPERT]));
+            }
+        }
+        t.retain(|(n, _)| *n != c.drop);
+        for (n, dims) in &mut t {
+            if *n == c.reshape.0 {
+                *dims = c.reshape.1.clone();
+            }
+        }
+        build_gguf(&meta, &t)
+    };
+    runs(&file(&good()));
+    let err = load(&file(&Lfm2Moe {
+        drop: "blk.2.exp_probs_b.bias",
+        ..good()
+    }))
+    .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingTensor { name } if name == "blk.2.exp_probs_b.bias"),
+        "{err}"
+    );
+    for (name, dims, expected) in [
+        (
+            "blk.1.exp_probs_b.bias",
+            vec![N_EXPERT + 1],
+            [N_EXPERT, 1, 1, 1],
+        ),
+        (
+            "blk.2.ffn_down_exps.weight",
+            vec![N_FF_EXP, N_EMBD, N_EXPERT - 1],
+            [N_FF_EXP, N_EMBD, N_EXPERT, 1],
+        ),
+        (
+            "blk.1.ffn_gate_inp.weight",
+            vec![N_EMBD, 2 * N_EXPERT],
+            [N_EMBD, N_EXPERT, 1, 1],
+        ),
+    ] {
+        let err = load(&file(&Lfm2Moe {
+            reshape: (name, dims.clone()),
+            ..good()
+        }))
+        .unwrap_err();
+        let mut found = [1u64; 4];
+        found[..dims.len()].copy_from_slice(&dims);
+        assert_eq!(
+            err,
+            ModelError::BadTensorShape {
+                name: name.into(),
+                expected,
+                found,
+            }
+        );
+    }
+    let bad = |c: Lfm2Moe, key: &str, what: &str| {
+        let err = load(&file(&c)).unwrap_err();
+        let ModelError::BadHParam { key: k, .. } = &err else {
+            panic!("expected a hyperparameter error for {key}, got {err}");
+        };
+        assert_eq!(k, key, "{err}");
+        assert!(err.to_string().contains(what), "{key}: {err}");
+    };
+    bad(
+        Lfm2Moe {
+            kv: vec![0, 1],
+            ..good()
+        },
+        "lfm2moe.attention.head_count_kv",
+        "an array of 3 counts",
+    );
+    // A token's chosen experts live in a fixed list of 16.
+    bad(
+        Lfm2Moe {
+            n_expert: 32,
+            n_used: 17,
+            ..good()
+        },
+        "lfm2moe.expert_used_count",
+        "1..=16",
+    );
+    bad(
+        Lfm2Moe {
+            n_used: 5,
+            ..good()
+        },
+        "lfm2moe.expert_used_count",
+        "1..=4",
+    );
+    bad(
+        Lfm2Moe {
+            gating: Some(3),
+            ..good()
+        },
+        "lfm2moe.expert_gating_func",
+        "1 (softmax) or 2 (sigmoid)",
+    );
+    bad(
+        Lfm2Moe {
+            n_dense_lead: 4,
+            ..good()
+        },
+        "lfm2moe.leading_dense_block_count",
+        "0..=3",
+    );
+    let err = load(&file(&Lfm2Moe {
+        gating: None,
+        ..good()
+    }))
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("lfm2moe.expert_gating_func"),
+        "{err}"
+    );
+}
+
+/// A tiny smallthinker of two layers with a sliding window (layer 0 global without RoPE, layer
+/// 1 windowed), 4 ReGLU experts, 2 per token, whose router reads the layer's input: it runs;
+/// a missing router, mis-shaped experts, RoPE over part of a head, a window pattern of the
+/// wrong length and an expert count beyond the fixed per-token list are named with what was
+/// expected and found.
+#[test]
+fn a_tiny_smallthinker_runs_and_its_bad_experts_are_named() {
+    const N_EXPERT: u64 = 4;
+    const N_FF_EXP: u64 = 32;
+    struct SmallThinker {
+        n_expert: u32,
+        n_used: u32,
+        n_rot: u32,
+        pattern: Option<Vec<bool>>,
+        drop: &'static str,
+        reshape: (&'static str, Vec<u64>),
+    }
+    let good = || SmallThinker {
+        n_expert: N_EXPERT as u32,
+        n_used: 2,
+        n_rot: 16,
+        pattern: None,
+        drop: "",
+        reshape: ("", vec![]),
+    };
+    let file = |c: &SmallThinker| {
+        let mut meta = vec![
+            ("general.architecture", Meta::Str("smallthinker")),
+            ("smallthinker.block_count", Meta::U32(2)),
+            ("smallthinker.embedding_length", Meta::U32(N_EMBD as u32)),
+            (
+                "smallthinker.feed_forward_length",
+                Meta::U32(N_FF_EXP as u32),
+            ),
+            ("smallthinker.attention.head_count", Meta::U32(2)),
+            ("smallthinker.attention.head_count_kv", Meta::U32(1)),
+            ("smallthinker.rope.dimension_count", Meta::U32(c.n_rot)),
+            ("smallthinker.context_length", Meta::U32(64)),
+            (
+                "smallthinker.attention.layer_norm_rms_epsilon",
+                Meta::F32(1e-6),
+            ),
+            ("smallthinker.attention.sliding_window", Meta::U32(4096)),
+            ("smallthinker.expert_count", Meta::U32(c.n_expert)),
+            ("smallthinker.expert_used_count", Meta::U32(c.n_used)),
+            (
+                "smallthinker.expert_feed_forward_length",
+                Meta::U32(N_FF_EXP as u32),
+            ),
+            ("smallthinker.expert_gating_func", Meta::U32(1)),
+        ];
+        if let Some(p) = &c.pattern {
+            meta.push((
+                "smallthinker.attention.sliding_window_pattern",
+                Meta::Bools(p.clone()),
+            ));
+        }
+        let mut t = vec![
+            ("token_embd.weight", vec![N_EMBD, N_VOCAB]),
+            ("output_norm.weight", vec![N_EMBD]),
+        ];
+        for l in 0..2 {
+            let n =
+                |s: &str| -> &'static str { Box::leak(format!("blk.{l}.{s}").into_boxed_str()) };
+            t.push((n("attn_norm.weight"), vec![N_EMBD]));
+            t.push((n("attn_q.weight"), vec![N_EMBD, N_EMBD]));
+            t.push((n("attn_k.weight"), vec![N_EMBD, 16]));
+            t.push((n("attn_v.weight"), vec![N_EMBD, 16]));
+            t.push((n("attn_output.weight"), vec![N_EMBD, N_EMBD]));
+            t.push((n("ffn_norm.weight"), vec![N_EMBD]));
+            t.push((n("ffn_gate_inp.weight"), vec![N_EMBD, N_EXPERT]));
+            t.push((n("ffn_gate_exps.weight"), vec![N_EMBD, N_FF_EXP, N_EXPERT]));
+            t.push((n("ffn_up_exps.weight"), vec![N_EMBD, N_FF_EXP, N_EXPERT]));
+            t.push((n("ffn_down_exps.weight"), vec![N_FF_EXP, N_EMBD, N_EXPERT]));
+        }
+        t.retain(|(n, _)| *n != c.drop);
+        for (n, dims) in &mut t {
+            if *n == c.reshape.0 {
+                *dims = c.reshape.1.clone();
+            }
+        }
+        build_gguf(&meta, &t)
+    };
+    runs(&file(&good()));
+    let m = load(&file(&good())).unwrap();
+    let windows: Vec<_> =
+        m.hp.layers
+            .iter()
+            .map(|l| match l.mixer {
+                MixerShape::Attention(a) => (a.window, a.rope),
+                _ => panic!("attention only"),
+            })
+            .collect();
+    assert_eq!(windows, [(None, false), (Some(4096), true)]);
+    let err = load(&file(&SmallThinker {
+        drop: "blk.1.ffn_gate_inp.weight",
+        ..good()
+    }))
+    .unwrap_err();
+    assert!(
+        matches!(&err, ModelError::MissingTensor { name } if name == "blk.1.ffn_gate_inp.weight"),
+        "{err}"
+    );
+    let err = load(&file(&SmallThinker {
+        reshape: (
+            "blk.0.ffn_up_exps.weight",
+            vec![N_EMBD, N_FF_EXP + 1, N_EXPERT],
+        ),
+        ..good()
+    }))
+    .unwrap_err();
+    assert_eq!(
+        err,
+        ModelError::BadTensorShape {
+            name: "blk.0.ffn_up_exps.weight".into(),
+            expected: [N_EMBD, N_FF_EXP, N_EXPERT, 1],
+            found: [N_EMBD, N_FF_EXP + 1, N_EXPERT, 1],
+        }
+    );
+    let bad = |c: SmallThinker, key: &str, what: &str| {
+        let err = load(&file(&c)).unwrap_err();
+        let ModelError::BadHParam { key: k, .. } = &err else {
+            panic!("expected a hyperparameter error for {key}, got {err}");
+        };
+        assert_eq!(k, key, "{err}");
+        assert!(err.to_string().contains(what), "{key}: {err}");
+    };
+    bad(
+        SmallThinker { n_rot: 8, ..good() },
+        "smallthinker.rope.dimension_count",
+        "RoPE over whole heads",
+    );
+    bad(
+        SmallThinker {
+            pattern: Some(vec![false]),
+            ..good()
+        },
+        "smallthinker.attention.sliding_window_pattern",
+        "2 booleans",
+    );
+    bad(
+        SmallThinker {
+            n_expert: 32,
+            n_used: 17,
+            ..good()
+        },
+        "smallthinker.expert_used_count",
+        "1..=16",
+    );
 }

@@ -19,12 +19,14 @@ use smolrun_tests::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-const MOE_MODELS: [&str; 5] = [
+const MOE_MODELS: [&str; 7] = [
     "synthetic-qwen3moe",
     "synthetic-bailingmoe2",
     "synthetic-qwen2moe",
     "synthetic-olmoe",
     "synthetic-qwen35moe",
+    "synthetic-lfm2moe",
+    "synthetic-smallthinker",
 ];
 
 /// The model's path and its file mapped.

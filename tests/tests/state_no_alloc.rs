@@ -37,6 +37,8 @@ fn making_the_state_and_running_the_prompt_allocate_nothing() {
         "synthetic-olmoe",
         "synthetic-qwen35moe",
         "synthetic-lfm2",
+        "synthetic-lfm2moe",
+        "synthetic-smallthinker",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

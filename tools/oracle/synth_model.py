@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|smollm3|phi3|olmoe|lfm2|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|smollm3|phi3|olmoe|lfm2|lfm2moe|smallthinker|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -67,6 +67,27 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           NEOX RoPE, base 1e6; the final norm named token_embd_norm (llama.cpp's
           LLM_TENSOR_OUTPUT_NORM_LFM2); the Qwen tokenizer, pre-type "qwen2" (LFM2's own
           pre-tokenizer "lfm2" is not in smolrun yet)
+  lfm2moe (LFM2-8B-A1B's architecture): lfm2's 6 layers (attention at 2 and 5, short convolutions
+          of 3 taps elsewhere), layers 0 and 1 a dense FFN (leading_dense_block_count 2, as the real
+          model has), layers 2-5 a mixture of 16 experts of width 128, 4 used per token (the real
+          model: 32 experts, 4 used): a sigmoid router (expert_gating_func 2, std 0.15 as
+          bailingmoe2's) with a selection bias (exp_probs_b, std 0.2) that changes which experts win,
+          the chosen sigmoids normalised over the chosen (their sum is ~2, so unnormalised weights
+          double the experts' output), no scale, no shared expert; experts' down projections of
+          std 2/sqrt(n_ff_exp) so their output is a good share of the residual stream and a routing
+          or weighting error shows in the logits; the Qwen tokenizer, pre-type "qwen2"
+  smallthinker (SmallThinker-4B-A0.6B's architecture): 8 layers of attention (4 query and 2 KV
+          heads of 64, RoPE over whole heads, NEOX order, base 1.5e6, no rope.freq_base_swa: the
+          windowed layers use the global base) and a sliding window of 4096 in the header, so
+          llama.cpp windows layers 1-3 and 5-7 and runs layers 0 and 4 global and without RoPE;
+          every FFN a mixture of 16 ReGLU experts of width 128, 4 used per token, whose softmax
+          router (std 0.08 on the un-normed layer input of std ~2: logits of std ~2.6) reads the
+          layer's input before attention, weights normalised over the chosen (a sigmoid router,
+          as lfm2moe's, saturates on inputs this large: experts whose sigmoids both round to
+          within a few ulps of 1 are near ties that last bits decide); experts' down
+          projections of std 1/sqrt(n_ff_exp) (not lfm2moe's 2: eight layers of experts that large
+          make the file chaotic, a last-bit difference moving later logits by tenths); the Qwen
+          tokenizer, pre-type "qwen2"
 
 Tensor types are a mix the engine must handle; those the real models already carry (Q4_K, Q6_K,
 Q5_0, Q8_0) appear here less, those they lack (F16, BF16, Q4_0, Q4_1, Q5_1) appear more. gguf-py
@@ -203,6 +224,24 @@ ARCHS = {
                    attn_output=T.Q4_1, shortconv_in_proj=T.Q8_0, shortconv_out_proj=T.Q5_0,
                    ffn_gate=T.Q4_0, ffn_up=T.Q8_0, ffn_down=T.F16),
     ),
+    "lfm2moe": dict(
+        seed=0x1F02_E001, n_embd=256, n_layer=6, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
+        n_ctx=4096, rope_base=1_000_000.0, rms_eps=1e-5, pre="qwen2", add_bos=False,
+        attention_layers=[2, 5], l_cache=3, n_dense_lead=2,
+        n_expert=16, n_expert_used=4, n_ff_exp=128,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0,
+                   attn_output=T.Q5_0, shortconv_in_proj=T.Q8_0, shortconv_out_proj=T.Q4_1,
+                   ffn_gate=T.Q8_0, ffn_up=T.Q4_0, ffn_down=T.F16,
+                   ffn_gate_inp=T.F32, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_1, ffn_down_exps=T.Q5_0),
+    ),
+    "smallthinker": dict(
+        seed=0x5A11_7001, n_embd=256, n_layer=8, n_head=4, n_head_kv=2, head_dim=64, n_ff=128,
+        n_ctx=4096, rope_base=1_500_000.0, rms_eps=1e-6, pre="qwen2", add_bos=False,
+        sliding_window=4096, n_expert=16, n_expert_used=4, n_ff_exp=128,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.F16, attn_v=T.Q8_0,
+                   attn_output=T.Q4_0, ffn_gate_inp=T.F32, ffn_gate_exps=T.Q4_1, ffn_up_exps=T.Q8_0,
+                   ffn_down_exps=T.Q5_0),
+    ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
         n_ctx=2048, rope_base=10_000.0, rms_eps=1e-5, pre="llama-bpe", add_bos=True,
@@ -217,6 +256,10 @@ ROUTER_STD = 0.25
 # bailingmoe2's sigmoid router and its selection bias (see the module docs).
 SIGMOID_ROUTER_STD = 0.15
 PROBS_BIAS_STD = 0.2
+# lfm2moe's experts' down projections (see the module docs)
+LFM2MOE_DOWN_GAIN = 2.0
+# smallthinker's router on the un-normed layer input (see the module docs)
+EARLY_ROUTER_STD = 0.08
 # qwen2moe's shared-expert gate (see the module docs).
 SHEXP_GATE_STD = 0.1
 
@@ -360,7 +403,7 @@ def build(name, tok, out_path):
     w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
     w.add_feed_forward_length(n_ff)
     w.add_head_count(cfg["n_head"])
-    if arch == "lfm2":
+    if arch in ("lfm2", "lfm2moe"):
         # per layer: 0 marks a short-convolution layer
         w.add_head_count_kv([cfg["n_head_kv"] if i in cfg["attention_layers"] else 0
                              for i in range(cfg["n_layer"])])
@@ -400,6 +443,11 @@ def build(name, tok, out_path):
         w.add_expert_weights_scale(cfg["weights_scale"])
         w.add_expert_weights_norm(True)
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if arch == "lfm2moe":
+        w.add_leading_dense_block_count(cfg["n_dense_lead"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if arch == "smallthinker":
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
 
     if "sliding_window" in cfg:
         w.add_sliding_window(cfg["sliding_window"])
@@ -432,9 +480,11 @@ def build(name, tok, out_path):
         bailing_layers(cfg, rng, tensor, norm_weight)
     if arch in ("qwen35", "qwen35moe"):
         qwen35_layers(cfg, rng, tensor, norm_weight)
-    if arch == "lfm2":
+    if arch in ("lfm2", "lfm2moe"):
         lfm2_layers(cfg, rng, tensor, norm_weight)
-    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35", "qwen35moe", "lfm2") else 0):
+    if arch == "smallthinker":
+        smallthinker_layers(cfg, rng, tensor, norm_weight)
+    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35", "qwen35moe", "lfm2", "lfm2moe", "smallthinker") else 0):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
         if arch == "phi3":
@@ -478,7 +528,7 @@ def build(name, tok, out_path):
             tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
     # LFM2's final norm has the name llama.cpp gives LLM_TENSOR_OUTPUT_NORM_LFM2
-    tensor("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight", "norm", norm_weight(n_embd))
+    tensor("token_embd_norm.weight" if arch in ("lfm2", "lfm2moe") else "output_norm.weight", "norm", norm_weight(n_embd))
     # LM head: a small random row for every token, plus, for successor(t), the direction of t's
     # input embedding (see the module docs); argsort of raw 64-bit draws is a permutation
     # without ties, identical on every platform
@@ -596,7 +646,8 @@ def lfm2_layers(cfg, rng, tensor, norm_weight):
     """lfm2's blocks: attn_norm (LFM2's operator_norm), then attention (layers in
     `attention_layers`: QK-norm per head) or a short convolution (shortconv.in_proj n_embd ->
     3 n_embd as [b | c | x], shortconv.conv {l_cache, n_embd}, shortconv.out_proj), residual,
-    ffn_norm, SwiGLU FFN, residual."""
+    ffn_norm, SwiGLU FFN, residual. lfm2moe: from layer `n_dense_lead` on, the FFN is a mixture
+    of experts."""
     n_embd, n_ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
     n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
     for i in range(cfg["n_layer"]):
@@ -617,9 +668,38 @@ def lfm2_layers(cfg, rng, tensor, norm_weight):
             tensor(p + "shortconv.conv.weight", "conv", rng.weight((n_embd, cfg["l_cache"]), 0.5))
             tensor(p + "shortconv.out_proj.weight", "shortconv_out_proj", rng.weight((n_embd, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
+        if i >= cfg.get("n_dense_lead", cfg["n_layer"]):
+            # lfm2moe: sigmoid-routed experts with a selection bias, no shared expert
+            n_e, n_fe = cfg["n_expert"], cfg["n_ff_exp"]
+            tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), SIGMOID_ROUTER_STD))
+            tensor(p + "exp_probs_b.bias", "exp_probs_b", rng.weight((n_e,), PROBS_BIAS_STD))
+            tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "ffn_down_exps.weight", "ffn_down_exps", rng.weight((n_e, n_embd, n_fe), LFM2MOE_DOWN_GAIN / np.sqrt(n_fe)))
+            continue
         tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+
+
+def smallthinker_layers(cfg, rng, tensor, norm_weight):
+    """smallthinker's blocks: attn_norm, attention (no QK-norm), residual, ffn_norm, ReGLU experts
+    whose router (ffn_gate_inp) reads the block's input before attn_norm, residual."""
+    n_embd, hd = cfg["n_embd"], cfg["head_dim"]
+    n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    n_e, n_fe = cfg["n_expert"], cfg["n_ff_exp"]
+    for i in range(cfg["n_layer"]):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
+        tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
+        tensor(p + "ffn_gate_inp.weight", "ffn_gate_inp", rng.weight((n_e, n_embd), EARLY_ROUTER_STD))
+        tensor(p + "ffn_gate_exps.weight", "ffn_gate_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_down_exps.weight", "ffn_down_exps", rng.weight((n_e, n_embd, n_fe), 1.0 / np.sqrt(n_fe)))
 
 
 def qwen35_mtp(cfg, embd, tensor):

@@ -17,12 +17,13 @@ use alloc::format;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-/// The gate's activation: SiLU through the kernel set's SwiGLU face, or GELU-tanh through
-/// llama.cpp's f16 table (built once per model, shared by its layers).
+/// The gate's activation: SiLU through the kernel set's SwiGLU face, GELU-tanh through
+/// llama.cpp's f16 table (built once per model, shared by its layers), or ReLU.
 #[derive(Debug, Clone)]
 pub enum Gate {
     Silu { swiglu: fn(&mut [f32], &[f32]) },
     GeluTanh { table: Arc<GeluTable> },
+    Relu,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +109,7 @@ impl DenseFfn {
             let up = row(ups, n_ff, t);
             match &self.gate {
                 Gate::Silu { swiglu } => swiglu(gate, up),
+                Gate::Relu => crate::math::reglu(gate, up),
                 Gate::GeluTanh { table } => gate
                     .iter_mut()
                     .zip(up)

@@ -349,7 +349,11 @@ impl HParams {
             finite_positive(&k.key(name), k.opt_f32(name)?.unwrap_or(default))
         };
         let rope_freq_base = positive_or("rope.freq_base", 10000.0)?;
-        let rope_freq_base_swa = positive_or("rope.freq_base_swa", 10000.0)?;
+        let swa_base_default = match family.switches.swa_rope_base_global {
+            true => rope_freq_base,
+            false => 10000.0,
+        };
+        let rope_freq_base_swa = positive_or("rope.freq_base_swa", swa_base_default)?;
         let n_ctx_train = k.count("context_length", 1, MAX_CONTEXT)?;
 
         let rope_scaling = match k.get("rope.scaling.type") {

@@ -308,6 +308,11 @@ impl Layer {
         pos: usize,
         predict: Option<&Layer>,
     ) -> Result<(), ModelError> {
+        if let Ffn::Moe(ffn) = &self.ffn {
+            if ffn.routing.early_router {
+                ffn.route_early(p, l, a)?;
+            }
+        }
         match (&self.mixer, state) {
             (TokenMixer::Attention(att), LayerState::Kv(cache)) => {
                 att.forward(p, l, a, cache, pos)?

@@ -131,7 +131,7 @@ impl MemoryPlan {
         // GELU models keep the activation's table over every f16 input (Model::gelu).
         let gelu_table = match hp.family.switches.activation {
             super::Activation::GeluTanh => math::GeluTable::BYTES as u64,
-            super::Activation::Silu => 0,
+            super::Activation::Silu | super::Activation::Relu => 0,
         };
         MemoryPlan {
             weights,

@@ -51,7 +51,9 @@ pub use hparams::{HParams, Keys, RopeScaling};
 pub use layer::{Ffn, FfnShape, Layer, LayerShape, LayerState, MixerShape, TokenMixer};
 pub use matrix::{Loader, Matrix};
 pub use memory_plan::MemoryPlan;
-pub use moe_ffn::{Gating, MoeFfn, Routing, SharedExpert, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS};
+pub use moe_ffn::{
+    Gating, MoeFfn, Routing, SelectionBias, SharedExpert, MAX_EXPERTS_USED, MAX_EXPERT_GROUPS,
+};
 pub use mtp::{Mtp, MtpState};
 pub use pass::TILED_ATTENTION_MIN_BATCH;
 pub use perplexity::{
@@ -802,7 +804,7 @@ pub(crate) fn load_layer(
             n_expert_used,
             routing,
             n_ff_shared,
-            kernels.swiglu(),
+            expert_gate(hp.family.switches.activation, kernels),
         )?),
     };
     Ok(Layer::new(mixer, ffn))
@@ -818,6 +820,16 @@ pub(crate) fn ffn_gate(activation: Activation, kernels: &KernelSet) -> Gate {
         Activation::GeluTanh => Gate::GeluTanh {
             table: Arc::new(math::GeluTable::new()),
         },
+        Activation::Relu => Gate::Relu,
+    }
+}
+
+/// The experts' gate for `activation`: SiLU through the kernel set's SwiGLU face, or ReLU
+/// (no mixture of experts has GELU experts; theirs would run as SiLU).
+fn expert_gate(activation: Activation, kernels: &KernelSet) -> fn(&mut [f32], &[f32]) {
+    match activation {
+        Activation::Relu => math::reglu,
+        Activation::Silu | Activation::GeluTanh => kernels.swiglu(),
     }
 }
 

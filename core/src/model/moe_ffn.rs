@@ -1,12 +1,14 @@
-//! The mixture-of-experts feed-forward network (Qwen3-MoE's, Qwen1.5-MoE's, bailingmoe2's): a
-//! router picks `k` of `n_expert` gated MLPs per token; their outputs, weighted by the router's
-//! probabilities, are summed, plus a shared expert that every token runs (bailingmoe2, qwen2moe;
-//! qwen2moe scales it by a sigmoid gate of its own).
+//! The mixture-of-experts feed-forward network (Qwen3-MoE's, Qwen1.5-MoE's, bailingmoe2's,
+//! LFM2-MoE's, SmallThinker's): a router picks `k` of `n_expert` gated MLPs per token; their
+//! outputs, weighted by the router's probabilities, are summed, plus a shared expert that every
+//! token runs (bailingmoe2, qwen2moe; qwen2moe scales it by a sigmoid gate of its own).
 //!
 //! ```text
 //! xb = rms_norm(x)                              ffn_norm
 //! p = softmax(Wrouter xb)                       ffn_gate_inp, one logit per expert (Qwen3-MoE)
-//!   or sigmoid(Wrouter xb)                      (bailingmoe2)
+//!   or sigmoid(Wrouter xb)                      (bailingmoe2, lfm2moe)
+//!   or of Wrouter x0, x0 the layer's input      before the token mixer (early_router:
+//!                                               SmallThinker; its experts are read meanwhile)
 //! s = p + b                                     exp_probs_b: for choosing only, never a weight
 //! groups: score_g = the sum of the 2 largest s in group g; all s outside the
 //!         n_group_used best groups are -inf     (expert_group_count > 1)
@@ -61,10 +63,14 @@ pub struct Routing {
     /// Expert groups (`expert_group_count`; 0 or 1: none) and how many a token may use.
     pub n_group: usize,
     pub n_group_used: usize,
-    /// Look for a selection bias (`blk.N.exp_probs_b.bias`, optional where it may appear).
-    pub selection_bias: bool,
+    /// Whether the layer has a selection bias (`blk.N.exp_probs_b.bias`).
+    pub selection_bias: SelectionBias,
     /// The shared expert's output is scaled by sigmoid(`ffn_gate_inp_shexp` . xb) (qwen2moe).
     pub shared_gate: bool,
+    /// The router reads the layer's input x, unnormalised, before the token mixer runs,
+    /// instead of the FFN's normed input (SmallThinker): the chosen experts are known, and
+    /// read, while attention runs.
+    pub early_router: bool,
 }
 
 impl Routing {
@@ -75,9 +81,22 @@ impl Routing {
         weights_scale: 1.0,
         n_group: 0,
         n_group_used: 0,
-        selection_bias: false,
+        selection_bias: SelectionBias::None,
         shared_gate: false,
+        early_router: false,
     };
+}
+
+/// Whether a layer's router has a selection bias (`blk.N.exp_probs_b.bias`, added to the
+/// probabilities to choose the experts, never to weight them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectionBias {
+    /// None is read.
+    None,
+    /// Read when the file has it (bailingmoe2).
+    Optional,
+    /// The file must have it (lfm2moe): a missing one is an error, not a silent other routing.
+    Required,
 }
 
 /// The shared expert: a gated MLP every token runs beside its chosen experts.
@@ -146,9 +165,11 @@ impl MoeFfn {
                 )?,
             }),
         };
+        let bias = n("exp_probs_b.bias");
         let selection_bias = match routing.selection_bias {
-            true => ld.opt_vector(&n("exp_probs_b.bias"), n_expert)?,
-            false => None,
+            SelectionBias::None => None,
+            SelectionBias::Optional => ld.opt_vector(&bias, n_expert)?,
+            SelectionBias::Required => Some(ld.vector(&bias, n_expert)?),
         };
         Ok(MoeFfn {
             n_expert,
@@ -198,8 +219,10 @@ impl MoeFfn {
         let (n, n_embd) = (p.n, a.n_embd);
         p.rms_norm_rows(&mut a.xb, &a.x, &self.ffn_norm, n_embd);
         p.tap("ffn_norm", l, &a.xb, n_embd);
-        p.matvec(&self.router, &a.xb, &mut a.router)?;
-        p.tap("ffn_moe_logits", l, &a.router, self.n_expert);
+        if !self.routing.early_router {
+            p.matvec(&self.router, &a.xb, &mut a.router)?;
+            p.tap("ffn_moe_logits", l, &a.router, self.n_expert);
+        }
         if let Some(sh) = &self.shared {
             // The shared expert runs for all tokens at once, into xb2, before the routed experts
             // (which reuse hb and hb2) add their sum to it.
@@ -293,6 +316,34 @@ impl MoeFfn {
         Ok(())
     }
 
+    /// The early router (`Routing::early_router`): the router's logits on the layer's input x,
+    /// before the token mixer runs, into `router` (which `forward` then routes on); when
+    /// decoding, the experts they choose are asked of the store at once, so a store that pages
+    /// experts reads them while attention runs. Uses `router_guess` for that choice.
+    pub fn route_early(
+        &self,
+        p: &mut Pass,
+        l: usize,
+        a: &mut Activations,
+    ) -> Result<(), ModelError> {
+        p.matvec(&self.router, &a.x, &mut a.router)?;
+        p.tap("ffn_moe_logits", l, &a.router, self.n_expert);
+        if p.n == 1 {
+            let logits = &mut a.router_guess[..self.n_expert];
+            logits.copy_from_slice(&a.router[..self.n_expert]);
+            let held = self.held_experts(p, &mut a.moe_held);
+            let chosen = self.route(logits, held);
+            let mut keys = heapless::Vec::<WeightKey, { 3 * MAX_EXPERTS_USED }>::new();
+            for &(e, _) in &chosen {
+                for m in self.expert_matrices() {
+                    let _ = keys.push(WeightKey::expert(m.id, e));
+                }
+            }
+            p.store.prefetch(&keys);
+        }
+        Ok(())
+    }
+
     /// Which experts the store holds, when routing favours them (`cache_bias`): `held` filled
     /// and returned, or `None`.
     fn held_experts<'h>(&self, p: &Pass, held: &'h mut [bool]) -> Option<&'h [bool]> {
@@ -301,13 +352,18 @@ impl MoeFfn {
     }
 
     /// Pre-gated prefetch: this layer's router on the hidden state of an earlier layer (x of
-    /// the pass's one token, normalised with this layer's FFN norm) picks the experts this
-    /// layer will likely want; the store is told to load them while the earlier layer runs.
+    /// the pass's one token, normalised with this layer's FFN norm unless the router is an
+    /// early one) picks the experts this layer will likely want; the store is told to load
+    /// them while the earlier layer runs.
     /// Uses `moe_acc` (before the earlier layer's experts fill it) and `router_guess`.
     fn predict_from(&self, p: &mut Pass, a: &mut Activations) -> Result<(), ModelError> {
         let n_embd = a.n_embd;
         let normed = &mut a.moe_acc[..n_embd];
-        math::rms_norm(normed, &a.x[..n_embd], &self.ffn_norm, p.rms_eps);
+        match self.routing.early_router {
+            // Its router reads the layer's input as it is.
+            true => normed.copy_from_slice(&a.x[..n_embd]),
+            false => math::rms_norm(normed, &a.x[..n_embd], &self.ffn_norm, p.rms_eps),
+        }
         let logits = &mut a.router_guess[..self.n_expert];
         p.matvec(&self.router, &a.moe_acc[..n_embd], logits)?;
         let held = self.held_experts(p, &mut a.moe_held);

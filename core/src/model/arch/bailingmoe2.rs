@@ -6,11 +6,11 @@
 //! token runs. Its trailing MTP (nextn) layers are left unread. llama.cpp:
 //! src/models/bailingmoe2.cpp.
 
-use super::{expert_counts, Family, Layout, Switches};
+use super::{expert_counts, expert_gating, Family, Layout, Switches};
 use crate::model::attention::AttentionShape;
 use crate::model::hparams::{in_range, HParams, Keys, MAX_FEED_FORWARD, MAX_SHARED_EXPERTS};
 use crate::model::layer::{FfnShape, LayerShape, MixerShape};
-use crate::model::moe_ffn::{Gating, Routing, MAX_EXPERT_GROUPS};
+use crate::model::moe_ffn::{Routing, SelectionBias, MAX_EXPERT_GROUPS};
 use crate::model::ModelError;
 use alloc::format;
 
@@ -73,17 +73,7 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
 /// the chosen weights, and expert groups (each scored by its two best experts; a token's
 /// experts come from the `expert_group_used_count` best groups).
 fn routing(k: &Keys, n_expert: usize, n_expert_used: usize) -> Result<Routing, ModelError> {
-    let gating = match k.u64("expert_gating_func")? {
-        1 => Gating::Softmax,
-        2 => Gating::Sigmoid,
-        v => {
-            return Err(ModelError::BadHParam {
-                key: k.key("expert_gating_func"),
-                expected: "1 (softmax) or 2 (sigmoid)".into(),
-                found: format!("{v}"),
-            })
-        }
-    };
+    let gating = expert_gating(k)?;
     let norm_weights = k.opt_bool("expert_weights_norm")?.unwrap_or(false);
     let scale = k.opt_f32("expert_weights_scale")?.unwrap_or(0.0);
     if !(scale.is_finite() && scale >= 0.0) {
@@ -124,7 +114,8 @@ fn routing(k: &Keys, n_expert: usize, n_expert_used: usize) -> Result<Routing, M
         weights_scale: if scale == 0.0 { 1.0 } else { scale },
         n_group,
         n_group_used,
-        selection_bias: true,
+        selection_bias: SelectionBias::Optional,
         shared_gate: false,
+        early_router: false,
     })
 }

@@ -31,6 +31,22 @@ const MAX_L_CACHE: u64 = 64;
 
 fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
     let n_ff = k.feed_forward_length(None)?;
+    let dense = FfnShape::Dense {
+        n_ff,
+        fused_gate_up: false,
+    };
+    conv_attention_layout(k, hp, n_ff, |_| dense)
+}
+
+/// LFM2's layers (shared with lfm2moe, whose FFNs after the leading dense ones are experts):
+/// a short convolution of `shortconv.l_cache` taps where `attention.head_count_kv` is 0,
+/// attention with that many KV heads elsewhere; layer `l`'s FFN is `ffn(l)`.
+pub(super) fn conv_attention_layout(
+    k: &Keys,
+    hp: &HParams,
+    n_ff: usize,
+    ffn: impl Fn(usize) -> FfnShape,
+) -> Result<Layout, ModelError> {
     let l_cache = k.count("shortconv.l_cache", 2, MAX_L_CACHE)?;
     let n_head_kv = k.head_count_kv_layers(hp.n_head, hp.n_layer)?;
     if hp.head_dim_v != hp.head_dim {
@@ -55,9 +71,6 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
                 ..hp.attention_shape(l)
             }),
         },
-        ffn: FfnShape::Dense {
-            n_ff,
-            fused_gate_up: false,
-        },
+        ffn: ffn(l),
     }))
 }

@@ -11,7 +11,7 @@
 //!   layer attention and a dense FFN (llama, qwen2, qwen3, gemma3), a mixture of experts with
 //!   its routing, shared expert and leading dense layers (qwen2moe, qwen3moe, bailingmoe2),
 //!   recurrent Gated DeltaNet layers between gated attention layers (qwen35), short
-//!   convolutions between attention layers (lfm2);
+//!   convolutions between attention layers (lfm2, and with experts lfm2moe);
 //! - its **switches** ([`Switches`]): what differs inside the shared kinds (Q/K/V biases,
 //!   QK-norm, post-norms, the embedding scale, GELU or SiLU, the RoPE pair order);
 //! - its **tensor-name quirks** ([`Family::ffn_norm`]) and its default sliding-window period;
@@ -32,6 +32,8 @@
 //! | phi3.rs | attention, fused QKV | dense, gate and up fused | Q scaled before the scores |
 //! | olmoe.rs | attention | experts | QK-norm over all heads at once, softmax router used as is |
 //! | lfm2.rs | short convolutions, attention where `head_count_kv` is not 0 | dense | QK-norm, final norm `token_embd_norm` |
+//! | lfm2moe.rs | as lfm2 | dense, then experts | sigmoid router with a required bias, normalised over the chosen |
+//! | smallthinker.rs | attention, 3 of 4 windowed, the others without RoPE | ReGLU experts | router on the layer's input before attention (early prefetch) |
 //!
 //! Adding a family is a file here and a row of [`ARCHITECTURES`]; a family that brings a new
 //! layer kind adds the kind beside the others (layer.rs says how).
@@ -39,6 +41,7 @@
 mod bailingmoe2;
 mod gemma3;
 mod lfm2;
+mod lfm2moe;
 mod llama;
 mod olmoe;
 mod phi3;
@@ -48,13 +51,15 @@ mod qwen3;
 mod qwen35;
 mod qwen35moe;
 mod qwen3moe;
+mod smallthinker;
 mod smollm3;
 
 use super::error::ModelError;
 use super::hparams::{HParams, Keys, MAX_EXPERTS};
 use super::layer::{FfnShape, LayerShape, MixerShape};
-use super::moe_ffn::MAX_EXPERTS_USED;
+use super::moe_ffn::{Gating, MAX_EXPERTS_USED};
 use crate::math::RopeStyle;
+use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -66,7 +71,7 @@ pub struct Architecture {
 }
 
 /// Every architecture smolrun runs.
-pub static ARCHITECTURES: [Architecture; 13] = [
+pub static ARCHITECTURES: [Architecture; 15] = [
     Architecture {
         name: "llama",
         family: &llama::FAMILY,
@@ -118,6 +123,14 @@ pub static ARCHITECTURES: [Architecture; 13] = [
     Architecture {
         name: "lfm2",
         family: &lfm2::FAMILY,
+    },
+    Architecture {
+        name: "lfm2moe",
+        family: &lfm2moe::FAMILY,
+    },
+    Architecture {
+        name: "smallthinker",
+        family: &smallthinker::FAMILY,
     },
 ];
 
@@ -215,6 +228,9 @@ pub struct Switches {
     /// Q is multiplied by 1/sqrt(head_dim) before attention instead of scaling the scores
     /// (Gemma's order of operations; the same value, rounded as the reference rounds it).
     pub scale_q_before_attention: bool,
+    /// A sliding-window layer's RoPE base is `rope.freq_base` unless the file gives
+    /// `rope.freq_base_swa` (SmallThinker), instead of llama.cpp's default of 10000 (Gemma 3).
+    pub swa_rope_base_global: bool,
 }
 
 impl Switches {
@@ -229,6 +245,7 @@ impl Switches {
         activation: Activation::Silu,
         rope_style: RopeStyle::Neox,
         scale_q_before_attention: false,
+        swa_rope_base_global: false,
     };
 }
 
@@ -237,6 +254,8 @@ impl Switches {
 pub enum Activation {
     Silu,
     GeluTanh,
+    /// ReLU: the gated MLP is a ReGLU (SmallThinker's experts).
+    Relu,
 }
 
 /// Every layer attention as the shared keys say it, and a dense FFN of `feed_forward_length`:
@@ -261,6 +280,19 @@ fn expert_counts(k: &Keys) -> Result<(usize, usize), ModelError> {
     Ok((n_expert, n_expert_used))
 }
 
+/// `expert_gating_func`, required: 1 softmax, 2 sigmoid.
+fn expert_gating(k: &Keys) -> Result<Gating, ModelError> {
+    match k.u64("expert_gating_func")? {
+        1 => Ok(Gating::Softmax),
+        2 => Ok(Gating::Sigmoid),
+        v => Err(ModelError::BadHParam {
+            key: k.key("expert_gating_func"),
+            expected: "1 (softmax) or 2 (sigmoid)".into(),
+            found: format!("{v}"),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,7 +314,7 @@ mod tests {
             arch: "mamba".into(),
         };
         assert!(err.to_string().ends_with(
-            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe, phi3 or lfm2"
+            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe, phi3, lfm2, lfm2moe or smallthinker"
         ));
     }
 

@@ -8,7 +8,7 @@
 use super::{expert_counts, Family, Layout, Switches};
 use crate::model::hparams::{HParams, Keys, MAX_FEED_FORWARD};
 use crate::model::layer::{FfnShape, LayerShape, MixerShape};
-use crate::model::moe_ffn::{Gating, Routing};
+use crate::model::moe_ffn::{Gating, Routing, SelectionBias};
 use crate::model::ModelError;
 use alloc::format;
 
@@ -32,8 +32,9 @@ const ROUTING: Routing = Routing {
     weights_scale: 1.0,
     n_group: 0,
     n_group_used: 0,
-    selection_bias: false,
+    selection_bias: SelectionBias::None,
     shared_gate: false,
+    early_router: false,
 };
 
 fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {

@@ -13,7 +13,7 @@ use super::qwen35::hybrid_layout;
 use super::{expert_counts, Family, Layout, Switches};
 use crate::model::hparams::{in_range, HParams, Keys, MAX_FEED_FORWARD};
 use crate::model::layer::FfnShape;
-use crate::model::moe_ffn::{Gating, Routing};
+use crate::model::moe_ffn::{Gating, Routing, SelectionBias};
 use crate::model::ModelError;
 
 pub static FAMILY: Family = Family {
@@ -51,8 +51,9 @@ fn layout(k: &Keys, hp: &HParams) -> Result<Layout, ModelError> {
             weights_scale: 1.0,
             n_group: 0,
             n_group_used: 0,
-            selection_bias: false,
+            selection_bias: SelectionBias::None,
             shared_gate: n_ff_shared > 0,
+            early_router: false,
         },
         n_ff_shared,
     };
