@@ -30,7 +30,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "aarch64-neon";
     // Attention over the f16 KV cache and SwiGLU: the NEON faces of math's scalar code.
-    set.attention = attention_faces!(ATTENTION_LOOPS);
+    set.attention = attention_faces!(ATTENTION_LOOPS, crate::kv_q8::AttentionLoopsQ8::SCALAR);
     set.swiglu = exp::swiglu;
     // The gated delta rule's fused step (Qwen3.5's recurrent layers), f32 and f16 state.
     set.delta_rule = DeltaRuleKernels {
