@@ -400,8 +400,17 @@ impl Attention {
                     math::to_f16_bits(&mut keys[at * kv_dim..][..kv_dim], k);
                     math::to_f16_bits(&mut values[at * v_dim..][..v_dim], v);
                 }
-                // Quantized as llama.cpp's copy into a q8_0 cache quantizes (its x86 rounding).
+                // Rotated and quantized as llama.cpp b11434 does (`kv_q8::Rotations`; its x86
+                // rounding).
                 KvCache::Q8_0 { keys, values } => {
+                    let rot = kv_q8::Rotations::for_heads(hd, sh.head_dim_v);
+                    if let Some(r) = rot.k {
+                        kv_q8::hadamard_in_place(q, r);
+                        kv_q8::hadamard_in_place(k, r);
+                    }
+                    if let Some(r) = rot.v {
+                        kv_q8::hadamard_in_place(v, r);
+                    }
                     let (kb, vb) = (kv_q8::row_bytes(kv_dim), kv_q8::row_bytes(v_dim));
                     q8_0::quantize_activation(k, &mut keys[at * kb..][..kb]);
                     q8_0::quantize_activation(v, &mut values[at * vb..][..vb]);
@@ -415,7 +424,13 @@ impl Attention {
             KvCache::F16 { keys, values } => {
                 self.attend_tokens(p, a, keys, values, pos, score_scale)
             }
-            KvCache::Q8_0 { keys, values } => self.attend_q8(p, a, keys, values, pos, score_scale),
+            KvCache::Q8_0 { keys, values } => {
+                self.attend_q8(p, a, keys, values, pos, score_scale);
+                // The values were rotated: the output goes back (the rotation is its inverse).
+                if let Some(r) = kv_q8::Rotations::for_heads(hd, sh.head_dim_v).v {
+                    kv_q8::hadamard_in_place(&mut a.att_out[..n * o_dim], r);
+                }
+            }
         }
         p.tap("kqv_out", l, &a.att_out, o_dim);
         if sh.output_gate {
