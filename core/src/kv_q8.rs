@@ -46,14 +46,14 @@ impl Rotations {
     /// llama.cpp's sizes: K's the largest power-of-two multiple of 64 dividing the head dim,
     /// V's 64.
     pub fn for_heads(head_dim: usize, head_dim_v: usize) -> Rotations {
-        let k = (head_dim > 0 && head_dim % 64 == 0).then(|| {
+        let k = (head_dim > 0 && head_dim.is_multiple_of(64)).then(|| {
             let mut n = 64;
-            while head_dim % (2 * n) == 0 {
+            while head_dim.is_multiple_of(2 * n) {
                 n *= 2;
             }
             n
         });
-        let v = (head_dim_v > 0 && head_dim_v % 64 == 0).then_some(64);
+        let v = (head_dim_v > 0 && head_dim_v.is_multiple_of(64)).then_some(64);
         Rotations { k, v }
     }
 }

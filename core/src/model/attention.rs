@@ -229,7 +229,7 @@ pub fn kv_type_fits(shape: &AttentionShape, ty: KvCacheType) -> Result<(), alloc
         KvCacheType::F16 => Ok(()),
         KvCacheType::Q8_0 => {
             let (k, v) = (shape.head_dim, shape.head_dim_v);
-            if k % 32 != 0 || v % 32 != 0 || k > crate::kv_q8::MAX_HEAD_DIM {
+            if !k.is_multiple_of(32) || !v.is_multiple_of(32) || k > crate::kv_q8::MAX_HEAD_DIM {
                 Err(format!(
                     "a q8_0 cache needs head dims that are multiples of 32 (at most {}); \
                      this model's are {k} (keys) and {v} (values): use f16",
