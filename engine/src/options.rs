@@ -417,6 +417,23 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 mod tests {
     use super::*;
 
+    /// Keys and values in one type; a skip threshold in [0, 1); each refusal says what to give.
+    #[test]
+    fn kv_type_refuses_mixed_types_and_bad_thresholds() {
+        let mut o = EngineOptions::default();
+        assert_eq!(o.kv_type().unwrap(), KvCacheType::F16);
+        o.cache_type_k = KvCacheType::Q8_0;
+        let e = o.kv_type().unwrap_err().to_string();
+        assert!(e.contains("both f16 or both q8_0"), "{e}");
+        o.cache_type_v = KvCacheType::Q8_0;
+        assert_eq!(o.kv_type().unwrap(), KvCacheType::Q8_0);
+        o.attn_skip_eps = 1.5;
+        let e = o.kv_type().unwrap_err().to_string();
+        assert!(e.contains("[0, 1)"), "{e}");
+        assert_eq!(KvCacheType::parse("q4_1"), None);
+        assert_eq!(KvCacheType::NAMES, "f16, q8_0");
+    }
+
     #[test]
     fn sizes_with_units() {
         assert_eq!(parse_size("800M"), Ok(800 << 20));
