@@ -8,7 +8,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use smolrun_core::sampler::SamplerParams;
-use smolrun_engine::options::parse_size;
+use smolrun_engine::options::{parse_size, KvCacheType};
 use smolrun_engine::{
     CacheDir, DraftChoice, DraftOptions, EngineOptions, Event, Events, KernelChoice, MemoryOptions,
     MoePolicy, MoePool, PagerOptions, RepackOptions, StreamOptions, WeightsMode,
@@ -113,6 +113,9 @@ impl Globals {
                 policy: mem.moe_policy.into(),
             },
             state_f16: mem.state_f16,
+            cache_type_k: mem.cache_type_k,
+            cache_type_v: mem.cache_type_v,
+            attn_skip_eps: mem.attn_skip_eps,
             draft: draft.map(DraftArgs::options).unwrap_or_default(),
             ..self.base_options()
         })
@@ -213,6 +216,44 @@ pub struct MemoryArgs {
     /// for a rounding of every state value at every token.
     #[arg(long = "state-f16")]
     pub state_f16: bool,
+    /// What the KV cache stores for keys: f16, or q8_0 (34 bytes per 32 values: 47% less
+    /// cache, the query quantized to q8_0 for the dots, as llama.cpp's -ctk q8_0). -ctk too.
+    #[arg(long = "cache-type-k", visible_alias = "ctk", value_name = "TYPE",
+          value_parser = parse_kv_type, default_value = "f16")]
+    pub cache_type_k: KvCacheType,
+    /// What the KV cache stores for values: f16 or q8_0 (the same type as the keys'). -ctv too.
+    #[arg(long = "cache-type-v", visible_alias = "ctv", value_name = "TYPE",
+          value_parser = parse_kv_type, default_value = "f16")]
+    pub cache_type_v: KvCacheType,
+    /// Decoding's attention skip threshold: once every key's score is known, keys whose
+    /// softmax weight is below EPS times the largest get no exponential and their values are
+    /// not read (faster at long context, at a small cost; e.g. 1e-4). 0 or off: exact.
+    #[arg(long = "attn-skip-eps", value_name = "EPS", value_parser = parse_skip_eps,
+          default_value = "off")]
+    pub attn_skip_eps: f32,
+}
+
+/// `--cache-type-k/-v`: a type name llama.cpp's -ctk/-ctv knows and smolrun keeps.
+pub fn parse_kv_type(text: &str) -> Result<KvCacheType, String> {
+    KvCacheType::parse(text).ok_or_else(|| {
+        format!(
+            "'{text}' is not a KV cache type smolrun keeps: use one of {}",
+            KvCacheType::NAMES
+        )
+    })
+}
+
+/// `--attn-skip-eps`: `off`, 0, or a weight in (0, 1).
+pub fn parse_skip_eps(text: &str) -> Result<f32, String> {
+    if text == "off" {
+        return Ok(0.0);
+    }
+    match text.parse::<f32>() {
+        Ok(e) if (0.0..1.0).contains(&e) => Ok(e),
+        _ => Err(format!(
+            "'{text}' is not a skip threshold: give off, 0, or a weight below 1 such as 1e-4"
+        )),
+    }
 }
 
 impl Default for MemoryArgs {
@@ -231,6 +272,9 @@ impl Default for MemoryArgs {
             moe_warm: None,
             moe_policy: MoePolicyFlag::Decay,
             state_f16: false,
+            cache_type_k: KvCacheType::F16,
+            cache_type_v: KvCacheType::F16,
+            attn_skip_eps: 0.0,
         }
     }
 }

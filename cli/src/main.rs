@@ -87,8 +87,18 @@ enum Command {
     Gguf(cmd::gguf::GgufCommand),
 }
 
+/// llama.cpp's one-dash long flags that smolrun takes as they are (clap's short flags are
+/// one letter): `-ctk q8_0` is `--cache-type-k q8_0`.
+fn llama_cpp_flags(arg: std::ffi::OsString) -> std::ffi::OsString {
+    match arg.to_str() {
+        Some("-ctk") => "--cache-type-k".into(),
+        Some("-ctv") => "--cache-type-v".into(),
+        _ => arg,
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(std::env::args_os().map(llama_cpp_flags));
     let globals = args::Globals {
         cache_dir: match (cli.no_repack_cache, cli.cache_dir) {
             (true, _) => smolrun_engine::CacheDir::Off,

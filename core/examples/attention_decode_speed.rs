@@ -74,6 +74,7 @@ fn main() {
                     let span = AttentionSpan {
                         pos: n - 1,
                         window: None,
+                        skip_below: None,
                     };
                     let k = AttentionKernel::F16Accumulator;
                     face(&mut outs, &qs, &kv, &mut scores, span, 0.0625, None, k);

@@ -39,6 +39,7 @@ pub mod arena;
 pub mod gguf;
 pub mod grammar;
 pub mod kernels;
+pub mod kv_q8;
 pub mod math;
 pub mod model;
 pub mod platform;

@@ -390,6 +390,11 @@ pub struct AttentionSpan {
     pub pos: usize,
     /// Sliding window: a key at `p` is masked when `pos - p >= window`. `None` is full causal.
     pub window: Option<usize>,
+    /// The skip threshold of decoding, ln(eps) (`--attn-skip-eps`): every score is computed
+    /// first, then keys whose score is below the maximum + ln(eps) get no exponential and
+    /// their value row is not read (weights under eps of the largest). `None`: exact. Only the
+    /// grouped faces with the online softmax honour it (decoding's).
+    pub skip_below: Option<f32>,
 }
 
 impl AttentionSpan {
@@ -710,6 +715,8 @@ pub type AttentionGroupFn =
 pub struct AttentionFaces {
     pub head: AttentionHeadFn,
     pub group: AttentionGroupFn,
+    /// The loops of attention over a q8_0 cache (`kv_q8::attention_q8_with`).
+    pub q8: crate::kv_q8::AttentionLoopsQ8,
 }
 
 /// Keys (and values) a grouped attention reads before moving on: 128 positions of a 256-wide
@@ -733,6 +740,11 @@ pub fn attention_group(
     softcap_at: Option<f32>,
     kernel: AttentionKernel,
 ) {
+    if span.skip_below.is_some() && kernel == AttentionKernel::F16Accumulator {
+        // The skip threshold needs every score before the values: the blocked pass does that.
+        let loops = &SCALAR_ATTENTION_LOOPS;
+        return attention_group_with(loops, outs, qs, kv, scores, span, scale, softcap_at, kernel);
+    }
     let g = qs.len() / kv.head_dim;
     let stride = scores.len() / g.max(1);
     for h in 0..g {
@@ -748,6 +760,48 @@ pub fn attention_group(
         );
     }
 }
+
+/// [`AttentionLoops`] in plain Rust: the scalar truth each SIMD face is tested against (the
+/// scalar kernel set runs them where a pass needs the blocked order: the skip threshold).
+pub const SCALAR_ATTENTION_LOOPS: AttentionLoops = AttentionLoops {
+    key_dots_lanes64: |q, keys, stride, scores| {
+        let dim = q.len();
+        for (i, s) in scores.iter_mut().enumerate() {
+            let Some(k) = keys.get(i * stride..i * stride + dim) else {
+                return;
+            };
+            *s = dot_f16_in_lanes(q, k);
+        }
+    },
+    key_dots_sequential: |q, keys, stride, scores| {
+        let dim = q.len();
+        for (i, s) in scores.iter_mut().enumerate() {
+            let Some(k) = keys.get(i * stride..i * stride + dim) else {
+                return;
+            };
+            *s = q
+                .iter()
+                .zip(k)
+                .map(|(&a, &b)| a * f16::from_bits(b).to_f32())
+                .sum();
+        }
+    },
+    weighted_values: |out, weights, values, stride| {
+        let dim = out.len();
+        for (i, &w) in weights.iter().enumerate() {
+            let Some(v) = values.get(i * stride..i * stride + dim) else {
+                return;
+            };
+            for (o, &b) in out.iter_mut().zip(v) {
+                *o += w * f16::from_bits(b).to_f32();
+            }
+        }
+    },
+    rescale_f16,
+    accumulate_f16,
+    accumulate_rows_f16,
+    exp_in_place,
+};
 
 /// Query heads a grouped pass keeps the online-softmax state of at once (more are done in
 /// rounds of this many).
@@ -846,6 +900,14 @@ pub fn attention_group_with(
                 let mut ms = [1f32; ATTENTION_BLOCK];
                 let mut vs = [1f32; ATTENTION_BLOCK];
                 let mut rescales = [false; ATTENTION_BLOCK];
+                let skip = span.skip_below;
+                if skip.is_some() {
+                    for (h, max) in maxes[..g].iter_mut().enumerate() {
+                        *max = scores[h * stride..][..n]
+                            .iter()
+                            .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    }
+                }
                 for b0 in (0..n).step_by(ATTENTION_BLOCK) {
                     let b1 = (b0 + ATTENTION_BLOCK).min(n);
                     let m = b1 - b0;
@@ -854,6 +916,14 @@ pub fn attention_group_with(
                         let acc = &mut outs[h * dv..][..dv];
                         let (max, sum) = (&mut maxes[h], &mut sums[h]);
                         let sc = &scores[h * stride..][b0..b1];
+                        if let Some(ln_eps) = skip {
+                            let values = &values[b0 * v_stride..];
+                            let (ex, vs) = (&mut ms[..], &mut vs[..]);
+                            *sum += skip_rows_f16(
+                                loops, acc, sc, *max, ln_eps, values, v_stride, ex, vs,
+                            );
+                            continue;
+                        }
                         // The exponent of each row's one exponential, in `ms`.
                         for ((&s, e), r) in sc.iter().zip(ms.iter_mut()).zip(rescales.iter_mut()) {
                             *r = s > *max;
@@ -882,6 +952,59 @@ pub fn attention_group_with(
             outs[h * dv..][..dv].iter_mut().for_each(|o| *o *= inv);
         }
     }
+}
+
+/// The skip threshold's block of rows for one head whose maximum score `max` is known: rows
+/// with `s - max >= ln_eps` get `vs = expf(s - max)` (gathered, one vector call) and are added
+/// to the f16 accumulator in runs of consecutive kept rows (no rescale: ms = 1); the others are
+/// not read. `ex` and `vs` are scratch of the block's length. Returns the block's weight sum.
+#[allow(clippy::too_many_arguments)]
+fn skip_rows_f16(
+    loops: &AttentionLoops,
+    acc: &mut [f32],
+    sc: &[f32],
+    max: f32,
+    ln_eps: f32,
+    values: &[u16],
+    v_stride: usize,
+    ex: &mut [f32],
+    vs: &mut [f32],
+) -> f32 {
+    let m = sc.len();
+    let mut k = 0;
+    for &s in sc {
+        if s - max >= ln_eps {
+            ex[k] = s - max;
+            k += 1;
+        }
+    }
+    (loops.exp_in_place)(&mut ex[..k]);
+    let mut sum = 0f32;
+    let mut k = 0;
+    for (&s, v) in sc.iter().zip(vs[..m].iter_mut()) {
+        *v = 0.0;
+        if s - max >= ln_eps {
+            *v = ex[k];
+            sum += *v;
+            k += 1;
+        }
+    }
+    const ONES: [f32; ATTENTION_BLOCK] = [1.0; ATTENTION_BLOCK];
+    let mut i = 0;
+    while i < m {
+        if vs[i] == 0.0 {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < m && vs[j] != 0.0 {
+            j += 1;
+        }
+        let rows = &values[i * v_stride..];
+        (loops.accumulate_rows_f16)(acc, rows, v_stride, &ONES[..j - i], &vs[i..j]);
+        i = j;
+    }
+    sum
 }
 
 /// Dot product of a query (already rounded to f16) with an f16 key, summed in the order of
@@ -1276,6 +1399,7 @@ mod tests {
         let span = AttentionSpan {
             pos: 0,
             window: None,
+            skip_below: None,
         };
         attention(
             &mut out,
@@ -1299,12 +1423,14 @@ mod tests {
         let span = AttentionSpan {
             pos: 10,
             window: Some(4),
+            skip_below: None,
         };
         // keys 7, 8, 9, 10: pos - p < 4
         assert_eq!(span.first_key(), 7);
         let full = AttentionSpan {
             pos: 10,
             window: None,
+            skip_below: None,
         };
         assert_eq!(full.first_key(), 0);
     }

@@ -298,6 +298,7 @@ impl Engine {
                 "-t 0: use at least 1 thread",
             ));
         }
+        options.kv_type()?;
         let t = Instant::now();
         let OpenedFile {
             path,
@@ -795,6 +796,7 @@ impl Engine {
             mtp,
         };
         self.state = load::carve_state(&self.path, &self.model, &opts)?;
+        self.state.set_attn_skip_eps(self.options.attn_skip_eps);
         self.cached.clear();
         let described = drafter.describe();
         self.draft = Some(drafter);

@@ -319,8 +319,10 @@ pub fn load_weights<'g>(
     };
     model.set_moe_options(moe).map_err(|e| at(&e))?;
     model.set_state_f16(options.state_f16);
+    model.set_kv_type(options.kv_type()?);
     let t = Instant::now();
-    let state = carve_state(path, &model, &StateOptions::new(n_ctx))?;
+    let mut state = carve_state(path, &model, &StateOptions::new(n_ctx))?;
+    state.set_attn_skip_eps(options.attn_skip_eps);
     phase("state", t);
     Ok(LoadedWeights {
         model,

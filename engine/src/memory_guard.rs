@@ -249,13 +249,15 @@ fn weights_room(gguf: &Gguf, n_ctx: usize, args: &EngineOptions) -> Option<(u64,
     Some((room, plan.total() <= allowed))
 }
 
-/// The header's hyperparameters with this run's state choices (`--state-f16`), which the
+/// The header's hyperparameters with this run's state choices (`--state-f16`, the KV cache's
+/// type), which the
 /// plan sizes the recurrent state from.
 fn planned_hparams(
     gguf: &Gguf,
     args: &EngineOptions,
 ) -> Result<HParams, smolrun_core::model::ModelError> {
-    HParams::from_gguf(gguf).map(|hp| hp.with_state_f16(args.state_f16))
+    let kv_type = args.kv_type().unwrap_or_default();
+    HParams::from_gguf(gguf).map(|hp| hp.with_state_f16(args.state_f16).with_kv_type(kv_type))
 }
 
 /// The refusal: needed by part, allowed and from where, and what to try.

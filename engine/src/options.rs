@@ -3,6 +3,8 @@
 //! engines with different options live side by side in one process. The CLI maps its flags
 //! (and its few `SMOLRUN_*` variables) onto these fields; an app fills them in itself.
 
+use crate::error::EngineError;
+pub use smolrun_core::model::KvCacheType;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +38,14 @@ pub struct EngineOptions {
     pub pager: PagerOptions,
     /// Recurrent models (Qwen3.5): the delta-rule state as f16 instead of f32.
     pub state_f16: bool,
+    /// What the KV cache stores, keys and values (`--cache-type-k` / `--cache-type-v`, like
+    /// llama.cpp's `-ctk` / `-ctv`): f16 (the default) or q8_0. The two must be the same type
+    /// (one attention kernel per pair); [`EngineOptions::kv_type`] checks.
+    pub cache_type_k: KvCacheType,
+    pub cache_type_v: KvCacheType,
+    /// Decoding's attention skip threshold (`--attn-skip-eps`): keys whose softmax weight is
+    /// below eps times the largest are left out. 0: exact attention (the default).
+    pub attn_skip_eps: f32,
     /// Speculative decoding.
     pub draft: DraftOptions,
     pub kernels: KernelChoice,
@@ -61,6 +71,9 @@ impl Default for EngineOptions {
             memory: MemoryOptions::default(),
             pager: PagerOptions::default(),
             state_f16: false,
+            cache_type_k: KvCacheType::F16,
+            cache_type_v: KvCacheType::F16,
+            attn_skip_eps: 0.0,
             draft: DraftOptions::default(),
             kernels: KernelChoice::Best,
             repack: RepackOptions::default(),
@@ -74,6 +87,33 @@ impl Default for EngineOptions {
 }
 
 impl EngineOptions {
+    /// The KV cache's type: `cache_type_k`, refused when `cache_type_v` differs or the skip
+    /// threshold is not a number in [0, 1).
+    pub fn kv_type(&self) -> Result<KvCacheType, EngineError> {
+        if self.cache_type_k != self.cache_type_v {
+            return Err(EngineError::option(
+                "cache_type",
+                format!(
+                    "--cache-type-k {} with --cache-type-v {}: smolrun keeps keys and values in \
+                     one type; give both f16 or both q8_0",
+                    self.cache_type_k.name(),
+                    self.cache_type_v.name()
+                ),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.attn_skip_eps) {
+            return Err(EngineError::option(
+                "attn_skip_eps",
+                format!(
+                    "--attn-skip-eps {}: give a weight in [0, 1) (0 or off: exact; 1e-4 skips keys \
+                     under 1/10,000 of the largest weight)",
+                    self.attn_skip_eps
+                ),
+            ));
+        }
+        Ok(self.cache_type_k)
+    }
+
     /// MTP drafting may run (`Mtp`, or `Auto` when streamed): a streamed model keeps its MTP
     /// layer and LM head in RAM, and the memory plan counts the drafting state.
     pub fn pin_mtp(&self) -> bool {
@@ -376,6 +416,23 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys and values in one type; a skip threshold in [0, 1); each refusal says what to give.
+    #[test]
+    fn kv_type_refuses_mixed_types_and_bad_thresholds() {
+        let mut o = EngineOptions::default();
+        assert_eq!(o.kv_type().unwrap(), KvCacheType::F16);
+        o.cache_type_k = KvCacheType::Q8_0;
+        let e = o.kv_type().unwrap_err().to_string();
+        assert!(e.contains("both f16 or both q8_0"), "{e}");
+        o.cache_type_v = KvCacheType::Q8_0;
+        assert_eq!(o.kv_type().unwrap(), KvCacheType::Q8_0);
+        o.attn_skip_eps = 1.5;
+        let e = o.kv_type().unwrap_err().to_string();
+        assert!(e.contains("[0, 1)"), "{e}");
+        assert_eq!(KvCacheType::parse("q4_1"), None);
+        assert_eq!(KvCacheType::NAMES, "f16, q8_0");
+    }
 
     #[test]
     fn sizes_with_units() {

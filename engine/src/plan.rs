@@ -207,7 +207,8 @@ pub fn plan(
     let placement = file::place(path, gguf, file_len, align, &options)?;
     let hp = HParams::from_gguf(gguf)
         .map_err(|e| EngineError::bad_file(path, format!("{}: {e}", path.display())))?
-        .with_state_f16(options.state_f16);
+        .with_state_f16(options.state_f16)
+        .with_kv_type(options.kv_type()?);
     let n_ctx = placement.n_ctx;
     let mut memory = MemoryPlan::new(&hp, &gguf.tensors, gguf.data_offset, n_ctx);
     if options.pin_mtp() {

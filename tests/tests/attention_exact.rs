@@ -2,20 +2,33 @@
 //! scalar `math::attention_head`'s logits to the bit on the real models: the same matvec
 //! kernels, only the attention swapped, over a prompt long enough for llama.cpp's f32 batch
 //! kernel (64+ tokens) and over decoding and small batches (the f16-accumulator kernel),
-//! with Gemma 3's sliding-window layers included. (core's kernel tests check the face on
+//! with Gemma 3's sliding-window layers included; then decoding with the skip threshold, and
+//! a q8_0 cache (decoding, batches, skipping). (core's kernel tests check the face on
 //! random and edge-case heads; this checks it where the golden data lives.)
 //! Run in release mode: `cargo test --release -p smolrun-tests --test attention_exact`.
 
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::math;
-use smolrun_core::model::{Model, ResidentStore, State, TokenMixer};
+use smolrun_core::model::{KvCacheType, Model, ResidentStore, State, TokenMixer};
 use smolrun_core::platform::Parallel;
 use smolrun_linux::MappedFile;
 use smolrun_tests::*;
 
 /// Logits at every position, one `forward()` per token (decoding).
 fn decoded(m: &Model, store: &ResidentStore, par: &dyn Parallel, tokens: &[u32]) -> Vec<Vec<f32>> {
+    decoded_skipping(m, store, par, tokens, 0.0)
+}
+
+/// [`decoded`] with the attention skip threshold `eps` (0: exact).
+fn decoded_skipping(
+    m: &Model,
+    store: &ResidentStore,
+    par: &dyn Parallel,
+    tokens: &[u32],
+    eps: f32,
+) -> Vec<Vec<f32>> {
     let mut state = State::new(m, tokens.len()).expect("state");
+    state.set_attn_skip_eps(eps);
     let mut all = Vec::new();
     for (i, &t) in tokens.iter().enumerate() {
         all.push(
@@ -56,6 +69,7 @@ fn check(model: &str) {
             attention.attend = math::AttentionFaces {
                 head: math::attention_head,
                 group: math::attention_group,
+                q8: smolrun_core::kv_q8::AttentionLoopsQ8::SCALAR,
             };
         }
     }
@@ -83,8 +97,35 @@ fn check(model: &str) {
         &logits_in_batches(&simd, &store, &par, tokens, 13),
         &format!("{model} batch 13"),
     );
+    // Decoding with the skip threshold (the f16 kernel's blocked pass with the maximum first).
+    assert_same(
+        &decoded_skipping(&scalar, &store, &par, tokens, 1e-4),
+        &decoded_skipping(&simd, &store, &par, tokens, 1e-4),
+        &format!("{model} decoding, skip 1e-4"),
+    );
+    // A q8_0 cache: decoding (with and without the skip threshold) and batches of 13.
+    let (mut scalar, mut simd) = (scalar, simd);
+    scalar.set_kv_type(KvCacheType::Q8_0);
+    simd.set_kv_type(KvCacheType::Q8_0);
+    let want = decoded(&scalar, &store, &par, tokens);
+    assert_same(
+        &want,
+        &decoded(&simd, &store, &par, tokens),
+        &format!("{model} q8_0 cache, decoding"),
+    );
+    assert_same(
+        &logits_in_batches(&scalar, &store, &par, tokens, 13),
+        &logits_in_batches(&simd, &store, &par, tokens, 13),
+        &format!("{model} q8_0 cache, batch 13"),
+    );
+    assert_same(
+        &decoded_skipping(&scalar, &store, &par, tokens, 1e-4),
+        &decoded_skipping(&simd, &store, &par, tokens, 1e-4),
+        &format!("{model} q8_0 cache, decoding, skip 1e-4"),
+    );
     println!(
-        "{model}: {} attention gives the scalar logits to the bit",
+        "{model}: {} attention gives the scalar logits to the bit (f16 and q8_0 caches, \
+         exact and skipping)",
         kernels.name()
     );
 }

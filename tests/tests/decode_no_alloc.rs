@@ -12,7 +12,7 @@
 use smolrun_core::gguf::Gguf;
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::StreamBudget;
-use smolrun_core::model::{Model, MoeOptions, ResidentStore, State, WeightStore};
+use smolrun_core::model::{KvCacheType, Model, MoeOptions, ResidentStore, State, WeightStore};
 use smolrun_core::sampler::{Sampler, SamplerParams};
 use smolrun_linux::FileReader;
 use smolrun_linux::{MappedFile, MemoryWatch, ThreadPool};
@@ -70,6 +70,16 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         let kernels = KernelSet::select(&smolrun_linux::detect_features());
         let (ms, stream, _) = streaming_store(reader, &gguf, &kernels, setup);
         decode_64_without_allocating(&ms, &stream, &format!("{model}, streamed"));
+        // A q8_0 KV cache (quantized rows, the query quantized, rotations), resident, exact
+        // and with the skip threshold (its gathered exponentials and runs of rows).
+        if model == "gemma3-270m" {
+            let mut q8 = m.clone();
+            q8.set_kv_type(KvCacheType::Q8_0);
+            let store = ResidentStore::new(&gguf);
+            decode_64_without_allocating(&q8, &store, &format!("{model}, q8_0 cache"));
+            decode_64_skipping(&q8, &store, &format!("{model}, q8_0 cache, skip"), 1e-4);
+            decode_64_skipping(&m, &store, &format!("{model}, f16 cache, skip"), 1e-4);
+        }
         // Experts paged into pools of a token's experts plus one, by two reader threads,
         // with guesses and cache-aware routing.
         let Some(group) = m.expert_groups().first().copied() else {
@@ -89,8 +99,14 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
 }
 
 fn decode_64_without_allocating(model: &Model, store: &dyn WeightStore, what: &str) {
+    decode_64_skipping(model, store, what, 0.0)
+}
+
+/// [`decode_64_without_allocating`] with the attention skip threshold `eps` (0: exact).
+fn decode_64_skipping(model: &Model, store: &dyn WeightStore, what: &str, eps: f32) {
     let pool = ThreadPool::new(2).unwrap();
     let mut state = State::new(model, 256).unwrap();
+    state.set_attn_skip_eps(eps);
     let params = SamplerParams {
         n_probs: 3,
         ..SamplerParams::default()

@@ -63,6 +63,14 @@ pub struct Args {
     /// The recurrent state in f16 (Qwen3.5).
     #[arg(long = "state-f16")]
     state_f16: bool,
+    /// The KV cache's key type, f16 or q8_0 (as `run --cache-type-k`).
+    #[arg(long = "cache-type-k", visible_alias = "ctk", value_name = "TYPE",
+          value_parser = crate::args::parse_kv_type, default_value = "f16")]
+    cache_type_k: smolrun_engine::options::KvCacheType,
+    /// The KV cache's value type (as `run --cache-type-v`).
+    #[arg(long = "cache-type-v", visible_alias = "ctv", value_name = "TYPE",
+          value_parser = crate::args::parse_kv_type, default_value = "f16")]
+    cache_type_v: smolrun_engine::options::KvCacheType,
     /// One JSON line (weights, resident_mb, flash_mb_per_token, flash_limit_tok_s, ...: the
     /// names and units `bench --json` reports).
     #[arg(long)]
@@ -228,6 +236,8 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
         n_ctx: args.ctx,
         weights: args.weights.into(),
         state_f16: args.state_f16,
+        cache_type_k: args.cache_type_k,
+        cache_type_v: args.cache_type_v,
         memory: smolrun_engine::MemoryOptions {
             resident_bytes: args.resident_mb.map(|mb| mb.saturating_mul(1_000_000)),
             ..Default::default()

@@ -10,6 +10,7 @@
 //! features gets.
 
 use super::{ActTable, KernelSet, RepackedKernel, Q1_0_LUT16_SCALAR, Q2_0_LUT16_SCALAR};
+use crate::kv_q8::AttentionLoopsQ8;
 use crate::math::{self, AttentionLoops, DeltaRuleKernels};
 use crate::platform::CpuFeatures;
 use crate::quant::{q1_0_lut, q2_0_lut, GgmlType};
@@ -30,7 +31,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "aarch64-neon";
     // Attention over the f16 KV cache and SwiGLU: the NEON faces of math's scalar code.
-    set.attention = attention_faces!(ATTENTION_LOOPS);
+    // A q8_0 cache: the Q8_0 row kernel for the keys' dots, the NEON value accumulation.
+    set.attention = attention_faces!(ATTENTION_LOOPS, ATTENTION_LOOPS_Q8);
     set.swiglu = exp::swiglu;
     // The gated delta rule's fused step (Qwen3.5's recurrent layers), f32 and f16 state.
     set.delta_rule = DeltaRuleKernels {
@@ -88,6 +90,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
         return;
     }
     set.name = "aarch64-dotprod";
+    // The q8_0 cache's keys' dots with sdot.
+    set.attention.q8 = ATTENTION_LOOPS_Q8_DOTPROD;
     set.install(GgmlType::Q4_K, q4_k_dotprod, None, "dotprod");
     set.install(GgmlType::Q6_K, q6_k_dotprod, None, "dotprod");
     set.install(GgmlType::Q8_0, q8_0_dotprod, None, "dotprod");
@@ -290,6 +294,42 @@ fn delta_rule_f16_neon(
             beta,
             &mut out[done..],
         );
+    }
+}
+
+/// The NEON loops of attention over a q8_0 cache (`kv_q8::attention_q8_with`), bit for bit
+/// `kv_q8::AttentionLoopsQ8::SCALAR`: the keys' dots are the Q8_0 . Q8_0 row kernel, which
+/// keeps the scalar `q8_0::vec_dot`'s bits (the scalar `kv_q8::key_dots` is that function).
+pub(super) const ATTENTION_LOOPS_Q8: AttentionLoopsQ8 = AttentionLoopsQ8 {
+    key_dots: |qq, keys, stride, scores| {
+        key_dots_q8_0_with(neon::vec_dot_q8_0_q8_0_neon, qq, keys, stride, scores)
+    },
+    accumulate_rows: k::accumulate_rows_q8_0,
+    exp_in_place: math::exp_in_place,
+};
+
+/// [`ATTENTION_LOOPS_Q8`] with the sdot row kernel for the keys' dots (installed only when
+/// `features.dotprod`).
+pub(super) const ATTENTION_LOOPS_Q8_DOTPROD: AttentionLoopsQ8 = AttentionLoopsQ8 {
+    key_dots: |qq, keys, stride, scores| key_dots_q8_0_with(q8_0_dotprod, qq, keys, stride, scores),
+    ..ATTENTION_LOOPS_Q8
+};
+
+/// `scores[i]` = `dot(key_i, qq)` for the key rows at `stride` bytes apart that `keys` holds.
+fn key_dots_q8_0_with(
+    dot: fn(usize, &[u8], &[u8]) -> f32,
+    qq: &[u8],
+    keys: &[u8],
+    stride: usize,
+    scores: &mut [f32],
+) {
+    let n = qq.len() / 34 * 32;
+    let bytes = qq.len() / 34 * 34;
+    for (i, s) in scores.iter_mut().enumerate() {
+        let Some(k) = keys.get(i * stride..i * stride + bytes) else {
+            return;
+        };
+        *s = dot(n, k, &qq[..bytes]);
     }
 }
 

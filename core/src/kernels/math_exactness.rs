@@ -193,7 +193,11 @@ fn attention_face_matches_scalar_on_random_heads() {
                 head_dim_v: if round == 5 { head_dim + 9 } else { head_dim },
                 n_head_kv,
                 head: rng.next_u64() as usize % n_head_kv,
-                span: AttentionSpan { pos, window },
+                span: AttentionSpan {
+                    pos,
+                    window,
+                    skip_below: None,
+                },
                 scale: [1.0 / libm::sqrtf(head_dim as f32), 1.0, 0.0625][round % 3],
                 softcap: if t % 2 == 0 { None } else { Some(50.0) },
                 key_magnitude: 2.0,
@@ -237,6 +241,7 @@ fn attention_face_matches_scalar_on_edge_values() {
                     span: AttentionSpan {
                         pos,
                         window: if r % 3 == 0 { Some(33) } else { None },
+                        skip_below: None,
                     },
                     scale,
                     softcap,
@@ -307,7 +312,11 @@ fn attention_group_face_matches_scalar(group_face: math::AttentionGroupFn, name:
             head_dim,
             head_dim_v,
         };
-        let span = AttentionSpan { pos, window };
+        let span = AttentionSpan {
+            pos,
+            window,
+            skip_below: None,
+        };
         let scale = scale_factor / libm::sqrtf(head_dim as f32);
         for kernel in [AttentionKernel::F32, AttentionKernel::F16Accumulator] {
             let qs: Vec<f32> = (0..g * head_dim)
@@ -358,6 +367,31 @@ fn attention_group_face_matches_scalar(group_face: math::AttentionGroupFn, name:
                     );
                 }
                 compared += got.len();
+            }
+            // The skip threshold (decoding's f16 kernel): the face against the scalar
+            // grouped pass with the same threshold.
+            if kernel == AttentionKernel::F16Accumulator {
+                let span = AttentionSpan {
+                    skip_below: Some(libm::logf(1e-4)),
+                    ..span
+                };
+                let mut outs = [
+                    vec![f32::NAN; g * head_dim_v],
+                    vec![f32::NAN; g * head_dim_v],
+                ];
+                let faces: [math::AttentionGroupFn; 2] = [group_face, math::attention_group];
+                for (face, out) in faces.iter().zip(outs.iter_mut()) {
+                    let mut scores = vec![0f32; g * stride];
+                    face(out, &qs, &kv, &mut scores, span, scale, softcap, kernel);
+                }
+                for (i, (w, o)) in outs[1].iter().zip(&outs[0]).enumerate() {
+                    assert!(
+                        w.to_bits() == o.to_bits() || (w.is_nan() && o.is_nan()),
+                        "{name} skip head_dim {head_dim} group {g} pos {pos}: out[{i}] scalar \
+                         {w}, face {o}"
+                    );
+                }
+                compared += outs[0].len();
             }
         }
     }
@@ -559,4 +593,126 @@ fn swiglu_face_gives_the_scalar_bits() {
         set.name(),
         xs.len()
     );
+}
+
+/// Random Q8_0 blocks: random quants (-128 included) and scales of about `magnitude`, with one
+/// scale in `special_every` a special f16 pattern (zero, subnormal, 65504...).
+fn random_q8_blocks(
+    rng: &mut XorShift,
+    n_blocks: usize,
+    magnitude: f32,
+    special_every: u64,
+) -> Vec<u8> {
+    let mut out = vec![0u8; n_blocks * 34];
+    for b in out.chunks_exact_mut(34) {
+        let r = rng.next_u64();
+        let d = if special_every != 0 && r.is_multiple_of(special_every) {
+            SPECIAL_F16[(r >> 32) as usize % SPECIAL_F16.len()]
+        } else {
+            f16::from_f32(rng.unit() * magnitude).to_bits()
+        };
+        b[..2].copy_from_slice(&d.to_le_bytes());
+        for q in &mut b[2..] {
+            *q = rng.next_u64() as u8;
+        }
+    }
+    out
+}
+
+/// The installed faces of the q8_0 cache's loops (`kv_q8::AttentionLoopsQ8`) against the
+/// scalar ones, to the bit: the keys' dots over head dims of 1..16 blocks, the value rows into
+/// the f32 accumulator (rescales, a zero rescale, skipped rows), and the whole attention
+/// (exact and with the skip threshold) over 300 positions.
+#[test]
+fn q8_cache_loops_give_the_scalar_bits() {
+    use crate::kv_q8::{self, AttentionLoopsQ8, KvHeadQ8};
+    let scalar = AttentionLoopsQ8::SCALAR;
+    let mut rng = XorShift(0x000C_7A80);
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    #[allow(unused_mut)]
+    let mut sets: Vec<KernelSet> = feature_sets().iter().map(KernelSet::select).collect();
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        let mut f = tests_features();
+        f.dotprod = true;
+        sets.push(KernelSet::select(&f));
+    }
+    for set in sets {
+        let face = set.attention().q8;
+        for nb in [1usize, 2, 3, 4, 5, 8, 16] {
+            for (magnitude, special) in [(0.01f32, 0u64), (1.0, 7), (300.0, 0)] {
+                let n = 37;
+                let stride = nb * 34 * 2 + 34;
+                let cache = random_q8_blocks(&mut rng, n * stride / 34 + nb, magnitude, special);
+                let qq = random_q8_blocks(&mut rng, nb, magnitude, 0);
+                let (mut got, mut want) = (vec![0f32; n], vec![0f32; n]);
+                (face.key_dots)(&qq, &cache, stride, &mut got);
+                (scalar.key_dots)(&qq, &cache, stride, &mut want);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        same(*g, *w),
+                        "{} key dot nb {nb} row {i}: {g} vs {w}",
+                        set.name()
+                    );
+                }
+                let ms: Vec<f32> = (0..n)
+                    .map(|i| match i % 9 {
+                        4 => 0.0,
+                        2 | 7 => rng.unit(),
+                        _ => 1.0,
+                    })
+                    .collect();
+                let vs: Vec<f32> = (0..n)
+                    .map(|i| match i % 5 {
+                        3 => 0.0,
+                        _ => rng.unit() * [1.0, 3.0, 1e-4][i % 3],
+                    })
+                    .collect();
+                let start: Vec<f32> = (0..nb * 32).map(|_| rng.unit() - 0.5).collect();
+                let (mut got, mut want) = (start.clone(), start);
+                (face.accumulate_rows)(&mut got, &cache, stride, &ms, &vs);
+                (scalar.accumulate_rows)(&mut want, &cache, stride, &ms, &vs);
+                for (d, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        same(*g, *w),
+                        "{} accumulate nb {nb} dim {d}: {g} vs {w}",
+                        set.name()
+                    );
+                }
+            }
+        }
+        // The whole attention of a group of 7 query heads over 300 positions.
+        let (n_head_kv, hd, group, n_pos) = (2usize, 64usize, 7usize, 300usize);
+        let row = kv_q8::row_bytes(n_head_kv * hd);
+        let keys = random_q8_blocks(&mut rng, n_pos * row / 34, 0.05, 0);
+        let values = random_q8_blocks(&mut rng, n_pos * row / 34, 0.01, 0);
+        let qs: Vec<f32> = (0..group * hd).map(|_| rng.unit() * 4.0 - 2.0).collect();
+        for skip_below in [None, Some(libm::logf(1e-4))] {
+            let kv = KvHeadQ8 {
+                key_cache: &keys,
+                value_cache: &values,
+                head: 1,
+                n_head_kv,
+                head_dim: hd,
+                head_dim_v: hd,
+            };
+            let span = AttentionSpan {
+                pos: n_pos - 1,
+                window: Some(260),
+                skip_below,
+            };
+            let mut sc = vec![0f32; group * n_pos];
+            let (mut got, mut want) = (vec![0f32; group * hd], vec![0f32; group * hd]);
+            kv_q8::attention_q8_with(&face, &mut got, &qs, &kv, &mut sc, span, 0.125, None);
+            kv_q8::attention_q8_with(&scalar, &mut want, &qs, &kv, &mut sc, span, 0.125, None);
+            for (d, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    same(*g, *w),
+                    "{} attention {skip_below:?} out {d}: {g} vs {w}",
+                    set.name()
+                );
+            }
+        }
+        println!("{}: q8_0 cache loops give the scalar bits", set.name());
+    }
 }

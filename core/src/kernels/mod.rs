@@ -45,7 +45,7 @@
 /// over those loops, as plain `fn`s the kernel table can hold.
 #[allow(unused_macros)]
 macro_rules! attention_faces {
-    ($loops:path) => {{
+    ($loops:path, $q8:expr) => {{
         #[allow(clippy::too_many_arguments)]
         fn head(
             out: &mut [f32],
@@ -78,7 +78,11 @@ macro_rules! attention_faces {
                 loops, outs, qs, kv, scores, span, scale, softcap_at, kernel,
             );
         }
-        crate::math::AttentionFaces { head, group }
+        crate::math::AttentionFaces {
+            head,
+            group,
+            q8: $q8,
+        }
     }};
 }
 
@@ -565,6 +569,7 @@ impl KernelSet {
             attention: AttentionFaces {
                 head: math::attention_head,
                 group: math::attention_group,
+                q8: crate::kv_q8::AttentionLoopsQ8::SCALAR,
             },
             swiglu: math::swiglu,
             delta_rule: DeltaRuleKernels::SCALAR,

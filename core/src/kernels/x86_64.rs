@@ -9,6 +9,7 @@
 //! replaced others against the ones they replaced.
 
 use super::{KernelSet, RepackedKernel};
+use crate::kv_q8::AttentionLoopsQ8;
 use crate::math::{self, AttentionLoops, DeltaRuleKernels};
 use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
@@ -29,7 +30,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "x86_64-avx2";
     // Attention over the f16 KV cache and SwiGLU: the AVX2 faces of math's scalar code.
-    set.attention = attention_faces!(ATTENTION_LOOPS);
+    set.attention = attention_faces!(ATTENTION_LOOPS, ATTENTION_LOOPS_Q8);
     set.swiglu = swiglu_avx2;
     // The gated delta rule's fused step (Qwen3.5's recurrent layers), f32 and f16 state.
     set.delta_rule = DeltaRuleKernels {
@@ -79,7 +80,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     }
     set.name = "x86_64-avx512";
     // Decoding's attention over the f16 cache 16 lanes at a time (same bits as AVX2's).
-    set.attention = attention_faces!(ATTENTION_LOOPS_512);
+    set.attention = attention_faces!(ATTENTION_LOOPS_512, ATTENTION_LOOPS_Q8);
     set.install(GgmlType::Q8_0, q8_0_512, Some(q8_0_rows_512), "avx512");
     set.install(GgmlType::Q4_0, q4_0_512, Some(q4_0_rows_512), "avx512");
     set.install(GgmlType::Q5_0, q5_0_512, Some(q5_0_rows_512), "avx512");
@@ -357,6 +358,17 @@ pub(super) const ATTENTION_LOOPS: AttentionLoops = AttentionLoops {
     accumulate_f16: |out, value, vs| unsafe { k::accumulate_f16(out, value, vs) },
     accumulate_rows_f16: |out, values, stride, ms, vs| unsafe {
         k::accumulate_rows_f16(out, values, stride, ms, vs)
+    },
+    exp_in_place: |x| unsafe { exp::exp_in_place(x) },
+};
+
+// SAFETY: as for `ATTENTION_LOOPS` (the same `install` path, the same checks).
+/// The AVX2 loops of attention over a q8_0 cache (`kv_q8::attention_q8_with`), bit for bit
+/// `kv_q8::AttentionLoopsQ8::SCALAR`.
+pub(super) const ATTENTION_LOOPS_Q8: AttentionLoopsQ8 = AttentionLoopsQ8 {
+    key_dots: |qq, keys, stride, scores| unsafe { k::key_dots_q8_0(qq, keys, stride, scores) },
+    accumulate_rows: |out, values, stride, ms, vs| unsafe {
+        k::accumulate_rows_q8_0(out, values, stride, ms, vs)
     },
     exp_in_place: |x| unsafe { exp::exp_in_place(x) },
 };

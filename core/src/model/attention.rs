@@ -8,7 +8,7 @@
 //!   or q|gate per head = Wq xb         gated attention (Qwen3.5): each head's query, then its gate
 //! q, k = rms_norm per head             Qwen3, Gemma 3, Qwen3.5 (QK-norm); OLMoE: over all of q, of k
 //! q, k = rope(q, k, pos)               normal (Llama) or neox (Qwen, Gemma); none on SmolLM3's every 4th layer
-//! cache[pos] = k, v                    f16, like llama.cpp's default cache
+//! cache[pos] = k, v                    f16, like llama.cpp's default cache, or q8_0 blocks
 //! a = attention(q, cache[..=pos])      grouped-query, optional sliding window
 //! a = a * sigmoid(gate)                gated attention
 //! o = Wo a;  o = rms_norm(o)           post_attention_norm: Gemma 3
@@ -20,7 +20,9 @@ use super::matrix::{Loader, Matrix};
 use super::pass::{row, row_mut, split, Pass, SharedMut};
 use super::state::Activations;
 use crate::arena::{Arena, ArenaError, ArenaPlan, ArenaSlice, Part};
+use crate::kv_q8;
 use crate::math::{self, AttentionFaces, AttentionKernel, AttentionSpan, Rope};
+use crate::quant::q8_0;
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -107,19 +109,76 @@ pub struct Attention {
     pub attend: AttentionFaces,
 }
 
-/// One attention layer's K and V cache: f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`, carved
-/// from the state's arena.
-pub struct KvCache {
-    pub keys: ArenaSlice<u16>,
-    pub values: ArenaSlice<u16>,
+/// What a KV cache stores per value: f16 (the default, like llama.cpp's) or q8_0 blocks
+/// (`--cache-type-k/-v q8_0`: 34 bytes per 32 values, attention by `kv_q8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvCacheType {
+    #[default]
+    F16,
+    Q8_0,
+}
+
+impl KvCacheType {
+    /// The names `--cache-type-k/-v` accept, as llama.cpp spells them.
+    pub const NAMES: &'static str = "f16, q8_0";
+
+    pub fn parse(name: &str) -> Option<KvCacheType> {
+        match name {
+            "f16" => Some(KvCacheType::F16),
+            "q8_0" => Some(KvCacheType::Q8_0),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheType::F16 => "f16",
+            KvCacheType::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Bytes of one cached row of `dim` values (`dim` a multiple of 32 for q8_0).
+    pub fn row_bytes(self, dim: usize) -> usize {
+        match self {
+            KvCacheType::F16 => 2 * dim,
+            KvCacheType::Q8_0 => crate::kv_q8::row_bytes(dim),
+        }
+    }
+}
+
+/// One attention layer's K and V cache, `[pos][kv_dim]` and `[pos][v_dim]`, carved from the
+/// state's arena: f16 bits, or q8_0 blocks (each row quantized as it is written).
+pub enum KvCache {
+    F16 {
+        keys: ArenaSlice<u16>,
+        values: ArenaSlice<u16>,
+    },
+    Q8_0 {
+        keys: ArenaSlice<u8>,
+        values: ArenaSlice<u8>,
+    },
 }
 
 impl KvCache {
-    /// Counts a cache of `n_ctx` positions in `part` of `plan` (the trunk's caches in
-    /// `Part::KvCache`, the MTP block's in `Part::Mtp`).
-    pub fn plan(plan: &mut ArenaPlan, part: Part, shape: &AttentionShape, n_ctx: usize) {
-        plan.add::<u16>(part, n_ctx, shape.kv_dim());
-        plan.add::<u16>(part, n_ctx, shape.v_dim());
+    /// Counts a cache of `n_ctx` positions of type `ty` in `part` of `plan` (the trunk's
+    /// caches in `Part::KvCache`, the MTP block's in `Part::Mtp`).
+    pub fn plan(
+        plan: &mut ArenaPlan,
+        part: Part,
+        shape: &AttentionShape,
+        n_ctx: usize,
+        ty: KvCacheType,
+    ) {
+        match ty {
+            KvCacheType::F16 => {
+                plan.add::<u16>(part, n_ctx, shape.kv_dim());
+                plan.add::<u16>(part, n_ctx, shape.v_dim());
+            }
+            KvCacheType::Q8_0 => {
+                plan.add::<u8>(part, n_ctx, ty.row_bytes(shape.kv_dim()));
+                plan.add::<u8>(part, n_ctx, ty.row_bytes(shape.v_dim()));
+            }
+        }
     }
 
     /// Takes the cache [`KvCache::plan`] counted from `arena`.
@@ -131,18 +190,55 @@ impl KvCache {
         part: Part,
         shape: &AttentionShape,
         n_ctx: usize,
+        ty: KvCacheType,
     ) -> Result<KvCache, ArenaError> {
         // SAFETY: the caller's promise.
         unsafe {
-            Ok(KvCache {
-                keys: arena.take_detached(part, n_ctx, shape.kv_dim())?,
-                values: arena.take_detached(part, n_ctx, shape.v_dim())?,
+            Ok(match ty {
+                KvCacheType::F16 => KvCache::F16 {
+                    keys: arena.take_detached(part, n_ctx, shape.kv_dim())?,
+                    values: arena.take_detached(part, n_ctx, shape.v_dim())?,
+                },
+                KvCacheType::Q8_0 => KvCache::Q8_0 {
+                    keys: arena.take_detached(part, n_ctx, ty.row_bytes(shape.kv_dim()))?,
+                    values: arena.take_detached(part, n_ctx, ty.row_bytes(shape.v_dim()))?,
+                },
             })
         }
     }
 
+    pub fn kv_type(&self) -> KvCacheType {
+        match self {
+            KvCache::F16 { .. } => KvCacheType::F16,
+            KvCache::Q8_0 { .. } => KvCacheType::Q8_0,
+        }
+    }
+
     pub fn bytes(&self) -> usize {
-        2 * (self.keys.len() + self.values.len())
+        match self {
+            KvCache::F16 { keys, values } => 2 * (keys.len() + values.len()),
+            KvCache::Q8_0 { keys, values } => keys.len() + values.len(),
+        }
+    }
+}
+
+/// Whether a layer of `shape` can keep a cache of type `ty`: q8_0 rows are whole blocks of 32
+/// per head (llama.cpp asks the same), and the quantized query of a head fits its buffer.
+pub fn kv_type_fits(shape: &AttentionShape, ty: KvCacheType) -> Result<(), alloc::string::String> {
+    match ty {
+        KvCacheType::F16 => Ok(()),
+        KvCacheType::Q8_0 => {
+            let (k, v) = (shape.head_dim, shape.head_dim_v);
+            if !k.is_multiple_of(32) || !v.is_multiple_of(32) || k > crate::kv_q8::MAX_HEAD_DIM {
+                Err(format!(
+                    "a q8_0 cache needs head dims that are multiples of 32 (at most {}); \
+                     this model's are {k} (keys) and {v} (values): use f16",
+                    crate::kv_q8::MAX_HEAD_DIM
+                ))
+            } else {
+                Ok(())
+            }
+        }
     }
 
     /// Forgets positions `keep..keep + discard` of the `n_cached` cached ones: the rows after
@@ -333,20 +429,49 @@ impl Attention {
             if self.opts.scale_q_before_attention {
                 q.iter_mut().for_each(|v| *v *= inv_sqrt_hd);
             }
-            if p.attention_kernel == AttentionKernel::F16Accumulator {
-                // llama.cpp's decode kernel converts the query to f16 before the dot products.
-                q.iter_mut()
-                    .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
-            }
             // Append this position's K and V to the layer's cache.
             let at = pos + t;
-            math::to_f16_bits(&mut cache.keys[at * kv_dim..][..kv_dim], k);
-            math::to_f16_bits(&mut cache.values[at * v_dim..][..v_dim], v);
+            match cache {
+                KvCache::F16 { keys, values } => {
+                    if p.attention_kernel == AttentionKernel::F16Accumulator {
+                        // llama.cpp's decode kernel converts the query to f16 before the dots.
+                        q.iter_mut()
+                            .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+                    }
+                    math::to_f16_bits(&mut keys[at * kv_dim..][..kv_dim], k);
+                    math::to_f16_bits(&mut values[at * v_dim..][..v_dim], v);
+                }
+                // Rotated and quantized as llama.cpp b11434 does (`kv_q8::Rotations`; its x86
+                // rounding).
+                KvCache::Q8_0 { keys, values } => {
+                    let rot = kv_q8::Rotations::for_heads(hd, sh.head_dim_v);
+                    if let Some(r) = rot.k {
+                        kv_q8::hadamard_in_place(q, r);
+                        kv_q8::hadamard_in_place(k, r);
+                    }
+                    if let Some(r) = rot.v {
+                        kv_q8::hadamard_in_place(v, r);
+                    }
+                    let (kb, vb) = (kv_q8::row_bytes(kv_dim), kv_q8::row_bytes(v_dim));
+                    q8_0::quantize_activation(k, &mut keys[at * kb..][..kb]);
+                    q8_0::quantize_activation(v, &mut values[at * vb..][..vb]);
+                }
+            }
         }
-        if n == 1 {
-            self.attend_heads(p, a, cache, pos, score_scale);
-        } else {
-            self.attend_tokens(p, a, cache, pos, score_scale);
+        match cache {
+            KvCache::F16 { keys, values } if n == 1 => {
+                self.attend_heads(p, a, keys, values, pos, score_scale)
+            }
+            KvCache::F16 { keys, values } => {
+                self.attend_tokens(p, a, keys, values, pos, score_scale)
+            }
+            KvCache::Q8_0 { keys, values } => {
+                self.attend_q8(p, a, keys, values, pos, score_scale);
+                // The values were rotated: the output goes back (the rotation is its inverse).
+                if let Some(r) = kv_q8::Rotations::for_heads(hd, sh.head_dim_v).v {
+                    kv_q8::hadamard_in_place(&mut a.att_out[..n * o_dim], r);
+                }
+            }
         }
         p.tap("kqv_out", l, &a.att_out, o_dim);
         if sh.output_gate {
@@ -367,7 +492,8 @@ impl Attention {
         &self,
         p: &Pass,
         a: &mut Activations,
-        cache: &KvCache,
+        keys: &[u16],
+        values: &[u16],
         pos: usize,
         score_scale: f32,
     ) {
@@ -379,6 +505,7 @@ impl Attention {
         let scores = SharedMut::new(&mut a.scores);
         let q = &a.q;
         let kernel = p.attention_kernel;
+        let skip_below = p.attn_skip_below;
         p.par.run(&|w| {
             if w >= n_workers {
                 return;
@@ -392,8 +519,8 @@ impl Attention {
                 let outs = unsafe { att_out.slice(h0 * sh.head_dim_v, group * sh.head_dim_v) };
                 let sc = unsafe { scores.slice(h0 * n_ctx, group * n_ctx) };
                 let kv = math::KvHead {
-                    key_cache: &cache.keys[..(pos + 1) * sh.kv_dim()],
-                    value_cache: &cache.values[..(pos + 1) * sh.v_dim()],
+                    key_cache: &keys[..(pos + 1) * sh.kv_dim()],
+                    value_cache: &values[..(pos + 1) * sh.v_dim()],
                     head: g,
                     n_head_kv: sh.n_head_kv,
                     head_dim: sh.head_dim,
@@ -402,6 +529,7 @@ impl Attention {
                 let span = AttentionSpan {
                     pos,
                     window: sh.window,
+                    skip_below,
                 };
                 let qs = &q[h0 * sh.head_dim..][..group * sh.head_dim];
                 let softcap = self.opts.softcap;
@@ -416,7 +544,8 @@ impl Attention {
         &self,
         p: &Pass,
         a: &mut Activations,
-        cache: &KvCache,
+        keys: &[u16],
+        values: &[u16],
         pos: usize,
         score_scale: f32,
     ) {
@@ -439,7 +568,91 @@ impl Attention {
                 let out = unsafe { att_out.slice(t * o_dim, o_dim) };
                 let q = row(q, q_dim, t);
                 for (h, out) in out.chunks_exact_mut(sh.head_dim_v).enumerate() {
-                    self.attend_head(cache, q, h, pos + t, out, sc, score_scale, kernel);
+                    self.attend_head(keys, values, q, h, pos + t, out, sc, score_scale, kernel);
+                }
+            }
+        });
+    }
+
+    /// att_out = attention over a q8_0 cache (`kv_q8`), llama.cpp's one kernel for a quantized
+    /// cache at every batch size. Decoding splits the KV groups over the workers (each group's
+    /// query heads read the cache together, with the skip threshold if set); a batch splits its
+    /// tokens, each query head on its own (worker w uses the score row of head w).
+    fn attend_q8(
+        &self,
+        p: &Pass,
+        a: &mut Activations,
+        keys: &[u8],
+        values: &[u8],
+        pos: usize,
+        score_scale: f32,
+    ) {
+        let sh = &self.shape;
+        let (n, hd, dv) = (p.n, sh.head_dim, sh.head_dim_v);
+        let group = sh.n_head / sh.n_head_kv;
+        let (q_dim, o_dim) = (sh.q_dim(), sh.o_dim());
+        let n_ctx = a.n_ctx;
+        let (k_row, v_row) = (kv_q8::row_bytes(sh.kv_dim()), kv_q8::row_bytes(sh.v_dim()));
+        let att_out = SharedMut::new(&mut a.att_out[..n * o_dim]);
+        let scores = SharedMut::new(&mut a.scores);
+        let q = &a.q;
+        let loops = &self.attend.q8;
+        let softcap = self.opts.softcap;
+        let kv_at = |g: usize, at: usize| kv_q8::KvHeadQ8 {
+            key_cache: &keys[..(at + 1) * k_row],
+            value_cache: &values[..(at + 1) * v_row],
+            head: g,
+            n_head_kv: sh.n_head_kv,
+            head_dim: hd,
+            head_dim_v: dv,
+        };
+        let skip_below = p.attn_skip_below;
+        if n == 1 {
+            let n_workers = p.par.n_threads().clamp(1, sh.n_head_kv);
+            p.par.run(&|w| {
+                if w >= n_workers {
+                    return;
+                }
+                let (g0, g1) = split(sh.n_head_kv, n_workers, w);
+                for g in g0..g1 {
+                    let h0 = g * group;
+                    // SAFETY: the group's output and score rows are touched by this worker only.
+                    let outs = unsafe { att_out.slice(h0 * dv, group * dv) };
+                    let sc = unsafe { scores.slice(h0 * n_ctx, group * n_ctx) };
+                    let span = AttentionSpan {
+                        pos,
+                        window: sh.window,
+                        skip_below,
+                    };
+                    let qs = &q[h0 * hd..][..group * hd];
+                    let kv = kv_at(g, pos);
+                    kv_q8::attention_q8_with(loops, outs, qs, &kv, sc, span, score_scale, softcap);
+                }
+            });
+            return;
+        }
+        let n_workers = p.par.n_threads().clamp(1, sh.n_head.min(n));
+        p.par.run(&|w| {
+            if w >= n_workers {
+                return;
+            }
+            // SAFETY: score row w belongs to worker w; token t's output to the worker of t.
+            let sc = unsafe { scores.slice(w * n_ctx, n_ctx) };
+            let (t0, t1) = split(n, n_workers, w);
+            for t in t0..t1 {
+                let out = unsafe { att_out.slice(t * o_dim, o_dim) };
+                let qt = row(q, q_dim, t);
+                // The skip threshold too, if set: the same kernel as decoding's, which is how a
+                // perplexity run measures what it costs.
+                let span = AttentionSpan {
+                    pos: pos + t,
+                    window: sh.window,
+                    skip_below,
+                };
+                for (h, out) in out.chunks_exact_mut(dv).enumerate() {
+                    let kv = kv_at(h / group, pos + t);
+                    let qh = &qt[h * hd..][..hd];
+                    kv_q8::attention_q8_with(loops, out, qh, &kv, sc, span, score_scale, softcap);
                 }
             }
         });
@@ -449,7 +662,8 @@ impl Attention {
     #[allow(clippy::too_many_arguments)]
     fn attend_head(
         &self,
-        cache: &KvCache,
+        keys: &[u16],
+        values: &[u16],
         q: &[f32],
         h: usize,
         pos: usize,
@@ -461,8 +675,8 @@ impl Attention {
         let sh = &self.shape;
         let (hd, group) = (sh.head_dim, sh.n_head / sh.n_head_kv);
         let kv = math::KvHead {
-            key_cache: &cache.keys[..(pos + 1) * sh.kv_dim()],
-            value_cache: &cache.values[..(pos + 1) * sh.v_dim()],
+            key_cache: &keys[..(pos + 1) * sh.kv_dim()],
+            value_cache: &values[..(pos + 1) * sh.v_dim()],
             head: h / group,
             n_head_kv: sh.n_head_kv,
             head_dim: hd,
@@ -471,6 +685,7 @@ impl Attention {
         let span = AttentionSpan {
             pos,
             window: sh.window,
+            skip_below: None,
         };
         let q = &q[h * hd..(h + 1) * hd];
         let softcap = self.opts.softcap;

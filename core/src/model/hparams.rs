@@ -7,7 +7,7 @@
 //! layer is made of ([`Family::layout`]).
 
 use super::arch::{Family, Layout};
-use super::attention::AttentionShape;
+use super::attention::{AttentionShape, KvCacheType};
 use super::error::ModelError;
 use super::layer::{LayerShape, MixerShape};
 use crate::gguf::{Gguf, GgufError, Value};
@@ -81,6 +81,10 @@ pub struct HParams {
     /// What each layer is made of (its token mixer and FFN kinds and shapes): what the state
     /// and the memory plan are sized from, and what `Model` loads. The family decides it.
     pub layers: Vec<LayerShape>,
+    /// What the attention layers' KV caches store: a run's choice (`--cache-type-k/-v`, f16
+    /// from the file), kept here beside the shapes the state and the memory plan are sized
+    /// from, like the recurrent state's f16 switch.
+    pub kv_type: KvCacheType,
 }
 
 /// A file's `<arch>.*` keys, each read with an error that names the whole key: what a family
@@ -286,6 +290,13 @@ pub fn finite_positive(key: &str, v: f32) -> Result<f32, ModelError> {
 }
 
 impl HParams {
+    /// These hyperparameters with the attention layers' KV caches of type `kv_type`
+    /// (`--cache-type-k/-v`): what the state is sized from, so the memory plan counts it.
+    pub fn with_kv_type(mut self, kv_type: KvCacheType) -> HParams {
+        self.kv_type = kv_type;
+        self
+    }
+
     /// These hyperparameters with the recurrent layers' delta-rule matrices kept as f16
     /// (`on`) or f32: what the state is sized from, so the memory plan counts what is held.
     pub fn with_state_f16(mut self, on: bool) -> HParams {
@@ -457,6 +468,7 @@ impl HParams {
             final_logit_softcap,
             attn_logit_softcap,
             layers: Vec::new(),
+            kv_type: KvCacheType::F16,
         };
         let Layout { n_ff, layers } = (family.layout)(&k, &hp)?;
         assert_eq!(

@@ -12,7 +12,7 @@
 //! which kinds each layer is from the header ([`LayerShape`], in `HParams::layers`), so the
 //! memory plan sizes the state before a tensor is read.
 
-use super::attention::{Attention, AttentionShape, KvCache};
+use super::attention::{Attention, AttentionShape, KvCache, KvCacheType};
 use super::delta_net::{DeltaNet, DeltaNetShape, RecurrentState};
 use super::dense_ffn::DenseFfn;
 use super::error::ModelError;
@@ -207,9 +207,10 @@ impl LayerState {
         shape: &LayerShape,
         n_ctx: usize,
         n_steps: usize,
+        kv_type: KvCacheType,
     ) {
         match shape.mixer {
-            MixerShape::Attention(a) => KvCache::plan(plan, part, &a, n_ctx),
+            MixerShape::Attention(a) => KvCache::plan(plan, part, &a, n_ctx, kv_type),
             MixerShape::DeltaNet(d) => RecurrentState::plan(plan, &d, n_steps),
             MixerShape::ShortConv(c) => {
                 RecurrentState::plan_conv(plan, c.conv_state_len(), n_steps)
@@ -227,11 +228,14 @@ impl LayerState {
         shape: &LayerShape,
         n_ctx: usize,
         n_steps: usize,
+        kv_type: KvCacheType,
     ) -> Result<LayerState, ArenaError> {
         // SAFETY: the caller's promise.
         unsafe {
             Ok(match shape.mixer {
-                MixerShape::Attention(a) => LayerState::Kv(KvCache::carve(arena, part, &a, n_ctx)?),
+                MixerShape::Attention(a) => {
+                    LayerState::Kv(KvCache::carve(arena, part, &a, n_ctx, kv_type)?)
+                }
                 MixerShape::DeltaNet(d) => {
                     LayerState::Recurrent(RecurrentState::carve(arena, &d, n_steps)?)
                 }

@@ -217,9 +217,12 @@ impl MemoryPlan {
     pub fn kv_bytes_per_token(hp: &HParams) -> u64 {
         hp.layers
             .iter()
-            .map(|l| (l.state_bytes(1), &l.mixer))
-            .filter(|(_, m)| matches!(m, super::MixerShape::Attention(_)))
-            .map(|(b, _)| b)
+            .filter_map(|l| match l.mixer {
+                super::MixerShape::Attention(a) => Some(
+                    (hp.kv_type.row_bytes(a.kv_dim()) + hp.kv_type.row_bytes(a.v_dim())) as u64,
+                ),
+                _ => None,
+            })
             .sum()
     }
 }
@@ -294,6 +297,7 @@ mod tests {
                 };
                 2
             ],
+            kv_type: Default::default(),
         }
     }
 

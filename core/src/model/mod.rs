@@ -43,7 +43,9 @@ pub mod stream;
 pub mod tensor_use;
 
 pub use arch::{Activation, Architecture, Family, Layout, Switches, ARCHITECTURES};
-pub use attention::{Attention, AttentionOptions, AttentionShape, KvCache, QkvWeights};
+pub use attention::{
+    Attention, AttentionOptions, AttentionShape, KvCache, KvCacheType, QkvWeights,
+};
 pub use delta_net::{DeltaNet, DeltaNetShape, RecurrentState};
 pub use dense_ffn::{DenseFfn, Gate};
 pub use error::ModelError;
@@ -234,6 +236,12 @@ impl Model {
             n_used: f.n_expert_used,
         })
         .collect()
+    }
+
+    /// KV caches of type `kv_type` for the states made from now on (`--cache-type-k/-v`;
+    /// `State::new` sizes them from `hp`).
+    pub fn set_kv_type(&mut self, kv_type: KvCacheType) {
+        self.hp.kv_type = kv_type;
     }
 
     /// Keeps the recurrent layers' delta-rule matrices as f16 (`on`) or f32, for the states
@@ -555,6 +563,7 @@ impl Model {
                 m.begin_pass(pos);
             }
         }
+        let attn_skip_below = s.attn_skip_below;
         s.steps_from = pos;
         s.steps_kept = match chunk.verify {
             true => (n - 1).min(s.n_logits - 1),
@@ -586,6 +595,7 @@ impl Model {
             tile,
         );
         p.keep_steps = chunk.verify;
+        p.attn_skip_below = attn_skip_below;
         for (t, &token) in chunk.tokens.iter().enumerate() {
             self.embed(&mut p, act, token, t)?;
         }

@@ -27,6 +27,7 @@
 //! before attention reads them, as in the trunk's caches.
 
 use super::arch::ARCHITECTURES;
+use super::attention::KvCacheType;
 use super::error::ModelError;
 use super::layer::{LayerShape, LayerState};
 use super::matrix::{Loader, Matrix};
@@ -106,7 +107,8 @@ impl MtpState {
         n_embd: usize,
     ) {
         let part = Part::Mtp;
-        LayerState::plan(plan, part, shape, n_ctx, 0);
+        // The MTP block's own cache stays f16 whatever the trunk's type (one layer, small).
+        LayerState::plan(plan, part, shape, n_ctx, 0, KvCacheType::F16);
         plan.add::<u32>(part, 1, n_batch);
         plan.add::<f32>(part, n_batch, n_embd);
         plan.add::<f32>(part, 1, n_embd);
@@ -129,7 +131,7 @@ impl MtpState {
         let part = Part::Mtp;
         // SAFETY: the caller's promise, for every slice below.
         unsafe {
-            let kv = LayerState::carve(arena, part, shape, n_ctx, 0)?;
+            let kv = LayerState::carve(arena, part, shape, n_ctx, 0, KvCacheType::F16)?;
             Ok(MtpState {
                 kv,
                 n_embd,

@@ -30,6 +30,8 @@ pub struct Pass<'p> {
     pub prompt: bool,
     /// The attention kernel llama.cpp would pick for this pass's length.
     pub attention_kernel: AttentionKernel,
+    /// Decoding's attention skip threshold, ln(eps) (`AttentionSpan::skip_below`; `None`: exact).
+    pub attn_skip_below: Option<f32>,
     /// Per-pair RoPE frequency divisors of the model (Llama 3's `rope_freqs.weight`).
     pub rope_freqs: Option<&'p [f32]>,
     pub rms_eps: f32,
@@ -71,6 +73,7 @@ impl<'p> Pass<'p> {
             n,
             prompt,
             attention_kernel,
+            attn_skip_below: None,
             rope_freqs,
             rms_eps,
             keep_steps: false,

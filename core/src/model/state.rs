@@ -9,6 +9,7 @@
 //! by side below; the tests check, for every model family, that the arena's high-water mark is
 //! the plan's total, part by part.
 
+use super::attention::KvCacheType;
 use super::error::ModelError;
 use super::hparams::HParams;
 use super::layer::{LayerState, LayerWidths};
@@ -62,6 +63,9 @@ pub struct StateShape {
     pub n_logits: usize,
     /// The state of Qwen3.5's MTP block is carved too ([`MtpState`]).
     pub mtp: bool,
+    /// What the attention layers' KV caches store (`HParams::kv_type`; the MTP block's stays
+    /// f16).
+    pub kv_type: KvCacheType,
 }
 
 impl StateShape {
@@ -82,6 +86,7 @@ impl StateShape {
             head_rows,
             n_logits: 1,
             mtp: false,
+            kv_type: hp.kv_type,
         }
     }
 
@@ -150,7 +155,8 @@ impl StateShape {
         // The layer table, then each layer's KV cache or recurrent state.
         plan.add::<LayerState>(Part::LayerTable, 1, hp.layers.len());
         for l in &hp.layers {
-            LayerState::plan(&mut plan, Part::KvCache, l, self.n_ctx, self.n_logits - 1);
+            let steps = self.n_logits - 1;
+            LayerState::plan(&mut plan, Part::KvCache, l, self.n_ctx, steps, self.kv_type);
         }
         let act = Part::Activations;
         plan.add::<f32>(act, b, e); // x
@@ -257,6 +263,8 @@ pub struct State {
     /// result_norm), once per token, for debugging a disagreement layer by layer. `None` in
     /// normal use.
     pub tap: Option<TapFn>,
+    /// Decoding's attention skip threshold as ln(eps) ([`State::set_attn_skip_eps`]).
+    pub(super) attn_skip_below: Option<f32>,
     /// The plan and what the arena handed out, part by part.
     arena: ArenaUsage,
     /// The memory every slice above points into: it lives exactly as long as the state (no
@@ -290,6 +298,24 @@ impl StateOptions {
 }
 
 impl State {
+    /// Decoding's attention skip threshold (`--attn-skip-eps`): once every score is known,
+    /// keys whose softmax weight is below `eps` times the largest are left out (no exponential,
+    /// no value read). 0 (or anything not above 0) is exact attention, the default.
+    pub fn set_attn_skip_eps(&mut self, eps: f32) {
+        self.attn_skip_below = (eps > 0.0 && eps < 1.0).then(|| libm::logf(eps));
+    }
+
+    /// What the attention layers' KV caches store.
+    pub fn kv_type(&self) -> KvCacheType {
+        self.layers
+            .iter()
+            .find_map(|l| match l {
+                LayerState::Kv(kv) => Some(kv.kv_type()),
+                LayerState::Recurrent(_) => None,
+            })
+            .unwrap_or_default()
+    }
+
     /// Sizes every buffer for `n_ctx` positions (at most the model's trained context) and
     /// prompts in batches of [`DEFAULT_BATCH`], on a heap region of exactly the plan's size.
     pub fn new(model: &Model, n_ctx: usize) -> Result<State, ModelError> {
@@ -361,6 +387,16 @@ impl State {
                 reason: "the model's MTP layer is not loaded (Model::load_mtp)".into(),
             });
         }
+        for l in &hp.layers {
+            if let super::MixerShape::Attention(a) = l.mixer {
+                if let Err(reason) = super::attention::kv_type_fits(&a, hp.kv_type) {
+                    return Err(ModelError::BadOption {
+                        option: "--cache-type-k/--cache-type-v",
+                        reason,
+                    });
+                }
+            }
+        }
         let head_rows = model.head_ids.as_ref().map_or(0, |ids| ids.len());
         let shape = StateShape::new(hp, opts.n_ctx, opts.n_batch, head_rows)
             .with_logit_rows(opts.n_logits)
@@ -420,8 +456,9 @@ impl State {
         let table = arena.take_uninit::<LayerState>(Part::LayerTable, 1, hp.layers.len())?;
         for (slot, l) in table.iter_mut().zip(&hp.layers) {
             // SAFETY: the caller's promise.
+            let (steps, kv_type) = (sh.n_logits - 1, sh.kv_type);
             let layer =
-                unsafe { LayerState::carve(arena, Part::KvCache, l, n_ctx, sh.n_logits - 1)? };
+                unsafe { LayerState::carve(arena, Part::KvCache, l, n_ctx, steps, kv_type)? };
             slot.write(layer);
         }
         // SAFETY: every slot was written in the loop above (an error returned before this).
@@ -483,6 +520,7 @@ impl State {
                 steps_kept: 0,
                 mtp,
                 tap: None,
+                attn_skip_below: None,
                 arena: arena.usage("", 0),
                 _region: Region::empty(),
             })

@@ -416,3 +416,131 @@ pub fn accumulate_f16(out: &mut [f32], value: &[u16], vs: f32) {
         out[d] = round_f16(fmadd(f16_to_f32(value[d]), vs, out[d]));
     }
 }
+
+// =============================================================================================
+// A q8_0 KV cache (`smolrun_core::kv_q8`): the value rows into the f32 accumulator, bit for
+// bit `kv_q8::accumulate_rows` (the keys' dots are the Q8_0 . Q8_0 row kernels of q8_0.rs,
+// which keep the scalar twin's bits). ARMv8.0 only: one face for every core.
+// - `sxtl` and `scvtf` turn the quants into exact f32 values; `fmul` by the block's scale
+//   rounds as the scalar `q as f32 * d` does; `fmla` (by element) rounds once, like `fmaf`.
+// =============================================================================================
+
+/// Bytes of a Q8_0 block and values in it.
+const Q8_BYTES: usize = 34;
+const Q8_ELEMS: usize = 32;
+
+/// For each value row `i` in order: `out *= ms[i]` where it is not 1, then (unless
+/// `vs[i] == 0`, a skipped row, not read) `out[d] = fma(q[d] as f32 * scale, vs[i], out[d])`:
+/// `smolrun_core::kv_q8::accumulate_rows`. One block of the accumulator (32 values, 8
+/// registers) at a time goes through every row.
+pub fn accumulate_rows_q8_0(out: &mut [f32], values: &[u8], stride: usize, ms: &[f32], vs: &[f32]) {
+    let nb = out.len() / Q8_ELEMS;
+    let bytes = nb * Q8_BYTES;
+    let rows = if bytes == 0 || values.len() < bytes {
+        0
+    } else {
+        (values.len() - bytes) / stride.max(1) + 1
+    };
+    let n = ms.len().min(vs.len()).min(rows);
+    for b in 0..nb {
+        if n == 0 {
+            break;
+        }
+        // SAFETY: 32 f32 of `out` at block b; rows 0..n of the values hold block b (n is
+        // clamped to the rows the slice holds); n values of `ms` and `vs`; base NEON only.
+        unsafe {
+            asm!(
+                "ldp q16, q17, [{o}]",
+                "ldp q18, q19, [{o}, #32]",
+                "ldp q20, q21, [{o}, #64]",
+                "ldp q22, q23, [{o}, #96]",
+                "fmov s13, #1.0",
+                "2:",
+                "ldr s10, [{ms}], #4",
+                "ldr s11, [{vs}], #4",
+                "fcmp s10, s13",
+                "b.eq 3f",
+                "fmul v16.4s, v16.4s, v10.s[0]",
+                "fmul v17.4s, v17.4s, v10.s[0]",
+                "fmul v18.4s, v18.4s, v10.s[0]",
+                "fmul v19.4s, v19.4s, v10.s[0]",
+                "fmul v20.4s, v20.4s, v10.s[0]",
+                "fmul v21.4s, v21.4s, v10.s[0]",
+                "fmul v22.4s, v22.4s, v10.s[0]",
+                "fmul v23.4s, v23.4s, v10.s[0]",
+                "3:",
+                "fcmp s11, #0.0",
+                "b.eq 4f",
+                "ldr h12, [{v}]",
+                "ldur q0, [{v}, #2]",
+                "ldur q1, [{v}, #18]",
+                "fcvt s12, h12",
+                "sxtl v2.8h, v0.8b",
+                "sxtl2 v3.8h, v0.16b",
+                "sxtl v4.8h, v1.8b",
+                "sxtl2 v5.8h, v1.16b",
+                "sxtl v6.4s, v2.4h",
+                "sxtl2 v7.4s, v2.8h",
+                "sxtl v24.4s, v3.4h",
+                "sxtl2 v25.4s, v3.8h",
+                "sxtl v26.4s, v4.4h",
+                "sxtl2 v27.4s, v4.8h",
+                "sxtl v28.4s, v5.4h",
+                "sxtl2 v29.4s, v5.8h",
+                "scvtf v6.4s, v6.4s",
+                "scvtf v7.4s, v7.4s",
+                "scvtf v24.4s, v24.4s",
+                "scvtf v25.4s, v25.4s",
+                "scvtf v26.4s, v26.4s",
+                "scvtf v27.4s, v27.4s",
+                "scvtf v28.4s, v28.4s",
+                "scvtf v29.4s, v29.4s",
+                "fmul v6.4s, v6.4s, v12.s[0]",
+                "fmul v7.4s, v7.4s, v12.s[0]",
+                "fmul v24.4s, v24.4s, v12.s[0]",
+                "fmul v25.4s, v25.4s, v12.s[0]",
+                "fmul v26.4s, v26.4s, v12.s[0]",
+                "fmul v27.4s, v27.4s, v12.s[0]",
+                "fmul v28.4s, v28.4s, v12.s[0]",
+                "fmul v29.4s, v29.4s, v12.s[0]",
+                "fmla v16.4s, v6.4s, v11.s[0]",
+                "fmla v17.4s, v7.4s, v11.s[0]",
+                "fmla v18.4s, v24.4s, v11.s[0]",
+                "fmla v19.4s, v25.4s, v11.s[0]",
+                "fmla v20.4s, v26.4s, v11.s[0]",
+                "fmla v21.4s, v27.4s, v11.s[0]",
+                "fmla v22.4s, v28.4s, v11.s[0]",
+                "fmla v23.4s, v29.4s, v11.s[0]",
+                "4:",
+                "add {v}, {v}, {stride}",
+                "subs {n}, {n}, #1",
+                "b.ne 2b",
+                "stp q16, q17, [{o}]",
+                "stp q18, q19, [{o}, #32]",
+                "stp q20, q21, [{o}, #64]",
+                "stp q22, q23, [{o}, #96]",
+                o = in(reg) out.as_mut_ptr().add(b * Q8_ELEMS),
+                v = inout(reg) values.as_ptr().add(b * Q8_BYTES) => _,
+                ms = inout(reg) ms.as_ptr() => _,
+                vs = inout(reg) vs.as_ptr() => _,
+                n = inout(reg) n => _,
+                stride = in(reg) stride,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _,
+                out("v4") _, out("v5") _, out("v6") _, out("v7") _,
+                out("v10") _, out("v11") _, out("v12") _, out("v13") _,
+                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+                out("v28") _, out("v29") _,
+                options(nostack),
+            );
+        }
+    }
+    // Values past the last whole block are only rescaled, as the scalar code does.
+    let tail = nb * Q8_ELEMS;
+    for &m in &ms[..n] {
+        if m != 1.0 {
+            out[tail..].iter_mut().for_each(|o| *o *= m);
+        }
+    }
+}

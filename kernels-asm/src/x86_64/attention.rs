@@ -459,3 +459,168 @@ unsafe fn rows_f16_512<const R: usize>(
         _mm512_storeu_ps(op.add(16 * r), *a);
     }
 }
+
+// =============================================================================================
+// A q8_0 KV cache (`smolrun_core::kv_q8`): the keys' Q8_0 dots with the quantized query, and
+// the dequantized value rows into an f32 accumulator, bit for bit `kv_q8::key_dots` and
+// `kv_q8::accumulate_rows`. The integer sums are exact; each block's float steps are the
+// scalar code's (isum as f32 * (dk * dq), added block after block; q as f32 * d, then one
+// fused multiply-add per value).
+// =============================================================================================
+
+/// Bytes of a Q8_0 block and values in it.
+const Q8_BYTES: usize = 34;
+const Q8_ELEMS: usize = 32;
+
+/// How many rows of `bytes` bytes at `stride` apart `data` holds.
+#[inline(always)]
+fn byte_rows_in(data: &[u8], bytes: usize, stride: usize) -> usize {
+    if bytes == 0 || data.len() < bytes {
+        0
+    } else {
+        (data.len() - bytes) / stride.max(1) + 1
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_scale(p: *const u8) -> f32 {
+    f16_to_f32(u16::from_le_bytes([*p, *p.add(1)]))
+}
+
+/// The exact i32 sum of the products of 32 signed bytes at `a` and at `b`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_isum(a: *const u8, b: *const u8) -> i32 {
+    let ld = |p: *const u8| _mm256_cvtepi8_epi16(_mm_loadu_si128(p as *const __m128i));
+    let s = _mm256_add_epi32(
+        _mm256_madd_epi16(ld(a), ld(b)),
+        _mm256_madd_epi16(ld(a.add(16)), ld(b.add(16))),
+    );
+    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// `scores[i]` = the Q8_0 dot of the quantized query `qq` (whole blocks) with key row `i`,
+/// rows at `stride` bytes apart: `smolrun_core::kv_q8::key_dots`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn key_dots_q8_0(qq: &[u8], keys: &[u8], stride: usize, scores: &mut [f32]) {
+    let nb = qq.len() / Q8_BYTES;
+    let n = scores.len().min(byte_rows_in(keys, nb * Q8_BYTES, stride));
+    let qp = qq.as_ptr();
+    for (i, score) in scores[..n].iter_mut().enumerate() {
+        let kp = keys.as_ptr().add(i * stride);
+        let mut sum = 0f32;
+        for b in 0..nb {
+            let (k, q) = (kp.add(b * Q8_BYTES), qp.add(b * Q8_BYTES));
+            let isum = q8_isum(k.add(2), q.add(2));
+            sum += isum as f32 * (q8_scale(k) * q8_scale(q));
+        }
+        *score = sum;
+    }
+}
+
+/// For each value row `i` in order: `out *= ms[i]` where it is not 1, then (unless
+/// `vs[i] == 0`, a skipped row, not read) `out[d] = fma(q[d] as f32 * scale, vs[i], out[d])`:
+/// `smolrun_core::kv_q8::accumulate_rows`. 64 values of the accumulator stay in 8 registers
+/// while every row goes by, then the next 64 (a last 32 in 4).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn accumulate_rows_q8_0(
+    out: &mut [f32],
+    values: &[u8],
+    stride: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let nb = out.len() / Q8_ELEMS;
+    let n = ms
+        .len()
+        .min(vs.len())
+        .min(byte_rows_in(values, nb * Q8_BYTES, stride));
+    let (op, vp) = (out.as_mut_ptr(), values.as_ptr());
+    let mut b = 0;
+    while b + 2 <= nb {
+        rows_q8_0::<2>(
+            op.add(b * Q8_ELEMS),
+            vp.add(b * Q8_BYTES),
+            stride,
+            n,
+            ms,
+            vs,
+        );
+        b += 2;
+    }
+    if b < nb {
+        rows_q8_0::<1>(
+            op.add(b * Q8_ELEMS),
+            vp.add(b * Q8_BYTES),
+            stride,
+            n,
+            ms,
+            vs,
+        );
+    }
+    // Values past the last whole block are only rescaled, as the scalar code does.
+    for d in nb * Q8_ELEMS..out.len() {
+        for &m in &ms[..n] {
+            if m != 1.0 {
+                *op.add(d) *= m;
+            }
+        }
+    }
+}
+
+/// `B` blocks (32 values each, 4 registers) of the accumulator at `op` through rows `0..n` of
+/// the values at `vp`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_q8_0<const B: usize>(
+    op: *mut f32,
+    vp: *const u8,
+    stride: usize,
+    n: usize,
+    ms: &[f32],
+    vs: &[f32],
+) {
+    let mut acc = [[_mm256_setzero_ps(); 4]; B];
+    for (b, regs) in acc.iter_mut().enumerate() {
+        for (r, a) in regs.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(op.add(b * Q8_ELEMS + 8 * r));
+        }
+    }
+    for i in 0..n {
+        let (m, v) = (*ms.get_unchecked(i), *vs.get_unchecked(i));
+        if m != 1.0 {
+            let m = _mm256_set1_ps(m);
+            for a in acc.iter_mut().flatten() {
+                *a = _mm256_mul_ps(*a, m);
+            }
+        }
+        if v == 0.0 {
+            continue;
+        }
+        let w = _mm256_set1_ps(v);
+        for (b, regs) in acc.iter_mut().enumerate() {
+            let blk = vp.add(i * stride + b * Q8_BYTES);
+            let d = _mm256_set1_ps(q8_scale(blk));
+            for (r, a) in regs.iter_mut().enumerate() {
+                let q = _mm_loadl_epi64(blk.add(2 + 8 * r) as *const __m128i);
+                let x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+                *a = _mm256_fmadd_ps(x, w, *a);
+            }
+        }
+    }
+    for (b, regs) in acc.iter().enumerate() {
+        for (r, a) in regs.iter().enumerate() {
+            _mm256_storeu_ps(op.add(b * Q8_ELEMS + 8 * r), *a);
+        }
+    }
+}
