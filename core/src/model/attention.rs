@@ -220,6 +220,47 @@ impl KvCache {
             KvCache::Q8_0 { keys, values } => keys.len() + values.len(),
         }
     }
+
+    /// Forgets positions `keep..keep + discard` of the `n_cached` cached ones: the rows after
+    /// them move down by `discard`, and their keys, rotated for their old positions, are
+    /// rotated back by `discard` (llama.cpp's context shift: the cache then reads as if the
+    /// dropped tokens had never been there). `rope`: the layer's rotation, `None` for a layer
+    /// without one. Rotated in f32 and stored as f16 again, as llama.cpp does; no allocation.
+    /// An f16 cache only (`Model::can_shift_context` says so for a q8_0 one, whose keys
+    /// llama.cpp also turns back through its Hadamard rotation first).
+    pub fn drop_positions(
+        &mut self,
+        shape: &AttentionShape,
+        rope: Option<(&Rope, Option<&[f32]>)>,
+        n_cached: usize,
+        keep: usize,
+        discard: usize,
+    ) {
+        let KvCache::F16 { keys, values } = self else {
+            return;
+        };
+        let (kv_dim, v_dim, hd) = (shape.kv_dim(), shape.v_dim(), shape.head_dim);
+        let moved = keep + discard..n_cached;
+        let n_moved = moved.len();
+        keys.copy_within(moved.start * kv_dim..moved.end * kv_dim, keep * kv_dim);
+        values.copy_within(moved.start * v_dim..moved.end * v_dim, keep * v_dim);
+        let Some((rope, freq_factors)) = rope else {
+            return;
+        };
+        // One head at a time through a stack buffer (`Model::can_shift_context` refuses
+        // heads wider than it).
+        let mut head = [0f32; MAX_HEAD_DIM];
+        let head = &mut head[..hd];
+        let delta = -(discard as i32);
+        let rows = &mut keys[keep * kv_dim..(keep + n_moved) * kv_dim];
+        for bits in rows.chunks_exact_mut(hd) {
+            head.iter_mut()
+                .zip(bits.iter())
+                .for_each(|(h, &b)| *h = half::f16::from_bits(b).to_f32());
+            rope.shift(head, hd, delta, freq_factors);
+            math::to_f16_bits(bits, head);
+        }
+    }
 }
 
 /// Whether a layer of `shape` can keep a cache of type `ty`: q8_0 rows are whole blocks of 32
@@ -238,44 +279,6 @@ pub fn kv_type_fits(shape: &AttentionShape, ty: KvCacheType) -> Result<(), alloc
             } else {
                 Ok(())
             }
-        }
-    }
-
-    /// Forgets positions `keep..keep + discard` of the `n_cached` cached ones: the rows after
-    /// them move down by `discard`, and their keys, rotated for their old positions, are
-    /// rotated back by `discard` (llama.cpp's context shift: the cache then reads as if the
-    /// dropped tokens had never been there). `rope`: the layer's rotation, `None` for a layer
-    /// without one. Rotated in f32 and stored as f16 again, as llama.cpp does; no allocation.
-    pub fn drop_positions(
-        &mut self,
-        shape: &AttentionShape,
-        rope: Option<(&Rope, Option<&[f32]>)>,
-        n_cached: usize,
-        keep: usize,
-        discard: usize,
-    ) {
-        let (kv_dim, v_dim, hd) = (shape.kv_dim(), shape.v_dim(), shape.head_dim);
-        let moved = keep + discard..n_cached;
-        let n_moved = moved.len();
-        self.keys
-            .copy_within(moved.start * kv_dim..moved.end * kv_dim, keep * kv_dim);
-        self.values
-            .copy_within(moved.start * v_dim..moved.end * v_dim, keep * v_dim);
-        let Some((rope, freq_factors)) = rope else {
-            return;
-        };
-        // One head at a time through a stack buffer (`Model::can_shift_context` refuses
-        // heads wider than it).
-        let mut head = [0f32; MAX_HEAD_DIM];
-        let head = &mut head[..hd];
-        let delta = -(discard as i32);
-        let rows = &mut self.keys[keep * kv_dim..(keep + n_moved) * kv_dim];
-        for bits in rows.chunks_exact_mut(hd) {
-            head.iter_mut()
-                .zip(bits.iter())
-                .for_each(|(h, &b)| *h = half::f16::from_bits(b).to_f32());
-            rope.shift(head, hd, delta, freq_factors);
-            math::to_f16_bits(bits, head);
         }
     }
 }

@@ -317,10 +317,13 @@ impl Model {
     }
 
     /// Whether [`Model::shift_context`] can drop positions from `state`'s cache: every layer
-    /// attends through a KV cache (a recurrent state or a conv window holds no positions to
-    /// drop), no MTP block keeps its own cache, and each head fits the shift's buffer.
+    /// attends through an f16 KV cache (a recurrent state or a conv window holds no positions
+    /// to drop; a q8_0 cache's keys would have to go back through llama.cpp's Hadamard
+    /// rotation first, not done), no MTP block keeps its own cache, and each head fits the
+    /// shift's buffer.
     pub fn can_shift_context(&self, state: &State) -> bool {
         state.mtp.is_none()
+            && state.kv_caches_are_f16()
             && self.layers.iter().all(|l| match &l.mixer {
                 TokenMixer::Attention(a) => a.shape.head_dim <= attention::MAX_HEAD_DIM,
                 _ => false,

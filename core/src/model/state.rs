@@ -9,7 +9,7 @@
 //! by side below; the tests check, for every model family, that the arena's high-water mark is
 //! the plan's total, part by part.
 
-use super::attention::KvCacheType;
+use super::attention::{KvCache, KvCacheType};
 use super::error::ModelError;
 use super::hparams::HParams;
 use super::layer::{LayerState, LayerWidths};
@@ -586,10 +586,15 @@ impl State {
         let mut out = Vec::new();
         for l in self.layers.iter() {
             match l {
-                LayerState::Kv(c) => {
-                    let (kv, v) = (c.keys.len() / self.n_ctx, c.values.len() / self.n_ctx);
-                    out.push(bytes_of(&c.keys[..n * kv]));
-                    out.push(bytes_of(&c.values[..n * v]));
+                LayerState::Kv(KvCache::F16 { keys, values }) => {
+                    let (kv, v) = (keys.len() / self.n_ctx, values.len() / self.n_ctx);
+                    out.push(bytes_of(&keys[..n * kv]));
+                    out.push(bytes_of(&values[..n * v]));
+                }
+                LayerState::Kv(KvCache::Q8_0 { keys, values }) => {
+                    let (kv, v) = (keys.len() / self.n_ctx, values.len() / self.n_ctx);
+                    out.push(&keys[..n * kv]);
+                    out.push(&values[..n * v]);
                 }
                 LayerState::Recurrent(r) => {
                     out.push(bytes_of(&r.conv));
@@ -614,10 +619,15 @@ impl State {
         let mut out = Vec::new();
         for l in self.layers.iter_mut() {
             match l {
-                LayerState::Kv(c) => {
-                    let (kv, v) = (c.keys.len() / n_ctx, c.values.len() / n_ctx);
-                    out.push(bytes_of_mut(&mut c.keys[..n * kv]));
-                    out.push(bytes_of_mut(&mut c.values[..n * v]));
+                LayerState::Kv(KvCache::F16 { keys, values }) => {
+                    let (kv, v) = (keys.len() / n_ctx, values.len() / n_ctx);
+                    out.push(bytes_of_mut(&mut keys[..n * kv]));
+                    out.push(bytes_of_mut(&mut values[..n * v]));
+                }
+                LayerState::Kv(KvCache::Q8_0 { keys, values }) => {
+                    let (kv, v) = (keys.len() / n_ctx, values.len() / n_ctx);
+                    out.push(&mut keys[..n * kv]);
+                    out.push(&mut values[..n * v]);
                 }
                 LayerState::Recurrent(r) => {
                     out.push(bytes_of_mut(&mut r.conv));
@@ -629,13 +639,21 @@ impl State {
         Some(out)
     }
 
-    /// Layer `l`'s KV cache, `(keys, values)` as f16 bits, `[pos][kv_dim]` and `[pos][v_dim]`
-    /// for every position the state has room for; `None` for a recurrent layer.
+    /// Layer `l`'s f16 KV cache, `(keys, values)` as f16 bits, `[pos][kv_dim]` and
+    /// `[pos][v_dim]` for every position the state has room for; `None` for a recurrent layer
+    /// or a q8_0 cache.
     pub fn kv_cache(&self, l: usize) -> Option<(&[u16], &[u16])> {
         match self.layers.get(l)? {
-            LayerState::Kv(c) => Some((&c.keys, &c.values)),
-            LayerState::Recurrent(_) => None,
+            LayerState::Kv(KvCache::F16 { keys, values }) => Some((keys, values)),
+            _ => None,
         }
+    }
+
+    /// Every attention layer's cache is f16 (what a context shift can rotate).
+    pub fn kv_caches_are_f16(&self) -> bool {
+        self.layers
+            .iter()
+            .all(|l| !matches!(l, LayerState::Kv(KvCache::Q8_0 { .. })))
     }
 
     /// Layer `l`'s delta-rule matrices when they are kept as f16 (`Model::set_state_f16`);
