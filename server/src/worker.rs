@@ -770,6 +770,9 @@ enum StopCause {
     ClientGone,
 }
 
+/// Contexts' worth of tokens an answer without `max_tokens` may run to when it shifts.
+const UNBUDGETED_CONTEXTS: usize = 4;
+
 /// Runs one job. `context_shift`: a context that fills while the answer is generated drops
 /// half of what follows the kept tokens and goes on (llama.cpp's context shift) instead of
 /// ending the answer.
@@ -792,6 +795,12 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status, context_shift: 
         None => plan.n_system,
     };
     let shift_keep = context_shift.then_some(n_keep);
+    // An answer with no budget that shifts could go on for ever (a model that never says its
+    // end-of-turn): as Ollama does, it stops at a few contexts' worth.
+    let max_tokens = match (job.max_tokens, shift_keep) {
+        (None, Some(_)) => Some(UNBUDGETED_CONTEXTS * n_ctx),
+        (max, _) => max,
+    };
     status.ctx_used.store(n_prompt, Ordering::Relaxed);
     if events
         .send(Event::Started {
@@ -840,7 +849,7 @@ fn run_job(backend: &mut dyn Backend, job: Job, status: &Status, context_shift: 
                 cause = StopCause::StopString;
                 return Control::Stop;
             }
-            if job.max_tokens.is_some_and(|max| n_generated >= max) {
+            if max_tokens.is_some_and(|max| n_generated >= max) {
                 cause = StopCause::Budget;
                 return Control::Stop;
             }
@@ -1043,6 +1052,14 @@ mod tests {
         };
         let (_, s) = run_prompt(prompt, None, &[], 64, true);
         assert!(matches!(s, Err(JobError::PromptTooLong { n_ctx: 64, .. })));
+    }
+
+    #[test]
+    fn an_unbudgeted_answer_that_shifts_stops_at_four_contexts() {
+        let (_, s) = run_prompt(Prompt::Text("[loop]".into()), None, &[], 40, true);
+        let s = s.unwrap();
+        assert_eq!(s.completion_tokens, 160);
+        assert_eq!(s.finish_reason, FinishReason::Length);
     }
 
     #[test]
