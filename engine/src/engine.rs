@@ -67,16 +67,26 @@ impl StopReason {
     }
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
-/// FNV-1a over the little-endian bytes of each value's bits.
-fn fnv1a_f32(mut h: u64, values: &[f32]) -> u64 {
-    for v in values {
-        for b in v.to_bits().to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+/// FNV-1a, fed bytes as they come (the logits digest, saved states' checksums and keys).
+pub(crate) struct Fnv(pub(crate) u64);
+
+impl Fnv {
+    pub(crate) fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-    h
+}
+
+/// FNV-1a over the little-endian bytes of each value's bits.
+fn fnv1a_f32(h: u64, values: &[f32]) -> u64 {
+    let mut h = Fnv(h);
+    values
+        .iter()
+        .for_each(|v| h.feed(&v.to_bits().to_le_bytes()));
+    h.0
 }
 
 /// What one generation produced, and how fast. Its text is what the caller made of the tokens
@@ -665,8 +675,9 @@ impl Engine {
         &mut self.state
     }
 
-    /// The cache now holds `tokens` (a restored state's).
+    /// The state's pieces were filled from a saved state of `tokens`: the cache holds them.
     pub(crate) fn set_cached_tokens(&mut self, tokens: &[u32]) {
+        self.state.restored(tokens.len());
         self.cached.clear();
         self.cached.extend_from_slice(tokens);
     }

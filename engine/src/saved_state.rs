@@ -21,19 +21,7 @@ use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"SMOLSTAT";
 const VERSION: u32 = 1;
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// FNV-1a, fed as the file is written or read.
-struct Fnv(u64);
-
-impl Fnv {
-    fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-}
-
+use crate::engine::{Fnv, FNV_OFFSET};
 /// A reader that hashes what it reads.
 struct Hashed {
     r: BufReader<std::fs::File>,
@@ -153,15 +141,11 @@ impl Engine {
             )));
         }
         // The layout this state has for n tokens; the file must have the same.
-        let expected: Vec<u64> = {
-            let state = self.state_mut_ref();
-            let pos = state.pos;
-            let lens = state
-                .pieces_mut(n)
-                .map(|p| p.iter().map(|p| p.len() as u64).collect());
-            state.pos = pos;
-            lens.ok_or_else(|| bad("this state cannot be restored (MTP drafting)".into()))?
-        };
+        let expected: Vec<u64> = self
+            .state_mut_ref()
+            .pieces_mut(n)
+            .map(|p| p.iter().map(|p| p.len() as u64).collect())
+            .ok_or_else(|| bad("this state cannot be restored (MTP drafting)".into()))?;
         if n_pieces != expected.len() {
             return Err(bad(format!(
                 "it has {n_pieces} parts, this model's state {}: it was saved from another model",

@@ -607,14 +607,12 @@ impl State {
     }
 
     /// The pieces [`State::pieces`] gives for `n` positions, to be filled in the same order
-    /// (a restore); the state then stands at position `n`. `None` past the context, or with
-    /// MTP drafting. What the caller does not fill is left as it was: it must fill them all.
+    /// (a restore, which [`State::restored`] then ends). `None` past the context, or with MTP
+    /// drafting. What the caller does not fill is left as it was: it must fill them all.
     pub fn pieces_mut(&mut self, n: usize) -> Option<Vec<&mut [u8]>> {
         if n > self.n_ctx || self.mtp.is_some() {
             return None;
         }
-        self.pos = n;
-        self.steps_kept = 0;
         let n_ctx = self.n_ctx;
         let mut out = Vec::new();
         for l in self.layers.iter_mut() {
@@ -637,6 +635,13 @@ impl State {
             }
         }
         Some(out)
+    }
+
+    /// The pieces of [`State::pieces_mut`] for `n` positions were filled: the state stands at
+    /// position `n`, with no copies of a verify pass to go back to.
+    pub fn restored(&mut self, n: usize) {
+        self.pos = n.min(self.n_ctx);
+        self.steps_kept = 0;
     }
 
     /// Layer `l`'s f16 KV cache, `(keys, values)` as f16 bits, `[pos][kv_dim]` and
