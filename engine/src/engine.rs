@@ -661,8 +661,9 @@ impl Engine {
         ))
     }
 
-    /// The file's GGUF header bytes (what a saved state's key is made from).
-    pub(crate) fn header_bytes(&self) -> &[u8] {
+    /// The file's GGUF header bytes, metadata and tensor table (a saved state's key, the
+    /// server's model digest).
+    pub fn header_bytes(&self) -> &[u8] {
         let header = self.file.header_bytes();
         &header[..(self.gguf.data_offset as usize).min(header.len())]
     }

@@ -9,13 +9,12 @@ use super::backend::{
     SamplingParams, TokenEvent,
 };
 use sha2::{Digest, Sha256};
-use smolrun_core::gguf::{Gguf, Value};
+use smolrun_core::gguf::Value;
 use smolrun_core::grammar::TokenTrie;
 use smolrun_core::model::embedding::Pooling;
 use smolrun_core::sampler::SamplerParams;
 use smolrun_engine::chat_template::ChatTemplate;
 use smolrun_engine::constrained::{token_trie, GrammarFilter};
-use smolrun_engine::file::ModelFile;
 use smolrun_engine::saved_state::PromptCache;
 use smolrun_engine::{Engine, EngineOptions, GenerateOptions, StopReason, TokenStep};
 use std::ops::ControlFlow;
@@ -55,7 +54,7 @@ impl EngineBackend {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| model.to_string());
-        let details = model_details(path, engine.gguf(), engine.model_file());
+        let details = model_details(&engine);
         let pooling =
             Pooling::from_gguf(engine.gguf()).map_err(|e| format!("{}: {e}", path.display()));
         Ok(EngineBackend {
@@ -120,10 +119,9 @@ fn meta_json(v: &Value<'_>) -> Option<serde_json::Value> {
 /// would cost seconds of flash reads at every start on a TV box, and the header already changes
 /// with any requantization or other model. Two files that differ only in weight values share
 /// it, which a server that holds one model can live with.
-fn model_details(path: &std::path::Path, gguf: &Gguf, file: &ModelFile) -> ModelDetails {
-    let header = file.header_bytes();
-    let header = &header[..(gguf.data_offset as usize).min(header.len())];
-    let digest: String = Sha256::digest(header)
+fn model_details(engine: &Engine) -> ModelDetails {
+    let (path, gguf, file) = (&engine.path, engine.gguf(), engine.model_file());
+    let digest: String = Sha256::digest(engine.header_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
