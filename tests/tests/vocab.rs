@@ -130,10 +130,11 @@ fn phi3_vocab_matches_llama_cpp_test_vectors() {
     assert!(n > 0, "the phi-3 vectors have cases");
 }
 
-/// llama.cpp's ggml-vocab-qwen2.gguf is, byte for byte, ggml-vocab-qwen35.gguf with
-/// `tokenizer.ggml.pre` "qwen2" (checked when the files were added), so only the qwen35 file is
-/// kept and the qwen2 one is made from it here.
-fn qwen2_from_qwen35(qwen35: &[u8]) -> Vec<u8> {
+/// `qwen35` (the bytes of ggml-vocab-qwen35.gguf) with its `tokenizer.ggml.pre` value replaced
+/// by `name`: the same vocabulary and merges under another pre-tokenizer. llama.cpp's
+/// ggml-vocab-qwen2.gguf is, byte for byte, this file with "qwen2" (checked when the files were
+/// added), so only the qwen35 file is kept.
+fn with_pre(qwen35: &[u8], name: &str) -> Vec<u8> {
     let value = |name: &str| {
         let mut v = Vec::new();
         v.extend_from_slice(&18u64.to_le_bytes());
@@ -143,7 +144,7 @@ fn qwen2_from_qwen35(qwen35: &[u8]) -> Vec<u8> {
         v.extend_from_slice(name.as_bytes());
         v
     };
-    let (from, to) = (value("qwen35"), value("qwen2"));
+    let (from, to) = (value("qwen35"), value(name));
     let at: Vec<usize> = qwen35
         .windows(from.len())
         .enumerate()
@@ -151,10 +152,14 @@ fn qwen2_from_qwen35(qwen35: &[u8]) -> Vec<u8> {
         .map(|(i, _)| i)
         .collect();
     assert_eq!(at.len(), 1, "one tokenizer.ggml.pre entry");
-    let mut qwen2 = qwen35[..at[0]].to_vec();
-    qwen2.extend_from_slice(&to);
-    qwen2.extend_from_slice(&qwen35[at[0] + from.len()..]);
-    qwen2
+    let mut out = qwen35[..at[0]].to_vec();
+    out.extend_from_slice(&to);
+    out.extend_from_slice(&qwen35[at[0] + from.len()..]);
+    out
+}
+
+fn qwen2_from_qwen35(qwen35: &[u8]) -> Vec<u8> {
+    with_pre(qwen35, "qwen2")
 }
 
 #[test]
@@ -190,4 +195,57 @@ fn combining_marks_match_llama_cpp_for_qwen35_and_qwen2() {
         differ > 0,
         "the reference gives the same ids for qwen35 and qwen2 on every text"
     );
+}
+
+/// The pre-tokenizers that llama.cpp's tree has no test vectors for, though the families smolrun
+/// runs name them (LFM2's `lfm2`, SmolLM's `smollm`, OLMo's `olmo`, Granite's `granite-docling`,
+/// ...): texts covering each regex's branches (tests/golden/vocab/pretok-branches.inp) with
+/// llama.cpp b11434's ids on the qwen35 vocabulary renamed to each (tools/oracle/vocab_pretok.py).
+/// The names fall into four splits on these texts (Llama 3's, StarCoder's, GPT-2's and the
+/// default's), and each split must differ from the others somewhere, or the texts do not
+/// exercise it.
+#[test]
+fn pre_tokenizers_without_llama_cpp_vectors_match_llama_tokenize() {
+    const INP: &str = "pretok-branches.inp";
+    let map = qwen35_file();
+    let names = [
+        "lfm2",
+        "llama-bpe",
+        "dbrx",
+        "smollm",
+        "starcoder",
+        "refact",
+        "olmo",
+        "gpt-2",
+        "granite-docling",
+        "default",
+    ];
+    let mut outs = Vec::new();
+    for name in names {
+        let out = format!("pretok-branches.{name}.out");
+        let tok = tokenizer(
+            &with_pre(map.bytes(), name),
+            &format!("qwen35 vocab as {name}"),
+        );
+        assert_eq!(check(INP, &out, &tok), 20, "{out}: 20 cases");
+        outs.push(cases(INP, &out));
+    }
+    // lfm2 is Llama 3's split (llama.cpp sets LLAMA3 for it), smollm StarCoder's, olmo GPT-2's
+    let split_of = |name: &str| &outs[names.iter().position(|n| *n == name).unwrap()];
+    assert_eq!(split_of("lfm2"), split_of("llama-bpe"));
+    assert_eq!(split_of("smollm"), split_of("starcoder"));
+    assert_eq!(split_of("olmo"), split_of("gpt-2"));
+    let splits = ["llama-bpe", "starcoder", "gpt-2", "default"];
+    for (i, a) in splits.iter().enumerate() {
+        for b in &splits[i + 1..] {
+            assert_ne!(
+                split_of(a),
+                split_of(b),
+                "{a} and {b} split every text alike"
+            );
+        }
+    }
+    // llama.cpp adds a BOS for lfm2 by default, as for Llama 3
+    let lfm2 = smolrun_core::tokenizer::PreTokenizer::from_name("lfm2").expect("lfm2 is known");
+    assert!(lfm2.add_bos_default && lfm2.ignore_merges);
 }
