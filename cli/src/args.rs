@@ -108,6 +108,7 @@ impl Globals {
                 pool: mem.moe_pool,
                 cache_bias: mem.moe_cache_bias,
                 prefetch: mem.moe_prefetch,
+                no_early_prefetch: mem.no_moe_early_prefetch,
                 experts: mem.experts,
                 warm_file: mem.moe_warm.clone(),
                 policy: mem.moe_policy.into(),
@@ -199,6 +200,11 @@ pub struct MemoryArgs {
     /// it computes; 0 turns it off.
     #[arg(long = "moe-prefetch", value_name = "LAYERS", default_value_t = 1)]
     pub moe_prefetch: usize,
+    /// Mixture of experts with an early router (SmallThinker), paged: do not read the chosen
+    /// experts while attention runs, only when the FFN needs them (what the other families
+    /// do; for measuring what the early read hides).
+    #[arg(long = "no-moe-early-prefetch")]
+    pub no_moe_early_prefetch: bool,
     /// Mixture of experts: experts per token instead of the model's own count (fewer: less
     /// to read and compute, at some cost in quality).
     #[arg(long = "experts", value_name = "K")]
@@ -268,6 +274,7 @@ impl Default for MemoryArgs {
             moe_pool: None,
             moe_cache_bias: 0.0,
             moe_prefetch: 1,
+            no_moe_early_prefetch: false,
             experts: None,
             moe_warm: None,
             moe_policy: MoePolicyFlag::Decay,

@@ -166,6 +166,8 @@ pub fn decide(
         experts_used: mem.experts,
         cache_bias: if paged { mem.cache_bias } else { 0.0 },
         predict_distance: if paged { mem.prefetch } else { 0 },
+        // all resident: nothing to read early, so the early routing is not done twice
+        no_early_prefetch: !paged || mem.no_early_prefetch,
     };
     let settings = slots.map(|slots_per_layer| PagerSettings {
         slots_per_layer,

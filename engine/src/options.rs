@@ -177,6 +177,9 @@ pub struct PagerOptions {
     pub cache_bias: f32,
     /// Layers ahead whose experts are guessed and read early (paged runs only; 0: off).
     pub prefetch: usize,
+    /// An early router's experts (SmallThinker's) not asked for before attention: read when
+    /// the FFN needs them, as in the other families (to measure what the early read hides).
+    pub no_early_prefetch: bool,
     /// Experts per token instead of the model's count.
     pub experts: Option<usize>,
     /// A warm list: read at start if it exists, written when the engine is dropped.
@@ -190,6 +193,7 @@ impl Default for PagerOptions {
             pool: None,
             cache_bias: 0.0,
             prefetch: 1,
+            no_early_prefetch: false,
             experts: None,
             warm_file: None,
             policy: MoePolicy::Decay,

@@ -90,6 +90,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
             cache_bias: 0.1,
             predict_distance: 1,
             experts_used: None,
+            no_early_prefetch: false,
         };
         mp.set_moe_options(opts).unwrap();
         let reader = FileReader::open(&path).unwrap();

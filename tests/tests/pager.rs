@@ -62,17 +62,29 @@ fn paged_logits_equal_the_resident_ones_to_the_bit() {
         let want = logits_through(&m, &resident, model, 8);
         let used = m.expert_groups()[0].n_used;
         let n_expert = m.expert_groups()[0].n_expert;
-        // (slots, reader threads, pre-gated prefetch distance)
-        for (slots, readers, predict) in [(used, 0, 0), (used + 1, 2, 1), (n_expert - 2, 3, 1)] {
+        // (slots, reader threads, pre-gated prefetch distance, an early router's read left out:
+        // only SmallThinker has an early router)
+        let mut runs = vec![
+            (used, 0, 0, false),
+            (used + 1, 2, 1, false),
+            (n_expert - 2, 3, 1, false),
+        ];
+        if model == "synthetic-smallthinker" {
+            runs.push((used + 1, 1, 0, true));
+        }
+        for (slots, readers, predict, no_early) in runs {
             m.set_moe_options(MoeOptions {
                 predict_distance: predict,
+                no_early_prefetch: no_early,
                 ..MoeOptions::default()
             })
             .expect("options");
             let reader = FileReader::open(&path).unwrap_or_else(|e| panic!("{e}"));
             let store = paged_store(&g, &m, reader, slots, readers).expect("pager");
             let got = logits_through(&m, &store, model, 8);
-            let what = format!("{slots} slots, {readers} readers, predict {predict}");
+            let what = format!(
+                "{slots} slots, {readers} readers, predict {predict}, no early read {no_early}"
+            );
             bits_equal(model, &what, &want, &got);
             let stats = store.moe_stats().expect("stats");
             assert!(

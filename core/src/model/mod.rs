@@ -128,6 +128,10 @@ pub struct MoeOptions {
     pub cache_bias: f32,
     /// Guess the experts of the layer this many ahead (0: off).
     pub predict_distance: usize,
+    /// Do not ask the store early for the experts an early router (SmallThinker's, on the
+    /// layer's input) has chosen: they are read when the FFN needs them, as in a family
+    /// without one. Routing is unchanged; this is for measuring what the early read hides.
+    pub no_early_prefetch: bool,
 }
 
 impl Model {
@@ -284,6 +288,7 @@ impl Model {
                 f.n_expert_used = k;
             }
             f.cache_bias = opts.cache_bias;
+            f.early_prefetch = !opts.no_early_prefetch;
         }
         self.moe_predict = opts.predict_distance;
         Ok(())

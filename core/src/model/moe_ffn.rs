@@ -131,6 +131,9 @@ pub struct MoeFfn {
     /// Added to the selection score of the experts the store holds in RAM (`--moe-cache-bias`;
     /// 0: off): fewer reads from flash for a small change of routing. Never a weight.
     pub cache_bias: f32,
+    /// With an early router: ask the store for the chosen experts before the token mixer runs,
+    /// so a pager reads them meanwhile (off only to measure what that hides).
+    pub early_prefetch: bool,
 }
 
 impl MoeFfn {
@@ -185,6 +188,7 @@ impl MoeFfn {
             down_exps: ld.experts(&n("ffn_down_exps.weight"), n_ff, n_embd, n_expert)?,
             swiglu,
             cache_bias: 0.0,
+            early_prefetch: true,
         })
     }
 
@@ -328,7 +332,7 @@ impl MoeFfn {
     ) -> Result<(), ModelError> {
         p.matvec(&self.router, &a.x, &mut a.router)?;
         p.tap("ffn_moe_logits", l, &a.router, self.n_expert);
-        if p.n == 1 {
+        if p.n == 1 && self.early_prefetch {
             let logits = &mut a.router_guess[..self.n_expert];
             logits.copy_from_slice(&a.router[..self.n_expert]);
             let held = self.held_experts(p, &mut a.moe_held);
