@@ -66,7 +66,7 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           y = c * conv(b * x), out_proj; conv taps F32, std 0.5); attention with per-head QK-norm,
           NEOX RoPE, base 1e6; the final norm named token_embd_norm (llama.cpp's
           LLM_TENSOR_OUTPUT_NORM_LFM2); the Qwen tokenizer, pre-type "qwen2" (LFM2's own
-          pre-tokenizer "lfm2" is not in smolrun yet)
+          pre-tokenizer "lfm2", Llama 3's split, would change the synthetic file's bytes)
   lfm2moe (LFM2-8B-A1B's architecture): lfm2's 6 layers (attention at 2 and 5, short convolutions
           of 3 taps elsewhere), layers 0 and 1 a dense FFN (leading_dense_block_count 2, as the real
           model has), layers 2-5 a mixture of 16 experts of width 128, 4 used per token (the real
