@@ -43,6 +43,9 @@ pub struct ExpertLayout {
     /// Experts a token uses (the most over the layers), and the fewest a layer has.
     pub n_used: usize,
     pub n_expert: usize,
+    /// The largest one expert's slice of any expert tensor takes read aligned (a streamed
+    /// run's scratch for an expert).
+    pub largest_slice: u64,
 }
 
 /// Direct-read alignment assumed when sizing slots from the header.
@@ -71,14 +74,16 @@ impl ExpertLayout {
             other_bytes: 0,
             n_used,
             n_expert,
+            largest_slice: 0,
         };
         for t in &gguf.tensors {
             match TensorUse::of(t, tied) {
                 TensorUse::Experts => {
                     layout.expert_bytes += t.n_bytes;
                     let one = t.n_bytes / t.dims[2];
-                    layout.slot_bytes_all_layers +=
-                        smolrun_core::model::stream::largest_span(one, SLOT_ALIGN);
+                    let span = smolrun_core::model::stream::largest_span(one, SLOT_ALIGN);
+                    layout.slot_bytes_all_layers += span;
+                    layout.largest_slice = layout.largest_slice.max(span);
                 }
                 TensorUse::Whole | TensorUse::Vector => layout.other_bytes += t.n_bytes,
                 // Read by row, left on flash.

@@ -234,7 +234,15 @@ pub fn plan(
             true => 0.0,
             false => plan.streamed_bytes as f64,
         };
-        memory = memory.with_weights_held(plan.resident_bytes + plan.zone_bytes);
+        // A mixture of experts streamed (its pools could not hold a token's experts) reads
+        // each chosen expert into a scratch slot when it is needed: every token, n_used
+        // experts of every MoE layer from flash.
+        let mut scratch = 0;
+        if let Some(layout) = ExpertLayout::of(gguf, options.pager.experts) {
+            flash_bytes += layout.n_used as f64 * layout.slot_bytes_all_layers as f64;
+            scratch = layout.largest_slice;
+        }
+        memory = memory.with_weights_held(plan.resident_bytes + plan.zone_bytes + scratch);
     } else if let Some(settings) = pager {
         let layout = ExpertLayout::of(gguf, options.pager.experts).ok_or_else(|| {
             EngineError::bad_file(path, format!("{}: no expert tensors", path.display()))

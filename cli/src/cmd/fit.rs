@@ -200,13 +200,7 @@ fn experts_type(
         Some(t) => {
             Some(requant::parse_type(t).map_err(|e| format!("--experts-type: {e} (or keep)"))?)
         }
-        None => {
-            let all_fit = stock
-                .pools
-                .as_ref()
-                .is_none_or(|p| p.slots_per_layer >= p.n_expert);
-            (!all_fit || stock.refusal.is_some()).then_some(GgmlType::Q2_K)
-        }
+        None => default_experts_type(stock),
     };
     if chosen.is_some() && !is_moe {
         if args.experts_type.is_some() {
@@ -218,6 +212,18 @@ fn experts_type(
         return Ok(None);
     }
     Ok(chosen)
+}
+
+/// Q2_K when the stock plan cannot hold every expert in RAM, else the experts keep their type.
+/// Every expert is in RAM when the file is resident or its pools have a slot for each; a
+/// mixture of experts streamed (its pools could not hold even a token's experts) reads every
+/// chosen expert from flash, and needs smaller experts most.
+fn default_experts_type(stock: &DevicePlan) -> Option<GgmlType> {
+    let all_fit = match stock.pools.as_ref() {
+        Some(p) => p.slots_per_layer >= p.n_expert,
+        None => stock.weights == "resident",
+    };
+    (!all_fit || stock.refusal.is_some()).then_some(GgmlType::Q2_K)
 }
 
 /// The kept head ids: from `--head-ids`, or chosen here for `--head-rows` (default: 65,536 for
@@ -591,4 +597,48 @@ fn write(
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(weights: &'static str, pools: Option<(usize, usize)>) -> DevicePlan {
+        DevicePlan {
+            weights,
+            n_ctx: 4096,
+            resident_bytes: 0,
+            zone_bytes: 0,
+            pools: pools.map(|(slots_per_layer, n_expert)| plan::PoolPlan {
+                slots_per_layer,
+                n_expert,
+                n_used: 4,
+                moe_layers: 22,
+                pool_bytes: 0,
+                uniform_miss_rate: 0.0,
+            }),
+            parts: Vec::new(),
+            total_bytes: 0,
+            allowed_bytes: 0,
+            refusal: None,
+            flash_mb_per_token: 0.0,
+            flash_limit_tok_s: 0.0,
+            notices: Vec::new(),
+        }
+    }
+
+    /// LFM2-8B-A1B-shaped on the TV box: its pools cannot hold a token's experts, so the stock
+    /// file streams; the experts must shrink (they were kept, as if they all fitted).
+    #[test]
+    fn experts_shrink_unless_all_are_in_ram() {
+        assert_eq!(default_experts_type(&plan("resident", None)), None);
+        assert_eq!(default_experts_type(&plan("paged", Some((32, 32)))), None);
+        let q2 = Some(GgmlType::Q2_K);
+        assert_eq!(default_experts_type(&plan("paged", Some((6, 32)))), q2);
+        assert_eq!(default_experts_type(&plan("stream", None)), q2);
+        assert_eq!(default_experts_type(&plan("pread", None)), q2);
+        let mut refused = plan("resident", None);
+        refused.refusal = Some("does not fit".into());
+        assert_eq!(default_experts_type(&refused), q2);
+    }
 }
