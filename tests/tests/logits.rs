@@ -204,6 +204,7 @@ fn check_logits(model: &str) {
                 | "synthetic-lfm2"
                 | "synthetic-lfm2moe"
                 | "synthetic-smallthinker"
+                | "synthetic-granitehybrid"
         ) {
             MAX_MEAN_KL_SYNTHETIC_MOE
         } else if model == "synthetic-smollm3" {
@@ -299,6 +300,11 @@ fn synthetic_lfm2moe() {
 #[test]
 fn synthetic_smallthinker() {
     check_logits("synthetic-smallthinker");
+}
+
+#[test]
+fn synthetic_granitehybrid() {
+    check_logits("synthetic-granitehybrid");
 }
 
 // The 1-bit, 2-bit and ternary kernels against llama.cpp (golden::LOWBIT_MODELS).
