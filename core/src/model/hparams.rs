@@ -112,7 +112,7 @@ impl Scales {
         let scale = |name: &str| -> Result<Option<f32>, ModelError> {
             match k.opt_f32(name)? {
                 None => Ok(None),
-                Some(v) if v == 0.0 => Ok(None),
+                Some(0.0) => Ok(None),
                 Some(v) if v.is_finite() => Ok(Some(v)),
                 Some(v) => Err(ModelError::BadHParam {
                     key: k.key(name),

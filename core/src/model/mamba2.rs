@@ -322,7 +322,7 @@ mod tests {
     #[test]
     fn scan_row_updates_the_state_as_the_plain_loop() {
         for ds in [1, 7, 8, 16, 19, 64] {
-            let v = |i: usize, k: f32| ((i as f32 * k).sin() * 1.7) as f32;
+            let v = |i: usize, k: f32| (i as f32 * k).sin() * 1.7;
             let (b, c): (Vec<f32>, Vec<f32>) = (0..ds).map(|i| (v(i, 0.7), v(i, 1.3))).unzip();
             let s0: Vec<f32> = (0..ds).map(|i| v(i, 2.1)).collect();
             let (da, x_dt) = (0.83, -0.41);
