@@ -75,6 +75,7 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         "synthetic-lfm2.gguf",
         "synthetic-lfm2moe.gguf",
         "synthetic-smallthinker.gguf",
+        "synthetic-granitehybrid.gguf",
         "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     ] {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const REAL_MODELS: [&str; 3] = ["gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"];
-pub const SYNTHETIC_MODELS: [&str; 13] = [
+pub const SYNTHETIC_MODELS: [&str; 14] = [
     "synthetic-qwen3",
     "synthetic-llama",
     "synthetic-qwen3moe",
@@ -21,6 +21,7 @@ pub const SYNTHETIC_MODELS: [&str; 13] = [
     "synthetic-lfm2",
     "synthetic-lfm2moe",
     "synthetic-smallthinker",
+    "synthetic-granitehybrid",
 ];
 
 /// Models requantized to the 1-bit, 2-bit and ternary types by `llama-quantize

@@ -82,6 +82,7 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-lfm2" => "synthetic-lfm2.gguf",
         "synthetic-lfm2moe" => "synthetic-lfm2moe.gguf",
         "synthetic-smallthinker" => "synthetic-smallthinker.gguf",
+        "synthetic-granitehybrid" => "synthetic-granitehybrid.gguf",
         "qwen2.5-coder-0.5b-q1_0" => "qwen2.5-coder-0.5b-q1_0.gguf",
         "qwen2.5-coder-0.5b-q2_0" => "qwen2.5-coder-0.5b-q2_0.gguf",
         "qwen2.5-coder-0.5b-q2_k" => "qwen2.5-coder-0.5b-q2_k.gguf",

@@ -24,9 +24,10 @@ use smolrun_tests::{model_path, paged_store, pread_store, streaming_store, Strea
 use std::ptr::NonNull;
 
 /// One model of each family smolrun runs (llama, qwen2, qwen3, qwen3moe, qwen2moe,
-/// bailingmoe2, gemma3, qwen35, smollm3, phi3, olmoe, qwen35moe, lfm2, lfm2moe, smallthinker), and a lookup-table
-/// model (Q2_0: aarch64 kernels carve their activation tables).
-const FAMILIES: [&str; 16] = [
+/// bailingmoe2, gemma3, qwen35, smollm3, phi3, olmoe, qwen35moe, lfm2, lfm2moe, smallthinker,
+/// granitehybrid), and a lookup-table model (Q2_0: aarch64 kernels carve their activation
+/// tables).
+const FAMILIES: [&str; 17] = [
     "synthetic-llama",
     "qwen2.5-coder-0.5b",
     "synthetic-qwen3",
@@ -43,6 +44,7 @@ const FAMILIES: [&str; 16] = [
     "synthetic-lfm2",
     "synthetic-lfm2moe",
     "synthetic-smallthinker",
+    "synthetic-granitehybrid",
 ];
 
 fn options(mtp: bool) -> Vec<(StateOptions, &'static str)> {
@@ -122,7 +124,7 @@ fn the_arena_hands_out_exactly_the_plan_for_every_family() {
             assert_eq!(plan.bytes(Part::Mtp) > 0, opts.mtp, "{name}, {what}");
             let recurrent = matches!(
                 model.hp.arch.as_str(),
-                "qwen35" | "qwen35moe" | "lfm2" | "lfm2moe"
+                "qwen35" | "qwen35moe" | "lfm2" | "lfm2moe" | "granitehybrid"
             );
             assert_eq!(plan.bytes(Part::RecurrentState) > 0, recurrent, "{name}");
         }

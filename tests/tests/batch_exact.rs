@@ -107,18 +107,20 @@ fn batches_give_the_token_by_token_logits_moe() {
     }
 }
 
-/// Qwen3.5's recurrent layers and LFM2's short convolutions: a prompt in chunks reaches the
-/// state token-by-token decoding reaches (the convolution and the delta rule run token by token
-/// in both; only the matrices are batched), to the bit, and so gives the same logits at every
-/// position.
+/// Qwen3.5's recurrent layers, LFM2's short convolutions and Granite 4.0 H's Mamba-2 layers: a
+/// prompt in chunks reaches the state token-by-token decoding reaches (the convolution and the
+/// delta rule or the selective scan run token by token in both; only the matrices are
+/// batched), to the bit, and so gives the same logits at every position.
 #[test]
 fn chunked_prompt_gives_the_token_by_token_recurrent_state() {
     let native = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
-    // (model, its recurrent layers, whether they hold delta-rule matrices besides the window)
+    // (model, its recurrent layers, whether they hold a state besides the window: delta-rule
+    // matrices, Mamba-2's scan state)
     for (model, layers, matrices) in [
         ("synthetic-qwen35", 3, true),
         ("synthetic-lfm2", 4, false),
         ("synthetic-lfm2moe", 4, false),
+        ("synthetic-granitehybrid", 4, true),
     ] {
         for kernels in [KernelSet::scalar(), native.clone()] {
             chunked_state(model, &kernels, layers, matrices);

@@ -35,7 +35,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
     // then the shared expert's sigmoid gate (qwen2moe); then Qwen3.5's recurrent layers and
     // gated attention; then OLMoE's whole-projection QK-norm and top-8 routing, Phi-3's fused
     // gate and up, SmolLM3's layers without RoPE, LFM2's short convolutions, LFM2-MoE's
-    // sigmoid router with its selection bias, SmallThinker's early router and ReGLU experts.
+    // sigmoid router with its selection bias, SmallThinker's early router and ReGLU experts, Granite 4.0 H's Mamba-2 scan and scales.
     for model in [
         "gemma3-270m",
         "synthetic-qwen3moe",
@@ -49,6 +49,7 @@ fn decoding_64_tokens_after_warm_up_allocates_nothing() {
         "synthetic-lfm2",
         "synthetic-lfm2moe",
         "synthetic-smallthinker",
+        "synthetic-granitehybrid",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

@@ -30,6 +30,7 @@ fn has_own_tokenizer_golden(model: &str) -> bool {
             | "synthetic-qwen35moe"
             | "synthetic-lfm2moe"
             | "synthetic-smallthinker"
+            | "synthetic-granitehybrid"
     ) && !smolrun_tests::golden::LOWBIT_MODELS.contains(&model)
 }
 const TOP_K: usize = 20;

@@ -193,6 +193,11 @@ fn synthetic_smallthinker() {
     check_greedy("synthetic-smallthinker");
 }
 
+#[test]
+fn synthetic_granitehybrid() {
+    check_greedy("synthetic-granitehybrid");
+}
+
 // The 1-bit, 2-bit and ternary kernels (golden::LOWBIT_MODELS) over greedy text, but for
 // qwen2.5-coder-0.5b-q1_0, whose greedy text is degenerate (golden::NO_GREEDY).
 

@@ -1429,3 +1429,169 @@ fn a_tiny_smallthinker_runs_and_its_bad_experts_are_named() {
         "1..=16",
     );
 }
+
+/// A tiny granitehybrid of two layers, Mamba-2 then attention (per-layer
+/// `attention.head_count_kv` [0, 1]; 4 heads of 16, state 8, 2 groups, a conv of 4 taps): it
+/// runs, with Granite's scales set; a mis-shaped conv or grouped norm, a missing A, D or conv
+/// bias, a head-count array of the wrong length, a state size or conv kernel the code cannot
+/// take, heads that do not divide the inner size, groups that do not divide the heads, experts
+/// and a scale that is not a number are named with what was expected and found.
+#[test]
+fn a_tiny_granitehybrid_runs_and_its_bad_ssm_layers_are_named() {
+    const D_INNER: u64 = 64;
+    const D_STATE: u64 = 8;
+    const N_HEAD: u64 = 4;
+    const N_GROUP: u64 = 2;
+    const CONV_CH: u64 = D_INNER + 2 * N_GROUP * D_STATE;
+    let key =
+        |k: &str| -> &'static str { Box::leak(format!("granitehybrid.{k}").into_boxed_str()) };
+    let file =
+        |changes: Vec<(&'static str, Meta)>, reshape: Vec<(&'static str, Vec<u64>)>, drop: &str| {
+            let mut meta = vec![
+                ("general.architecture", Meta::Str("granitehybrid")),
+                (key("block_count"), Meta::U32(2)),
+                (key("embedding_length"), Meta::U32(N_EMBD as u32)),
+                (key("feed_forward_length"), Meta::U32(N_FF as u32)),
+                (key("attention.head_count"), Meta::U32(2)),
+                (key("attention.head_count_kv"), Meta::U32s(vec![0, 1])),
+                (key("context_length"), Meta::U32(64)),
+                (key("attention.layer_norm_rms_epsilon"), Meta::F32(1e-5)),
+                (key("ssm.conv_kernel"), Meta::U32(4)),
+                (key("ssm.inner_size"), Meta::U32(D_INNER as u32)),
+                (key("ssm.state_size"), Meta::U32(D_STATE as u32)),
+                (key("ssm.time_step_rank"), Meta::U32(N_HEAD as u32)),
+                (key("ssm.group_count"), Meta::U32(N_GROUP as u32)),
+                (key("embedding_scale"), Meta::F32(1.5)),
+                (key("residual_scale"), Meta::F32(0.5)),
+                (key("attention.scale"), Meta::F32(0.25)),
+                (key("logit_scale"), Meta::F32(2.0)),
+                (key("rope.scaling.finetuned"), Meta::Bool(false)),
+            ];
+            for (k, v) in changes {
+                match meta.iter().position(|(name, _)| *name == k) {
+                    Some(i) => meta[i].1 = v,
+                    None => meta.push((k, v)),
+                }
+            }
+            let mut t = vec![
+                ("token_embd.weight", vec![N_EMBD, N_VOCAB]),
+                ("output_norm.weight", vec![N_EMBD]),
+                ("blk.0.attn_norm.weight", vec![N_EMBD]),
+                (
+                    "blk.0.ssm_in.weight",
+                    vec![N_EMBD, D_INNER + CONV_CH + N_HEAD],
+                ),
+                ("blk.0.ssm_conv1d.weight", vec![4, CONV_CH]),
+                ("blk.0.ssm_conv1d.bias", vec![CONV_CH]),
+                ("blk.0.ssm_dt.bias", vec![N_HEAD]),
+                ("blk.0.ssm_a", vec![1, N_HEAD]),
+                ("blk.0.ssm_d", vec![1, N_HEAD]),
+                ("blk.0.ssm_norm.weight", vec![D_INNER / N_GROUP, N_GROUP]),
+                ("blk.0.ssm_out.weight", vec![D_INNER, N_EMBD]),
+                ("blk.1.attn_norm.weight", vec![N_EMBD]),
+                ("blk.1.attn_q.weight", vec![N_EMBD, N_EMBD]),
+                ("blk.1.attn_k.weight", vec![N_EMBD, 16]),
+                ("blk.1.attn_v.weight", vec![N_EMBD, 16]),
+                ("blk.1.attn_output.weight", vec![N_EMBD, N_EMBD]),
+            ];
+            for l in ["blk.0.", "blk.1."] {
+                let n = |s: &str| -> &'static str { Box::leak(format!("{l}{s}").into_boxed_str()) };
+                t.push((n("ffn_norm.weight"), vec![N_EMBD]));
+                t.push((n("ffn_gate.weight"), vec![N_EMBD, N_FF]));
+                t.push((n("ffn_up.weight"), vec![N_EMBD, N_FF]));
+                t.push((n("ffn_down.weight"), vec![N_FF, N_EMBD]));
+            }
+            for (name, dims) in reshape {
+                t.iter_mut().find(|(n, _)| *n == name).unwrap().1 = dims;
+            }
+            t.retain(|(n, _)| *n != drop);
+            build_gguf(&meta, &t)
+        };
+    let ok = file(vec![], vec![], "");
+    runs(&ok);
+    let g = Gguf::parse(&ok).unwrap();
+    let m = Model::load(&g).unwrap();
+    assert!(matches!(m.hp.layers[0].mixer, MixerShape::Mamba2(_)));
+    assert!(matches!(m.hp.layers[1].mixer, MixerShape::Attention(a) if !a.rope));
+    assert_eq!(m.hp.scales.logit, Some(2.0));
+
+    for (name, dims, expected) in [
+        (
+            "blk.0.ssm_conv1d.weight",
+            vec![3, CONV_CH],
+            [4, CONV_CH, 1, 1],
+        ),
+        (
+            "blk.0.ssm_norm.weight",
+            vec![D_INNER, 1],
+            [D_INNER / N_GROUP, N_GROUP, 1, 1],
+        ),
+        ("blk.0.ssm_a", vec![N_HEAD], [1, N_HEAD, 1, 1]),
+    ] {
+        let err = load(&file(vec![], vec![(name, dims.clone())], "")).unwrap_err();
+        let mut found = [1u64; 4];
+        found[..dims.len()].copy_from_slice(&dims);
+        assert_eq!(
+            err,
+            ModelError::BadTensorShape {
+                name: name.into(),
+                expected,
+                found,
+            }
+        );
+    }
+    for missing in [
+        "blk.0.ssm_a",
+        "blk.0.ssm_d",
+        "blk.0.ssm_conv1d.bias",
+        "blk.0.ssm_in.weight",
+    ] {
+        let err = load(&file(vec![], vec![], missing)).unwrap_err();
+        assert!(
+            matches!(&err, ModelError::MissingTensor { name } if name == missing),
+            "{missing}: {err}"
+        );
+    }
+    for (k, v, want_key, what) in [
+        (
+            "attention.head_count_kv",
+            Meta::U32s(vec![0]),
+            "attention.head_count_kv",
+            "an array of 2 counts",
+        ),
+        ("ssm.state_size", Meta::U32(0), "ssm.state_size", "1..=1024"),
+        ("ssm.conv_kernel", Meta::U32(1), "ssm.conv_kernel", "2..=64"),
+        (
+            "ssm.conv_kernel",
+            Meta::U32(1000),
+            "ssm.conv_kernel",
+            "2..=64",
+        ),
+        (
+            "ssm.time_step_rank",
+            Meta::U32(5),
+            "ssm.time_step_rank",
+            "a divisor of ssm.inner_size (64)",
+        ),
+        (
+            "ssm.group_count",
+            Meta::U32(3),
+            "ssm.group_count",
+            "a divisor of ssm.time_step_rank (4)",
+        ),
+        ("expert_count", Meta::U32(4), "expert_count", "dense FFNs"),
+        (
+            "logit_scale",
+            Meta::F32(f32::NAN),
+            "logit_scale",
+            "a finite number",
+        ),
+    ] {
+        let err = load(&file(vec![(key(k), v)], vec![], "")).unwrap_err();
+        let ModelError::BadHParam { key: got, .. } = &err else {
+            panic!("{k}: expected a bad key, got {err}");
+        };
+        assert_eq!(got, &format!("granitehybrid.{want_key}"), "{err}");
+        assert!(err.to_string().contains(what), "{k}: {err}");
+    }
+}

@@ -39,6 +39,7 @@ fn making_the_state_and_running_the_prompt_allocate_nothing() {
         "synthetic-lfm2",
         "synthetic-lfm2moe",
         "synthetic-smallthinker",
+        "synthetic-granitehybrid",
     ] {
         let path = model_path(model);
         let file = MappedFile::open(&path).unwrap();

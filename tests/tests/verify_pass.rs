@@ -162,7 +162,16 @@ fn verify_pass_reads_each_weight_once() {
 /// pass's own logits are decoding's.
 #[test]
 fn a_rejected_draft_restores_the_conv_windows() {
-    let model = "synthetic-lfm2";
+    rejected_draft_restores_the_state("synthetic-lfm2");
+}
+
+/// The same on Granite 4.0 H's Mamba-2 layers: their conv windows and scan states.
+#[test]
+fn a_rejected_draft_restores_the_mamba2_states() {
+    rejected_draft_restores_the_state("synthetic-granitehybrid");
+}
+
+fn rejected_draft_restores_the_state(model: &str) {
     let path = model_path(model);
     let file = MappedFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let g = Gguf::parse(file.bytes()).expect("parse");
@@ -173,7 +182,7 @@ fn a_rejected_draft_restores_the_conv_windows() {
     let windows = |s: &State| -> Vec<Vec<u32>> {
         (0..m.hp.n_layer)
             .filter_map(|l| s.recurrent_state(l))
-            .map(|(c, _)| c.iter().map(|v| v.to_bits()).collect())
+            .map(|(c, s)| c.iter().chain(s).map(|v| v.to_bits()).collect())
             .collect()
     };
     let all = golden_prompt(model, 20);
@@ -191,7 +200,7 @@ fn a_rejected_draft_restores_the_conv_windows() {
         );
     }
     let want = windows(&plain);
-    assert_eq!(want.len(), 4, "{model} has four conv layers");
+    assert_eq!(want.len(), 4, "{model} has four recurrent layers");
     let want_logits = m
         .forward(&mut plain, &store, &par, rest[2], 14)
         .unwrap()
@@ -209,7 +218,11 @@ fn a_rejected_draft_restores_the_conv_windows() {
     }
     assert_ne!(windows(&spec), want, "the draft left the windows alone");
     spec.rewind(14).expect("rewind into the verify pass");
-    assert_eq!(windows(&spec), want, "the conv windows after the rewind");
+    assert_eq!(
+        windows(&spec),
+        want,
+        "the recurrent states after the rewind"
+    );
     let got = m.forward(&mut spec, &store, &par, rest[2], 14).unwrap();
     assert_same(got, &want_logits, &format!("{model} after the rewind"));
 }

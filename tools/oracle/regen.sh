@@ -34,7 +34,7 @@ threads=2
 # 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
 lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k
         qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs synthetic-qwen3-iq2_xxs synthetic-qwen3-iq3_xxs)
-all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe synthetic-lfm2 synthetic-lfm2moe synthetic-smallthinker "${lowbit[@]}")
+all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe synthetic-lfm2 synthetic-lfm2moe synthetic-smallthinker synthetic-granitehybrid "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -56,6 +56,7 @@ model_file() {
     synthetic-lfm2) echo "$models/synthetic-lfm2.gguf" ;;
     synthetic-lfm2moe) echo "$models/synthetic-lfm2moe.gguf" ;;
     synthetic-smallthinker) echo "$models/synthetic-smallthinker.gguf" ;;
+    synthetic-granitehybrid) echo "$models/synthetic-granitehybrid.gguf" ;;
     qwen2.5-coder-0.5b-* | synthetic-qwen3-*) echo "$models/$1.gguf" ;;
     *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
   esac
@@ -116,7 +117,7 @@ for m in "${want[@]}"; do
   corpus=(--corpus "$repo/tools/oracle/corpus.json")
   # synthetic-qwen3 has the very tokenizer of qwen2.5-coder (same vocab, merges and pre-type), so
   # its tokenize.json would repeat that one; synthetic-llama's pre-type "llama-bpe" and BOS differ.
-  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || $m == synthetic-qwen35 || $m == synthetic-qwen35moe || $m == synthetic-lfm2moe || $m == synthetic-smallthinker || -n $lowbit_type ]] && corpus=()
+  [[ $m == synthetic-qwen3 || $m == synthetic-qwen3moe || $m == synthetic-qwen2moe || $m == synthetic-bailingmoe2 || $m == synthetic-qwen35 || $m == synthetic-qwen35moe || $m == synthetic-lfm2moe || $m == synthetic-smallthinker || $m == synthetic-granitehybrid || -n $lowbit_type ]] && corpus=()
   (cd "$repo" && "$golden" --model "$file" --name "$m" --texts tools/oracle/texts.json "${corpus[@]}" --out "$out")
   # degenerate greedy text (one token, 32 times, after every prompt): no greedy golden
   # (tests/src/golden.rs NO_GREEDY)

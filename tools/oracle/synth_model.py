@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes deterministic synthetic GGUF models for architectures that have no small real file at hand.
 
-    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|smollm3|phi3|olmoe|lfm2|lfm2moe|smallthinker|all [--out DIR] [--tokenizer-from QWEN.gguf]
+    tools/oracle/synth_model.py qwen3|llama|qwen3moe|qwen2moe|bailingmoe2|qwen35|smollm3|phi3|olmoe|lfm2|lfm2moe|smallthinker|granitehybrid|all [--out DIR] [--tokenizer-from QWEN.gguf]
 
 Each model has random weights from a fixed seed and a real tokenizer copied from the Qwen2.5-Coder
 0.5B GGUF (tools/fetch-models.sh fetches it). The file is byte-identical on every run with the
@@ -88,6 +88,18 @@ Shapes (small, so a test runs in well under a second per token with scalar kerne
           projections of std 1/sqrt(n_ff_exp) (not lfm2moe's 2: eight layers of experts that large
           make the file chaotic, a last-bit difference moving later logits by tenths); the Qwen
           tokenizer, pre-type "qwen2"
+  granitehybrid (IBM Granite 4.0 H's architecture: Mamba-2 layers between attention layers): 6
+          layers of width 128, attention at layers 2 and 5 (attention.head_count_kv a per-layer
+          array, 0 on a Mamba-2 layer; 4 query and 2 KV heads of 32, no QK-norm, no RoPE:
+          rope.scaling.finetuned false, as the real 4.0 H models), the others Mamba-2 (ssm_in to
+          [z | x B C | dt], d_inner 256 = 2 n_embd as llama.cpp requires, 4 heads of 64, state 32,
+          2 groups of B and C so each group serves 2 heads, a causal conv of 4 taps with a bias,
+          ssm_a = -exp(A_log) with A_log uniform in [-3, 0.5], dt bias std 0.5, D around 1, a
+          grouped RMSNorm of 128 per group after the SiLU(z) gate); dense SwiGLU FFNs; Granite's
+          scales all set away from 1 (embedding x 1.5, each layer's mixer and FFN output x 0.5
+          before the residual add, attention scores x 0.25 instead of 1/sqrt(32), logits / 2:
+          the head is written twice as large so the logits keep the other files' gaps); the
+          Qwen tokenizer, pre-type "qwen2"
 
 Tensor types are a mix the engine must handle; those the real models already carry (Q4_K, Q6_K,
 Q5_0, Q8_0) appear here less, those they lack (F16, BF16, Q4_0, Q4_1, Q5_1) appear more. gguf-py
@@ -241,6 +253,15 @@ ARCHS = {
         types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.F16, attn_v=T.Q8_0,
                    attn_output=T.Q4_0, ffn_gate_inp=T.F32, ffn_gate_exps=T.Q4_1, ffn_up_exps=T.Q8_0,
                    ffn_down_exps=T.Q5_0),
+    ),
+    "granitehybrid": dict(
+        seed=0x6A41_7E01, n_embd=128, n_layer=6, n_head=4, n_head_kv=2, head_dim=32, n_ff=256,
+        n_ctx=4096, rope_base=10_000.0, rms_eps=1e-5, pre="qwen2", add_bos=False,
+        attention_layers=[2, 5], ssm_conv=4, ssm_state=32, ssm_heads=4, ssm_groups=2,
+        embedding_scale=1.5, residual_scale=0.5, attention_scale=0.25, logit_scale=2.0,
+        types=dict(token_embd=T.Q8_0, output=T.Q8_0, attn_q=T.Q8_0, attn_k=T.F16, attn_v=T.Q8_0,
+                   attn_output=T.Q4_1, ssm_in=T.Q8_0, ssm_out=T.Q5_0,
+                   ffn_gate=T.Q4_0, ffn_up=T.Q8_0, ffn_down=T.F16),
     ),
     "llama": dict(
         seed=0x11A3_A001, n_embd=256, n_layer=4, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
@@ -403,11 +424,12 @@ def build(name, tok, out_path):
     w.add_block_count(cfg["n_layer"] + cfg.get("n_nextn", 0))
     w.add_feed_forward_length(n_ff)
     w.add_head_count(cfg["n_head"])
-    if arch in ("lfm2", "lfm2moe"):
-        # per layer: 0 marks a short-convolution layer
+    if arch in ("lfm2", "lfm2moe", "granitehybrid"):
+        # per layer: 0 marks a short-convolution (lfm2) or Mamba-2 (granitehybrid) layer
         w.add_head_count_kv([cfg["n_head_kv"] if i in cfg["attention_layers"] else 0
                              for i in range(cfg["n_layer"])])
-        w.add_uint32(f"{arch}.shortconv.l_cache", cfg["l_cache"])
+        if "l_cache" in cfg:
+            w.add_uint32(f"{arch}.shortconv.l_cache", cfg["l_cache"])
     else:
         w.add_head_count_kv(cfg["n_head_kv"])
     w.add_key_length(hd)
@@ -422,6 +444,17 @@ def build(name, tok, out_path):
         w.add_ssm_time_step_rank(cfg["ssm_v_heads"])
         w.add_ssm_inner_size(cfg["ssm_state"] * cfg["ssm_v_heads"])
         w.add_nextn_predict_layers(cfg["n_nextn"])
+    if arch == "granitehybrid":
+        w.add_ssm_conv_kernel(cfg["ssm_conv"])
+        w.add_ssm_state_size(cfg["ssm_state"])
+        w.add_ssm_group_count(cfg["ssm_groups"])
+        w.add_ssm_time_step_rank(cfg["ssm_heads"])
+        w.add_ssm_inner_size(2 * n_embd)
+        w.add_embedding_scale(cfg["embedding_scale"])
+        w.add_residual_scale(cfg["residual_scale"])
+        w.add_attention_scale(cfg["attention_scale"])
+        w.add_logit_scale(cfg["logit_scale"])
+        w.add_rope_scaling_finetuned(False)
     w.add_rope_freq_base(cfg["rope_base"])
     w.add_layer_norm_rms_eps(cfg["rms_eps"])
     w.add_vocab_size(n_vocab)
@@ -484,7 +517,9 @@ def build(name, tok, out_path):
         lfm2_layers(cfg, rng, tensor, norm_weight)
     if arch == "smallthinker":
         smallthinker_layers(cfg, rng, tensor, norm_weight)
-    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35", "qwen35moe", "lfm2", "lfm2moe", "smallthinker") else 0):
+    if arch == "granitehybrid":
+        granitehybrid_layers(cfg, rng, tensor, norm_weight)
+    for i in range(cfg["n_layer"] if arch not in ("bailingmoe2", "qwen35", "qwen35moe", "lfm2", "lfm2moe", "smallthinker", "granitehybrid") else 0):
         p = f"blk.{i}."
         tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
         if arch == "phi3":
@@ -540,6 +575,9 @@ def build(name, tok, out_path):
     norms = np.sqrt(np.array([math.fsum(row) for row in squares]))
     direction = embd.astype(np.float64) / norms[:, None]
     head[successor] += (HEAD_GAIN * direction).astype(np.float32)
+    if "logit_scale" in cfg:
+        # granitehybrid divides the logits by logit_scale: the head makes up for it
+        head *= np.float32(cfg["logit_scale"])
     tensor("output.weight", "output", head)
     if arch == "qwen35":
         qwen35_mtp(cfg, embd, tensor)
@@ -677,6 +715,41 @@ def lfm2_layers(cfg, rng, tensor, norm_weight):
             tensor(p + "ffn_up_exps.weight", "ffn_up_exps", rng.weight((n_e, n_fe, n_embd), 1.0 / np.sqrt(n_embd)))
             tensor(p + "ffn_down_exps.weight", "ffn_down_exps", rng.weight((n_e, n_embd, n_fe), LFM2MOE_DOWN_GAIN / np.sqrt(n_fe)))
             continue
+        tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
+        tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))
+
+
+def granitehybrid_layers(cfg, rng, tensor, norm_weight):
+    """granitehybrid's blocks: attn_norm, then attention (layers in `attention_layers`: plain
+    grouped-query attention) or Mamba-2 (ssm_in n_embd -> [z | x B C | dt], ssm_conv1d {d_conv,
+    conv channels} and its bias, ssm_dt.bias, ssm_a {1, heads}, ssm_d {1, heads}, ssm_norm
+    {d_inner / groups, groups}, ssm_out), residual, ffn_norm, SwiGLU FFN, residual."""
+    n_embd, n_ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
+    n_q, n_kv = cfg["n_head"] * hd, cfg["n_head_kv"] * hd
+    d_inner, d_state, n_h, n_g = 2 * n_embd, cfg["ssm_state"], cfg["ssm_heads"], cfg["ssm_groups"]
+    conv_ch = d_inner + 2 * n_g * d_state
+    d_in_proj = 2 * d_inner + 2 * n_g * d_state + n_h
+    for i in range(cfg["n_layer"]):
+        p = f"blk.{i}."
+        tensor(p + "attn_norm.weight", "norm", norm_weight(n_embd))
+        if i in cfg["attention_layers"]:
+            tensor(p + "attn_q.weight", "attn_q", rng.weight((n_q, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_k.weight", "attn_k", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_v.weight", "attn_v", rng.weight((n_kv, n_embd), 1.0 / np.sqrt(n_embd)))
+            tensor(p + "attn_output.weight", "attn_output", rng.weight((n_embd, n_q), 1.0 / np.sqrt(n_q)))
+        else:
+            tensor(p + "ssm_in.weight", "ssm_in", rng.weight((d_in_proj, n_embd), 1.0 / np.sqrt(n_embd)))
+            # numpy [channel, tap] = ggml {d_conv, conv channels}
+            tensor(p + "ssm_conv1d.weight", "conv", rng.weight((conv_ch, cfg["ssm_conv"]), 0.5))
+            tensor(p + "ssm_conv1d.bias", "bias", rng.weight((conv_ch,), 0.2))
+            tensor(p + "ssm_dt.bias", "bias", rng.weight((n_h,), 0.5))
+            a_log = -1.25 + 1.75 * rng.uniform((n_h, 1))
+            tensor(p + "ssm_a", "bias", (-np.exp(a_log)).astype(np.float32))
+            tensor(p + "ssm_d", "bias", (1.0 + 0.5 * rng.uniform((n_h, 1))).astype(np.float32))
+            tensor(p + "ssm_norm.weight", "norm", norm_weight(d_inner).reshape(n_g, d_inner // n_g))
+            tensor(p + "ssm_out.weight", "ssm_out", rng.weight((n_embd, d_inner), 1.0 / np.sqrt(d_inner)))
+        tensor(p + "ffn_norm.weight", "norm", norm_weight(n_embd))
         tensor(p + "ffn_gate.weight", "ffn_gate", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_up.weight", "ffn_up", rng.weight((n_ff, n_embd), 1.0 / np.sqrt(n_embd)))
         tensor(p + "ffn_down.weight", "ffn_down", rng.weight((n_embd, n_ff), 1.0 / np.sqrt(n_ff)))

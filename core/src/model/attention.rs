@@ -79,6 +79,9 @@ pub struct AttentionOptions {
     /// (Gemma's order of operations; the same value, rounded as the reference rounds it).
     pub scale_q_before_attention: bool,
     pub softcap: Option<f32>,
+    /// The scores' scale when the file sets one (Granite's `attention.scale`), instead of
+    /// 1/sqrt(head_dim).
+    pub score_scale: Option<f32>,
 }
 
 /// The projections to Q, K and V: three matrices, or one whose output is q, k and v back to back.
@@ -390,7 +393,10 @@ impl Attention {
             split_query_gates(&mut a.q, &mut a.gate, n, sh.n_head, hd);
         }
 
-        let inv_sqrt_hd = 1.0 / libm::sqrtf(hd as f32);
+        let inv_sqrt_hd = match self.opts.score_scale {
+            Some(s) => s,
+            None => 1.0 / libm::sqrtf(hd as f32),
+        };
         let score_scale = if self.opts.scale_q_before_attention {
             1.0
         } else {

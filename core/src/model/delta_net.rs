@@ -131,6 +131,12 @@ impl RecurrentState {
         RecurrentState::plan_lens(plan, (conv, 0, 0), n_steps)
     }
 
+    /// [`RecurrentState::plan`] for a conv window of `conv` f32s and an f32 state of `ssm`
+    /// values (a Mamba-2 layer, mamba2.rs).
+    pub fn plan_conv_ssm(plan: &mut ArenaPlan, conv: usize, ssm: usize, n_steps: usize) {
+        RecurrentState::plan_lens(plan, (conv, ssm, 0), n_steps)
+    }
+
     fn plan_lens(plan: &mut ArenaPlan, lens: (usize, usize, usize), n_steps: usize) {
         let (conv, n32, n16) = lens;
         let part = Part::RecurrentState;
@@ -165,6 +171,20 @@ impl RecurrentState {
     ) -> Result<RecurrentState, ArenaError> {
         // SAFETY: the caller's promise.
         unsafe { RecurrentState::carve_lens(arena, (conv, 0, 0), n_steps) }
+    }
+
+    /// Takes the state [`RecurrentState::plan_conv_ssm`] counted from `arena`.
+    ///
+    /// # Safety
+    /// As [`RecurrentState::carve`].
+    pub unsafe fn carve_conv_ssm(
+        arena: &mut Arena<'_>,
+        conv: usize,
+        ssm: usize,
+        n_steps: usize,
+    ) -> Result<RecurrentState, ArenaError> {
+        // SAFETY: the caller's promise.
+        unsafe { RecurrentState::carve_lens(arena, (conv, ssm, 0), n_steps) }
     }
 
     unsafe fn carve_lens(

@@ -85,6 +85,49 @@ pub struct HParams {
     /// from the file), kept here beside the shapes the state and the memory plan are sized
     /// from, like the recurrent state's f16 switch.
     pub kv_type: KvCacheType,
+    /// Granite's multipliers (none unless the family reads them: [`Switches::granite_scales`]).
+    ///
+    /// [`Switches::granite_scales`]: super::arch::Switches::granite_scales
+    pub scales: Scales,
+}
+
+/// Granite's multipliers (`embedding_scale`, `residual_scale`, `attention.scale`,
+/// `logit_scale`), as llama.cpp applies them; `None` where the file leaves the key out or sets
+/// it to 0, as llama.cpp reads a 0 as "not set".
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Scales {
+    /// The embedding row is multiplied by it.
+    pub embedding: Option<f32>,
+    /// Each layer's mixer and FFN outputs are multiplied by it before the residual add.
+    pub residual: Option<f32>,
+    /// Attention scores are scaled by it instead of 1/sqrt(head_dim).
+    pub attention: Option<f32>,
+    /// The logits are multiplied by 1/it.
+    pub logit: Option<f32>,
+}
+
+impl Scales {
+    /// Reads the four keys: each absent, 0 (unset), or a finite non-zero number.
+    pub fn from_keys(k: &Keys) -> Result<Scales, ModelError> {
+        let scale = |name: &str| -> Result<Option<f32>, ModelError> {
+            match k.opt_f32(name)? {
+                None => Ok(None),
+                Some(0.0) => Ok(None),
+                Some(v) if v.is_finite() => Ok(Some(v)),
+                Some(v) => Err(ModelError::BadHParam {
+                    key: k.key(name),
+                    expected: "a finite number (0: unset)".into(),
+                    found: format!("{v}"),
+                }),
+            }
+        };
+        Ok(Scales {
+            embedding: scale("embedding_scale")?,
+            residual: scale("residual_scale")?,
+            attention: scale("attention.scale")?,
+            logit: scale("logit_scale")?,
+        })
+    }
 }
 
 /// A file's `<arch>.*` keys, each read with an error that names the whole key: what a family
@@ -469,6 +512,10 @@ impl HParams {
             attn_logit_softcap,
             layers: Vec::new(),
             kv_type: KvCacheType::F16,
+            scales: match family.switches.granite_scales {
+                true => Scales::from_keys(&k)?,
+                false => Scales::default(),
+            },
         };
         let Layout { n_ff, layers } = (family.layout)(&k, &hp)?;
         assert_eq!(

@@ -2,7 +2,7 @@
 //!
 //! | part | kinds now | next |
 //! |---|---|---|
-//! | [`TokenMixer`] | [`Attention`] (attention.rs), [`DeltaNet`] (delta_net.rs: Qwen3.5's recurrent Gated DeltaNet), [`ShortConv`] (short_conv.rs: LFM2's gated short convolution) | |
+//! | [`TokenMixer`] | [`Attention`] (attention.rs), [`DeltaNet`] (delta_net.rs: Qwen3.5's recurrent Gated DeltaNet), [`ShortConv`] (short_conv.rs: LFM2's gated short convolution), [`Mamba2`] (mamba2.rs: Granite 4.0 H's selective scan) | |
 //! | [`Ffn`] | [`DenseFfn`] (dense_ffn.rs), [`MoeFfn`] (moe_ffn.rs: softmax or sigmoid routers, selection bias, groups, shared expert) | |
 //!
 //! Adding a kind is a new file plus a match arm in each `match` below: its tensors
@@ -16,6 +16,7 @@ use super::attention::{Attention, AttentionShape, KvCache, KvCacheType};
 use super::delta_net::{DeltaNet, DeltaNetShape, RecurrentState};
 use super::dense_ffn::DenseFfn;
 use super::error::ModelError;
+use super::mamba2::{Mamba2, Mamba2Shape};
 use super::matrix::Matrix;
 use super::moe_ffn::{MoeFfn, Routing};
 use super::pass::Pass;
@@ -39,6 +40,9 @@ pub enum MixerShape {
     DeltaNet(DeltaNetShape),
     /// A gated short convolution (LFM2): a fixed conv window instead of a KV cache.
     ShortConv(ShortConvShape),
+    /// A Mamba-2 selective scan (Granite 4.0 H): a conv window and a scan state instead of a
+    /// KV cache.
+    Mamba2(Mamba2Shape),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,6 +70,7 @@ impl LayerShape {
             MixerShape::Attention(a) => 2 * n_ctx as u64 * (a.kv_dim() + a.v_dim()) as u64,
             MixerShape::DeltaNet(d) => d.state_bytes(),
             MixerShape::ShortConv(c) => c.state_bytes(),
+            MixerShape::Mamba2(m) => m.state_bytes(),
         }
     }
 
@@ -97,6 +102,13 @@ impl LayerShape {
                 // in_proj's [b | c | x] rows in qkv, the conv's rows in the output's.
                 w.qkv = c.in_dim();
                 w.o = c.channels;
+            }
+            MixerShape::Mamba2(m) => {
+                // ssm_in's [z | xBC | dt] rows in qkv, the convolved xBC in gate, y in the
+                // output's.
+                w.qkv = m.in_dim();
+                w.gate = m.conv_dim();
+                w.o = m.d_inner;
             }
         }
         match self.ffn {
@@ -172,6 +184,7 @@ pub enum TokenMixer {
     Attention(Attention),
     DeltaNet(DeltaNet),
     ShortConv(ShortConv),
+    Mamba2(Mamba2),
 }
 
 // One per layer, built once: the size of the largest kind costs nothing worth a Box.
@@ -215,6 +228,9 @@ impl LayerState {
             MixerShape::ShortConv(c) => {
                 RecurrentState::plan_conv(plan, c.conv_state_len(), n_steps)
             }
+            MixerShape::Mamba2(m) => {
+                RecurrentState::plan_conv_ssm(plan, m.conv_state_len(), m.ssm_state_len(), n_steps)
+            }
         }
     }
 
@@ -242,6 +258,12 @@ impl LayerState {
                 MixerShape::ShortConv(c) => LayerState::Recurrent(RecurrentState::carve_conv(
                     arena,
                     c.conv_state_len(),
+                    n_steps,
+                )?),
+                MixerShape::Mamba2(m) => LayerState::Recurrent(RecurrentState::carve_conv_ssm(
+                    arena,
+                    m.conv_state_len(),
+                    m.ssm_state_len(),
                     n_steps,
                 )?),
             })
@@ -284,6 +306,7 @@ impl Layer {
             TokenMixer::Attention(a) => all.extend(a.matrices()),
             TokenMixer::DeltaNet(d) => all.extend(d.matrices()),
             TokenMixer::ShortConv(c) => all.extend(c.matrices()),
+            TokenMixer::Mamba2(m) => all.extend(m.matrices()),
         }
         match &self.ffn {
             Ffn::Dense(f) => all.extend(f.matrices()),
@@ -323,6 +346,7 @@ impl Layer {
             }
             (TokenMixer::DeltaNet(dn), LayerState::Recurrent(s)) => dn.forward(p, l, a, s)?,
             (TokenMixer::ShortConv(sc), LayerState::Recurrent(s)) => sc.forward(p, l, a, s)?,
+            (TokenMixer::Mamba2(m), LayerState::Recurrent(s)) => m.forward(p, l, a, s)?,
             _ => unreachable!("a layer's state is made from its own shape"),
         }
         match &self.ffn {

@@ -278,6 +278,7 @@ mod tests {
             is_swa: vec![false; 2],
             final_logit_softcap: None,
             attn_logit_softcap: None,
+            scales: Default::default(),
             layers: vec![
                 LayerShape {
                     mixer: MixerShape::Attention(AttentionShape {

@@ -28,6 +28,7 @@ pub mod expert_cache;
 pub mod head;
 pub mod hparams;
 pub mod layer;
+pub mod mamba2;
 pub mod matrix;
 pub mod memory_plan;
 pub mod moe_ffn;
@@ -51,6 +52,7 @@ pub use dense_ffn::{DenseFfn, Gate};
 pub use error::ModelError;
 pub use hparams::{HParams, Keys, RopeScaling};
 pub use layer::{Ffn, FfnShape, Layer, LayerShape, LayerState, MixerShape, TokenMixer};
+pub use mamba2::{Mamba2, Mamba2Shape};
 pub use matrix::{Loader, Matrix};
 pub use memory_plan::MemoryPlan;
 pub use moe_ffn::{
@@ -603,6 +605,7 @@ impl Model {
             tile,
         );
         p.keep_steps = chunk.verify;
+        p.residual_scale = self.hp.scales.residual;
         p.attn_skip_below = attn_skip_below;
         for (t, &token) in chunk.tokens.iter().enumerate() {
             self.embed(&mut p, act, token, t)?;
@@ -708,6 +711,11 @@ impl Model {
         let result = p.matvec(output, &a.xb[..count * n], head_out);
         p.n = n_pass;
         result?;
+        if let Some(s) = hp.scales.logit {
+            // llama.cpp scales by the reciprocal, rounded to f32 once.
+            let inv = 1.0 / s;
+            head_out.iter_mut().for_each(|v| *v *= inv);
+        }
         if let Some(cap) = hp.final_logit_softcap {
             for v in head_out.iter_mut() {
                 *v = math::softcap(*v, cap);
@@ -742,6 +750,9 @@ impl Model {
         p.read_row(m, token as usize, &mut x[..m.n_cols])?;
         if self.switches.scale_embedding {
             let scale = libm::sqrtf(self.hp.n_embd as f32);
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
+        if let Some(scale) = self.hp.scales.embedding {
             x.iter_mut().for_each(|v| *v *= scale);
         }
         Ok(())
@@ -790,6 +801,9 @@ pub(crate) fn load_layer(
             TokenMixer::DeltaNet(DeltaNet::load(ld, l, n_embd, d, kernels.delta_rule())?)
         }
         MixerShape::ShortConv(c) => TokenMixer::ShortConv(ShortConv::load(ld, l, c)?),
+        MixerShape::Mamba2(m) => {
+            TokenMixer::Mamba2(Mamba2::load(ld, l, n_embd, m, kernels.swiglu())?)
+        }
     };
     let norm = family.ffn_norm;
     let ffn = match shape.ffn {
@@ -860,6 +874,7 @@ fn attention_options(hp: &HParams, sw: &Switches) -> AttentionOptions {
         post_norm: sw.post_norms,
         scale_q_before_attention: sw.scale_q_before_attention,
         softcap: hp.attn_logit_softcap,
+        score_scale: hp.scales.attention,
     }
 }
 

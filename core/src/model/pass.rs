@@ -38,6 +38,9 @@ pub struct Pass<'p> {
     /// A verify pass: each recurrent layer keeps a copy of its state after each token, so that
     /// a rejected draft can go back to the last accepted one (`RecurrentState::steps`).
     pub keep_steps: bool,
+    /// Granite's residual multiplier: each mixer's and FFN's output is scaled by it before it
+    /// is added to the residual stream ([`Pass::add_rows`]).
+    pub residual_scale: Option<f32>,
     tap: Option<TapFn>,
     /// The `n` quantized input rows of the matvec in progress.
     act_q: &'p mut [u8],
@@ -77,6 +80,7 @@ impl<'p> Pass<'p> {
             rope_freqs,
             rms_eps,
             keep_steps: false,
+            residual_scale: None,
             tap,
             act_q,
             act_tables,
@@ -423,9 +427,10 @@ impl<'p> Pass<'p> {
         });
     }
 
-    /// `x[t] += rms_norm(o[t]) * post_norm` (or `o[t]` without one) for the pass's rows.
+    /// `x[t] += rms_norm(o[t]) * post_norm` (or `o[t]` without one), times the residual scale
+    /// if the pass has one, for the pass's rows.
     pub fn add_rows(&self, x: &mut [f32], o: &mut [f32], post_norm: Option<&[f32]>, width: usize) {
-        let eps = self.rms_eps;
+        let (eps, scale) = (self.rms_eps, self.residual_scale);
         let n = self.n;
         let (xs, os) = (
             SharedMut::new(&mut x[..n * width]),
@@ -436,6 +441,9 @@ impl<'p> Pass<'p> {
             let (x, o) = unsafe { (xs.slice(t * width, width), os.slice(t * width, width)) };
             if let Some(w) = post_norm {
                 math::rms_norm_in_place(o, w, eps);
+            }
+            if let Some(s) = scale {
+                o.iter_mut().for_each(|o| *o *= s);
             }
             x.iter_mut().zip(&*o).for_each(|(x, o)| *x += o);
         });

@@ -11,7 +11,8 @@
 //!   layer attention and a dense FFN (llama, qwen2, qwen3, gemma3), a mixture of experts with
 //!   its routing, shared expert and leading dense layers (qwen2moe, qwen3moe, bailingmoe2),
 //!   recurrent Gated DeltaNet layers between gated attention layers (qwen35), short
-//!   convolutions between attention layers (lfm2, and with experts lfm2moe);
+//!   convolutions between attention layers (lfm2, and with experts lfm2moe), Mamba-2 layers
+//!   between attention layers (granitehybrid);
 //! - its **switches** ([`Switches`]): what differs inside the shared kinds (Q/K/V biases,
 //!   QK-norm, post-norms, the embedding scale, GELU or SiLU, the RoPE pair order);
 //! - its **tensor-name quirks** ([`Family::ffn_norm`]) and its default sliding-window period;
@@ -34,12 +35,14 @@
 //! | lfm2.rs | short convolutions, attention where `head_count_kv` is not 0 | dense | QK-norm, final norm `token_embd_norm` |
 //! | lfm2moe.rs | as lfm2 | dense, then experts | sigmoid router with a required bias, normalised over the chosen |
 //! | smallthinker.rs | attention, 3 of 4 windowed, the others without RoPE | ReGLU experts | router on the layer's input before attention (early prefetch) |
+//! | granitehybrid.rs | Mamba-2, attention where `head_count_kv` is not 0 | dense | Granite's embedding, residual, attention and logit scales; RoPE switched by `rope.scaling.finetuned` |
 //!
 //! Adding a family is a file here and a row of [`ARCHITECTURES`]; a family that brings a new
 //! layer kind adds the kind beside the others (layer.rs says how).
 
 mod bailingmoe2;
 mod gemma3;
+mod granitehybrid;
 mod lfm2;
 mod lfm2moe;
 mod llama;
@@ -71,7 +74,7 @@ pub struct Architecture {
 }
 
 /// Every architecture smolrun runs.
-pub static ARCHITECTURES: [Architecture; 15] = [
+pub static ARCHITECTURES: [Architecture; 16] = [
     Architecture {
         name: "llama",
         family: &llama::FAMILY,
@@ -131,6 +134,10 @@ pub static ARCHITECTURES: [Architecture; 15] = [
     Architecture {
         name: "smallthinker",
         family: &smallthinker::FAMILY,
+    },
+    Architecture {
+        name: "granitehybrid",
+        family: &granitehybrid::FAMILY,
     },
 ];
 
@@ -231,6 +238,9 @@ pub struct Switches {
     /// A sliding-window layer's RoPE base is `rope.freq_base` unless the file gives
     /// `rope.freq_base_swa` (SmallThinker), instead of llama.cpp's default of 10000 (Gemma 3).
     pub swa_rope_base_global: bool,
+    /// Granite's multipliers are read from the file (`HParams::scales`): the embedding's, the
+    /// residual branches', the attention scores' and the logits'.
+    pub granite_scales: bool,
 }
 
 impl Switches {
@@ -246,6 +256,7 @@ impl Switches {
         rope_style: RopeStyle::Neox,
         scale_q_before_attention: false,
         swa_rope_base_global: false,
+        granite_scales: false,
     };
 }
 
@@ -314,7 +325,7 @@ mod tests {
             arch: "mamba".into(),
         };
         assert!(err.to_string().ends_with(
-            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe, phi3, lfm2, lfm2moe or smallthinker"
+            "expected llama, qwen2, qwen2moe, qwen3, qwen3moe, qwen35, qwen35moe, bailingmoe2, gemma3, smollm3, olmoe, phi3, lfm2, lfm2moe, smallthinker or granitehybrid"
         ));
     }
 
