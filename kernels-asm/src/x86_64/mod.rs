@@ -7,7 +7,8 @@
 //! [`avx2_k`] holds the Q4_K and Q6_K kernels that decode spends most of its time in (scales
 //! decoded in registers, weights prefetched ahead); [`avx2_q0`] the 32-element formats'
 //! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest;
-//! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins).
+//! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins), [`avx2_3bit`]
+//! Q3_K (one row and batches, bit for bit its scalar twin).
 //! [`avx2_lowbit`] the 1-bit, 2-bit and ternary formats (Q1_0, Q2_0, TQ1_0). IQ4_NL is one of
 //! [`avx2_q0`]'s 32-element formats; [`avx2_iq4`] holds IQ4_XS, [`avx2_iq2`] the grid i-quants
 //! (IQ2_XXS, IQ3_XXS).
@@ -25,6 +26,7 @@
 pub mod attention;
 pub mod avx2;
 pub mod avx2_2bit;
+pub mod avx2_3bit;
 pub mod avx2_cols;
 pub mod avx2_iq2;
 pub mod avx2_iq4;
