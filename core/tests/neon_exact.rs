@@ -17,8 +17,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k,
-    q8_0, q8_k, tq1_0, tq2_0, GgmlType,
+    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q3_k, q4_0, q4_k, q5_0,
+    q5_k, q6_k, q8_0, q8_k, tq1_0, tq2_0, GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -74,6 +74,24 @@ const KERNELS: &[Kernel] = &[
         neon: neon::vec_dot_q6_k_q8_k_neon,
         dotprod: neon::vec_dot_q6_k_q8_k_dotprod,
         dotprod_bit_exact: false,
+    },
+    // Q3_K and Q5_K (#33): one ARMv8.0 face for every core, in the twins' lanes; the dotprod
+    // set runs it too (listed as both faces here).
+    Kernel {
+        name: "Q3_K x Q8_K",
+        weight: GgmlType::Q3_K,
+        scalar: q3_k::vec_dot,
+        neon: neon::vec_dot_q3_k_q8_k_neon,
+        dotprod: neon::vec_dot_q3_k_q8_k_neon,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q5_K x Q8_K",
+        weight: GgmlType::Q5_K,
+        scalar: q5_k::vec_dot,
+        neon: neon::vec_dot_q5_k_q8_k_neon,
+        dotprod: neon::vec_dot_q5_k_q8_k_neon,
+        dotprod_bit_exact: true,
     },
     // The 2-bit kernels compute the twin's per-block integers and its f32 steps in its order.
     Kernel {
@@ -176,6 +194,8 @@ impl XorShift {
 fn activation_type(weight: GgmlType) -> GgmlType {
     match weight {
         GgmlType::Q4_K
+        | GgmlType::Q3_K
+        | GgmlType::Q5_K
         | GgmlType::Q6_K
         | GgmlType::Q2_K
         | GgmlType::TQ2_0
@@ -190,7 +210,8 @@ fn activation_type(weight: GgmlType) -> GgmlType {
 /// Offsets of the f16 scale fields of a weight block.
 fn f16_scale_fields(weight: GgmlType) -> &'static [usize] {
     match weight {
-        GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::TQ2_0 => &[64],

@@ -41,6 +41,10 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     };
     set.install(GgmlType::Q4_K, neon::vec_dot_q4_k_q8_k_neon, None, "neon");
     set.install(GgmlType::Q6_K, neon::vec_dot_q6_k_q8_k_neon, None, "neon");
+    // Q3_K and Q5_K (#33): widening multiplies, the twins' lanes, bit for bit; one face for
+    // every core (no sdot face yet: the dotprod set keeps these).
+    set.install(GgmlType::Q3_K, neon::vec_dot_q3_k_q8_k_neon, None, "neon");
+    set.install(GgmlType::Q5_K, neon::vec_dot_q5_k_q8_k_neon, None, "neon");
     set.install(GgmlType::Q8_0, neon::vec_dot_q8_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q4_0, neon::vec_dot_q4_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q5_0, neon::vec_dot_q5_0_q8_0_neon, None, "neon");
@@ -379,6 +383,8 @@ mod tests {
         let covered = [
             (GgmlType::Q4_K, true),
             (GgmlType::Q6_K, true),
+            (GgmlType::Q3_K, false),
+            (GgmlType::Q5_K, false),
             (GgmlType::Q8_0, true),
             (GgmlType::Q4_0, true),
             (GgmlType::Q5_0, true),
