@@ -15,6 +15,7 @@ prints the lines pasted into the asm! blocks.
     tools/lowbit-asm.py emit q8|q4|q5 dot|neon single|pair|tail
                      # the lone first block of an odd row, the two-block trip, the last pair's floats
     tools/lowbit-asm.py emit q4k|q6k dot|neon            # one whole super-block
+    tools/lowbit-asm.py emit q3k|q5k neon                # one whole super-block (ARMv8.0 only)
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
@@ -827,6 +828,10 @@ def body(kind, face):
         return schedule(q6k_block(face == "dot"))
     if kind == "q4kx4":
         return schedule(q4kx4_block())
+    if kind == "q3k":
+        return virtual_block(q3k_block_ops(), Q3K_POOL, 5)
+    if kind == "q5k":
+        return virtual_block(q5k_block_ops(), Q5K_POOL, 11)
     if kind in PAIRED:
         return pair_loop(kind, face == "dot")
     tail, intp = KINDS[kind]
@@ -1065,6 +1070,188 @@ def schedule_virtual(ops, n_regs):
         out.append(ops[i])
         remaining.remove(i)
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# Q3_K and Q5_K, ARMv8.0 (kernels-asm/src/aarch64/q3_k.rs, q5_k.rs): one whole super-block,
+# written on virtual registers (%name) beside a few fixed ones (the scales, read by element,
+# must sit in v0..v15; the constants; the integer accumulators), ordered by
+# `schedule_virtual` and given registers by `allocate`. The smull lanes are the scalar twins'
+# (element e of a sub-block in lane e % 8), so the integer lanes and the float steps are theirs.
+# ------------------------------------------------------------------------------------------
+
+# v30 and v31 stay free for the f32 lane sums (`{lo}`, `{hi}`).
+Q3K_POOL = [f"v{i}" for i in [4, 5, 7] + list(range(9, 20)) + list(range(24, 30))]
+
+
+def q3k_block_ops():
+    """Fixed: v0, v1 the 16 scales as i16, v2, v3 the inverted hmask, v6 = 3,
+    v8 = 4; accumulators v20..v23: lanes 0..3 and 4..7 of the even sub-blocks, then of the
+    odd ones."""
+    o = [op("movi v6.16b, #3", ["v6"], [], 1),
+         op("movi v8.16b, #4", ["v8"], [], 1),
+         # `{sc}`: the 16 six-bit scales as bytes (0..63), widened here and less 32
+         op("ldr q0, [{sc}]", ["v0"], ["sc"], 3),
+         op("movi %c32.8h, #32", ["%c32"], [], 1),
+         op("uxtl2 v1.8h, v0.16b", ["v1"], ["v0"]),
+         op("uxtl v0.8h, v0.8b", ["v0"], ["v0"]),
+         op("sub v0.8h, v0.8h, %c32.8h", ["v0"], ["v0", "%c32"]),
+         op("sub v1.8h, v1.8h, %c32.8h", ["v1"], ["v1", "%c32"]),
+         op("ldr q2, [{x}]", ["v2"], ["x"], 3),
+         op("ldr q3, [{x}, #16]", ["v3"], ["x"], 3),
+         op("mvn v2.16b, v2.16b", ["v2"], ["v2"]),
+         op("mvn v3.16b, v3.16b", ["v3"], ["v3"])]
+    for h in range(2):
+        qa, qb = f"%qa{h}", f"%qb{h}"
+        o.append(op(f"ldr q{qa}, [{{qs}}, #{32 * h}]", [qa], ["qs"], 3))
+        o.append(op(f"ldr q{qb}, [{{qs}}, #{32 * h + 16}]", [qb], ["qs"], 3))
+        for s in range(4):
+            r = 4 * h + s
+            acc = ["v20", "v21", "v22", "v23"]
+            ya, yb = f"%ya{r}", f"%yb{r}"
+            o.append(op(f"ldr q{ya}, [{{q8}}, #{32 * r}]", [ya], ["q8"], 3))
+            o.append(op(f"ldr q{yb}, [{{q8}}, #{32 * r + 16}]", [yb], ["q8"], 3))
+            for half, (q, y, hm) in enumerate(((qa, ya, "v2"), (qb, yb, "v3"))):
+                w, t, p = f"%w{r}{half}", f"%t{r}{half}", f"%p{r}{half}"
+                if s == 0:
+                    o.append(op(f"and {w}.16b, {q}.16b, v6.16b", [w], [q, "v6"]))
+                elif s == 3:
+                    o.append(op(f"ushr {w}.16b, {q}.16b, #6", [w], [q]))
+                else:
+                    o.append(op(f"ushr {w}.16b, {q}.16b, #{2 * s}", [w], [q]))
+                    o.append(op(f"and {w}.16b, {w}.16b, v6.16b", [w], [w, "v6"]))
+                # inverted hmask bit r moved to bit 2: 4 where the quant is lowered
+                if r == 2:
+                    o.append(op(f"and {t}.16b, {hm}.16b, v8.16b", [t], [hm, "v8"]))
+                else:
+                    sh = f"shl {t}.16b, {hm}.16b, #{2 - r}" if r < 2 else \
+                        f"ushr {t}.16b, {hm}.16b, #{r - 2}"
+                    o.append(op(sh, [t], [hm]))
+                    o.append(op(f"and {t}.16b, {t}.16b, v8.16b", [t], [t, "v8"]))
+                o.append(op(f"sub {w}.16b, {w}.16b, {t}.16b", [w], [w, t]))
+                o.append(op(f"smull {p}.8h, {w}.8b, {y}.8b", [p], [w, y]))
+                o.append(op(f"smlal2 {p}.8h, {w}.16b, {y}.16b", [p], [p, w, y]))
+                i = 2 * r + half
+                sreg = "v0" if i < 8 else "v1"
+                a0, a1 = acc[2 * half], acc[2 * half + 1]
+                if r == 0:
+                    o.append(op(f"smull {a0}.4s, {p}.4h, {sreg}.h[{i % 8}]", [a0], [p, sreg]))
+                    o.append(op(f"smull2 {a1}.4s, {p}.8h, {sreg}.h[{i % 8}]", [a1], [p, sreg]))
+                else:
+                    o.append(op(f"smlal {a0}.4s, {p}.4h, {sreg}.h[{i % 8}]", [a0], [a0, p, sreg]))
+                    o.append(op(f"smlal2 {a1}.4s, {p}.8h, {sreg}.h[{i % 8}]", [a1], [a1, p, sreg]))
+    for a, b in (("v20", "v22"), ("v21", "v23")):
+        o.append(op(f"add {a}.4s, {a}.4s, {b}.4s", [a], [a, b]))
+    # the twin's floats: lanes += (d * dy) * integer lanes
+    o += [op("ldr h%d, [{x}, #108]", ["%d"], ["x"], 3),
+          op("ldr s%dy, [{y}]", ["%dy"], ["y"], 3),
+          op("fcvt s%d, h%d", ["%d"], ["%d"]),
+          op("fmul s%d, s%d, s%dy", ["%d"], ["%d", "%dy"]),
+          op("scvtf v20.4s, v20.4s", ["v20"], ["v20"]),
+          op("scvtf v21.4s, v21.4s", ["v21"], ["v21"]),
+          op("fmul v20.4s, v20.4s, %d.s[0]", ["v20"], ["v20", "%d"]),
+          op("fmul v21.4s, v21.4s, %d.s[0]", ["v21"], ["v21", "%d"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v20.4s", ["lo"], ["lo", "v20"]),
+          op("fadd {hi:v}.4s, {hi:v}.4s, v21.4s", ["hi"], ["hi", "v21"])]
+    return o
+
+
+Q5K_POOL = [f"v{i}" for i in [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 24, 25, 26, 27, 28, 29]]
+
+
+def q5k_block_ops():
+    """Fixed: v15 the 8 scales as i16 (`{sc}` bytes 0..8), v14 = 0x0f, v13 = 0x10; the
+    accumulators v20..v23 (even chunks), v16..v19 (odd chunks); the min term out in s4.
+    The fifth bits go in with `bit` (insert where the mask 0x10 is set)."""
+    o = [op("movi v14.16b, #0x0f", ["v14"], [], 1),
+         op("movi v13.16b, #0x10", ["v13"], [], 1),
+         op("ldr d15, [{sc}]", ["v15"], ["sc"], 3),
+         op("uxtl v15.8h, v15.8b", ["v15"], ["v15"]),
+         op("ldr q%h0, [{x}, #16]", ["%h0"], ["x"], 3),
+         op("ldr q%h1, [{x}, #32]", ["%h1"], ["x"], 3)]
+    for c in range(4):
+        acc = ["v20", "v21", "v22", "v23"] if c % 2 == 0 else ["v16", "v17", "v18", "v19"]
+        qa, qb = f"%qa{c}", f"%qb{c}"
+        y = [f"%y{c}{k}" for k in range(4)]
+        o.append(op(f"ldr q{qa}, [{{qs}}, #{32 * c}]", [qa], ["qs"], 3))
+        o.append(op(f"ldr q{qb}, [{{qs}}, #{32 * c + 16}]", [qb], ["qs"], 3))
+        for k in range(4):
+            o.append(op(f"ldr q{y[k]}, [{{q8}}, #{64 * c + 16 * k}]", [y[k]], ["q8"], 3))
+        parts = []
+        for nib in range(2):  # 0: low nibbles (sub-block 2c), 1: high (2c + 1)
+            bit = 2 * c + nib
+            ws = []
+            for half, (q, hreg) in enumerate(((qa, "%h0"), (qb, "%h1"))):
+                w, t = f"%w{c}{nib}{half}", f"%t{c}{nib}{half}"
+                if nib == 0:
+                    o.append(op(f"and {w}.16b, {q}.16b, v14.16b", [w], [q, "v14"]))
+                else:
+                    o.append(op(f"ushr {w}.16b, {q}.16b, #4", [w], [q]))
+                if bit == 4:
+                    src = hreg
+                else:
+                    sh = f"shl {t}.16b, {hreg}.16b, #{4 - bit}" if bit < 4 else \
+                        f"ushr {t}.16b, {hreg}.16b, #{bit - 4}"
+                    o.append(op(sh, [t], [hreg]))
+                    src = t
+                o.append(op(f"bit {w}.16b, {src}.16b, v13.16b", [w], [w, src, "v13"]))
+                ws.append(w)
+            parts.append((ws, y[2 * nib], y[2 * nib + 1]))
+        for nib, ((w0, w1), ya, yb) in enumerate(parts):
+            pa, pb = f"%pa{c}{nib}", f"%pb{c}{nib}"
+            o += [op(f"smull {pa}.8h, {w0}.8b, {ya}.8b", [pa], [w0, ya]),
+                  op(f"smull2 {pb}.8h, {w0}.16b, {ya}.16b", [pb], [w0, ya]),
+                  op(f"smlal {pa}.8h, {w1}.8b, {yb}.8b", [pa], [pa, w1, yb]),
+                  op(f"smlal2 {pb}.8h, {w1}.16b, {yb}.16b", [pb], [pb, w1, yb]),
+                  op(f"add {pa}.8h, {pa}.8h, {pb}.8h", [pa], [pa, pb])]
+            j = 2 * c + nib
+            a0, a1 = acc[2 * nib], acc[2 * nib + 1]
+            if c < 2:
+                o.append(op(f"smull {a0}.4s, {pa}.4h, v15.h[{j}]", [a0], [pa, "v15"]))
+                o.append(op(f"smull2 {a1}.4s, {pa}.8h, v15.h[{j}]", [a1], [pa, "v15"]))
+            else:
+                o.append(op(f"smlal {a0}.4s, {pa}.4h, v15.h[{j}]", [a0], [a0, pa, "v15"]))
+                o.append(op(f"smlal2 {a1}.4s, {pa}.8h, v15.h[{j}]", [a1], [a1, pa, "v15"]))
+    for a, b in (("v20", "v16"), ("v21", "v17"), ("v22", "v18"), ("v23", "v19"),
+                 ("v20", "v22"), ("v21", "v23")):
+        o.append(op(f"add {a}.4s, {a}.4s, {b}.4s", [a], [a, b]))
+    # mins (Q4_K's): sum over s of (bsum[2s] + bsum[2s + 1]) * min[s]; then the twin's floats
+    o += [op("ldr q%b0, [{q8}, #256]", ["%b0"], ["q8"], 3),
+          op("ldr q%b1, [{q8}, #272]", ["%b1"], ["q8"], 3),
+          op("ldr d%m, [{sc}, #8]", ["%m"], ["sc"], 3),
+          op("saddlp %b0.4s, %b0.8h", ["%b0"], ["%b0"]),
+          op("saddlp %b1.4s, %b1.8h", ["%b1"], ["%b1"]),
+          op("uxtl %m.8h, %m.8b", ["%m"], ["%m"]),
+          op("uxtl %m0.4s, %m.4h", ["%m0"], ["%m"]),
+          op("uxtl2 %m1.4s, %m.8h", ["%m1"], ["%m"]),
+          op("mul %b0.4s, %b0.4s, %m0.4s", ["%b0"], ["%b0", "%m0"]),
+          op("mla %b0.4s, %b1.4s, %m1.4s", ["%b0"], ["%b0", "%b1", "%m1"]),
+          op("addv s%ms, %b0.4s", ["%ms"], ["%b0"]),
+          op("scvtf s%ms, s%ms", ["%ms"], ["%ms"]),
+          op("ldr s%dy, [{y}]", ["%dy"], ["y"], 3),
+          op("ldr h%dm, [{x}, #2]", ["%dm"], ["x"], 3),
+          op("ldr h%d, [{x}]", ["%d"], ["x"], 3),
+          op("fcvt s%dm, h%dm", ["%dm"], ["%dm"]),
+          op("fcvt s%d, h%d", ["%d"], ["%d"]),
+          op("fmul s%dm, s%dm, s%dy", ["%dm"], ["%dm", "%dy"]),
+          op("fmul s%d, s%d, s%dy", ["%d"], ["%d", "%dy"]),
+          op("fmul s4, s%dm, s%ms", ["v4"], ["%dm", "%ms"]),
+          op("scvtf v20.4s, v20.4s", ["v20"], ["v20"]),
+          op("scvtf v21.4s, v21.4s", ["v21"], ["v21"]),
+          op("fmul v20.4s, v20.4s, %d.s[0]", ["v20"], ["v20", "%d"]),
+          op("fmul v21.4s, v21.4s, %d.s[0]", ["v21"], ["v21", "%d"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v20.4s", ["lo"], ["lo", "v20"]),
+          op("fadd {hi:v}.4s, {hi:v}.4s, v21.4s", ["hi"], ["hi", "v21"])]
+    return o
+
+
+def virtual_block(ops, pool, live):
+    """`schedule_virtual` keeping at most `live` virtual registers live (a small number: long
+    chains stay together, so `allocate` reuses few registers), `allocate`, then `schedule`
+    again on the physical registers, which spreads the chains apart within the dependences the
+    allocation left. `live` is the best of a sweep by llvm-mca (A55 + A53): Q3_K 5 (177 and
+    207 cycles, against 312 and 442 with the pool's size and no second pass), Q5_K 11."""
+    return schedule(allocate(schedule_virtual(ops, live), pool))
 
 
 def lut_loop(kind="q1"):

@@ -94,6 +94,16 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q4_0_q8_0", blocks=2)), ""),
     ("Q4_0", 32, "dotprod", Side("4q4_025vec_dot_q4_0_q8_0_dotprod", blocks=2),
      ("quants", Side("ggml_vec_dot_q4_0_q8_0", blocks=2)), ""),
+    # Q3_K and Q5_K (#33): one ARMv8.0 face of ours (bit for bit the scalar twins); the
+    # dotprod rows set it against llama.cpp's sdot build.
+    ("Q3_K", 256, "ARMv8.0", Side("4q3_k22vec_dot_q3_k_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_q3_K_q8_K", [2])), ""),
+    ("Q3_K", 256, "dotprod", Side("4q3_k22vec_dot_q3_k_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_q3_K_q8_K", [2])), "ours: the ARMv8.0 face"),
+    ("Q5_K", 256, "ARMv8.0", Side("4q5_k22vec_dot_q5_k_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_q5_K_q8_K", [4])), ""),
+    ("Q5_K", 256, "dotprod", Side("4q5_k22vec_dot_q5_k_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_q5_K_q8_K", [4])), "ours: the ARMv8.0 face"),
     ("Q2_K", 256, "ARMv8.0", Side("4q2_k22vec_dot_q2_k_q8_k_neon"),
      ("quants", Side("ggml_vec_dot_q2_K_q8_K")), ""),
     ("Q2_K", 256, "dotprod", Side("4q2_k25vec_dot_q2_k_q8_k_dotprod"),
