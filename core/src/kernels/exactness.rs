@@ -104,7 +104,7 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
         GgmlType::TQ1_0 => &[52],
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -116,11 +116,18 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
 /// Formats whose SIMD faces promise the scalar twin's bits on every input: they compute the
 /// twin's per-block integers exactly and then its f32 operations in its order (the 2-bit
 /// kernels, `smolrun_kernels::{x86_64::avx2_2bit, aarch64}`, the grid i-quants,
-/// `x86_64::avx2_iq2` and `aarch64::iq2`, and Q3_K, `x86_64::avx2_3bit` and `aarch64::q3_k`).
+/// `x86_64::avx2_iq2` and `aarch64::iq2`, Q3_K, `x86_64::avx2_3bit` and `aarch64::q3_k`, and
+/// Q4_1 and Q5_1, `x86_64::avx2_q1`).
 fn promises_scalar_bits(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::TQ2_0 | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS
+        GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_1
+            | GgmlType::Q5_1
+            | GgmlType::TQ2_0
+            | GgmlType::IQ2_XXS
+            | GgmlType::IQ3_XXS
     )
 }
 
