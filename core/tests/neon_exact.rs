@@ -17,8 +17,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q3_k, q4_0, q4_k, q5_0,
-    q5_k, q6_k, q8_0, q8_k, tq1_0, tq2_0, GgmlType,
+    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q3_k, q4_0, q4_1, q4_k,
+    q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k, tq1_0, tq2_0, GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -91,6 +91,23 @@ const KERNELS: &[Kernel] = &[
         scalar: q5_k::vec_dot,
         neon: neon::vec_dot_q5_k_q8_k_neon,
         dotprod: neon::vec_dot_q5_k_q8_k_neon,
+        dotprod_bit_exact: true,
+    },
+    // Q4_1 and Q5_1 (#33): block integers in asm, the twins' float steps in Rust.
+    Kernel {
+        name: "Q4_1 x Q8_1",
+        weight: GgmlType::Q4_1,
+        scalar: q4_1::vec_dot,
+        neon: neon::vec_dot_q4_1_q8_1_neon,
+        dotprod: neon::vec_dot_q4_1_q8_1_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q5_1 x Q8_1",
+        weight: GgmlType::Q5_1,
+        scalar: q5_1::vec_dot,
+        neon: neon::vec_dot_q5_1_q8_1_neon,
+        dotprod: neon::vec_dot_q5_1_q8_1_dotprod,
         dotprod_bit_exact: true,
     },
     // The 2-bit kernels compute the twin's per-block integers and its f32 steps in its order.
@@ -203,6 +220,7 @@ fn activation_type(weight: GgmlType) -> GgmlType {
         | GgmlType::IQ4_XS
         | GgmlType::IQ2_XXS
         | GgmlType::IQ3_XXS => GgmlType::Q8_K,
+        GgmlType::Q4_1 | GgmlType::Q5_1 => GgmlType::Q8_1,
         _ => GgmlType::Q8_0,
     }
 }
@@ -210,7 +228,7 @@ fn activation_type(weight: GgmlType) -> GgmlType {
 /// Offsets of the f16 scale fields of a weight block.
 fn f16_scale_fields(weight: GgmlType) -> &'static [usize] {
     match weight {
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
@@ -307,6 +325,7 @@ fn activation_row(ty: GgmlType, n: usize, act: Act, seed: u64) -> Vec<u8> {
             let x: Vec<f32> = (0..n).map(|_| rng.signed_unit() * 3.0).collect();
             match ty {
                 GgmlType::Q8_K => q8_k::quantize_row(&x, &mut out),
+                GgmlType::Q8_1 => q8_1::quantize_row(&x, &mut out),
                 _ => q8_0::quantize_row(&x, &mut out),
             }
         }

@@ -107,6 +107,7 @@ pub mod exp;
 mod float;
 mod iq2;
 mod iq4;
+mod q1;
 mod q1_0;
 mod q1_0_lut;
 mod q2_0;
@@ -134,6 +135,10 @@ pub use iq2::{
 pub use iq4::{
     vec_dot_iq4_nl_q8_0_dotprod, vec_dot_iq4_nl_q8_0_neon, vec_dot_iq4_xs_q8_k_dotprod,
     vec_dot_iq4_xs_q8_k_neon,
+};
+pub use q1::{
+    vec_dot_q4_1_q8_1_dotprod, vec_dot_q4_1_q8_1_neon, vec_dot_q5_1_q8_1_dotprod,
+    vec_dot_q5_1_q8_1_neon,
 };
 pub use q1_0::{vec_dot_q1_0_q8_0_dotprod, vec_dot_q1_0_q8_0_neon};
 pub use q1_0_lut::{

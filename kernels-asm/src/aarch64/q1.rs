@@ -1,0 +1,196 @@
+//! Q4_1 and Q5_1 . Q8_1 (#33). Q4_1 block (20 bytes): f16 d at 0, f16 m at 2, 16 nibble bytes
+//! at 4 (element j in the low nibble of byte j, j + 16 in its high nibble). Q5_1 (24 bytes):
+//! d, m, the fifth bits as a u32 at 4 (bit j for element j), the nibbles at 8. Q8_1 (36
+//! bytes): f16 d at 0, f16 s at 2, 32 signed bytes at 4.
+//! Scalar twins: `smolrun_core::quant::{q4_1, q5_1}::vec_dot`.
+//!
+//! Each block's exact integer dot in asm (ARMv8.0: `smull`/`smlal`, i16 lanes of 4 products of
+//! at most 31 * 128, then `saddlv`; dotprod: two `sdot`), the twin's float step in Rust in its
+//! order (`sumf += (d * dy) * sumi + m * s`): bit for bit the twins on every input. The fifth
+//! bits: qh's byte j / 8 spread to byte j by `tbl`, tested against bit j % 8 by `cmtst`.
+
+use super::float::f16_to_f32;
+use super::{whole_blocks, QK};
+use core::arch::aarch64::uint8x16_t;
+use core::arch::asm;
+
+const Q4_1_BYTES: usize = 20;
+const Q5_1_BYTES: usize = 24;
+const Q8_1_BYTES: usize = 36;
+
+/// `tbl` indices spreading qh's bytes 0, 1 (elements 0..16) and 2, 3 (16..32); the bit of
+/// each byte; the nibble mask; the fifth bit's value.
+const SPREAD_LO: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
+const SPREAD_HI: [u8; 16] = [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3];
+const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+
+fn f16_at(b: &[u8], off: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[off], b[off + 1]]))
+}
+
+/// One row: `$int` (asm lines) leaves block `{x}` . `{y}`'s integer dot in `{s:w}`; the
+/// constants sit in registers for the whole row.
+macro_rules! q1_row {
+    ($n:expr, $w:expr, $act:expr, $bytes:expr, [$($ext:literal),*], [$($int:literal),* $(,)?]) => {{
+        let (w, act): (&[u8], &[u8]) = ($w, $act);
+        let nb = whole_blocks($n, QK, w, $bytes, act, Q8_1_BYTES);
+        // SAFETY (of the transmutes): 16 bytes into a 16-byte vector.
+        let (lo, hi, bits, m0f, m10): (uint8x16_t, uint8x16_t, uint8x16_t, uint8x16_t, uint8x16_t) = unsafe {
+            (
+                core::mem::transmute::<[u8; 16], uint8x16_t>(SPREAD_LO),
+                core::mem::transmute::<[u8; 16], uint8x16_t>(SPREAD_HI),
+                core::mem::transmute::<[u8; 16], uint8x16_t>(BITS),
+                core::mem::transmute::<[u8; 16], uint8x16_t>([0x0f; 16]),
+                core::mem::transmute::<[u8; 16], uint8x16_t>([0x10; 16]),
+            )
+        };
+        let mut sumf = 0.0f32;
+        for i in 0..nb {
+            let xb = &w[i * $bytes..(i + 1) * $bytes];
+            let yb = &act[i * Q8_1_BYTES..(i + 1) * Q8_1_BYTES];
+            let sumi: i32;
+            // SAFETY: both blocks lie inside the slices (i < nb); the caller vouches for
+            // the instructions of the face (dotprod for `sdot`).
+            unsafe {
+                asm!(
+                    $($ext,)*
+                    $($int,)*
+                    x = in(reg) xb.as_ptr(),
+                    y = in(reg) yb.as_ptr(),
+                    lo = in(vreg) lo,
+                    hi = in(vreg) hi,
+                    bits = in(vreg) bits,
+                    m0f = in(vreg) m0f,
+                    m10 = in(vreg) m10,
+                    s = out(reg) sumi,
+                    out("v0") _, out("v1") _, out("v2") _, out("v4") _, out("v5") _,
+                    out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
+                    options(nostack, readonly, pure),
+                );
+            }
+            let _ = (lo, hi, bits, m10);
+            // The twin's float step, in its order.
+            let dxdy = f16_at(xb, 0) * f16_at(yb, 0);
+            sumf += dxdy * sumi as f32 + f16_at(xb, 2) * f16_at(yb, 2);
+        }
+        sumf
+    }};
+}
+
+/// Q4_1 . Q8_1 with widening multiplies (ARMv8.0), bit for bit the scalar twin.
+pub fn vec_dot_q4_1_q8_1_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    q1_row!(
+        n,
+        w,
+        act,
+        Q4_1_BYTES,
+        [],
+        [
+            "ldr q0, [{x}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q2, [{y}, #20]",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "smull v6.8h, v4.8b, v1.8b",
+            "smull v7.8h, v5.8b, v2.8b",
+            "smlal2 v6.8h, v4.16b, v1.16b",
+            "smlal2 v7.8h, v5.16b, v2.16b",
+            "add v6.8h, v6.8h, v7.8h",
+            "saddlv s7, v6.8h",
+            "fmov {s:w}, s7",
+            "// {lo:v} {hi:v} {bits:v} {m10:v}: Q5_1's",
+        ]
+    )
+}
+
+/// Q4_1 . Q8_1 with `sdot`, bit for bit the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_q4_1_q8_1_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    q1_row!(
+        n,
+        w,
+        act,
+        Q4_1_BYTES,
+        [".arch_extension dotprod"],
+        [
+            "ldr q0, [{x}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q2, [{y}, #20]",
+            "movi v6.4s, #0",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "sdot v6.4s, v4.16b, v1.16b",
+            "sdot v6.4s, v5.16b, v2.16b",
+            "addv s7, v6.4s",
+            "fmov {s:w}, s7",
+            "// {lo:v} {hi:v} {bits:v} {m10:v}: Q5_1's",
+        ]
+    )
+}
+
+/// Q5_1 . Q8_1 with widening multiplies (ARMv8.0), bit for bit the scalar twin.
+pub fn vec_dot_q5_1_q8_1_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    q1_row!(
+        n,
+        w,
+        act,
+        Q5_1_BYTES,
+        [],
+        [
+            "ldr q0, [{x}, #8]",
+            "ldr s8, [{x}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q2, [{y}, #20]",
+            "tbl v9.16b, {{v8.16b}}, {lo:v}.16b",
+            "tbl v10.16b, {{v8.16b}}, {hi:v}.16b",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "cmtst v9.16b, v9.16b, {bits:v}.16b",
+            "cmtst v10.16b, v10.16b, {bits:v}.16b",
+            "bit v4.16b, v9.16b, {m10:v}.16b",
+            "bit v5.16b, v10.16b, {m10:v}.16b",
+            "smull v6.8h, v4.8b, v1.8b",
+            "smull v7.8h, v5.8b, v2.8b",
+            "smlal2 v6.8h, v4.16b, v1.16b",
+            "smlal2 v7.8h, v5.16b, v2.16b",
+            "add v6.8h, v6.8h, v7.8h",
+            "saddlv s7, v6.8h",
+            "fmov {s:w}, s7",
+        ]
+    )
+}
+
+/// Q5_1 . Q8_1 with `sdot`, bit for bit the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_q5_1_q8_1_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    q1_row!(
+        n,
+        w,
+        act,
+        Q5_1_BYTES,
+        [".arch_extension dotprod"],
+        [
+            "ldr q0, [{x}, #8]",
+            "ldr s8, [{x}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q2, [{y}, #20]",
+            "movi v6.4s, #0",
+            "tbl v9.16b, {{v8.16b}}, {lo:v}.16b",
+            "tbl v10.16b, {{v8.16b}}, {hi:v}.16b",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "cmtst v9.16b, v9.16b, {bits:v}.16b",
+            "cmtst v10.16b, v10.16b, {bits:v}.16b",
+            "bit v4.16b, v9.16b, {m10:v}.16b",
+            "bit v5.16b, v10.16b, {m10:v}.16b",
+            "sdot v6.4s, v4.16b, v1.16b",
+            "sdot v6.4s, v5.16b, v2.16b",
+            "addv s7, v6.4s",
+            "fmov {s:w}, s7",
+        ]
+    )
+}
