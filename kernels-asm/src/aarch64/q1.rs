@@ -5,11 +5,10 @@
 //! Scalar twins: `smolrun_core::quant::{q4_1, q5_1}::vec_dot`.
 //!
 //! Each block's exact integer dot in asm (ARMv8.0: `smull`/`smlal`, i16 lanes of 4 products of
-//! at most 31 * 128, then `saddlv`; dotprod: two `sdot`), the twin's float step in Rust in its
-//! order (`sumf += (d * dy) * sumi + m * s`): bit for bit the twins on every input. The fifth
+//! at most 31 * 128, then `saddlv`; dotprod: two `sdot`), then the twin's float step in its
+//! order (`sumf += (d * dy) * sumi + m * s`, one instruction each): bit for bit the twins. The fifth
 //! bits: qh's byte j / 8 spread to byte j by `tbl`, tested against bit j % 8 by `cmtst`.
 
-use super::float::f16_to_f32;
 use super::{whole_blocks, QK};
 use core::arch::aarch64::uint8x16_t;
 use core::arch::asm;
@@ -24,12 +23,8 @@ const SPREAD_LO: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
 const SPREAD_HI: [u8; 16] = [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3];
 const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
 
-fn f16_at(b: &[u8], off: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[off], b[off + 1]]))
-}
-
-/// One row: `$int` (asm lines) leaves block `{x}` . `{y}`'s integer dot in `{s:w}`; the
-/// constants sit in registers for the whole row.
+/// One row: `$int` (asm lines) leaves block `{x}` . `{y}`'s integer dot in s7, the float step
+/// follows in asm; the constants sit in registers for the whole row.
 macro_rules! q1_row {
     ($n:expr, $w:expr, $act:expr, $bytes:expr, [$($ext:literal),*], [$($int:literal),* $(,)?]) => {{
         let (w, act): (&[u8], &[u8]) = ($w, $act);
@@ -48,13 +43,27 @@ macro_rules! q1_row {
         for i in 0..nb {
             let xb = &w[i * $bytes..(i + 1) * $bytes];
             let yb = &act[i * Q8_1_BYTES..(i + 1) * Q8_1_BYTES];
-            let sumi: i32;
             // SAFETY: both blocks lie inside the slices (i < nb); the caller vouches for
             // the instructions of the face (dotprod for `sdot`).
             unsafe {
                 asm!(
                     $($ext,)*
                     $($int,)*
+                    // The twin's float step, in its order: sumf += (d * dy) * sumi + m * s.
+                    "ldr h16, [{x}]",
+                    "ldr h17, [{y}]",
+                    "ldr h18, [{x}, #2]",
+                    "ldr h19, [{y}, #2]",
+                    "fcvt s16, h16",
+                    "fcvt s17, h17",
+                    "fcvt s18, h18",
+                    "fcvt s19, h19",
+                    "fmul s16, s16, s17",
+                    "scvtf s7, s7",
+                    "fmul s18, s18, s19",
+                    "fmul s7, s16, s7",
+                    "fadd s7, s7, s18",
+                    "fadd {sumf:s}, {sumf:s}, s7",
                     x = in(reg) xb.as_ptr(),
                     y = in(reg) yb.as_ptr(),
                     lo = in(vreg) lo,
@@ -62,16 +71,13 @@ macro_rules! q1_row {
                     bits = in(vreg) bits,
                     m0f = in(vreg) m0f,
                     m10 = in(vreg) m10,
-                    s = out(reg) sumi,
+                    sumf = inout(vreg) sumf,
                     out("v0") _, out("v1") _, out("v2") _, out("v4") _, out("v5") _,
                     out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
+                    out("v16") _, out("v17") _, out("v18") _, out("v19") _,
                     options(nostack, readonly, pure),
                 );
             }
-            let _ = (lo, hi, bits, m10);
-            // The twin's float step, in its order.
-            let dxdy = f16_at(xb, 0) * f16_at(yb, 0);
-            sumf += dxdy * sumi as f32 + f16_at(xb, 2) * f16_at(yb, 2);
         }
         sumf
     }};
@@ -97,7 +103,6 @@ pub fn vec_dot_q4_1_q8_1_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "smlal2 v7.8h, v5.16b, v2.16b",
             "add v6.8h, v6.8h, v7.8h",
             "saddlv s7, v6.8h",
-            "fmov {s:w}, s7",
             "// {lo:v} {hi:v} {bits:v} {m10:v}: Q5_1's",
         ]
     )
@@ -124,7 +129,6 @@ pub unsafe fn vec_dot_q4_1_q8_1_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "sdot v6.4s, v4.16b, v1.16b",
             "sdot v6.4s, v5.16b, v2.16b",
             "addv s7, v6.4s",
-            "fmov {s:w}, s7",
             "// {lo:v} {hi:v} {bits:v} {m10:v}: Q5_1's",
         ]
     )
@@ -157,7 +161,6 @@ pub fn vec_dot_q5_1_q8_1_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "smlal2 v7.8h, v5.16b, v2.16b",
             "add v6.8h, v6.8h, v7.8h",
             "saddlv s7, v6.8h",
-            "fmov {s:w}, s7",
         ]
     )
 }
@@ -190,7 +193,6 @@ pub unsafe fn vec_dot_q5_1_q8_1_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "sdot v6.4s, v4.16b, v1.16b",
             "sdot v6.4s, v5.16b, v2.16b",
             "addv s7, v6.4s",
-            "fmov {s:w}, s7",
         ]
     )
 }
