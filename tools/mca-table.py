@@ -104,15 +104,14 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q5_K_q8_K", [4])), ""),
     ("Q5_K", 256, "dotprod", Side("4q5_k22vec_dot_q5_k_q8_k_neon"),
      ("quants", Side("ggml_vec_dot_q5_K_q8_K", [4])), "ours: the ARMv8.0 face"),
-    # Q4_1 and Q5_1 (#33): ours a block a trip (its integer dot in asm, the float step in
-    # Rust), llama.cpp's two.
-    ("Q4_1", 32, "ARMv8.0", Side("2q122vec_dot_q4_1_q8_1_neon"),
+    # Q4_1 and Q5_1 (#33): two blocks a trip, ours and llama.cpp's.
+    ("Q4_1", 32, "ARMv8.0", Side("2q122vec_dot_q4_1_q8_1_neon", blocks=2),
      ("quants", Side("ggml_vec_dot_q4_1_q8_1", blocks=2)), ""),
-    ("Q4_1", 32, "dotprod", Side("2q125vec_dot_q4_1_q8_1_dotprod"),
+    ("Q4_1", 32, "dotprod", Side("2q125vec_dot_q4_1_q8_1_dotprod", blocks=2),
      ("quants", Side("ggml_vec_dot_q4_1_q8_1", blocks=2)), ""),
-    ("Q5_1", 32, "ARMv8.0", Side("2q122vec_dot_q5_1_q8_1_neon"),
+    ("Q5_1", 32, "ARMv8.0", Side("2q122vec_dot_q5_1_q8_1_neon", blocks=2),
      ("quants", Side("ggml_vec_dot_q5_1_q8_1", blocks=2)), ""),
-    ("Q5_1", 32, "dotprod", Side("2q125vec_dot_q5_1_q8_1_dotprod"),
+    ("Q5_1", 32, "dotprod", Side("2q125vec_dot_q5_1_q8_1_dotprod", blocks=2),
      ("quants", Side("ggml_vec_dot_q5_1_q8_1", blocks=2)), ""),
     ("Q2_K", 256, "ARMv8.0", Side("4q2_k22vec_dot_q2_k_q8_k_neon"),
      ("quants", Side("ggml_vec_dot_q2_K_q8_K")), ""),

@@ -23,10 +23,14 @@ const SPREAD_LO: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
 const SPREAD_HI: [u8; 16] = [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3];
 const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
 
-/// One row: `$int` (asm lines) leaves block `{x}` . `{y}`'s integer dot in s7, the float step
-/// follows in asm; the constants sit in registers for the whole row.
+/// One row, two blocks a trip (`$pair`: block A at `{x}`/`{y}` and block B at `{x2}`/`{y2}`
+/// on disjoint registers, ordered by tools/lowbit-asm.py's list scheduler so that the
+/// in-order A53 and A55 overlap them; A's float step adds to sumf before B's, the twin's order), a lone last block by
+/// `$single`. Each leaves the block's integer dot in s7 (B: s27), then takes the twin's float
+/// step; the constants sit in registers for the whole row.
 macro_rules! q1_row {
-    ($n:expr, $w:expr, $act:expr, $bytes:expr, [$($ext:literal),*], [$($int:literal),* $(,)?]) => {{
+    ($n:expr, $w:expr, $act:expr, $bytes:expr, [$($ext:literal),*],
+     [$($single:literal),* $(,)?], [$($pair:literal),* $(,)?]) => {{
         let (w, act): (&[u8], &[u8]) = ($w, $act);
         let nb = whole_blocks($n, QK, w, $bytes, act, Q8_1_BYTES);
         // SAFETY (of the transmutes): 16 bytes into a 16-byte vector.
@@ -40,30 +44,46 @@ macro_rules! q1_row {
             )
         };
         let mut sumf = 0.0f32;
-        for i in 0..nb {
-            let xb = &w[i * $bytes..(i + 1) * $bytes];
-            let yb = &act[i * Q8_1_BYTES..(i + 1) * Q8_1_BYTES];
-            // SAFETY: both blocks lie inside the slices (i < nb); the caller vouches for
-            // the instructions of the face (dotprod for `sdot`).
+        let mut i = 0;
+        while i + 2 <= nb {
+            let xb = &w[i * $bytes..(i + 2) * $bytes];
+            let yb = &act[i * Q8_1_BYTES..(i + 2) * Q8_1_BYTES];
+            // SAFETY: both pairs of blocks lie inside the slices (i + 2 <= nb); the caller
+            // vouches for the instructions of the face (dotprod for `sdot`).
             unsafe {
                 asm!(
                     $($ext,)*
-                    $($int,)*
-                    // The twin's float step, in its order: sumf += (d * dy) * sumi + m * s.
-                    "ldr h16, [{x}]",
-                    "ldr h17, [{y}]",
-                    "ldr h18, [{x}, #2]",
-                    "ldr h19, [{y}, #2]",
-                    "fcvt s16, h16",
-                    "fcvt s17, h17",
-                    "fcvt s18, h18",
-                    "fcvt s19, h19",
-                    "fmul s16, s16, s17",
-                    "scvtf s7, s7",
-                    "fmul s18, s18, s19",
-                    "fmul s7, s16, s7",
-                    "fadd s7, s7, s18",
-                    "fadd {sumf:s}, {sumf:s}, s7",
+                    $($pair,)*
+                    "// {lo:v} {hi:v} {bits:v} {m10:v} {m0f:v}",
+                    x = in(reg) xb.as_ptr(),
+                    y = in(reg) yb.as_ptr(),
+                    x2 = in(reg) xb.as_ptr().add($bytes),
+                    y2 = in(reg) yb.as_ptr().add(Q8_1_BYTES),
+                    lo = in(vreg) lo,
+                    hi = in(vreg) hi,
+                    bits = in(vreg) bits,
+                    m0f = in(vreg) m0f,
+                    m10 = in(vreg) m10,
+                    sumf = inout(vreg) sumf,
+                    out("v0") _, out("v1") _, out("v2") _, out("v4") _, out("v5") _,
+                    out("v6") _, out("v7") _, out("v8") _, out("v9") _, out("v10") _,
+                    out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+                    out("v21") _, out("v22") _, out("v24") _, out("v25") _, out("v26") _,
+                    out("v27") _, out("v28") _, out("v29") _, out("v30") _,
+                    options(nostack, readonly, pure),
+                );
+            }
+            i += 2;
+        }
+        if i < nb {
+            let xb = &w[i * $bytes..(i + 1) * $bytes];
+            let yb = &act[i * Q8_1_BYTES..(i + 1) * Q8_1_BYTES];
+            // SAFETY: as above, one block.
+            unsafe {
+                asm!(
+                    $($ext,)*
+                    $($single,)*
+                    "// {lo:v} {hi:v} {bits:v} {m10:v} {m0f:v}",
                     x = in(reg) xb.as_ptr(),
                     y = in(reg) yb.as_ptr(),
                     lo = in(vreg) lo,
@@ -103,7 +123,60 @@ pub fn vec_dot_q4_1_q8_1_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "smlal2 v7.8h, v5.16b, v2.16b",
             "add v6.8h, v6.8h, v7.8h",
             "saddlv s7, v6.8h",
-            "// {lo:v} {hi:v} {bits:v} {m10:v}: Q5_1's",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "scvtf s7, s7",
+            "dup s18, v16.s[1]",
+            "fmul s7, s16, s7",
+            "fadd s7, s7, s18",
+            "fadd {sumf:s}, {sumf:s}, s7",
+        ],
+        [
+            "ldr q0, [{x}, #4]",
+            "ldr q20, [{x2}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q21, [{y2}, #4]",
+            "ldr q2, [{y}, #20]",
+            "ldr q22, [{y2}, #20]",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "and v24.16b, v20.16b, {m0f:v}.16b",
+            "ushr v25.16b, v20.16b, #4",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "ldr s20, [{x2}]",
+            "smull v6.8h, v4.8b, v1.8b",
+            "smull v7.8h, v5.8b, v2.8b",
+            "smull v26.8h, v24.8b, v21.8b",
+            "smull v27.8h, v25.8b, v22.8b",
+            "fcvtl v20.4s, v20.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "smlal2 v6.8h, v4.16b, v1.16b",
+            "smlal2 v7.8h, v5.16b, v2.16b",
+            "smlal2 v26.8h, v24.16b, v21.16b",
+            "smlal2 v27.8h, v25.16b, v22.16b",
+            "ldr s21, [{y2}]",
+            "dup s18, v16.s[1]",
+            "add v6.8h, v6.8h, v7.8h",
+            "add v26.8h, v26.8h, v27.8h",
+            "fcvtl v21.4s, v21.4h",
+            "saddlv s7, v6.8h",
+            "saddlv s27, v26.8h",
+            "fmul v20.2s, v20.2s, v21.2s",
+            "scvtf s7, s7",
+            "scvtf s27, s27",
+            "dup s22, v20.s[1]",
+            "fmul s7, s16, s7",
+            "fmul s27, s20, s27",
+            "fadd s7, s7, s18",
+            "fadd s27, s27, s22",
+            "fadd {sumf:s}, {sumf:s}, s7",
+            "fadd {sumf:s}, {sumf:s}, s27",
         ]
     )
 }
@@ -129,7 +202,56 @@ pub unsafe fn vec_dot_q4_1_q8_1_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "sdot v6.4s, v4.16b, v1.16b",
             "sdot v6.4s, v5.16b, v2.16b",
             "addv s7, v6.4s",
-            "// {lo:v} {hi:v} {bits:v} {m10:v}: Q5_1's",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "scvtf s7, s7",
+            "dup s18, v16.s[1]",
+            "fmul s7, s16, s7",
+            "fadd s7, s7, s18",
+            "fadd {sumf:s}, {sumf:s}, s7",
+        ],
+        [
+            "ldr q0, [{x}, #4]",
+            "ldr q20, [{x2}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q21, [{y2}, #4]",
+            "ldr q2, [{y}, #20]",
+            "ldr q22, [{y2}, #20]",
+            "movi v6.4s, #0",
+            "movi v26.4s, #0",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "and v24.16b, v20.16b, {m0f:v}.16b",
+            "ushr v25.16b, v20.16b, #4",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "ldr s20, [{x2}]",
+            "sdot v6.4s, v4.16b, v1.16b",
+            "sdot v26.4s, v24.16b, v21.16b",
+            "ldr s21, [{y2}]",
+            "fcvtl v20.4s, v20.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "sdot v6.4s, v5.16b, v2.16b",
+            "sdot v26.4s, v25.16b, v22.16b",
+            "fcvtl v21.4s, v21.4h",
+            "dup s18, v16.s[1]",
+            "addv s7, v6.4s",
+            "addv s27, v26.4s",
+            "fmul v20.2s, v20.2s, v21.2s",
+            "scvtf s7, s7",
+            "scvtf s27, s27",
+            "dup s22, v20.s[1]",
+            "fmul s7, s16, s7",
+            "fmul s27, s20, s27",
+            "fadd s7, s7, s18",
+            "fadd s27, s27, s22",
+            "fadd {sumf:s}, {sumf:s}, s7",
+            "fadd {sumf:s}, {sumf:s}, s27",
         ]
     )
 }
@@ -161,6 +283,74 @@ pub fn vec_dot_q5_1_q8_1_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "smlal2 v7.8h, v5.16b, v2.16b",
             "add v6.8h, v6.8h, v7.8h",
             "saddlv s7, v6.8h",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "scvtf s7, s7",
+            "dup s18, v16.s[1]",
+            "fmul s7, s16, s7",
+            "fadd s7, s7, s18",
+            "fadd {sumf:s}, {sumf:s}, s7",
+        ],
+        [
+            "ldr q0, [{x}, #8]",
+            "ldr q20, [{x2}, #8]",
+            "ldr s8, [{x}, #4]",
+            "ldr s28, [{x2}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q21, [{y2}, #4]",
+            "ldr q2, [{y}, #20]",
+            "ldr q22, [{y2}, #20]",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "and v24.16b, v20.16b, {m0f:v}.16b",
+            "ushr v25.16b, v20.16b, #4",
+            "tbl v9.16b, {{v8.16b}}, {lo:v}.16b",
+            "tbl v10.16b, {{v8.16b}}, {hi:v}.16b",
+            "tbl v29.16b, {{v28.16b}}, {lo:v}.16b",
+            "tbl v30.16b, {{v28.16b}}, {hi:v}.16b",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "ldr s20, [{x2}]",
+            "cmtst v9.16b, v9.16b, {bits:v}.16b",
+            "cmtst v10.16b, v10.16b, {bits:v}.16b",
+            "cmtst v29.16b, v29.16b, {bits:v}.16b",
+            "cmtst v30.16b, v30.16b, {bits:v}.16b",
+            "fcvtl v20.4s, v20.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "bit v4.16b, v9.16b, {m10:v}.16b",
+            "bit v5.16b, v10.16b, {m10:v}.16b",
+            "bit v24.16b, v29.16b, {m10:v}.16b",
+            "bit v25.16b, v30.16b, {m10:v}.16b",
+            "dup s18, v16.s[1]",
+            "smull v6.8h, v4.8b, v1.8b",
+            "smull v7.8h, v5.8b, v2.8b",
+            "smull v26.8h, v24.8b, v21.8b",
+            "smull v27.8h, v25.8b, v22.8b",
+            "smlal2 v6.8h, v4.16b, v1.16b",
+            "smlal2 v7.8h, v5.16b, v2.16b",
+            "smlal2 v26.8h, v24.16b, v21.16b",
+            "ldr s21, [{y2}]",
+            "smlal2 v27.8h, v25.16b, v22.16b",
+            "add v6.8h, v6.8h, v7.8h",
+            "fcvtl v21.4s, v21.4h",
+            "add v26.8h, v26.8h, v27.8h",
+            "saddlv s7, v6.8h",
+            "fmul v20.2s, v20.2s, v21.2s",
+            "saddlv s27, v26.8h",
+            "scvtf s7, s7",
+            "dup s22, v20.s[1]",
+            "scvtf s27, s27",
+            "fmul s7, s16, s7",
+            "fmul s27, s20, s27",
+            "fadd s7, s7, s18",
+            "fadd s27, s27, s22",
+            "fadd {sumf:s}, {sumf:s}, s7",
+            "fadd {sumf:s}, {sumf:s}, s27",
         ]
     )
 }
@@ -193,6 +383,70 @@ pub unsafe fn vec_dot_q5_1_q8_1_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "sdot v6.4s, v4.16b, v1.16b",
             "sdot v6.4s, v5.16b, v2.16b",
             "addv s7, v6.4s",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "scvtf s7, s7",
+            "dup s18, v16.s[1]",
+            "fmul s7, s16, s7",
+            "fadd s7, s7, s18",
+            "fadd {sumf:s}, {sumf:s}, s7",
+        ],
+        [
+            "ldr q0, [{x}, #8]",
+            "ldr q20, [{x2}, #8]",
+            "ldr s8, [{x}, #4]",
+            "ldr s28, [{x2}, #4]",
+            "ldr q1, [{y}, #4]",
+            "ldr q21, [{y2}, #4]",
+            "ldr q2, [{y}, #20]",
+            "ldr q22, [{y2}, #20]",
+            "movi v6.4s, #0",
+            "movi v26.4s, #0",
+            "ldr s16, [{x}]",
+            "ldr s17, [{y}]",
+            "and v4.16b, v0.16b, {m0f:v}.16b",
+            "ushr v5.16b, v0.16b, #4",
+            "and v24.16b, v20.16b, {m0f:v}.16b",
+            "ushr v25.16b, v20.16b, #4",
+            "tbl v9.16b, {{v8.16b}}, {lo:v}.16b",
+            "tbl v10.16b, {{v8.16b}}, {hi:v}.16b",
+            "tbl v29.16b, {{v28.16b}}, {lo:v}.16b",
+            "tbl v30.16b, {{v28.16b}}, {hi:v}.16b",
+            "fcvtl v16.4s, v16.4h",
+            "fcvtl v17.4s, v17.4h",
+            "ldr s20, [{x2}]",
+            "cmtst v9.16b, v9.16b, {bits:v}.16b",
+            "cmtst v10.16b, v10.16b, {bits:v}.16b",
+            "cmtst v29.16b, v29.16b, {bits:v}.16b",
+            "cmtst v30.16b, v30.16b, {bits:v}.16b",
+            "fcvtl v20.4s, v20.4h",
+            "fmul v16.2s, v16.2s, v17.2s",
+            "bit v4.16b, v9.16b, {m10:v}.16b",
+            "bit v5.16b, v10.16b, {m10:v}.16b",
+            "bit v24.16b, v29.16b, {m10:v}.16b",
+            "bit v25.16b, v30.16b, {m10:v}.16b",
+            "dup s18, v16.s[1]",
+            "sdot v6.4s, v4.16b, v1.16b",
+            "sdot v26.4s, v24.16b, v21.16b",
+            "ldr s21, [{y2}]",
+            "sdot v6.4s, v5.16b, v2.16b",
+            "sdot v26.4s, v25.16b, v22.16b",
+            "fcvtl v21.4s, v21.4h",
+            "addv s7, v6.4s",
+            "addv s27, v26.4s",
+            "fmul v20.2s, v20.2s, v21.2s",
+            "scvtf s7, s7",
+            "scvtf s27, s27",
+            "dup s22, v20.s[1]",
+            "fmul s7, s16, s7",
+            "fmul s27, s20, s27",
+            "fadd s7, s7, s18",
+            "fadd s27, s27, s22",
+            "fadd {sumf:s}, {sumf:s}, s7",
+            "fadd {sumf:s}, {sumf:s}, s27",
         ]
     )
 }
