@@ -16,6 +16,7 @@ prints the lines pasted into the asm! blocks.
                      # the lone first block of an odd row, the two-block trip, the last pair's floats
     tools/lowbit-asm.py emit q4k|q6k dot|neon            # one whole super-block
     tools/lowbit-asm.py emit q3k|q5k neon                # one whole super-block (ARMv8.0 only)
+    tools/lowbit-asm.py emit q41|q51 dot|neon single|pair # Q4_1/Q5_1: one block, two blocks
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
@@ -1254,6 +1255,67 @@ def virtual_block(ops, pool, live):
     return schedule(allocate(schedule_virtual(ops, live), pool))
 
 
+# ------------------------------------------------------------------------------------------
+# Q4_1 and Q5_1 (kernels-asm/src/aarch64/q1.rs): a block's integer dot (into s7) and the
+# twin's float step; two blocks a trip (block B on registers renamed off A's, `{x2}`/`{y2}`),
+# ordered by `schedule` with the dependences read off the lines themselves.
+# ------------------------------------------------------------------------------------------
+
+def q1x_int(kind, dot):
+    five = kind == "q51"
+    o = (["ldr q0, [{x}, #8]", "ldr s8, [{x}, #4]"] if five else ["ldr q0, [{x}, #4]"])
+    o += ["ldr q1, [{y}, #4]", "ldr q2, [{y}, #20]"]
+    if dot:
+        o.append("movi v6.4s, #0")
+    if five:
+        o += ["tbl v9.16b, {{v8.16b}}, {lo:v}.16b", "tbl v10.16b, {{v8.16b}}, {hi:v}.16b"]
+    o += ["and v4.16b, v0.16b, {m0f:v}.16b", "ushr v5.16b, v0.16b, #4"]
+    if five:
+        o += ["cmtst v9.16b, v9.16b, {bits:v}.16b", "cmtst v10.16b, v10.16b, {bits:v}.16b",
+              "bit v4.16b, v9.16b, {m10:v}.16b", "bit v5.16b, v10.16b, {m10:v}.16b"]
+    if dot:
+        o += ["sdot v6.4s, v4.16b, v1.16b", "sdot v6.4s, v5.16b, v2.16b", "addv s7, v6.4s"]
+    else:
+        o += ["smull v6.8h, v4.8b, v1.8b", "smull v7.8h, v5.8b, v2.8b",
+              "smlal2 v6.8h, v4.16b, v1.16b", "smlal2 v7.8h, v5.16b, v2.16b",
+              "add v6.8h, v6.8h, v7.8h", "saddlv s7, v6.8h"]
+    # the twin's float step: sumf += (d * dy) * sumi + m * s ([d, m] and [dy, s] in one go)
+    o += ["ldr s16, [{x}]", "ldr s17, [{y}]", "fcvtl v16.4s, v16.4h", "fcvtl v17.4s, v17.4h",
+          "fmul v16.2s, v16.2s, v17.2s", "scvtf s7, s7", "dup s18, v16.s[1]",
+          "fmul s7, s16, s7", "fadd s7, s7, s18", "fadd {sumf:s}, {sumf:s}, s7"]
+    return o
+
+
+Q1X_B = {0: 20, 1: 21, 2: 22, 4: 24, 5: 25, 6: 26, 7: 27, 8: 28, 9: 29, 10: 30,
+         16: 20, 17: 21, 18: 22}  # B's float step reuses its dead loads
+
+
+def q1x_op(line):
+    """An op with the registers a line writes and reads (read-modify-write forms read their
+    destination; `{name}` operands are names)."""
+    mnem, rest = line.split(" ", 1)
+    args = [a.strip() for a in re.split(r",(?![^\[]*\])", rest)]
+    def regs(a):
+        return ([f"v{m.group(2)}" for m in re.finditer(r"(?<!\w)([vqsdh])(\d+)\b", a)]
+                + [m.group(1) for m in re.finditer(r"\{(\w+)(?::\w)?\}", a)])
+    w = regs(args[0])
+    r = [x for a in args[1:] for x in regs(a)]
+    if mnem in ("sdot", "smlal", "smlal2", "bit") or "{sumf" in args[0]:
+        r += w
+    return op(line, w, r, 3 if mnem.startswith("ldr") else 4)
+
+
+def q1x_pair(kind, dot):
+    a = q1x_int(kind, dot)
+    def rename(l):
+        l = l.replace("{x}", "{x2}").replace("{y}", "{y2}")
+        return re.sub(r"(?<!\w)([vqsdh])(\d+)\b",
+                      lambda m: m.group(1) + str(Q1X_B.get(int(m.group(2)), int(m.group(2)))), l)
+    b = [rename(l) for l in a]
+    lines = [l for pair in zip(a, b) for l in pair]
+    return schedule([q1x_op(l) for l in lines])
+
+
 def lut_loop(kind="q1"):
     ops = allocate(schedule_virtual(lut_block_ops(kind), len(LUT_POOL)), LUT_POOL)
     return [t for t, *_ in ops] + ["b.ne 2b"]
@@ -1341,6 +1403,10 @@ def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "emit" and sys.argv[2] in ("lut", "lut-build"):
         kind = sys.argv[3] if len(sys.argv) > 3 else "q1"
         print(emit(lut_loop(kind) if sys.argv[2] == "lut" else lut_build_loop(kind)))
+        return
+    if len(sys.argv) >= 5 and sys.argv[1] == "emit" and sys.argv[2] in ("q41", "q51"):
+        kind, dot, part = sys.argv[2], sys.argv[3] == "dot", sys.argv[4]
+        print(emit(q1x_pair(kind, dot) if part == "pair" else q1x_int(kind, dot)))
         return
     if len(sys.argv) >= 4 and sys.argv[1] == "emit":
         kind, face = sys.argv[2], sys.argv[3]

@@ -24,10 +24,11 @@ const SPREAD_HI: [u8; 16] = [2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3];
 const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
 
 /// One row, two blocks a trip (`$pair`: block A at `{x}`/`{y}` and block B at `{x2}`/`{y2}`
-/// on disjoint registers, ordered by tools/lowbit-asm.py's list scheduler so that the
-/// in-order A53 and A55 overlap them; A's float step adds to sumf before B's, the twin's order), a lone last block by
-/// `$single`. Each leaves the block's integer dot in s7 (B: s27), then takes the twin's float
-/// step; the constants sit in registers for the whole row.
+/// on disjoint registers, ordered by the list scheduler of tools/lowbit-asm.py
+/// (`emit q41|q51 neon|dot single|pair`) so that the in-order A53 and A55 overlap them; A's
+/// float step adds to sumf before B's, the twin's order), a lone last block by `$single`.
+/// Each leaves the block's integer dot in s7 (B: s27), then takes the twin's float step; the
+/// constants sit in registers for the whole row.
 macro_rules! q1_row {
     ($n:expr, $w:expr, $act:expr, $bytes:expr, [$($ext:literal),*],
      [$($single:literal),* $(,)?], [$($pair:literal),* $(,)?]) => {{
