@@ -5,7 +5,8 @@
 //!
 //! What "exact" means per kernel (see the module docs of smolrun_kernels::aarch64):
 //! - bit-identical to the scalar twin: every `_neon` face, and the `_dotprod` faces of Q8_0,
-//!   Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0;
+//!   Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0, Q4_1, Q5_1 (Q3_K and Q5_K have one ARMv8.0 face, listed
+//!   as both);
 //! - Q4_K/Q6_K `_dotprod`: the integer sums are exact (checked bit for bit on inputs whose
 //!   float arithmetic is exact: power-of-two scales, small integers), and on every other input
 //!   the result is within the summation-order bound 2 * gamma(k) * M of the scalar result,

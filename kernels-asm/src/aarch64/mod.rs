@@ -17,6 +17,10 @@
 //!   input.
 //! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers and then its
 //!   few f32 steps one instruction each, in its order: bit for bit the twin on every input.
+//! - Q3_K and Q5_K (one ARMv8.0 face, which dotprod cores run too: `q3_k.rs`, `q5_k.rs`): an
+//!   8-lane `smull` puts element e of a sub-block in lane e % 8, the twins' lanes, and the
+//!   float steps follow in their order: bit for bit. Q4_1 and Q5_1 (both faces, `q1.rs`): each
+//!   block's exact integer, then the twin's float step one instruction each: bit for bit.
 //! - Q8_0, Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0 (both faces) and Q4_K, Q6_K (`_neon` face) reproduce
 //!   the scalar twin's float operations one for one (same products, same additions in the same order, no fused
 //!   multiply-add), so they return the scalar result bit for bit. For the K-quants this works
