@@ -53,9 +53,12 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     // (bit for bit); prompts in the same bits.
     set.install(GgmlType::Q3_K, q3_k, None, "avx2");
     set.install_cols(GgmlType::Q3_K, q3_k_cols);
-    // Q4_1 and Q5_1 (#33): the twins' exact block integers and float steps (bit for bit).
+    // Q4_1 and Q5_1 (#33): the twins' exact block integers and float steps (bit for bit);
+    // prompts in the same bits.
     set.install(GgmlType::Q4_1, q4_1, None, "avx2");
     set.install(GgmlType::Q5_1, q5_1, None, "avx2");
+    set.install_cols(GgmlType::Q4_1, q4_1_cols);
+    set.install_cols(GgmlType::Q5_1, q5_1_cols);
     // Q2_K rows repacked 8 to a group, the row in the lane (avx2_2bit's `q2_k_x8`).
     set.add_repacked(GgmlType::Q2_K, Q2_K_X8);
     set.install(GgmlType::F32, f32, None, "avx2");
@@ -147,6 +150,12 @@ fn q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q5_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_q1::vec_dot_q5_1_q8_1(n, w, a) }
+}
+fn q4_1_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q1::matmul_q4_1_q8_1(n, w, a, t, out) }
+}
+fn q5_1_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q1::matmul_q5_1_q8_1(n, w, a, t, out) }
 }
 fn tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
@@ -750,6 +759,8 @@ mod tests {
             }
             for ty in [
                 GgmlType::Q3_K,
+                GgmlType::Q4_1,
+                GgmlType::Q5_1,
                 GgmlType::Q4_K,
                 GgmlType::Q5_K,
                 GgmlType::Q6_K,

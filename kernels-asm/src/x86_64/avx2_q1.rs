@@ -1,4 +1,5 @@
-//! AVX2 Q4_1 and Q5_1 . Q8_1 (one row), bit for bit the scalar twins
+//! AVX2 Q4_1 and Q5_1 . Q8_1, one row and a batch of activation rows (a prompt's tokens), bit
+//! for bit the scalar twins
 //! (`smolrun_core::quant::{q4_1, q5_1}::vec_dot`).
 //!
 //! Q4_1 block (20 bytes): f16 d at 0, f16 m at 2, 16 nibble bytes at 4 (element j in the low
@@ -17,6 +18,7 @@
 //! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
 
 use super::avx2::*;
+use super::avx2_cols::{matmul_by_groups, ColGroup};
 use core::arch::x86_64::*;
 
 const Q4_1_BYTES: usize = 20;
@@ -107,4 +109,65 @@ pub unsafe fn vec_dot_q4_1_q8_1(n: usize, w: &[u8], act: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn vec_dot_q5_1_q8_1(n: usize, w: &[u8], act: &[u8]) -> f32 {
     dot::<true>(n, w, act)
+}
+
+/// Q4_1 and Q5_1 in the batch loop of `avx2_cols`: each block's quants unpacked once for up to
+/// 4 activation rows, each row's float steps the twin's, in its order.
+struct Q1<const FIVE: bool>;
+
+impl<const FIVE: bool> ColGroup for Q1<FIVE> {
+    const QK: usize = QK8_0;
+    const W_BYTES: usize = if FIVE { Q5_1_BYTES } else { Q4_1_BYTES };
+    const A_BYTES: usize = Q8_1_BYTES;
+
+    #[inline(always)]
+    unsafe fn dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
+        let mut sumf = [0.0f32; N];
+        for i in 0..nb {
+            let x = xr.add(i * Self::W_BYTES);
+            let q = quants::<FIVE>(x);
+            let mut j = 0;
+            while j + 2 <= N {
+                let (y0, y1) = (ys[j].add(i * Q8_1_BYTES), ys[j + 1].add(i * Q8_1_BYTES));
+                let lanes = |y: *const u8| {
+                    _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(q, load256(y.add(4))),
+                        _mm256_set1_epi16(1),
+                    )
+                };
+                let (s0, s1) = hsum2_epi32(lanes(y0), lanes(y1));
+                sumf[j] = step(sumf[j], x, y0, s0);
+                sumf[j + 1] = step(sumf[j + 1], x, y1, s1);
+                j += 2;
+            }
+            if j < N {
+                let y = ys[j].add(i * Q8_1_BYTES);
+                let p = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(q, load256(y.add(4))),
+                    _mm256_set1_epi16(1),
+                );
+                let (s0, _) = hsum2_epi32(p, _mm256_setzero_si256());
+                sumf[j] = step(sumf[j], x, y, s0);
+            }
+        }
+        sumf
+    }
+}
+
+/// Q4_1 weights x Q8_1 activation rows (`out[t * n_rows + r]`), bit for bit the vec_dot.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_q4_1_q8_1(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul_by_groups::<Q1<false>>(n, w, acts, n_acts, out)
+}
+
+/// Q5_1 weights x Q8_1 activation rows (`out[t * n_rows + r]`), bit for bit the vec_dot.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_q5_1_q8_1(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul_by_groups::<Q1<true>>(n, w, acts, n_acts, out)
 }
