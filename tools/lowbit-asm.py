@@ -15,6 +15,8 @@ prints the lines pasted into the asm! blocks.
     tools/lowbit-asm.py emit q8|q4|q5 dot|neon single|pair|tail
                      # the lone first block of an odd row, the two-block trip, the last pair's floats
     tools/lowbit-asm.py emit q4k|q6k dot|neon            # one whole super-block
+    tools/lowbit-asm.py emit q3k|q5k neon                # one whole super-block (ARMv8.0 only)
+    tools/lowbit-asm.py emit q41|q51 dot|neon single|pair # Q4_1/Q5_1: one block, two blocks
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
@@ -827,6 +829,10 @@ def body(kind, face):
         return schedule(q6k_block(face == "dot"))
     if kind == "q4kx4":
         return schedule(q4kx4_block())
+    if kind == "q3k":
+        return virtual_block(q3k_block_ops(), Q3K_POOL, 5)
+    if kind == "q5k":
+        return virtual_block(q5k_block_ops(), Q5K_POOL, 11)
     if kind in PAIRED:
         return pair_loop(kind, face == "dot")
     tail, intp = KINDS[kind]
@@ -1067,6 +1073,249 @@ def schedule_virtual(ops, n_regs):
     return out
 
 
+# ------------------------------------------------------------------------------------------
+# Q3_K and Q5_K, ARMv8.0 (kernels-asm/src/aarch64/q3_k.rs, q5_k.rs): one whole super-block,
+# written on virtual registers (%name) beside a few fixed ones (the scales, read by element,
+# must sit in v0..v15; the constants; the integer accumulators), ordered by
+# `schedule_virtual` and given registers by `allocate`. The smull lanes are the scalar twins'
+# (element e of a sub-block in lane e % 8), so the integer lanes and the float steps are theirs.
+# ------------------------------------------------------------------------------------------
+
+# v30 and v31 stay free for the f32 lane sums (`{lo}`, `{hi}`).
+Q3K_POOL = [f"v{i}" for i in [4, 5, 7] + list(range(9, 20)) + list(range(24, 30))]
+
+
+def q3k_block_ops():
+    """Fixed: v0, v1 the 16 scales as i16, v2, v3 the inverted hmask, v6 = 3,
+    v8 = 4; accumulators v20..v23: lanes 0..3 and 4..7 of the even sub-blocks, then of the
+    odd ones."""
+    o = [op("movi v6.16b, #3", ["v6"], [], 1),
+         op("movi v8.16b, #4", ["v8"], [], 1),
+         # `{sc}`: the 16 six-bit scales as bytes (0..63), widened here and less 32
+         op("ldr q0, [{sc}]", ["v0"], ["sc"], 3),
+         op("movi %c32.8h, #32", ["%c32"], [], 1),
+         op("uxtl2 v1.8h, v0.16b", ["v1"], ["v0"]),
+         op("uxtl v0.8h, v0.8b", ["v0"], ["v0"]),
+         op("sub v0.8h, v0.8h, %c32.8h", ["v0"], ["v0", "%c32"]),
+         op("sub v1.8h, v1.8h, %c32.8h", ["v1"], ["v1", "%c32"]),
+         op("ldr q2, [{x}]", ["v2"], ["x"], 3),
+         op("ldr q3, [{x}, #16]", ["v3"], ["x"], 3),
+         op("mvn v2.16b, v2.16b", ["v2"], ["v2"]),
+         op("mvn v3.16b, v3.16b", ["v3"], ["v3"])]
+    for h in range(2):
+        qa, qb = f"%qa{h}", f"%qb{h}"
+        o.append(op(f"ldr q{qa}, [{{qs}}, #{32 * h}]", [qa], ["qs"], 3))
+        o.append(op(f"ldr q{qb}, [{{qs}}, #{32 * h + 16}]", [qb], ["qs"], 3))
+        for s in range(4):
+            r = 4 * h + s
+            acc = ["v20", "v21", "v22", "v23"]
+            ya, yb = f"%ya{r}", f"%yb{r}"
+            o.append(op(f"ldr q{ya}, [{{q8}}, #{32 * r}]", [ya], ["q8"], 3))
+            o.append(op(f"ldr q{yb}, [{{q8}}, #{32 * r + 16}]", [yb], ["q8"], 3))
+            for half, (q, y, hm) in enumerate(((qa, ya, "v2"), (qb, yb, "v3"))):
+                w, t, p = f"%w{r}{half}", f"%t{r}{half}", f"%p{r}{half}"
+                if s == 0:
+                    o.append(op(f"and {w}.16b, {q}.16b, v6.16b", [w], [q, "v6"]))
+                elif s == 3:
+                    o.append(op(f"ushr {w}.16b, {q}.16b, #6", [w], [q]))
+                else:
+                    o.append(op(f"ushr {w}.16b, {q}.16b, #{2 * s}", [w], [q]))
+                    o.append(op(f"and {w}.16b, {w}.16b, v6.16b", [w], [w, "v6"]))
+                # inverted hmask bit r moved to bit 2: 4 where the quant is lowered
+                if r == 2:
+                    o.append(op(f"and {t}.16b, {hm}.16b, v8.16b", [t], [hm, "v8"]))
+                else:
+                    sh = f"shl {t}.16b, {hm}.16b, #{2 - r}" if r < 2 else \
+                        f"ushr {t}.16b, {hm}.16b, #{r - 2}"
+                    o.append(op(sh, [t], [hm]))
+                    o.append(op(f"and {t}.16b, {t}.16b, v8.16b", [t], [t, "v8"]))
+                o.append(op(f"sub {w}.16b, {w}.16b, {t}.16b", [w], [w, t]))
+                o.append(op(f"smull {p}.8h, {w}.8b, {y}.8b", [p], [w, y]))
+                o.append(op(f"smlal2 {p}.8h, {w}.16b, {y}.16b", [p], [p, w, y]))
+                i = 2 * r + half
+                sreg = "v0" if i < 8 else "v1"
+                a0, a1 = acc[2 * half], acc[2 * half + 1]
+                if r == 0:
+                    o.append(op(f"smull {a0}.4s, {p}.4h, {sreg}.h[{i % 8}]", [a0], [p, sreg]))
+                    o.append(op(f"smull2 {a1}.4s, {p}.8h, {sreg}.h[{i % 8}]", [a1], [p, sreg]))
+                else:
+                    o.append(op(f"smlal {a0}.4s, {p}.4h, {sreg}.h[{i % 8}]", [a0], [a0, p, sreg]))
+                    o.append(op(f"smlal2 {a1}.4s, {p}.8h, {sreg}.h[{i % 8}]", [a1], [a1, p, sreg]))
+    for a, b in (("v20", "v22"), ("v21", "v23")):
+        o.append(op(f"add {a}.4s, {a}.4s, {b}.4s", [a], [a, b]))
+    # the twin's floats: lanes += (d * dy) * integer lanes
+    o += [op("ldr h%d, [{x}, #108]", ["%d"], ["x"], 3),
+          op("ldr s%dy, [{y}]", ["%dy"], ["y"], 3),
+          op("fcvt s%d, h%d", ["%d"], ["%d"]),
+          op("fmul s%d, s%d, s%dy", ["%d"], ["%d", "%dy"]),
+          op("scvtf v20.4s, v20.4s", ["v20"], ["v20"]),
+          op("scvtf v21.4s, v21.4s", ["v21"], ["v21"]),
+          op("fmul v20.4s, v20.4s, %d.s[0]", ["v20"], ["v20", "%d"]),
+          op("fmul v21.4s, v21.4s, %d.s[0]", ["v21"], ["v21", "%d"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v20.4s", ["lo"], ["lo", "v20"]),
+          op("fadd {hi:v}.4s, {hi:v}.4s, v21.4s", ["hi"], ["hi", "v21"])]
+    return o
+
+
+Q5K_POOL = [f"v{i}" for i in [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 24, 25, 26, 27, 28, 29]]
+
+
+def q5k_block_ops():
+    """Fixed: v15 the 8 scales as i16 (`{sc}` bytes 0..8), v14 = 0x0f, v13 = 0x10; the
+    accumulators v20..v23 (even chunks), v16..v19 (odd chunks); the min term out in s4.
+    The fifth bits go in with `bit` (insert where the mask 0x10 is set)."""
+    o = [op("movi v14.16b, #0x0f", ["v14"], [], 1),
+         op("movi v13.16b, #0x10", ["v13"], [], 1),
+         op("ldr d15, [{sc}]", ["v15"], ["sc"], 3),
+         op("uxtl v15.8h, v15.8b", ["v15"], ["v15"]),
+         op("ldr q%h0, [{x}, #16]", ["%h0"], ["x"], 3),
+         op("ldr q%h1, [{x}, #32]", ["%h1"], ["x"], 3)]
+    for c in range(4):
+        acc = ["v20", "v21", "v22", "v23"] if c % 2 == 0 else ["v16", "v17", "v18", "v19"]
+        qa, qb = f"%qa{c}", f"%qb{c}"
+        y = [f"%y{c}{k}" for k in range(4)]
+        o.append(op(f"ldr q{qa}, [{{qs}}, #{32 * c}]", [qa], ["qs"], 3))
+        o.append(op(f"ldr q{qb}, [{{qs}}, #{32 * c + 16}]", [qb], ["qs"], 3))
+        for k in range(4):
+            o.append(op(f"ldr q{y[k]}, [{{q8}}, #{64 * c + 16 * k}]", [y[k]], ["q8"], 3))
+        parts = []
+        for nib in range(2):  # 0: low nibbles (sub-block 2c), 1: high (2c + 1)
+            bit = 2 * c + nib
+            ws = []
+            for half, (q, hreg) in enumerate(((qa, "%h0"), (qb, "%h1"))):
+                w, t = f"%w{c}{nib}{half}", f"%t{c}{nib}{half}"
+                if nib == 0:
+                    o.append(op(f"and {w}.16b, {q}.16b, v14.16b", [w], [q, "v14"]))
+                else:
+                    o.append(op(f"ushr {w}.16b, {q}.16b, #4", [w], [q]))
+                if bit == 4:
+                    src = hreg
+                else:
+                    sh = f"shl {t}.16b, {hreg}.16b, #{4 - bit}" if bit < 4 else \
+                        f"ushr {t}.16b, {hreg}.16b, #{bit - 4}"
+                    o.append(op(sh, [t], [hreg]))
+                    src = t
+                o.append(op(f"bit {w}.16b, {src}.16b, v13.16b", [w], [w, src, "v13"]))
+                ws.append(w)
+            parts.append((ws, y[2 * nib], y[2 * nib + 1]))
+        for nib, ((w0, w1), ya, yb) in enumerate(parts):
+            pa, pb = f"%pa{c}{nib}", f"%pb{c}{nib}"
+            o += [op(f"smull {pa}.8h, {w0}.8b, {ya}.8b", [pa], [w0, ya]),
+                  op(f"smull2 {pb}.8h, {w0}.16b, {ya}.16b", [pb], [w0, ya]),
+                  op(f"smlal {pa}.8h, {w1}.8b, {yb}.8b", [pa], [pa, w1, yb]),
+                  op(f"smlal2 {pb}.8h, {w1}.16b, {yb}.16b", [pb], [pb, w1, yb]),
+                  op(f"add {pa}.8h, {pa}.8h, {pb}.8h", [pa], [pa, pb])]
+            j = 2 * c + nib
+            a0, a1 = acc[2 * nib], acc[2 * nib + 1]
+            if c < 2:
+                o.append(op(f"smull {a0}.4s, {pa}.4h, v15.h[{j}]", [a0], [pa, "v15"]))
+                o.append(op(f"smull2 {a1}.4s, {pa}.8h, v15.h[{j}]", [a1], [pa, "v15"]))
+            else:
+                o.append(op(f"smlal {a0}.4s, {pa}.4h, v15.h[{j}]", [a0], [a0, pa, "v15"]))
+                o.append(op(f"smlal2 {a1}.4s, {pa}.8h, v15.h[{j}]", [a1], [a1, pa, "v15"]))
+    for a, b in (("v20", "v16"), ("v21", "v17"), ("v22", "v18"), ("v23", "v19"),
+                 ("v20", "v22"), ("v21", "v23")):
+        o.append(op(f"add {a}.4s, {a}.4s, {b}.4s", [a], [a, b]))
+    # mins (Q4_K's): sum over s of (bsum[2s] + bsum[2s + 1]) * min[s]; then the twin's floats
+    o += [op("ldr q%b0, [{q8}, #256]", ["%b0"], ["q8"], 3),
+          op("ldr q%b1, [{q8}, #272]", ["%b1"], ["q8"], 3),
+          op("ldr d%m, [{sc}, #8]", ["%m"], ["sc"], 3),
+          op("saddlp %b0.4s, %b0.8h", ["%b0"], ["%b0"]),
+          op("saddlp %b1.4s, %b1.8h", ["%b1"], ["%b1"]),
+          op("uxtl %m.8h, %m.8b", ["%m"], ["%m"]),
+          op("uxtl %m0.4s, %m.4h", ["%m0"], ["%m"]),
+          op("uxtl2 %m1.4s, %m.8h", ["%m1"], ["%m"]),
+          op("mul %b0.4s, %b0.4s, %m0.4s", ["%b0"], ["%b0", "%m0"]),
+          op("mla %b0.4s, %b1.4s, %m1.4s", ["%b0"], ["%b0", "%b1", "%m1"]),
+          op("addv s%ms, %b0.4s", ["%ms"], ["%b0"]),
+          op("scvtf s%ms, s%ms", ["%ms"], ["%ms"]),
+          op("ldr s%dy, [{y}]", ["%dy"], ["y"], 3),
+          op("ldr h%dm, [{x}, #2]", ["%dm"], ["x"], 3),
+          op("ldr h%d, [{x}]", ["%d"], ["x"], 3),
+          op("fcvt s%dm, h%dm", ["%dm"], ["%dm"]),
+          op("fcvt s%d, h%d", ["%d"], ["%d"]),
+          op("fmul s%dm, s%dm, s%dy", ["%dm"], ["%dm", "%dy"]),
+          op("fmul s%d, s%d, s%dy", ["%d"], ["%d", "%dy"]),
+          op("fmul s4, s%dm, s%ms", ["v4"], ["%dm", "%ms"]),
+          op("scvtf v20.4s, v20.4s", ["v20"], ["v20"]),
+          op("scvtf v21.4s, v21.4s", ["v21"], ["v21"]),
+          op("fmul v20.4s, v20.4s, %d.s[0]", ["v20"], ["v20", "%d"]),
+          op("fmul v21.4s, v21.4s, %d.s[0]", ["v21"], ["v21", "%d"]),
+          op("fadd {lo:v}.4s, {lo:v}.4s, v20.4s", ["lo"], ["lo", "v20"]),
+          op("fadd {hi:v}.4s, {hi:v}.4s, v21.4s", ["hi"], ["hi", "v21"])]
+    return o
+
+
+def virtual_block(ops, pool, live):
+    """`schedule_virtual` keeping at most `live` virtual registers live (a small number: long
+    chains stay together, so `allocate` reuses few registers), `allocate`, then `schedule`
+    again on the physical registers, which spreads the chains apart within the dependences the
+    allocation left. `live` is the best of a sweep by llvm-mca (A55 + A53): Q3_K 5 (177 and
+    207 cycles, against 312 and 442 with the pool's size and no second pass), Q5_K 11."""
+    return schedule(allocate(schedule_virtual(ops, live), pool))
+
+
+# ------------------------------------------------------------------------------------------
+# Q4_1 and Q5_1 (kernels-asm/src/aarch64/q1.rs): a block's integer dot (into s7) and the
+# twin's float step; two blocks a trip (block B on registers renamed off A's, `{x2}`/`{y2}`),
+# ordered by `schedule` with the dependences read off the lines themselves.
+# ------------------------------------------------------------------------------------------
+
+def q1x_int(kind, dot):
+    five = kind == "q51"
+    o = (["ldr q0, [{x}, #8]", "ldr s8, [{x}, #4]"] if five else ["ldr q0, [{x}, #4]"])
+    o += ["ldr q1, [{y}, #4]", "ldr q2, [{y}, #20]"]
+    if dot:
+        o.append("movi v6.4s, #0")
+    if five:
+        o += ["tbl v9.16b, {{v8.16b}}, {lo:v}.16b", "tbl v10.16b, {{v8.16b}}, {hi:v}.16b"]
+    o += ["and v4.16b, v0.16b, {m0f:v}.16b", "ushr v5.16b, v0.16b, #4"]
+    if five:
+        o += ["cmtst v9.16b, v9.16b, {bits:v}.16b", "cmtst v10.16b, v10.16b, {bits:v}.16b",
+              "bit v4.16b, v9.16b, {m10:v}.16b", "bit v5.16b, v10.16b, {m10:v}.16b"]
+    if dot:
+        o += ["sdot v6.4s, v4.16b, v1.16b", "sdot v6.4s, v5.16b, v2.16b", "addv s7, v6.4s"]
+    else:
+        o += ["smull v6.8h, v4.8b, v1.8b", "smull v7.8h, v5.8b, v2.8b",
+              "smlal2 v6.8h, v4.16b, v1.16b", "smlal2 v7.8h, v5.16b, v2.16b",
+              "add v6.8h, v6.8h, v7.8h", "saddlv s7, v6.8h"]
+    # the twin's float step: sumf += (d * dy) * sumi + m * s ([d, m] and [dy, s] in one go)
+    o += ["ldr s16, [{x}]", "ldr s17, [{y}]", "fcvtl v16.4s, v16.4h", "fcvtl v17.4s, v17.4h",
+          "fmul v16.2s, v16.2s, v17.2s", "scvtf s7, s7", "dup s18, v16.s[1]",
+          "fmul s7, s16, s7", "fadd s7, s7, s18", "fadd {sumf:s}, {sumf:s}, s7"]
+    return o
+
+
+Q1X_B = {0: 20, 1: 21, 2: 22, 4: 24, 5: 25, 6: 26, 7: 27, 8: 28, 9: 29, 10: 30,
+         16: 20, 17: 21, 18: 22}  # B's float step reuses its dead loads
+
+
+def q1x_op(line):
+    """An op with the registers a line writes and reads (read-modify-write forms read their
+    destination; `{name}` operands are names)."""
+    mnem, rest = line.split(" ", 1)
+    args = [a.strip() for a in re.split(r",(?![^\[]*\])", rest)]
+    def regs(a):
+        return ([f"v{m.group(2)}" for m in re.finditer(r"(?<!\w)([vqsdh])(\d+)\b", a)]
+                + [m.group(1) for m in re.finditer(r"\{(\w+)(?::\w)?\}", a)])
+    w = regs(args[0])
+    r = [x for a in args[1:] for x in regs(a)]
+    if mnem in ("sdot", "smlal", "smlal2", "bit") or "{sumf" in args[0]:
+        r += w
+    return op(line, w, r, 3 if mnem.startswith("ldr") else 4)
+
+
+def q1x_pair(kind, dot):
+    a = q1x_int(kind, dot)
+    def rename(l):
+        l = l.replace("{x}", "{x2}").replace("{y}", "{y2}")
+        return re.sub(r"(?<!\w)([vqsdh])(\d+)\b",
+                      lambda m: m.group(1) + str(Q1X_B.get(int(m.group(2)), int(m.group(2)))), l)
+    b = [rename(l) for l in a]
+    lines = [l for pair in zip(a, b) for l in pair]
+    return schedule([q1x_op(l) for l in lines])
+
+
 def lut_loop(kind="q1"):
     ops = allocate(schedule_virtual(lut_block_ops(kind), len(LUT_POOL)), LUT_POOL)
     return [t for t, *_ in ops] + ["b.ne 2b"]
@@ -1154,6 +1403,10 @@ def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "emit" and sys.argv[2] in ("lut", "lut-build"):
         kind = sys.argv[3] if len(sys.argv) > 3 else "q1"
         print(emit(lut_loop(kind) if sys.argv[2] == "lut" else lut_build_loop(kind)))
+        return
+    if len(sys.argv) >= 5 and sys.argv[1] == "emit" and sys.argv[2] in ("q41", "q51"):
+        kind, dot, part = sys.argv[2], sys.argv[3] == "dot", sys.argv[4]
+        print(emit(q1x_pair(kind, dot) if part == "pair" else q1x_int(kind, dot)))
         return
     if len(sys.argv) >= 4 and sys.argv[1] == "emit":
         kind, face = sys.argv[2], sys.argv[3]

@@ -5,7 +5,8 @@
 //!
 //! What "exact" means per kernel (see the module docs of smolrun_kernels::aarch64):
 //! - bit-identical to the scalar twin: every `_neon` face, and the `_dotprod` faces of Q8_0,
-//!   Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0;
+//!   Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0, Q4_1, Q5_1 (Q3_K and Q5_K have one ARMv8.0 face, listed
+//!   as both);
 //! - Q4_K/Q6_K `_dotprod`: the integer sums are exact (checked bit for bit on inputs whose
 //!   float arithmetic is exact: power-of-two scales, small integers), and on every other input
 //!   the result is within the summation-order bound 2 * gamma(k) * M of the scalar result,
@@ -17,8 +18,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k,
-    q8_0, q8_k, tq1_0, tq2_0, GgmlType,
+    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q3_k, q4_0, q4_1, q4_k,
+    q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k, tq1_0, tq2_0, GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -74,6 +75,41 @@ const KERNELS: &[Kernel] = &[
         neon: neon::vec_dot_q6_k_q8_k_neon,
         dotprod: neon::vec_dot_q6_k_q8_k_dotprod,
         dotprod_bit_exact: false,
+    },
+    // Q3_K and Q5_K (#33): one ARMv8.0 face for every core, in the twins' lanes; the dotprod
+    // set runs it too (listed as both faces here).
+    Kernel {
+        name: "Q3_K x Q8_K",
+        weight: GgmlType::Q3_K,
+        scalar: q3_k::vec_dot,
+        neon: neon::vec_dot_q3_k_q8_k_neon,
+        dotprod: neon::vec_dot_q3_k_q8_k_neon,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q5_K x Q8_K",
+        weight: GgmlType::Q5_K,
+        scalar: q5_k::vec_dot,
+        neon: neon::vec_dot_q5_k_q8_k_neon,
+        dotprod: neon::vec_dot_q5_k_q8_k_neon,
+        dotprod_bit_exact: true,
+    },
+    // Q4_1 and Q5_1 (#33): block integers in asm, the twins' float steps in Rust.
+    Kernel {
+        name: "Q4_1 x Q8_1",
+        weight: GgmlType::Q4_1,
+        scalar: q4_1::vec_dot,
+        neon: neon::vec_dot_q4_1_q8_1_neon,
+        dotprod: neon::vec_dot_q4_1_q8_1_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "Q5_1 x Q8_1",
+        weight: GgmlType::Q5_1,
+        scalar: q5_1::vec_dot,
+        neon: neon::vec_dot_q5_1_q8_1_neon,
+        dotprod: neon::vec_dot_q5_1_q8_1_dotprod,
+        dotprod_bit_exact: true,
     },
     // The 2-bit kernels compute the twin's per-block integers and its f32 steps in its order.
     Kernel {
@@ -176,6 +212,8 @@ impl XorShift {
 fn activation_type(weight: GgmlType) -> GgmlType {
     match weight {
         GgmlType::Q4_K
+        | GgmlType::Q3_K
+        | GgmlType::Q5_K
         | GgmlType::Q6_K
         | GgmlType::Q2_K
         | GgmlType::TQ2_0
@@ -183,6 +221,7 @@ fn activation_type(weight: GgmlType) -> GgmlType {
         | GgmlType::IQ4_XS
         | GgmlType::IQ2_XXS
         | GgmlType::IQ3_XXS => GgmlType::Q8_K,
+        GgmlType::Q4_1 | GgmlType::Q5_1 => GgmlType::Q8_1,
         _ => GgmlType::Q8_0,
     }
 }
@@ -190,7 +229,8 @@ fn activation_type(weight: GgmlType) -> GgmlType {
 /// Offsets of the f16 scale fields of a weight block.
 fn f16_scale_fields(weight: GgmlType) -> &'static [usize] {
     match weight {
-        GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::TQ2_0 => &[64],
@@ -286,6 +326,7 @@ fn activation_row(ty: GgmlType, n: usize, act: Act, seed: u64) -> Vec<u8> {
             let x: Vec<f32> = (0..n).map(|_| rng.signed_unit() * 3.0).collect();
             match ty {
                 GgmlType::Q8_K => q8_k::quantize_row(&x, &mut out),
+                GgmlType::Q8_1 => q8_1::quantize_row(&x, &mut out),
                 _ => q8_0::quantize_row(&x, &mut out),
             }
         }

@@ -41,6 +41,13 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     };
     set.install(GgmlType::Q4_K, neon::vec_dot_q4_k_q8_k_neon, None, "neon");
     set.install(GgmlType::Q6_K, neon::vec_dot_q6_k_q8_k_neon, None, "neon");
+    // Q3_K and Q5_K (#33): widening multiplies, the twins' lanes, bit for bit; one face for
+    // every core (no sdot face yet: the dotprod set keeps these).
+    set.install(GgmlType::Q3_K, neon::vec_dot_q3_k_q8_k_neon, None, "neon");
+    set.install(GgmlType::Q5_K, neon::vec_dot_q5_k_q8_k_neon, None, "neon");
+    // Q4_1 and Q5_1 (#33): the twins' block integers in asm, their float steps in Rust.
+    set.install(GgmlType::Q4_1, neon::vec_dot_q4_1_q8_1_neon, None, "neon");
+    set.install(GgmlType::Q5_1, neon::vec_dot_q5_1_q8_1_neon, None, "neon");
     set.install(GgmlType::Q8_0, neon::vec_dot_q8_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q4_0, neon::vec_dot_q4_0_q8_0_neon, None, "neon");
     set.install(GgmlType::Q5_0, neon::vec_dot_q5_0_q8_0_neon, None, "neon");
@@ -94,6 +101,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.attention.q8 = ATTENTION_LOOPS_Q8_DOTPROD;
     set.install(GgmlType::Q4_K, q4_k_dotprod, None, "dotprod");
     set.install(GgmlType::Q6_K, q6_k_dotprod, None, "dotprod");
+    set.install(GgmlType::Q4_1, q4_1_dotprod, None, "dotprod");
+    set.install(GgmlType::Q5_1, q5_1_dotprod, None, "dotprod");
     set.install(GgmlType::Q8_0, q8_0_dotprod, None, "dotprod");
     set.install(GgmlType::Q4_0, q4_0_dotprod, None, "dotprod");
     set.install(GgmlType::Q5_0, q5_0_dotprod, None, "dotprod");
@@ -189,6 +198,12 @@ fn q5_0_x4_dotprod(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
 // dotprod. The kernels read only whole blocks inside both slices.
 fn q4_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_q4_k_q8_k_dotprod(n, w, a) }
+}
+fn q4_1_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q4_1_q8_1_dotprod(n, w, a) }
+}
+fn q5_1_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_q5_1_q8_1_dotprod(n, w, a) }
 }
 fn q6_k_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_q6_k_q8_k_dotprod(n, w, a) }
@@ -379,6 +394,10 @@ mod tests {
         let covered = [
             (GgmlType::Q4_K, true),
             (GgmlType::Q6_K, true),
+            (GgmlType::Q3_K, false),
+            (GgmlType::Q5_K, false),
+            (GgmlType::Q4_1, true),
+            (GgmlType::Q5_1, true),
             (GgmlType::Q8_0, true),
             (GgmlType::Q4_0, true),
             (GgmlType::Q5_0, true),

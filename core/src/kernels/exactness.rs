@@ -104,9 +104,10 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
         GgmlType::TQ1_0 => &[52],
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
         GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         GgmlType::TQ2_0 => &[64],
         _ => &[],
     }
@@ -114,12 +115,19 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
 
 /// Formats whose SIMD faces promise the scalar twin's bits on every input: they compute the
 /// twin's per-block integers exactly and then its f32 operations in its order (the 2-bit
-/// kernels, `smolrun_kernels::{x86_64::avx2_2bit, aarch64}`, and the grid i-quants,
-/// `x86_64::avx2_iq2` and `aarch64::iq2`).
+/// kernels, `smolrun_kernels::{x86_64::avx2_2bit, aarch64}`, the grid i-quants,
+/// `x86_64::avx2_iq2` and `aarch64::iq2`, Q3_K, `x86_64::avx2_3bit` and `aarch64::q3_k`, and
+/// Q4_1 and Q5_1, `x86_64::avx2_q1`).
 fn promises_scalar_bits(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q2_K | GgmlType::TQ2_0 | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS
+        GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_1
+            | GgmlType::Q5_1
+            | GgmlType::TQ2_0
+            | GgmlType::IQ2_XXS
+            | GgmlType::IQ3_XXS
     )
 }
 
@@ -595,6 +603,100 @@ fn two_bit_edge_blocks_give_the_scalar_bits() {
                              act {a_case}: {got} vs scalar {want}",
                             fast.face
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Q3_K's own edge cases, bit for bit against the scalar twin (#33): the third bits (hmask)
+/// all set, none set and random, the 2-bit codes all 0 and all 3, every 6-bit scale at its
+/// lowest (-32) and highest (+31) and mixed, d of either sign, tiny and the largest f16, and
+/// activations at -128 and 127 (-4 * -128 * -32 is the largest product); through the one-row
+/// kernel and the batched one.
+#[test]
+fn q3_k_edge_blocks_give_the_scalar_bits() {
+    let ty = GgmlType::Q3_K;
+    let scalar = KernelSet::scalar().weight(ty).unwrap().vec_dot;
+    for fast in fast_sets() {
+        let k = *fast.weight(ty).unwrap();
+        if k.face == "scalar" {
+            continue;
+        }
+        let nb = 3;
+        let n = nb * 256;
+        let mut rng = XorShift(0x3B17);
+        let acts: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "all -128",
+                act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
+            ),
+            (
+                "all 127",
+                act_from_quants(GgmlType::Q8_K, 0.02, &vec![127; n]),
+            ),
+            (
+                "-128/127",
+                act_from_quants(
+                    GgmlType::Q8_K,
+                    0.03,
+                    &(0..n)
+                        .map(|i| if i % 5 < 2 { 127 } else { -128 })
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            (
+                "random",
+                act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
+            ),
+        ];
+        type Fill = fn(&mut XorShift) -> u8;
+        let fills: [(&str, Fill); 3] = [
+            ("0x00", |_| 0x00),
+            ("0xFF", |_| 0xFF),
+            ("random", |r| r.next_u64() as u8),
+        ];
+        // 12 scale bytes: all scales 0 (-32), all 63 (+31), alternating, random.
+        let scale_sets: [(&str, Fill); 4] = [
+            ("-32", |_| 0x00),
+            ("+31", |_| 0xFF),
+            ("mixed", |r| {
+                [0x0F, 0xF0, 0x33, 0xCC][r.next_u64() as usize % 4]
+            }),
+            ("random", |r| r.next_u64() as u8),
+        ];
+        for (hm_case, hm) in fills {
+            for (qs_case, qs) in fills {
+                for (sc_case, sc) in scale_sets {
+                    for d in [1.0f32, -2.5, 6.0e-8, 65504.0] {
+                        let mut w = vec![0u8; nb * ty.type_size()];
+                        for b in w.chunks_exact_mut(ty.type_size()) {
+                            b[..32].iter_mut().for_each(|v| *v = hm(&mut rng));
+                            b[32..96].iter_mut().for_each(|v| *v = qs(&mut rng));
+                            b[96..108].iter_mut().for_each(|v| *v = sc(&mut rng));
+                            put_f16(b, 108, d);
+                        }
+                        let all: Vec<u8> = acts.iter().flat_map(|a| a.1.clone()).collect();
+                        let mut batched = vec![f32::NAN; acts.len()];
+                        k.matmul(&w, 1, n, &all, acts.len(), &mut batched).unwrap();
+                        for (t, (a_case, act)) in acts.iter().enumerate() {
+                            let want = scalar(n, &w, act);
+                            let got = (k.vec_dot)(n, &w, act);
+                            let case = std::format!(
+                                "Q3_K {}: hmask {hm_case}, codes {qs_case}, scales {sc_case}, \
+                                 d {d}, act {a_case}",
+                                k.face
+                            );
+                            assert!(want.is_finite(), "{case}: pick finite cases");
+                            assert_eq!(got.to_bits(), want.to_bits(), "{case}: {got} vs {want}");
+                            assert_eq!(
+                                batched[t].to_bits(),
+                                want.to_bits(),
+                                "{case}, batched: {} vs {want}",
+                                batched[t]
+                            );
+                        }
                     }
                 }
             }

@@ -15,8 +15,8 @@ use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
 use smolrun_kernels::x86_64::{
-    attention as k, avx2, avx2_2bit, avx2_cols, avx2_fma_f16c_usable, avx2_iq2, avx2_iq4, avx2_k,
-    avx2_q0, avx512_k, avx512_q0, avx512_vnni_usable, exp,
+    attention as k, avx2, avx2_2bit, avx2_3bit, avx2_cols, avx2_fma_f16c_usable, avx2_iq2,
+    avx2_iq4, avx2_k, avx2_q0, avx2_q1, avx512_k, avx512_q0, avx512_vnni_usable, exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -49,6 +49,16 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     // 2-bit weights: the scalar twins' integer sums in lanes, their float steps as they are.
     set.install(GgmlType::Q2_K, q2_k, None, "avx2");
     set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
+    // Q3_K (#33): bytes put in the twin's lane order, its exact integers and float steps
+    // (bit for bit); prompts in the same bits.
+    set.install(GgmlType::Q3_K, q3_k, None, "avx2");
+    set.install_cols(GgmlType::Q3_K, q3_k_cols);
+    // Q4_1 and Q5_1 (#33): the twins' exact block integers and float steps (bit for bit);
+    // prompts in the same bits.
+    set.install(GgmlType::Q4_1, q4_1, None, "avx2");
+    set.install(GgmlType::Q5_1, q5_1, None, "avx2");
+    set.install_cols(GgmlType::Q4_1, q4_1_cols);
+    set.install_cols(GgmlType::Q5_1, q5_1_cols);
     // Q2_K rows repacked 8 to a group, the row in the lane (avx2_2bit's `q2_k_x8`).
     set.add_repacked(GgmlType::Q2_K, Q2_K_X8);
     set.install(GgmlType::F32, f32, None, "avx2");
@@ -128,6 +138,24 @@ fn q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_2bit::vec_dot_q2_k_q8_k(n, w, a) }
+}
+fn q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_3bit::vec_dot_q3_k_q8_k(n, w, a) }
+}
+fn q3_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_3bit::matmul_q3_k_q8_k(n, w, a, t, out) }
+}
+fn q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_q1::vec_dot_q4_1_q8_1(n, w, a) }
+}
+fn q5_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_q1::vec_dot_q5_1_q8_1(n, w, a) }
+}
+fn q4_1_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q1::matmul_q4_1_q8_1(n, w, a, t, out) }
+}
+fn q5_1_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_q1::matmul_q5_1_q8_1(n, w, a, t, out) }
 }
 fn tq2_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_2bit::vec_dot_tq2_0_q8_k(n, w, a) }
@@ -443,6 +471,9 @@ mod tests {
                 GgmlType::Q4_0,
                 GgmlType::Q5_0,
                 GgmlType::Q2_K,
+                GgmlType::Q3_K,
+                GgmlType::Q4_1,
+                GgmlType::Q5_1,
                 GgmlType::TQ2_0,
                 GgmlType::F16,
                 GgmlType::F32,
@@ -727,6 +758,9 @@ mod tests {
                 continue;
             }
             for ty in [
+                GgmlType::Q3_K,
+                GgmlType::Q4_1,
+                GgmlType::Q5_1,
                 GgmlType::Q4_K,
                 GgmlType::Q5_K,
                 GgmlType::Q6_K,

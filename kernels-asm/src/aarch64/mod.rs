@@ -17,6 +17,10 @@
 //!   input.
 //! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers and then its
 //!   few f32 steps one instruction each, in its order: bit for bit the twin on every input.
+//! - Q3_K and Q5_K (one ARMv8.0 face, which dotprod cores run too: `q3_k.rs`, `q5_k.rs`): an
+//!   8-lane `smull` puts element e of a sub-block in lane e % 8, the twins' lanes, and the
+//!   float steps follow in their order: bit for bit. Q4_1 and Q5_1 (both faces, `q1.rs`): each
+//!   block's exact integer, then the twin's float step one instruction each: bit for bit.
 //! - Q8_0, Q4_0, Q5_0, Q1_0, Q2_0, TQ1_0 (both faces) and Q4_K, Q6_K (`_neon` face) reproduce
 //!   the scalar twin's float operations one for one (same products, same additions in the same order, no fused
 //!   multiply-add), so they return the scalar result bit for bit. For the K-quants this works
@@ -107,16 +111,19 @@ pub mod exp;
 mod float;
 mod iq2;
 mod iq4;
+mod q1;
 mod q1_0;
 mod q1_0_lut;
 mod q2_0;
 mod q2_0_lut;
 mod q2_k;
+mod q3_k;
 mod q4_0;
 mod q4_k;
 mod q4_k_x4;
 mod q5_0;
 mod q5_0_x4;
+mod q5_k;
 mod q6_k;
 mod q8_0;
 mod q8_0_x4;
@@ -133,6 +140,10 @@ pub use iq4::{
     vec_dot_iq4_nl_q8_0_dotprod, vec_dot_iq4_nl_q8_0_neon, vec_dot_iq4_xs_q8_k_dotprod,
     vec_dot_iq4_xs_q8_k_neon,
 };
+pub use q1::{
+    vec_dot_q4_1_q8_1_dotprod, vec_dot_q4_1_q8_1_neon, vec_dot_q5_1_q8_1_dotprod,
+    vec_dot_q5_1_q8_1_neon,
+};
 pub use q1_0::{vec_dot_q1_0_q8_0_dotprod, vec_dot_q1_0_q8_0_neon};
 pub use q1_0_lut::{
     build_table_q1_0_lut_neon, matvec_q1_0_lut16_neon, LUT_GROUP_BLOCK_BYTES, LUT_GROUP_ROWS,
@@ -141,11 +152,13 @@ pub use q1_0_lut::{
 pub use q2_0::{vec_dot_q2_0_q8_0_dotprod, vec_dot_q2_0_q8_0_neon};
 pub use q2_0_lut::{build_table_q2_0_lut_neon, matvec_q2_0_lut16_neon, LUT2_TABLE_BLOCK_BYTES};
 pub use q2_k::{vec_dot_q2_k_q8_k_dotprod, vec_dot_q2_k_q8_k_neon};
+pub use q3_k::vec_dot_q3_k_q8_k_neon;
 pub use q4_0::{vec_dot_q4_0_q8_0_dotprod, vec_dot_q4_0_q8_0_neon};
 pub use q4_k::{vec_dot_q4_k_q8_k_dotprod, vec_dot_q4_k_q8_k_neon};
 pub use q4_k_x4::{matvec_q4_k_x4_dotprod, q4_k_x4_bytes, repack_q4_k_x4, X4_SUPERBLOCK_BYTES};
 pub use q5_0::{vec_dot_q5_0_q8_0_dotprod, vec_dot_q5_0_q8_0_neon};
 pub use q5_0_x4::{matvec_q5_0_x4_dotprod, q5_0_x4_bytes, repack_q5_0_x4};
+pub use q5_k::vec_dot_q5_k_q8_k_neon;
 pub use q6_k::{vec_dot_q6_k_q8_k_dotprod, vec_dot_q6_k_q8_k_neon};
 pub use q8_0::{vec_dot_q8_0_q8_0_dotprod, vec_dot_q8_0_q8_0_neon};
 pub use q8_0_x4::{matvec_q8_0_x4_dotprod, q8_0_x4_bytes, repack_q8_0_x4};

@@ -15,7 +15,7 @@ const Q4_K_BYTES: usize = 144;
 /// of byte j, min j < 4 those of byte j + 4; scale and min j + 4 take their low 4 bits from
 /// byte j + 8 (low and high nibble) and their top 2 bits from the top of bytes j and j + 4.
 #[inline(always)]
-fn scales_and_mins(block: &[u8]) -> [u32; 4] {
+pub(super) fn scales_and_mins(block: &[u8]) -> [u32; 4] {
     let word = |i: usize| u32::from_le_bytes([block[i], block[i + 1], block[i + 2], block[i + 3]]);
     let (u0, u1, u2) = (word(4), word(8), word(12));
     [

@@ -15,7 +15,7 @@
 //!
 //! Every function reads only whole blocks inside the slices, like the vec_dots.
 //!
-//! Only Q5_K is left here: the Q4_K and Q6_K batches live with their vec_dots in
+//! Only Q5_K is left here (the loop also serves [`super::avx2_3bit`]'s Q3_K): the Q4_K and Q6_K batches live with their vec_dots in
 //! [`super::avx2_k`], the 32-element formats' in [`super::avx2_q0`] and [`super::avx512_q0`].
 //!
 //! # Safety (all kernels)
@@ -32,7 +32,7 @@ pub const GROUP: usize = 4;
 const ROW_TILE: usize = 16;
 
 /// One block format's dot of a weight row with N activation rows (N = 1..=GROUP).
-trait ColGroup {
+pub(super) trait ColGroup {
     /// Elements per block, bytes per weight block, bytes per activation block.
     const QK: usize;
     const W_BYTES: usize;
@@ -44,7 +44,7 @@ trait ColGroup {
 /// Runs `K::dot_group` over every weight row and every group of up to [`GROUP`] activation
 /// rows; the tail group (n_acts not a multiple of GROUP) takes the 1-, 2- or 3-column form.
 #[inline(always)]
-unsafe fn matmul_by_groups<K: ColGroup>(
+pub(super) unsafe fn matmul_by_groups<K: ColGroup>(
     n: usize,
     w: &[u8],
     acts: &[u8],

@@ -7,7 +7,9 @@
 //! [`avx2_k`] holds the Q4_K and Q6_K kernels that decode spends most of its time in (scales
 //! decoded in registers, weights prefetched ahead); [`avx2_q0`] the 32-element formats'
 //! several-row matvecs and batches; [`avx2_cols`] the batched prompt kernels of the rest;
-//! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins).
+//! [`avx2_2bit`] the 2-bit formats Q2_K and TQ2_0 (bit for bit their scalar twins), [`avx2_3bit`]
+//! Q3_K (one row and batches, bit for bit its scalar twin), [`avx2_q1`] Q4_1 and Q5_1 (one row, bit
+//! for bit).
 //! [`avx2_lowbit`] the 1-bit, 2-bit and ternary formats (Q1_0, Q2_0, TQ1_0). IQ4_NL is one of
 //! [`avx2_q0`]'s 32-element formats; [`avx2_iq4`] holds IQ4_XS, [`avx2_iq2`] the grid i-quants
 //! (IQ2_XXS, IQ3_XXS).
@@ -25,12 +27,14 @@
 pub mod attention;
 pub mod avx2;
 pub mod avx2_2bit;
+pub mod avx2_3bit;
 pub mod avx2_cols;
 pub mod avx2_iq2;
 pub mod avx2_iq4;
 pub mod avx2_k;
 pub mod avx2_lowbit;
 pub mod avx2_q0;
+pub mod avx2_q1;
 pub mod avx512_k;
 pub mod avx512_q0;
 pub mod delta_rule;
