@@ -28,6 +28,15 @@ TABLES = [
     ("iq3xxs_grid", "IQ3XXS_GRID", "u32", 8,
      "IQ3_XXS: 256 groups of 4 magnitudes (byte j = element j, 4..62), indexed by one byte\n"
      "/// (ggml's `iq3xxs_grid`)."),
+    ("iq2xs_grid", "IQ2XS_GRID", "u64", 16,
+     "IQ2_XS: 512 groups of 8 magnitudes (byte j = element j, each 0x08, 0x19 or 0x2b),\n"
+     "/// indexed by 9 bits (ggml's `iq2xs_grid`)."),
+    ("iq2s_grid", "IQ2S_GRID", "u64", 16,
+     "IQ2_S: 1024 groups of 8 magnitudes (byte j = element j, each 0x08, 0x19 or 0x2b),\n"
+     "/// indexed by 10 bits (ggml's `iq2s_grid`)."),
+    ("iq3s_grid", "IQ3S_GRID", "u32", 8,
+     "IQ3_S: 512 groups of 4 magnitudes (byte j = element j, odd values 1..15), indexed by\n"
+     "/// 9 bits (ggml's `iq3s_grid`)."),
 ]
 
 
