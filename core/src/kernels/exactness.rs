@@ -103,6 +103,7 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
+        GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_S => &[0],
         GgmlType::TQ1_0 => &[52],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
@@ -119,7 +120,13 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
 fn promises_scalar_bits(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q2_K | GgmlType::TQ2_0 | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS
+        GgmlType::Q2_K
+            | GgmlType::TQ2_0
+            | GgmlType::IQ2_XXS
+            | GgmlType::IQ3_XXS
+            | GgmlType::IQ2_XS
+            | GgmlType::IQ2_S
+            | GgmlType::IQ3_S
     )
 }
 
@@ -659,14 +666,100 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
     ));
 }
 
+/// Fills the fields after `d` of one grid i-quant super-block: grid indices all 0
+/// (`Some(false)`), all at their field's largest value (`Some(true)`: 255, 511 or 1023 with
+/// the high bits) or random (`None`); the same for the sign fields (all clear / all set) and
+/// the 4-bit scales (0 / 15).
+fn fill_grid_block(
+    ty: GgmlType,
+    b: &mut [u8],
+    index: Option<bool>,
+    signs: Option<bool>,
+    scale: Option<bool>,
+    rng: &mut XorShift,
+) {
+    let mut pick = |v: Option<bool>, max: u64| match v {
+        Some(false) => 0,
+        Some(true) => max,
+        None => rng.next_u64() & max,
+    };
+    let word = |b: &mut [u8], o: usize, w: u64| {
+        b[o..o + 4].copy_from_slice(&(w as u32).to_le_bytes());
+    };
+    match ty {
+        // 8 sub-blocks of 4 index bytes and a signs-and-scale word.
+        GgmlType::IQ2_XXS => {
+            for ib in 0..8 {
+                for o in 2 + 8 * ib..6 + 8 * ib {
+                    b[o] = pick(index, 255) as u8;
+                }
+                word(
+                    b,
+                    6 + 8 * ib,
+                    pick(signs, 0x0FFF_FFFF) | pick(scale, 15) << 28,
+                );
+            }
+        }
+        // 64 index bytes, then 8 signs-and-scale words.
+        GgmlType::IQ3_XXS => {
+            for o in 2..66 {
+                b[o] = pick(index, 255) as u8;
+            }
+            for ib in 0..8 {
+                word(
+                    b,
+                    66 + 4 * ib,
+                    pick(signs, 0x0FFF_FFFF) | pick(scale, 15) << 28,
+                );
+            }
+        }
+        // 32 u16 of 9-bit index and 7-bit signs, 8 scale bytes.
+        GgmlType::IQ2_XS => {
+            for g in 0..32 {
+                let q = pick(index, 511) | pick(signs, 127) << 9;
+                b[2 + 2 * g..4 + 2 * g].copy_from_slice(&(q as u16).to_le_bytes());
+            }
+            for o in 66..74 {
+                b[o] = pick(scale, 255) as u8;
+            }
+        }
+        // qs (low index bytes), sign bytes, qh (high index bits), scales.
+        GgmlType::IQ2_S | GgmlType::IQ3_S => {
+            let (qs, sg, qh, sc) = if ty == GgmlType::IQ2_S {
+                (2..34, 34..66, 66..74, 74..82)
+            } else {
+                (2..66, 74..106, 66..74, 106..110)
+            };
+            for o in qs.chain(qh) {
+                b[o] = pick(index, 255) as u8;
+            }
+            for o in sg {
+                b[o] = pick(signs, 255) as u8;
+            }
+            for o in sc {
+                b[o] = pick(scale, 255) as u8;
+            }
+        }
+        _ => unreachable!("{ty} is no grid i-quant"),
+    }
+}
+
 /// The grid i-quants' own edge cases, bit for bit against the scalar twin (#33): every grid
-/// index at 0 and 255 and random, every sign field all clear and all set (7 bits: the parity
-/// sign joins in), sub-block scales 0 and 15, d of either sign, tiny and the largest f16, and
-/// activations at -128 and 127 (which a kernel that negated activations would get wrong).
+/// index at 0, at its field's largest value and random, every sign field all clear and all set
+/// (for the 7-bit fields the parity sign joins in), scales 0 and 15, d of either sign, tiny
+/// and the largest f16, and activations at -128 and 127 (which a kernel that negated
+/// activations would get wrong).
 #[test]
 fn grid_iquant_edge_blocks_give_the_scalar_bits() {
     for (ty, fast, scalar) in simd_kernels() {
-        if !matches!(ty, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS) {
+        if !matches!(
+            ty,
+            GgmlType::IQ2_XXS
+                | GgmlType::IQ3_XXS
+                | GgmlType::IQ2_XS
+                | GgmlType::IQ2_S
+                | GgmlType::IQ3_S
+        ) {
             continue;
         }
         let nb = 3;
@@ -696,36 +789,49 @@ fn grid_iquant_edge_blocks_give_the_scalar_bits() {
                 act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
             ),
         ];
-        // (case, index byte, signs-and-scale word); None = random.
-        let subs: [(&str, Option<u8>, Option<u32>); 6] = [
-            ("index 0, no signs, scale 0", Some(0), Some(0)),
-            ("index 255, all signs, scale 15", Some(255), Some(u32::MAX)),
-            ("index 255, no signs, scale 15", Some(255), Some(15 << 28)),
-            ("index 0, all signs, scale 0", Some(0), Some(0x0FFF_FFFF)),
-            ("random index, all signs, scale 15", None, Some(u32::MAX)),
-            ("random", None, None),
+        // (case, indices, signs, scales): Some(false) = 0 / none, Some(true) = largest / all,
+        // None = random.
+        type Sub = (&'static str, Option<bool>, Option<bool>, Option<bool>);
+        let subs: [Sub; 7] = [
+            (
+                "index 0, no signs, scale 0",
+                Some(false),
+                Some(false),
+                Some(false),
+            ),
+            (
+                "index max, all signs, scale 15",
+                Some(true),
+                Some(true),
+                Some(true),
+            ),
+            (
+                "index max, no signs, scale 15",
+                Some(true),
+                Some(false),
+                Some(true),
+            ),
+            (
+                "index 0, all signs, scale 0",
+                Some(false),
+                Some(true),
+                Some(false),
+            ),
+            (
+                "random index, all signs, scale 15",
+                None,
+                Some(true),
+                Some(true),
+            ),
+            ("random index and signs, scale 15", None, None, Some(true)),
+            ("random", None, None, None),
         ];
-        for (case, index, word) in subs {
+        for (case, index, signs, scale) in subs {
             for d in [1.0f32, -2.5, 6.0e-8, 65504.0, -65504.0, 0.0] {
                 let mut w = vec![0u8; nb * ty.type_size()];
                 for b in w.chunks_exact_mut(ty.type_size()) {
                     put_f16(b, 0, d);
-                    // IQ2_XXS: 8 sub-blocks of 4 indices and a word; IQ3_XXS: 64 indices,
-                    // then 8 words.
-                    let (indices, words): (Vec<usize>, Vec<usize>) = match ty {
-                        GgmlType::IQ2_XXS => (
-                            (0..32).map(|i| 2 + 8 * (i / 4) + i % 4).collect(),
-                            (0..8).map(|ib| 6 + 8 * ib).collect(),
-                        ),
-                        _ => ((2..66).collect(), (0..8).map(|ib| 66 + 4 * ib).collect()),
-                    };
-                    for i in indices {
-                        b[i] = index.unwrap_or(rng.next_u64() as u8);
-                    }
-                    for o in words {
-                        let word = word.unwrap_or(rng.next_u64() as u32);
-                        b[o..o + 4].copy_from_slice(&word.to_le_bytes());
-                    }
+                    fill_grid_block(ty, b, index, signs, scale, &mut rng);
                 }
                 for (a_case, act) in &acts {
                     let want = (scalar.vec_dot)(n, &w, act);
