@@ -17,8 +17,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q4_0, q4_k, q5_0, q6_k,
-    q8_0, q8_k, tq1_0, tq2_0, GgmlType,
+    iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k,
+    q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq1_0, tq2_0, GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -150,6 +150,31 @@ const KERNELS: &[Kernel] = &[
         dotprod: neon::vec_dot_iq3_xxs_q8_k_dotprod,
         dotprod_bit_exact: true,
     },
+    // IQ2_XS, IQ2_S, IQ3_S (#33): block integers in asm, the twins' float steps in their order.
+    Kernel {
+        name: "IQ2_XS x Q8_K",
+        weight: GgmlType::IQ2_XS,
+        scalar: iq2_xs::vec_dot,
+        neon: neon::vec_dot_iq2_xs_q8_k_neon,
+        dotprod: neon::vec_dot_iq2_xs_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ2_S x Q8_K",
+        weight: GgmlType::IQ2_S,
+        scalar: iq2_s::vec_dot,
+        neon: neon::vec_dot_iq2_s_q8_k_neon,
+        dotprod: neon::vec_dot_iq2_s_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ3_S x Q8_K",
+        weight: GgmlType::IQ3_S,
+        scalar: iq3_s::vec_dot,
+        neon: neon::vec_dot_iq3_s_q8_k_neon,
+        dotprod: neon::vec_dot_iq3_s_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
 ];
 
 /// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
@@ -182,7 +207,10 @@ fn activation_type(weight: GgmlType) -> GgmlType {
         | GgmlType::TQ1_0
         | GgmlType::IQ4_XS
         | GgmlType::IQ2_XXS
-        | GgmlType::IQ3_XXS => GgmlType::Q8_K,
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_S => GgmlType::Q8_K,
         _ => GgmlType::Q8_0,
     }
 }

@@ -690,8 +690,8 @@ fn fill_grid_block(
         // 8 sub-blocks of 4 index bytes and a signs-and-scale word.
         GgmlType::IQ2_XXS => {
             for ib in 0..8 {
-                for o in 2 + 8 * ib..6 + 8 * ib {
-                    b[o] = pick(index, 255) as u8;
+                for q in &mut b[2 + 8 * ib..6 + 8 * ib] {
+                    *q = pick(index, 255) as u8;
                 }
                 word(
                     b,
@@ -702,8 +702,8 @@ fn fill_grid_block(
         }
         // 64 index bytes, then 8 signs-and-scale words.
         GgmlType::IQ3_XXS => {
-            for o in 2..66 {
-                b[o] = pick(index, 255) as u8;
+            for q in &mut b[2..66] {
+                *q = pick(index, 255) as u8;
             }
             for ib in 0..8 {
                 word(
@@ -719,8 +719,8 @@ fn fill_grid_block(
                 let q = pick(index, 511) | pick(signs, 127) << 9;
                 b[2 + 2 * g..4 + 2 * g].copy_from_slice(&(q as u16).to_le_bytes());
             }
-            for o in 66..74 {
-                b[o] = pick(scale, 255) as u8;
+            for q in &mut b[66..74] {
+                *q = pick(scale, 255) as u8;
             }
         }
         // qs (low index bytes), sign bytes, qh (high index bits), scales.
