@@ -484,7 +484,7 @@ const fn scalar_kernel(
 }
 
 /// Every weight type with a matvec, with its scalar reference (pairs as in `quant::vec_dot_type`).
-const SCALAR_WEIGHTS: [WeightKernel; 24] = {
+const SCALAR_WEIGHTS: [WeightKernel; 25] = {
     use quant::*;
     use GgmlType as T;
     [
@@ -512,6 +512,7 @@ const SCALAR_WEIGHTS: [WeightKernel; 24] = {
         scalar_kernel(T::IQ2_XS, T::Q8_K, iq2_xs::vec_dot),
         scalar_kernel(T::IQ2_S, T::Q8_K, iq2_s::vec_dot),
         scalar_kernel(T::IQ3_S, T::Q8_K, iq3_s::vec_dot),
+        scalar_kernel(T::IQ1_S, T::Q8_K, iq1_s::vec_dot),
     ]
 };
 
@@ -549,7 +550,7 @@ const fn scalar_quantizer(act_type: GgmlType) -> QuantizeFn {
 #[derive(Clone, Debug)]
 pub struct KernelSet {
     name: &'static str,
-    weights: [WeightKernel; 24],
+    weights: [WeightKernel; 25],
     quantizers: [(GgmlType, QuantizeFn); 6],
     /// Attention over the f16 KV cache, of one query head (`math::attention_head`) and of the
     /// query heads of one KV head (`math::attention_group`), or SIMD faces with the same bits.

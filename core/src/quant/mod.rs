@@ -10,6 +10,7 @@ mod common;
 pub mod bf16;
 pub mod f16;
 pub mod f32;
+pub mod iq1_s;
 pub mod iq2_s;
 pub mod iq2_xs;
 pub mod iq2_xxs;
@@ -305,8 +306,8 @@ fn check_len(ty: GgmlType, expected: usize, found: usize) -> Result<(), QuantErr
 
 /// The activation format a weight type is dotted against (ggml-cpu's `vec_dot_type`):
 /// the K-quants and ternary types take Q8_K; Q4_0, Q5_0, Q8_0, Q1_0, Q2_0 take Q8_0;
-/// Q4_1, Q5_1 take Q8_1; IQ4_NL takes Q8_0 and IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S
-/// Q8_K; the float types take themselves.
+/// Q4_1, Q5_1 take Q8_1; IQ4_NL takes Q8_0 and IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+/// IQ1_S Q8_K; the float types take themselves.
 /// Types smolrun cannot use as matvec weights (the activation-only Q8_1 and Q8_K, the other IQ
 /// types, MXFP4/NVFP4, integers) are `Unsupported`.
 pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
@@ -318,7 +319,7 @@ pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
         Q4_0 | Q5_0 | Q8_0 | Q1_0 | Q2_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 | IQ4_XS | IQ2_XXS | IQ3_XXS => Q8_K,
-        IQ2_XS | IQ2_S | IQ3_S => Q8_K,
+        IQ2_XS | IQ2_S | IQ3_S | IQ1_S => Q8_K,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -435,6 +436,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Q
         GgmlType::IQ2_XS => iq2_xs::dequantize_row,
         GgmlType::IQ2_S => iq2_s::dequantize_row,
         GgmlType::IQ3_S => iq3_s::dequantize_row,
+        GgmlType::IQ1_S => iq1_s::dequantize_row,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: ty,
@@ -479,6 +481,7 @@ pub fn vec_dot_fn(w: GgmlType) -> Result<VecDotFn, QuantError> {
         GgmlType::IQ2_XS => iq2_xs::vec_dot,
         GgmlType::IQ2_S => iq2_s::vec_dot,
         GgmlType::IQ3_S => iq3_s::vec_dot,
+        GgmlType::IQ1_S => iq1_s::vec_dot,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -541,7 +544,7 @@ mod dispatch_tests {
     use alloc::vec;
     use alloc::vec::Vec;
 
-    const WEIGHT_TYPES: [GgmlType; 24] = [
+    const WEIGHT_TYPES: [GgmlType; 25] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -566,6 +569,7 @@ mod dispatch_tests {
         GgmlType::IQ2_XS,
         GgmlType::IQ2_S,
         GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
     ];
 
     #[test]
@@ -735,7 +739,7 @@ mod dispatch_tests {
     #[test]
     fn unsupported_types_say_so() {
         assert!(matches!(
-            vec_dot_type(GgmlType::IQ1_S),
+            vec_dot_type(GgmlType::IQ1_M),
             Err(QuantError::Unsupported { .. })
         ));
         assert!(matches!(
@@ -801,7 +805,7 @@ mod dispatch_tests {
 
 /// Where a block format keeps its f16 scales (byte offsets inside one block), or `None` for a
 /// type whose scales this does not know (the float types have none; the IQ types other than
-/// IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S are not run).
+/// IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and IQ1_S are not run).
 fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
     use GgmlType as T;
     Some(match ty {
@@ -826,6 +830,7 @@ fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
         T::IQ2_XS => &[iq2_xs::OFF_D],
         T::IQ2_S => &[iq2_s::OFF_D],
         T::IQ3_S => &[iq3_s::OFF_D],
+        T::IQ1_S => &[iq1_s::OFF_D],
         _ => return None,
     })
 }
@@ -872,6 +877,7 @@ mod scale_check_tests {
             GgmlType::IQ2_XS,
             GgmlType::IQ2_S,
             GgmlType::IQ3_S,
+            GgmlType::IQ1_S,
         ] {
             let offsets = scale_offsets(ty).unwrap();
             let size = ty.type_size();
