@@ -103,7 +103,7 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
-        GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_S => &[0],
+        GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_S | GgmlType::IQ1_S => &[0],
         GgmlType::TQ1_0 => &[52],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
@@ -127,6 +127,7 @@ fn promises_scalar_bits(ty: GgmlType) -> bool {
             | GgmlType::IQ2_XS
             | GgmlType::IQ2_S
             | GgmlType::IQ3_S
+            | GgmlType::IQ1_S
     )
 }
 
@@ -740,6 +741,17 @@ fn fill_grid_block(
                 b[o] = pick(scale, 255) as u8;
             }
         }
+        // 32 low index bytes, 8 words of 3-bit index tops, scale (bits 12..15) and shift sign
+        // (bit 15): "signs" here is the shift sign.
+        GgmlType::IQ1_S => {
+            for q in &mut b[2..34] {
+                *q = pick(index, 255) as u8;
+            }
+            for ib in 0..8 {
+                let h = pick(index, 0xfff) | pick(scale, 7) << 12 | pick(signs, 1) << 15;
+                b[34 + 2 * ib..36 + 2 * ib].copy_from_slice(&(h as u16).to_le_bytes());
+            }
+        }
         _ => unreachable!("{ty} is no grid i-quant"),
     }
 }
@@ -759,6 +771,7 @@ fn grid_iquant_edge_blocks_give_the_scalar_bits() {
                 | GgmlType::IQ2_XS
                 | GgmlType::IQ2_S
                 | GgmlType::IQ3_S
+                | GgmlType::IQ1_S
         ) {
             continue;
         }

@@ -1,5 +1,5 @@
 //! AVX2 faces of the grid i-quants against Q8_K (#33): IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S and
-//! IQ3_S, each a one-row dot with the signature of `smolrun_core::quant::VecDotFn` and a
+//! IQ3_S, and IQ1_S, each a one-row dot with the signature of `smolrun_core::quant::VecDotFn` and a
 //! small-batch matmul (prompts) with that of `smolrun_core::kernels::ColsFn`.
 //!
 //! Per sub-block of 32 (4 groups of 8): the grid entries (4 of 8 magnitudes for IQ2_XXS,
@@ -28,7 +28,9 @@
 //! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
 
 use super::avx2::*;
-use crate::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS64};
+use crate::iq_grids::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS64,
+};
 use core::arch::x86_64::*;
 
 /// Bytes of an IQ2_XXS super-block: d: f16, then 8 sub-blocks of 4 index bytes and a u32 of
@@ -50,6 +52,10 @@ pub const IQ2_S_BYTES: usize = 82;
 /// Bytes of an IQ3_S super-block: d: f16, 64 low index bytes, 8 bytes of 9th index bits, 32
 /// sign bytes, 4 scale bytes (a nibble per sub-block).
 pub const IQ3_S_BYTES: usize = 110;
+
+/// Bytes of an IQ1_S super-block: d: f16, 32 low index bytes, 8 u16 of 3-bit index tops,
+/// 3-bit scale and shift sign.
+pub const IQ1_S_BYTES: usize = 50;
 
 /// Activation rows dotted with one unpacked weight sub-block in the matmul.
 pub const GROUP: usize = 4;
@@ -131,6 +137,12 @@ trait Grid {
     const BYTES: usize;
     const FINAL: f32;
     unsafe fn sub(x: *const u8, ib: usize) -> Sub;
+    /// What the twin adds to its sum for super-block `x` (f16 d `dx`) against the Q8_K block
+    /// `y`, whose block integer is `isum`: (dx * dy) * isum.
+    #[inline(always)]
+    unsafe fn block_value(_x: *const u8, y: *const u8, dx: f32, isum: i32) -> f32 {
+        dx * f32_at(y) * isum as f32
+    }
 }
 
 struct Iq2Xxs;
@@ -215,6 +227,40 @@ impl Grid for Iq3S {
     }
 }
 
+/// IQ1_S: the grid's signed values -1, 0, 1 taken as g + 1 (0, 1, 2) on the "positive" side
+/// and 1 on the "negative" one, so the difference of the two `maddubs` is sum(g * q8); the
+/// shift of +-1/8 is the twin's second integer, from the Q8_K block sums, in `block_value`.
+struct Iq1S;
+impl Grid for Iq1S {
+    const BYTES: usize = IQ1_S_BYTES;
+    const FINAL: f32 = 1.0;
+    #[inline(always)]
+    unsafe fn sub(x: *const u8, ib: usize) -> Sub {
+        let qs = x.add(2 + 4 * ib);
+        let h = (x.add(34 + 2 * ib) as *const u16).read_unaligned() as usize;
+        let g =
+            |l: usize| IQ1S_GRID[(*qs.add(l) as usize | ((h >> (3 * l)) & 7) << 8) & 2047] as i64;
+        let one = _mm256_set1_epi8(1);
+        Sub {
+            pos: _mm256_add_epi8(_mm256_set_epi64x(g(3), g(2), g(1), g(0)), one),
+            neg: one,
+            scale: _mm256_set1_epi16((2 * ((h >> 12) & 7) + 1) as i16),
+        }
+    }
+    #[inline(always)]
+    unsafe fn block_value(x: *const u8, y: *const u8, dx: f32, isum: i32) -> f32 {
+        let mut sumi1 = 0i32;
+        for ib in 0..8 {
+            let h = (x.add(34 + 2 * ib) as *const u16).read_unaligned() as i32;
+            let ls = 2 * ((h >> 12) & 7) + 1;
+            let bs = y.add(Q8_K_QS + 256 + 4 * ib) as *const i16;
+            let sum = bs.read_unaligned() as i32 + bs.add(1).read_unaligned() as i32;
+            sumi1 += if h & 0x8000 != 0 { -ls * sum } else { ls * sum };
+        }
+        dx * f32_at(y) * (isum as f32 + 0.125 * sumi1 as f32)
+    }
+}
+
 /// The 32 activations at `y` against an unpacked sub-block, times its scale, in 8 i32 lanes.
 #[inline(always)]
 unsafe fn dot_sub(w: Sub, y: *const u8) -> __m256i {
@@ -255,8 +301,8 @@ unsafe fn cols_dot<G: Grid, const N: usize>(
         }
         let dx = f16_at(x);
         for j in 0..N {
-            let d = dx * f32_at(ys[j].add(i * Q8_K_BYTES));
-            sumf[j] += d * hsum_epi32(acc[j]) as f32;
+            let y = ys[j].add(i * Q8_K_BYTES);
+            sumf[j] += G::block_value(x, y, dx, hsum_epi32(acc[j]));
         }
     }
     let mut out = [0f32; N];
@@ -409,4 +455,23 @@ pub unsafe fn vec_dot_iq3_s_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matmul_iq3_s_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
     matmul::<Iq3S>(n, w, acts, n_acts, out)
+}
+
+/// IQ1_S . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq1_s_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    vec_dot::<Iq1S>(n, w, act)
+}
+
+/// IQ1_S weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
+/// bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq1_s_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<Iq1S>(n, w, acts, n_acts, out)
 }
