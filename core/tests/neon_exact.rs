@@ -17,8 +17,8 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k,
-    q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq1_0, tq2_0, GgmlType,
+    iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut,
+    q2_k, q4_0, q4_k, q5_0, q6_k, q8_0, q8_k, tq1_0, tq2_0, GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -175,6 +175,14 @@ const KERNELS: &[Kernel] = &[
         dotprod: neon::vec_dot_iq3_s_q8_k_dotprod,
         dotprod_bit_exact: true,
     },
+    Kernel {
+        name: "IQ1_S x Q8_K",
+        weight: GgmlType::IQ1_S,
+        scalar: iq1_s::vec_dot,
+        neon: neon::vec_dot_iq1_s_q8_k_neon,
+        dotprod: neon::vec_dot_iq1_s_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
 ];
 
 /// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
@@ -210,7 +218,8 @@ fn activation_type(weight: GgmlType) -> GgmlType {
         | GgmlType::IQ3_XXS
         | GgmlType::IQ2_XS
         | GgmlType::IQ2_S
-        | GgmlType::IQ3_S => GgmlType::Q8_K,
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S => GgmlType::Q8_K,
         _ => GgmlType::Q8_0,
     }
 }

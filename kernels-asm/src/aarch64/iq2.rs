@@ -19,7 +19,9 @@
 //! IQ3_XXS the i16 lanes of the ARMv8.0 face hold at most 4 * 62 * 128 < 2^15.
 
 use super::{whole_blocks, Q8_K_BYTES, QK_K};
-use crate::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS64};
+use crate::iq_grids::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS64,
+};
 use core::arch::asm;
 
 const IQ2_XXS_BYTES: usize = 66;
@@ -847,4 +849,177 @@ pub fn vec_dot_iq3_s_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
 pub unsafe fn vec_dot_iq3_s_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = whole_blocks(n, QK_K, w, IQ3_S_BYTES, act, Q8_K_BYTES);
     grid_row(nb, w, act, IQ3_S_BYTES, 1.0, iq3_s_block_sums_dotprod)
+}
+
+// IQ1_S (#33): 50-byte super-blocks: f16 d, 32 low index bytes, 8 u16 words (bits 3l..3l+3
+// the top of group l's index, 12..15 the scale s, bit 15 the sign of the 1/8 shift). The grid
+// entries are signed bytes (-1, 0, 1) loaded by 11-bit masked index (2048 entries) and meet
+// the activations as they are (4 products per i16 lane, at most 4 * 128); the asm gives the
+// scaled integer sum(ls * grid . q8) per super-block, and Rust adds the shift integer from the
+// Q8_K block sums and ggml's float step (`smolrun_core::quant::iq1_s::vec_dot`).
+
+const IQ1_S_BYTES: usize = 50;
+
+/// Block integers of IQ1_S (`x` at the first block's qs, byte 2); `$dot` multiplies v0-v3 by
+/// the activations v16-v19 and adds into v20 by the scale in `b`.
+macro_rules! block_sums_iq1_s {
+    ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
+        asm!(
+            $($pre,)*
+            "2:",
+            "movi v20.4s, #0",
+            "mov {c:w}, #8",
+            "3:",
+            "ldr {a:w}, [{x}], #4",
+            "ldrh {h:w}, [{qh}], #2",
+            "and {i0}, {a}, #0xff",
+            "ubfx {i1}, {a}, #8, #8",
+            "ubfx {i2}, {a}, #16, #8",
+            "lsr {i3:w}, {a:w}, #24",
+            "bfi {i0}, {h}, #8, #3",
+            "lsr {t:w}, {h:w}, #3",
+            "bfi {i1}, {t}, #8, #3",
+            "lsr {t:w}, {h:w}, #6",
+            "bfi {i2}, {t}, #8, #3",
+            "lsr {t:w}, {h:w}, #9",
+            "bfi {i3}, {t}, #8, #3",
+            "ldr d0, [{grid}, {i0}, lsl #3]",
+            "ldr d1, [{grid}, {i1}, lsl #3]",
+            "ldr d2, [{grid}, {i2}, lsl #3]",
+            "ldr d3, [{grid}, {i3}, lsl #3]",
+            "ld1 {{v16.8b, v17.8b, v18.8b, v19.8b}}, [{y}], #32",
+            "ubfx {b:w}, {h:w}, #12, #3",
+            "orr {b:w}, {one:w}, {b:w}, lsl #1",
+            $($dot,)*
+            "subs {c:w}, {c:w}, #1",
+            "b.ne 3b",
+            "addv s20, v20.4s",
+            "str s20, [{o}], #4",
+            "add {x}, {x}, #18",
+            "add {qh}, {qh}, #34",
+            "add {y}, {y}, #36",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            grid = in(reg) IQ1S_GRID.as_ptr(),
+            one = in(reg) 1u64,
+            x = inout(reg) $x => _,
+            qh = inout(reg) $x.add(32) => _,
+            y = inout(reg) $y => _,
+            n = inout(reg) $n => _,
+            o = inout(reg) $out => _,
+            a = out(reg) _, b = out(reg) _, c = out(reg) _, t = out(reg) _, h = out(reg) _,
+            i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v12") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v21") _,
+            options(nostack),
+        )
+    };
+}
+
+/// IQ1_S block sums with ARMv8.0 widening multiplies.
+///
+/// # Safety
+/// As [`block_sums_neon`], for IQ1_S super-blocks (`x` at the first one's byte 2).
+#[inline(always)]
+unsafe fn iq1_s_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums_iq1_s!(
+        x,
+        y,
+        n,
+        out,
+        [],
+        [
+            "smull v12.8h, v0.8b, v16.8b",
+            "smlal v12.8h, v1.8b, v17.8b",
+            "smlal v12.8h, v2.8b, v18.8b",
+            "smlal v12.8h, v3.8b, v19.8b",
+            "dup v21.8h, {b:w}",
+            "smlal v20.4s, v12.4h, v21.4h",
+            "smlal2 v20.4s, v12.8h, v21.8h"
+        ]
+    );
+}
+
+/// [`iq1_s_block_sums_neon`] with `sdot`.
+///
+/// # Safety
+/// As [`iq1_s_block_sums_neon`], and the CPU must implement dotprod.
+#[inline(always)]
+unsafe fn iq1_s_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    block_sums_iq1_s!(
+        x,
+        y,
+        n,
+        out,
+        [".arch_extension dotprod"],
+        [
+            "movi v12.4s, #0",
+            "sdot v12.2s, v0.8b, v16.8b",
+            "sdot v12.2s, v1.8b, v17.8b",
+            "sdot v12.2s, v2.8b, v18.8b",
+            "sdot v12.2s, v3.8b, v19.8b",
+            "dup v21.4s, {b:w}",
+            "mla v20.4s, v12.4s, v21.4s"
+        ]
+    );
+}
+
+/// An IQ1_S row . Q8_K over `nb` super-blocks: the asm's block integers, then per block the
+/// shift integer from the block sums and the twin's float step, in block order.
+#[inline(always)]
+fn iq1_s_row(
+    nb: usize,
+    w: &[u8],
+    act: &[u8],
+    sums: unsafe fn(*const u8, *const u8, usize, *mut i32),
+) -> f32 {
+    let mut buf = [0i32; RUN];
+    let mut sumf = 0.0f32;
+    let mut b0 = 0;
+    while b0 < nb {
+        let c = (nb - b0).min(RUN);
+        // SAFETY: super-blocks b0..b0 + c lie inside both slices (nb = whole_blocks), c >= 1.
+        unsafe {
+            sums(
+                w.as_ptr().add(b0 * IQ1_S_BYTES + 2),
+                act.as_ptr().add(b0 * Q8_K_BYTES + 4),
+                c,
+                buf.as_mut_ptr(),
+            )
+        };
+        for (k, &sumi) in buf[..c].iter().enumerate() {
+            let b = b0 + k;
+            let x = &w[b * IQ1_S_BYTES..(b + 1) * IQ1_S_BYTES];
+            let y = &act[b * Q8_K_BYTES..(b + 1) * Q8_K_BYTES];
+            let mut sumi1 = 0i32;
+            for ib in 0..8 {
+                let h = u16::from_le_bytes([x[34 + 2 * ib], x[35 + 2 * ib]]) as i32;
+                let ls = 2 * ((h >> 12) & 7) + 1;
+                let o = 260 + 4 * ib;
+                let sum = i16::from_le_bytes([y[o], y[o + 1]]) as i32
+                    + i16::from_le_bytes([y[o + 2], y[o + 3]]) as i32;
+                sumi1 += if h & 0x8000 != 0 { -ls * sum } else { ls * sum };
+            }
+            let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+            sumf += f16_at(x, 0) * dy * (sumi as f32 + 0.125 * sumi1 as f32);
+        }
+        b0 += c;
+    }
+    sumf
+}
+
+/// IQ1_S . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
+pub fn vec_dot_iq1_s_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ1_S_BYTES, act, Q8_K_BYTES);
+    iq1_s_row(nb, w, act, iq1_s_block_sums_neon)
+}
+
+/// IQ1_S . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_iq1_s_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ1_S_BYTES, act, Q8_K_BYTES);
+    iq1_s_row(nb, w, act, iq1_s_block_sums_dotprod)
 }
