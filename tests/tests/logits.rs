@@ -343,6 +343,11 @@ fn synthetic_qwen3_iq3_s() {
 }
 
 #[test]
+fn synthetic_qwen3_iq1_s() {
+    check_logits("synthetic-qwen3-iq1_s");
+}
+
+#[test]
 fn synthetic_qwen3_q2_0() {
     check_logits("synthetic-qwen3-q2_0");
 }
