@@ -662,7 +662,7 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
         ));
     }
     assert!(matches!(
-        KernelSet::select(&detected_features()).weight(GgmlType::IQ1_M),
+        KernelSet::select(&detected_features()).weight(GgmlType::MXFP4),
         Err(QuantError::Unsupported { .. })
     ));
 }

@@ -484,7 +484,7 @@ const fn scalar_kernel(
 }
 
 /// Every weight type with a matvec, with its scalar reference (pairs as in `quant::vec_dot_type`).
-const SCALAR_WEIGHTS: [WeightKernel; 25] = {
+const SCALAR_WEIGHTS: [WeightKernel; 26] = {
     use quant::*;
     use GgmlType as T;
     [
@@ -513,6 +513,7 @@ const SCALAR_WEIGHTS: [WeightKernel; 25] = {
         scalar_kernel(T::IQ2_S, T::Q8_K, iq2_s::vec_dot),
         scalar_kernel(T::IQ3_S, T::Q8_K, iq3_s::vec_dot),
         scalar_kernel(T::IQ1_S, T::Q8_K, iq1_s::vec_dot),
+        scalar_kernel(T::IQ1_M, T::Q8_K, iq1_m::vec_dot),
     ]
 };
 
@@ -550,7 +551,7 @@ const fn scalar_quantizer(act_type: GgmlType) -> QuantizeFn {
 #[derive(Clone, Debug)]
 pub struct KernelSet {
     name: &'static str,
-    weights: [WeightKernel; 25],
+    weights: [WeightKernel; 26],
     quantizers: [(GgmlType, QuantizeFn); 6],
     /// Attention over the f16 KV cache, of one query head (`math::attention_head`) and of the
     /// query heads of one KV head (`math::attention_group`), or SIMD faces with the same bits.

@@ -54,6 +54,14 @@ pub fn random_blocks(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
             let v = 0.001 + rng.unit() * 0.05;
             blk[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
         }
+        if ty == GgmlType::IQ1_M {
+            // d is spread over the top nibbles of the 4 scale words at 48
+            let d = half::f16::from_f32(0.001 + rng.unit() * 0.05).to_bits();
+            for k in 0..4 {
+                let o = 48 + 2 * k + 1;
+                blk[o] = (blk[o] & 0x0f) | (((d >> (4 * k)) & 15) << 4) as u8;
+            }
+        }
     }
     w
 }
