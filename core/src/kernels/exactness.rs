@@ -104,6 +104,7 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
         GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_S | GgmlType::IQ1_S => &[0],
+        GgmlType::IQ1_M => &[SPREAD_D],
         GgmlType::TQ1_0 => &[52],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
@@ -128,11 +129,24 @@ fn promises_scalar_bits(ty: GgmlType) -> bool {
             | GgmlType::IQ2_S
             | GgmlType::IQ3_S
             | GgmlType::IQ1_S
+            | GgmlType::IQ1_M
     )
 }
 
+/// The "offset" of IQ1_M's d in [`f16_fields`]: it has no field of its own, its bits are the
+/// top nibbles of the 4 scale words at 48 ([`put_f16`] writes them there).
+pub(super) const SPREAD_D: usize = usize::MAX;
+
 pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
-    b[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+    let bits = half::f16::from_f32(v).to_bits();
+    if off == SPREAD_D {
+        for k in 0..4 {
+            let o = 48 + 2 * k + 1;
+            b[o] = (b[o] & 0x0f) | (((bits >> (4 * k)) & 15) << 4) as u8;
+        }
+        return;
+    }
+    b[off..off + 2].copy_from_slice(&bits.to_le_bytes());
 }
 
 /// One Q8_K block with scale `d` and quants `qs`, with consistent group sums.
@@ -752,6 +766,20 @@ fn fill_grid_block(
                 b[34 + 2 * ib..36 + 2 * ib].copy_from_slice(&(h as u16).to_le_bytes());
             }
         }
+        // 32 low index bytes; 16 qh bytes (two groups' 3-bit index tops and shift signs
+        // each); scale words whose low 12 bits are 4 scales (the top nibbles: d, set after)
+        GgmlType::IQ1_M => {
+            for q in &mut b[0..32] {
+                *q = pick(index, 255) as u8;
+            }
+            for q in &mut b[32..48] {
+                *q = (pick(index, 0x77) | pick(signs, 0x88)) as u8;
+            }
+            for k in 0..4 {
+                let w = pick(scale, 0xfff) as u16;
+                b[48 + 2 * k..50 + 2 * k].copy_from_slice(&w.to_le_bytes());
+            }
+        }
         _ => unreachable!("{ty} is no grid i-quant"),
     }
 }
@@ -772,6 +800,7 @@ fn grid_iquant_edge_blocks_give_the_scalar_bits() {
                 | GgmlType::IQ2_S
                 | GgmlType::IQ3_S
                 | GgmlType::IQ1_S
+                | GgmlType::IQ1_M
         ) {
             continue;
         }
@@ -843,8 +872,8 @@ fn grid_iquant_edge_blocks_give_the_scalar_bits() {
             for d in [1.0f32, -2.5, 6.0e-8, 65504.0, -65504.0, 0.0] {
                 let mut w = vec![0u8; nb * ty.type_size()];
                 for b in w.chunks_exact_mut(ty.type_size()) {
-                    put_f16(b, 0, d);
                     fill_grid_block(ty, b, index, signs, scale, &mut rng);
+                    put_f16(b, f16_fields(ty)[0], d);
                 }
                 for (a_case, act) in &acts {
                     let want = (scalar.vec_dot)(n, &w, act);

@@ -1,5 +1,5 @@
 //! AVX2 faces of the grid i-quants against Q8_K (#33): IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S and
-//! IQ3_S, and IQ1_S, each a one-row dot with the signature of `smolrun_core::quant::VecDotFn` and a
+//! IQ3_S, IQ1_S and IQ1_M, each a one-row dot with the signature of `smolrun_core::quant::VecDotFn` and a
 //! small-batch matmul (prompts) with that of `smolrun_core::kernels::ColsFn`.
 //!
 //! Per sub-block of 32 (4 groups of 8): the grid entries (4 of 8 magnitudes for IQ2_XXS,
@@ -56,6 +56,10 @@ pub const IQ3_S_BYTES: usize = 110;
 /// Bytes of an IQ1_S super-block: d: f16, 32 low index bytes, 8 u16 of 3-bit index tops,
 /// 3-bit scale and shift sign.
 pub const IQ1_S_BYTES: usize = 50;
+
+/// Bytes of an IQ1_M super-block: 32 low index bytes, 16 bytes of index tops and shift signs,
+/// 4 scale words (whose top nibbles make d).
+pub const IQ1_M_BYTES: usize = 56;
 
 /// Activation rows dotted with one unpacked weight sub-block in the matmul.
 pub const GROUP: usize = 4;
@@ -137,6 +141,11 @@ trait Grid {
     const BYTES: usize;
     const FINAL: f32;
     unsafe fn sub(x: *const u8, ib: usize) -> Sub;
+    /// The super-block's d (an f16 at its byte 0, but for IQ1_M).
+    #[inline(always)]
+    unsafe fn d(x: *const u8) -> f32 {
+        f16_at(x)
+    }
     /// What the twin adds to its sum for super-block `x` (f16 d `dx`) against the Q8_K block
     /// `y`, whose block integer is `isum`: (dx * dy) * isum.
     #[inline(always)]
@@ -261,6 +270,56 @@ impl Grid for Iq1S {
     }
 }
 
+/// IQ1_M: each group's values g (-1, 0, 1) and its shift sign e (+-1) become one weight
+/// 8g + e (-9..9), taken as 8g + e + 9 (0..18) against the activations minus 9 against them
+/// (maddubs pairs at most 2 * 18 * 128), madd by the half sub-blocks' 2s + 1: the block's
+/// S = 8 * sumi1 + sumi2 of the twin's two integers, exactly. The twin's float step takes
+/// f32(sumi1) + 0.125 * f32(sumi2), both terms exact (|sumi1| < 2^19), so one rounding of
+/// sumi1 + sumi2 / 8; f32(S) * 0.125 is one rounding of the same value scaled by 8 (a power of
+/// two, far from f32's range limits): the same bits.
+struct Iq1M;
+impl Grid for Iq1M {
+    const BYTES: usize = IQ1_M_BYTES;
+    const FINAL: f32 = 1.0;
+    #[inline(always)]
+    unsafe fn sub(x: *const u8, ib: usize) -> Sub {
+        let qs = x.add(4 * ib);
+        let qh = [*x.add(32 + 2 * ib) as usize, *x.add(33 + 2 * ib) as usize];
+        let h = |l: usize| qh[l / 2] >> (4 * (l % 2));
+        let g = |l: usize| IQ1S_GRID[(*qs.add(l) as usize | (h(l) & 7) << 8) & 2047] as i64;
+        // 9 + e in every byte of group l: 8 for a negative shift, 10 for a positive one
+        let e = |l: usize| {
+            if h(l) & 8 != 0 {
+                0x0808_0808_0808_0808u64 as i64
+            } else {
+                0x0a0a_0a0a_0a0a_0a0au64 as i64
+            }
+        };
+        let g1 = _mm256_set_epi64x(g(3), g(2), g(1), g(0));
+        let g2 = _mm256_add_epi8(g1, g1);
+        let g4 = _mm256_add_epi8(g2, g2);
+        let g8 = _mm256_add_epi8(g4, g4);
+        let w =
+            ((x.add(48 + 2 * (ib / 2)) as *const u16).read_unaligned() >> (6 * (ib % 2))) as u32;
+        Sub {
+            pos: _mm256_add_epi8(g8, _mm256_set_epi64x(e(3), e(2), e(1), e(0))),
+            neg: _mm256_set1_epi8(9),
+            scale: half_scales(w & 7, (w >> 3) & 7),
+        }
+    }
+    #[inline(always)]
+    unsafe fn d(x: *const u8) -> f32 {
+        let sc = |k: usize| (x.add(48 + 2 * k) as *const u16).read_unaligned();
+        let bits =
+            (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+    #[inline(always)]
+    unsafe fn block_value(_x: *const u8, y: *const u8, dx: f32, isum: i32) -> f32 {
+        dx * f32_at(y) * (isum as f32 * 0.125)
+    }
+}
+
 /// The 32 activations at `y` against an unpacked sub-block, times its scale, in 8 i32 lanes.
 #[inline(always)]
 unsafe fn dot_sub(w: Sub, y: *const u8) -> __m256i {
@@ -299,7 +358,7 @@ unsafe fn cols_dot<G: Grid, const N: usize>(
                 acc[j] = _mm256_add_epi32(acc[j], dot_sub(w, y));
             }
         }
-        let dx = f16_at(x);
+        let dx = G::d(x);
         for j in 0..N {
             let y = ys[j].add(i * Q8_K_BYTES);
             sumf[j] += G::block_value(x, y, dx, hsum_epi32(acc[j]));
@@ -474,4 +533,23 @@ pub unsafe fn vec_dot_iq1_s_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matmul_iq1_s_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
     matmul::<Iq1S>(n, w, acts, n_acts, out)
+}
+
+/// IQ1_M . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq1_m_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    vec_dot::<Iq1M>(n, w, act)
+}
+
+/// IQ1_M weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
+/// bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq1_m_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<Iq1M>(n, w, acts, n_acts, out)
 }
