@@ -87,6 +87,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::IQ2_S, neon::vec_dot_iq2_s_q8_k_neon, None, "neon");
     set.install(GgmlType::IQ3_S, neon::vec_dot_iq3_s_q8_k_neon, None, "neon");
     set.install(GgmlType::IQ1_S, neon::vec_dot_iq1_s_q8_k_neon, None, "neon");
+    set.install(GgmlType::IQ1_M, neon::vec_dot_iq1_m_q8_k_neon, None, "neon");
     // Q1_0 by table lookup (rows in groups of 16, one `tbl` per 4 weights of 16 rows), with
     // and without dotprod: llvm-mca (tools/lowbit-asm.py mca) predicts per row and 128
     // weights 22.4 cycles on the A53 and 5.1 on the A7 against 100 and 19.5 for the direct
@@ -120,6 +121,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::IQ2_S, iq2_s_dotprod, None, "dotprod");
     set.install(GgmlType::IQ3_S, iq3_s_dotprod, None, "dotprod");
     set.install(GgmlType::IQ1_S, iq1_s_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ1_M, iq1_m_dotprod, None, "dotprod");
     // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
     // of a matrix run through the one-row dotprod kernel inside the same call.
     set.add_repacked(
@@ -248,6 +250,9 @@ fn iq2_xs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn iq2_s_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_iq2_s_q8_k_dotprod(n, w, a) }
+}
+fn iq1_m_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq1_m_q8_k_dotprod(n, w, a) }
 }
 fn iq1_s_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_iq1_s_q8_k_dotprod(n, w, a) }
@@ -423,6 +428,7 @@ mod tests {
             (GgmlType::IQ2_S, true),
             (GgmlType::IQ3_S, true),
             (GgmlType::IQ1_S, true),
+            (GgmlType::IQ1_M, true),
         ];
         let neon_only = CpuFeatures {
             neon: true,

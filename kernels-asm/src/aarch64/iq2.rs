@@ -1023,3 +1023,173 @@ pub unsafe fn vec_dot_iq1_s_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 
     let nb = whole_blocks(n, QK_K, w, IQ1_S_BYTES, act, Q8_K_BYTES);
     iq1_s_row(nb, w, act, iq1_s_block_sums_dotprod)
 }
+
+// IQ1_M (#33): 56-byte super-blocks: 32 low index bytes, 16 qh bytes (per group of 8: 3 index
+// top bits and the shift sign), 4 scale words (3-bit scales per 16 weights; their top nibbles
+// make the f16 d). Each group's grid values g (-1, 0, 1) and shift sign e (+-1) become one
+// signed weight 8g + e (`shl` by 3, add e's bytes from a 2-entry table): the asm gives
+// S = 8 * sumi1 + sumi2 of the twin's two integers exactly (2 products per i16 lane: at most
+// 2 * 9 * 128), and f32(S) * 0.125 is the twin's f32(sumi1) + 0.125 * f32(sumi2) to the bit
+// (one rounding of the same value, scaled by a power of two; |sumi1| < 2^19).
+
+const IQ1_M_BYTES: usize = 56;
+
+/// The bytes of e = +1 and e = -1.
+static IQ1M_SHIFT: [u64; 2] = [0x0101_0101_0101_0101, 0xffff_ffff_ffff_ffff];
+
+/// Block integers S of IQ1_M (`x` at the first block's byte 0); `$dot` as for
+/// [`block_sums_iq2_xs!`] (the halves' 2s + 1 in `t` and `b`).
+macro_rules! block_sums_iq1_m {
+    ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
+        asm!(
+            $($pre,)*
+            "2:",
+            "movi v20.4s, #0",
+            "mov {c:w}, #8",
+            "ldr {sw}, [{s}]",
+            "mov {sh:w}, #6",
+            "3:",
+            "ldr {a:w}, [{x}], #4",
+            "ldrh {h:w}, [{qh}], #2",
+            "and {i0}, {a}, #0xff",
+            "ubfx {i1}, {a}, #8, #8",
+            "ubfx {i2}, {a}, #16, #8",
+            "lsr {i3:w}, {a:w}, #24",
+            "bfi {i0}, {h}, #8, #3",
+            "lsr {t:w}, {h:w}, #4",
+            "bfi {i1}, {t}, #8, #3",
+            "lsr {t:w}, {h:w}, #8",
+            "bfi {i2}, {t}, #8, #3",
+            "lsr {t:w}, {h:w}, #12",
+            "bfi {i3}, {t}, #8, #3",
+            "ldr d0, [{grid}, {i0}, lsl #3]",
+            "ldr d1, [{grid}, {i1}, lsl #3]",
+            "ldr d2, [{grid}, {i2}, lsl #3]",
+            "ldr d3, [{grid}, {i3}, lsl #3]",
+            "ubfx {i0:w}, {h:w}, #3, #1",
+            "ubfx {i1:w}, {h:w}, #7, #1",
+            "ubfx {i2:w}, {h:w}, #11, #1",
+            "lsr {i3:w}, {h:w}, #15",
+            "ldr d4, [{e}, {i0}, lsl #3]",
+            "ldr d5, [{e}, {i1}, lsl #3]",
+            "ldr d6, [{e}, {i2}, lsl #3]",
+            "ldr d7, [{e}, {i3}, lsl #3]",
+            "ld1 {{v16.8b, v17.8b, v18.8b, v19.8b}}, [{y}], #32",
+            "and {t:w}, {sw:w}, #7",
+            "ubfx {b:w}, {sw:w}, #3, #3",
+            "lsr {sw}, {sw}, {sh}",
+            "eor {sh:w}, {sh:w}, #12",
+            "orr {t:w}, {one:w}, {t:w}, lsl #1",
+            "orr {b:w}, {one:w}, {b:w}, lsl #1",
+            "shl v0.8b, v0.8b, #3",
+            "shl v1.8b, v1.8b, #3",
+            "shl v2.8b, v2.8b, #3",
+            "shl v3.8b, v3.8b, #3",
+            "add v0.8b, v0.8b, v4.8b",
+            "add v1.8b, v1.8b, v5.8b",
+            "add v2.8b, v2.8b, v6.8b",
+            "add v3.8b, v3.8b, v7.8b",
+            $($dot,)*
+            "subs {c:w}, {c:w}, #1",
+            "b.ne 3b",
+            "addv s20, v20.4s",
+            "str s20, [{o}], #4",
+            "add {x}, {x}, #24",
+            "add {qh}, {qh}, #40",
+            "add {s}, {s}, #56",
+            "add {y}, {y}, #36",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            grid = in(reg) IQ1S_GRID.as_ptr(),
+            e = in(reg) IQ1M_SHIFT.as_ptr(),
+            one = in(reg) 1u64,
+            x = inout(reg) $x => _,
+            qh = inout(reg) $x.add(32) => _,
+            s = inout(reg) $x.add(48) => _,
+            y = inout(reg) $y => _,
+            n = inout(reg) $n => _,
+            o = inout(reg) $out => _,
+            a = out(reg) _, b = out(reg) _, c = out(reg) _, t = out(reg) _, h = out(reg) _,
+            sw = out(reg) _, sh = out(reg) _,
+            i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v12") _, out("v13") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
+            out("v21") _, out("v22") _,
+            options(nostack),
+        )
+    };
+}
+
+/// IQ1_M block integers with ARMv8.0 widening multiplies.
+///
+/// # Safety
+/// As [`block_sums_neon`], for IQ1_M super-blocks (`x` at the first one's byte 0).
+#[inline(always)]
+unsafe fn iq1_m_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    half_scaled_neon!(block_sums_iq1_m, x, y, n, out);
+}
+
+/// [`iq1_m_block_sums_neon`] with `sdot`.
+///
+/// # Safety
+/// As [`iq1_m_block_sums_neon`], and the CPU must implement dotprod.
+#[inline(always)]
+unsafe fn iq1_m_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
+    half_scaled_dotprod!(block_sums_iq1_m, x, y, n, out);
+}
+
+/// An IQ1_M row . Q8_K over `nb` super-blocks: the asm's block integers S, then per block
+/// (d * dy) * (f32(S) * 0.125) in block order (d gathered from the scale words' top nibbles).
+#[inline(always)]
+fn iq1_m_row(
+    nb: usize,
+    w: &[u8],
+    act: &[u8],
+    sums: unsafe fn(*const u8, *const u8, usize, *mut i32),
+) -> f32 {
+    let mut buf = [0i32; RUN];
+    let mut sumf = 0.0f32;
+    let mut b0 = 0;
+    while b0 < nb {
+        let c = (nb - b0).min(RUN);
+        // SAFETY: super-blocks b0..b0 + c lie inside both slices (nb = whole_blocks), c >= 1.
+        unsafe {
+            sums(
+                w.as_ptr().add(b0 * IQ1_M_BYTES),
+                act.as_ptr().add(b0 * Q8_K_BYTES + 4),
+                c,
+                buf.as_mut_ptr(),
+            )
+        };
+        for (k, &s) in buf[..c].iter().enumerate() {
+            let b = b0 + k;
+            let x = &w[b * IQ1_M_BYTES..(b + 1) * IQ1_M_BYTES];
+            let sc = |k: usize| u16::from_le_bytes([x[48 + 2 * k], x[49 + 2 * k]]);
+            let bits = (sc(0) >> 12)
+                | ((sc(1) >> 8) & 0x00f0)
+                | ((sc(2) >> 4) & 0x0f00)
+                | (sc(3) & 0xf000);
+            let y = &act[b * Q8_K_BYTES..b * Q8_K_BYTES + 4];
+            let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+            sumf += super::float::f16_to_f32(bits) * dy * (s as f32 * 0.125);
+        }
+        b0 += c;
+    }
+    sumf
+}
+
+/// IQ1_M . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
+pub fn vec_dot_iq1_m_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ1_M_BYTES, act, Q8_K_BYTES);
+    iq1_m_row(nb, w, act, iq1_m_block_sums_neon)
+}
+
+/// IQ1_M . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
+///
+/// # Safety
+/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
+pub unsafe fn vec_dot_iq1_m_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = whole_blocks(n, QK_K, w, IQ1_M_BYTES, act, Q8_K_BYTES);
+    iq1_m_row(nb, w, act, iq1_m_block_sums_dotprod)
+}
