@@ -97,6 +97,7 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3-iq2_s" => "synthetic-qwen3-iq2_s.gguf",
         "synthetic-qwen3-iq3_s" => "synthetic-qwen3-iq3_s.gguf",
         "synthetic-qwen3-iq1_s" => "synthetic-qwen3-iq1_s.gguf",
+        "synthetic-qwen3-iq1_m" => "synthetic-qwen3-iq1_m.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }

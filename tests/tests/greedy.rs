@@ -272,6 +272,15 @@ fn synthetic_qwen3_iq1_s() {
     );
 }
 
+/// IQ1_M (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq1_m() {
+    check_greedy_on(
+        "synthetic-qwen3-iq1_m",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
 #[test]
 fn synthetic_qwen3_tq1_0() {
     check_greedy("synthetic-qwen3-tq1_0");

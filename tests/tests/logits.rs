@@ -348,6 +348,11 @@ fn synthetic_qwen3_iq1_s() {
 }
 
 #[test]
+fn synthetic_qwen3_iq1_m() {
+    check_logits("synthetic-qwen3-iq1_m");
+}
+
+#[test]
 fn synthetic_qwen3_q2_0() {
     check_logits("synthetic-qwen3-q2_0");
 }
