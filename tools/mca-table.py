@@ -141,6 +141,10 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: + the shift and float step"),
     ("IQ1_S", 256, "dotprod", Side("3iq226vec_dot_iq1_s_q8_k_dotprod", [8], depth=1),
      ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: + the shift and float step"),
+    ("IQ1_M", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_m_q8_k_neon", [8], depth=1),
+     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
+    ("IQ1_M", 256, "dotprod", Side("3iq226vec_dot_iq1_m_q8_k_dotprod", [8], depth=1),
+     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
     # Qwen3.5's fused delta-rule step: a "block" is one state row of dk = 128 (Qwen3.5's head
     # dim), both sweeps (decay + S k, then the update + S q) of a pair of rows per trip of the
     # outer loop, 8 trips of 16 values each inside. llama.cpp runs the delta rule as ggml's
