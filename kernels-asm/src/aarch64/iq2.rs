@@ -571,7 +571,8 @@ macro_rules! block_sums_iq2_s {
 
 /// Block integers of IQ3_S (`x` at the first block's qs, byte 2): 8 low index bytes a
 /// sub-block, its qh byte (bit k the 9th of index k), 4 sign bytes, and its scale nibble
-/// (low, then high, of each scale byte). Entries 0-3 (groups 0, 1) go to v0, 4-7 to v2, their
+/// (low, then high, of each scale byte). Entries 0-3 (groups 0, 1) go to v0, 4-7 to v2 (the first
+/// by `ldr s`, the others by `ld1` lane loads at grid + 4 * index: no `mov` lane inserts), their
 /// sign masks to v24 and v25; `$dot` adds into v20 by the scale in `b`.
 macro_rules! block_sums_iq3_s {
     ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
@@ -599,9 +600,12 @@ macro_rules! block_sums_iq3_s {
             "lsr {t:w}, {h:w}, #3",
             "bfi {i3}, {t}, #8, #1",
             "ldr s0, [{grid}, {i0}, lsl #2]",
-            "ldr s1, [{grid}, {i1}, lsl #2]",
-            "ldr s3, [{grid}, {i2}, lsl #2]",
-            "ldr s5, [{grid}, {i3}, lsl #2]",
+            "add {i1}, {grid}, {i1}, lsl #2",
+            "add {i2}, {grid}, {i2}, lsl #2",
+            "add {i3}, {grid}, {i3}, lsl #2",
+            "ld1 {{v0.s}}[1], [{i1}]",
+            "ld1 {{v0.s}}[2], [{i2}]",
+            "ld1 {{v0.s}}[3], [{i3}]",
             "ubfx {i0}, {a}, #32, #8",
             "ubfx {i1}, {a}, #40, #8",
             "ubfx {i2}, {a}, #48, #8",
@@ -615,9 +619,12 @@ macro_rules! block_sums_iq3_s {
             "lsr {t:w}, {h:w}, #7",
             "bfi {i3}, {t}, #8, #1",
             "ldr s2, [{grid}, {i0}, lsl #2]",
-            "ldr s7, [{grid}, {i1}, lsl #2]",
-            "ldr s16, [{grid}, {i2}, lsl #2]",
-            "ldr s17, [{grid}, {i3}, lsl #2]",
+            "add {i1}, {grid}, {i1}, lsl #2",
+            "add {i2}, {grid}, {i2}, lsl #2",
+            "add {i3}, {grid}, {i3}, lsl #2",
+            "ld1 {{v2.s}}[1], [{i1}]",
+            "ld1 {{v2.s}}[2], [{i2}]",
+            "ld1 {{v2.s}}[3], [{i3}]",
             "tbl v24.16b, {{v4.16b}}, v28.16b",
             "tbl v25.16b, {{v4.16b}}, v29.16b",
             "lsr {b:w}, {b:w}, {sh:w}",
@@ -625,12 +632,6 @@ macro_rules! block_sums_iq3_s {
             "eor {sh:w}, {sh:w}, #4",
             "and {b:w}, {b:w}, #15",
             "orr {b:w}, {one:w}, {b:w}, lsl #1",
-            "mov v0.s[1], v1.s[0]",
-            "mov v0.s[2], v3.s[0]",
-            "mov v0.s[3], v5.s[0]",
-            "mov v2.s[1], v7.s[0]",
-            "mov v2.s[2], v16.s[0]",
-            "mov v2.s[3], v17.s[0]",
             "cmtst v24.16b, v24.16b, v30.16b",
             "cmtst v25.16b, v25.16b, v30.16b",
             "ld1 {{v16.16b, v17.16b}}, [{y}], #32",
