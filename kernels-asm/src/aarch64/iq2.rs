@@ -412,24 +412,29 @@ static SIGN_SPREAD: [u8; 48] = [
     1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
 ];
 
-/// Block integers of IQ2_XS (`x` at the first block's qs, byte 2): 4 group words a sub-block
-/// (9-bit index, 7-bit signs), its scale byte from `s` (byte 66). `$dot` multiplies the signed
-/// magnitudes v0-v3 by the activations v16-v19 and adds into v20 by the scales in `t` (first
-/// half) and `b` (second half).
+/// Block integers of IQ2_XS (`x` at the first block's qs, byte 2), two sub-blocks a trip
+/// (A in v0-v7 and v16-v19, B in v22-v29 and v8-v11, all loads issued before either's first
+/// use, as IQ2_XXS's loop does): 4 group words a sub-block (9-bit index, 7-bit signs), the
+/// two sub-blocks' scale bytes from `s` (byte 66). `$dot` multiplies the signed magnitudes by
+/// the activations and adds into v20 by the halves' 2s + 1 in `i0`, `i1` (A) and `i2`, `i3` (B).
 macro_rules! block_sums_iq2_xs {
     ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
         asm!(
             $($pre,)*
             "2:",
             "movi v20.4s, #0",
-            "mov {c:w}, #8",
+            "mov {c:w}, #4",
             "3:",
-            "ldr {a}, [{x}], #8",
-            "ldrb {b:w}, [{s}], #1",
+            "ldp {a}, {a2}, [{x}], #16",
+            "ldrh {h:w}, [{s}], #2",
             "and {i0}, {a}, #0x1ff",
             "ubfx {i1}, {a}, #16, #9",
             "ubfx {i2}, {a}, #32, #9",
             "ubfx {i3}, {a}, #48, #9",
+            "and {j0}, {a2}, #0x1ff",
+            "ubfx {j1}, {a2}, #16, #9",
+            "ubfx {j2}, {a2}, #32, #9",
+            "ubfx {j3}, {a2}, #48, #9",
             "ldr d0, [{grid}, {i0}, lsl #3]",
             "ldr d1, [{grid}, {i1}, lsl #3]",
             "ldr d2, [{grid}, {i2}, lsl #3]",
@@ -438,23 +443,48 @@ macro_rules! block_sums_iq2_xs {
             "ubfx {i1}, {a}, #25, #7",
             "ubfx {i2}, {a}, #41, #7",
             "lsr {i3}, {a}, #57",
+            "ldr d22, [{grid}, {j0}, lsl #3]",
+            "ldr d23, [{grid}, {j1}, lsl #3]",
+            "ldr d24, [{grid}, {j2}, lsl #3]",
+            "ldr d25, [{grid}, {j3}, lsl #3]",
+            "ubfx {j0}, {a2}, #9, #7",
+            "ubfx {j1}, {a2}, #25, #7",
+            "ubfx {j2}, {a2}, #41, #7",
+            "lsr {j3}, {a2}, #57",
             "ldr d4, [{signs}, {i0}, lsl #3]",
             "ldr d5, [{signs}, {i1}, lsl #3]",
             "ldr d6, [{signs}, {i2}, lsl #3]",
             "ldr d7, [{signs}, {i3}, lsl #3]",
+            "ldr d26, [{signs}, {j0}, lsl #3]",
+            "ldr d27, [{signs}, {j1}, lsl #3]",
+            "ldr d28, [{signs}, {j2}, lsl #3]",
+            "ldr d29, [{signs}, {j3}, lsl #3]",
             "ld1 {{v16.8b, v17.8b, v18.8b, v19.8b}}, [{y}], #32",
-            "and {t:w}, {b:w}, #15",
-            "lsr {b:w}, {b:w}, #4",
-            "orr {t:w}, {one:w}, {t:w}, lsl #1",
-            "orr {b:w}, {one:w}, {b:w}, lsl #1",
+            "ld1 {{v8.8b, v9.8b, v10.8b, v11.8b}}, [{y}], #32",
+            "ubfiz {i0:w}, {h:w}, #1, #4",
+            "ubfx {i1:w}, {h:w}, #3, #5",
+            "ubfx {i2:w}, {h:w}, #7, #5",
+            "lsr {i3:w}, {h:w}, #11",
+            "orr {i0:w}, {i0:w}, #1",
+            "orr {i1:w}, {i1:w}, #1",
+            "orr {i2:w}, {i2:w}, #1",
+            "orr {i3:w}, {i3:w}, #1",
             "eor v0.8b, v0.8b, v4.8b",
             "eor v1.8b, v1.8b, v5.8b",
             "eor v2.8b, v2.8b, v6.8b",
             "eor v3.8b, v3.8b, v7.8b",
+            "eor v22.8b, v22.8b, v26.8b",
+            "eor v23.8b, v23.8b, v27.8b",
+            "eor v24.8b, v24.8b, v28.8b",
+            "eor v25.8b, v25.8b, v29.8b",
             "sub v0.8b, v0.8b, v4.8b",
             "sub v1.8b, v1.8b, v5.8b",
             "sub v2.8b, v2.8b, v6.8b",
             "sub v3.8b, v3.8b, v7.8b",
+            "sub v22.8b, v22.8b, v26.8b",
+            "sub v23.8b, v23.8b, v27.8b",
+            "sub v24.8b, v24.8b, v28.8b",
+            "sub v25.8b, v25.8b, v29.8b",
             $($dot,)*
             "subs {c:w}, {c:w}, #1",
             "b.ne 3b",
@@ -467,18 +497,21 @@ macro_rules! block_sums_iq2_xs {
             "b.ne 2b",
             grid = in(reg) IQ2XS_GRID.as_ptr(),
             signs = in(reg) KSIGNS64.as_ptr(),
-            one = in(reg) 1u64,
             x = inout(reg) $x => _,
             s = inout(reg) $x.add(64) => _,
             y = inout(reg) $y => _,
             n = inout(reg) $n => _,
             o = inout(reg) $out => _,
-            a = out(reg) _, b = out(reg) _, c = out(reg) _, t = out(reg) _,
+            a = out(reg) _, a2 = out(reg) _, h = out(reg) _, c = out(reg) _,
             i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
+            j0 = out(reg) _, j1 = out(reg) _, j2 = out(reg) _, j3 = out(reg) _,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v12") _, out("v13") _,
-            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
-            out("v21") _, out("v22") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+            out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
+            out("v30") _, out("v31") _,
             options(nostack),
         )
     };
@@ -729,7 +762,35 @@ macro_rules! half_scaled_dotprod {
 /// As [`block_sums_neon`], for IQ2_XS super-blocks (`x` at the first one's byte 2).
 #[inline(always)]
 unsafe fn iq2_xs_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    half_scaled_neon!(block_sums_iq2_xs, x, y, n, out);
+    block_sums_iq2_xs!(
+        x,
+        y,
+        n,
+        out,
+        [],
+        [
+            "smull v12.8h, v0.8b, v16.8b",
+            "smull v13.8h, v2.8b, v18.8b",
+            "smull v14.8h, v22.8b, v8.8b",
+            "smull v15.8h, v24.8b, v10.8b",
+            "smlal v12.8h, v1.8b, v17.8b",
+            "smlal v13.8h, v3.8b, v19.8b",
+            "smlal v14.8h, v23.8b, v9.8b",
+            "smlal v15.8h, v25.8b, v11.8b",
+            "dup v21.8h, {i0:w}",
+            "dup v30.8h, {i1:w}",
+            "dup v31.8h, {i2:w}",
+            "dup v27.8h, {i3:w}",
+            "smlal v20.4s, v12.4h, v21.4h",
+            "smlal2 v20.4s, v12.8h, v21.8h",
+            "smlal v20.4s, v13.4h, v30.4h",
+            "smlal2 v20.4s, v13.8h, v30.8h",
+            "smlal v20.4s, v14.4h, v31.4h",
+            "smlal2 v20.4s, v14.8h, v31.8h",
+            "smlal v20.4s, v15.4h, v27.4h",
+            "smlal2 v20.4s, v15.8h, v27.8h"
+        ]
+    );
 }
 
 /// [`iq2_xs_block_sums_neon`] with `sdot`.
@@ -738,7 +799,35 @@ unsafe fn iq2_xs_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut
 /// As [`iq2_xs_block_sums_neon`], and the CPU must implement dotprod.
 #[inline(always)]
 unsafe fn iq2_xs_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    half_scaled_dotprod!(block_sums_iq2_xs, x, y, n, out);
+    block_sums_iq2_xs!(
+        x,
+        y,
+        n,
+        out,
+        [".arch_extension dotprod"],
+        [
+            "movi v12.4s, #0",
+            "movi v13.4s, #0",
+            "movi v14.4s, #0",
+            "movi v15.4s, #0",
+            "sdot v12.2s, v0.8b, v16.8b",
+            "sdot v13.2s, v2.8b, v18.8b",
+            "sdot v14.2s, v22.8b, v8.8b",
+            "sdot v15.2s, v24.8b, v10.8b",
+            "sdot v12.2s, v1.8b, v17.8b",
+            "sdot v13.2s, v3.8b, v19.8b",
+            "sdot v14.2s, v23.8b, v9.8b",
+            "sdot v15.2s, v25.8b, v11.8b",
+            "dup v21.4s, {i0:w}",
+            "dup v30.4s, {i1:w}",
+            "dup v31.4s, {i2:w}",
+            "dup v27.4s, {i3:w}",
+            "mla v20.4s, v12.4s, v21.4s",
+            "mla v20.4s, v13.4s, v30.4s",
+            "mla v20.4s, v14.4s, v31.4s",
+            "mla v20.4s, v15.4s, v27.4s"
+        ]
+    );
 }
 
 /// IQ2_S block sums with ARMv8.0 widening multiplies.
