@@ -517,9 +517,11 @@ macro_rules! block_sums_iq2_xs {
     };
 }
 
-/// Block integers of IQ2_S (`x` at the first block's qs, byte 2): 4 low index bytes a
-/// sub-block, its qh byte (bits 2l..2l+2 the top of index l), 4 sign bytes and its scale
-/// byte; `$dot` as for [`block_sums_iq2_xs!`].
+/// Block integers of IQ2_S (`x` at the first block's qs, byte 2), two sub-blocks a trip (A
+/// in v0-v7 and v16-v19, B in v22-v29 and v8-v11, every load issued before its first use): 4
+/// low index bytes a sub-block, its qh byte (bits 2l..2l+2 the top of index l), 4 sign bytes
+/// (spread by `dup` and `cmtst` against the bits in v30) and its scale byte. `$dot` adds into
+/// v20 by the halves' 2s + 1 in `i0`, `i1` (A) and `i2`, `i3` (B).
 macro_rules! block_sums_iq2_s {
     ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
         asm!(
@@ -527,48 +529,85 @@ macro_rules! block_sums_iq2_s {
             "ldr d30, [{k}, #32]",
             "2:",
             "movi v20.4s, #0",
-            "mov {c:w}, #8",
+            "mov {c:w}, #4",
             "3:",
-            "ldr {a:w}, [{x}], #4",
-            "ldrb {h:w}, [{qh}], #1",
-            "ldr s8, [{sg}], #4",
-            "ldrb {b:w}, [{s}], #1",
+            "ldr {a}, [{x}], #8",
+            "ldrh {h:w}, [{qh}], #2",
+            "ldr d29, [{sg}], #8",
+            "ldrh {sc:w}, [{s}], #2",
             "and {i0}, {a}, #0xff",
             "ubfx {i1}, {a}, #8, #8",
             "ubfx {i2}, {a}, #16, #8",
-            "lsr {i3:w}, {a:w}, #24",
+            "ubfx {i3}, {a}, #24, #8",
+            "ubfx {j0}, {a}, #32, #8",
+            "ubfx {j1}, {a}, #40, #8",
+            "ubfx {j2}, {a}, #48, #8",
+            "lsr {j3}, {a}, #56",
             "bfi {i0}, {h}, #8, #2",
             "lsr {t:w}, {h:w}, #2",
             "bfi {i1}, {t}, #8, #2",
             "lsr {t:w}, {h:w}, #4",
             "bfi {i2}, {t}, #8, #2",
-            "ubfx {t:w}, {h:w}, #6, #2",
+            "lsr {t:w}, {h:w}, #6",
             "bfi {i3}, {t}, #8, #2",
+            "lsr {t:w}, {h:w}, #8",
+            "bfi {j0}, {t}, #8, #2",
+            "lsr {t:w}, {h:w}, #10",
+            "bfi {j1}, {t}, #8, #2",
+            "lsr {t:w}, {h:w}, #12",
+            "bfi {j2}, {t}, #8, #2",
+            "lsr {t:w}, {h:w}, #14",
+            "bfi {j3}, {t}, #8, #2",
             "ldr d0, [{grid}, {i0}, lsl #3]",
             "ldr d1, [{grid}, {i1}, lsl #3]",
             "ldr d2, [{grid}, {i2}, lsl #3]",
             "ldr d3, [{grid}, {i3}, lsl #3]",
-            "dup v4.8b, v8.b[0]",
-            "dup v5.8b, v8.b[1]",
-            "dup v6.8b, v8.b[2]",
-            "dup v7.8b, v8.b[3]",
+            "ldr d22, [{grid}, {j0}, lsl #3]",
+            "ldr d23, [{grid}, {j1}, lsl #3]",
+            "ldr d24, [{grid}, {j2}, lsl #3]",
+            "ldr d25, [{grid}, {j3}, lsl #3]",
             "ld1 {{v16.8b, v17.8b, v18.8b, v19.8b}}, [{y}], #32",
+            "ld1 {{v8.8b, v9.8b, v10.8b, v11.8b}}, [{y}], #32",
+            "dup v4.8b, v29.b[0]",
+            "dup v5.8b, v29.b[1]",
+            "dup v6.8b, v29.b[2]",
+            "dup v7.8b, v29.b[3]",
+            "dup v26.8b, v29.b[4]",
+            "dup v27.8b, v29.b[5]",
+            "dup v28.8b, v29.b[6]",
+            "dup v29.8b, v29.b[7]",
+            "ubfiz {i0:w}, {sc:w}, #1, #4",
+            "ubfx {i1:w}, {sc:w}, #3, #5",
+            "ubfx {i2:w}, {sc:w}, #7, #5",
+            "lsr {i3:w}, {sc:w}, #11",
             "cmtst v4.8b, v4.8b, v30.8b",
             "cmtst v5.8b, v5.8b, v30.8b",
             "cmtst v6.8b, v6.8b, v30.8b",
             "cmtst v7.8b, v7.8b, v30.8b",
-            "and {t:w}, {b:w}, #15",
-            "lsr {b:w}, {b:w}, #4",
-            "orr {t:w}, {one:w}, {t:w}, lsl #1",
-            "orr {b:w}, {one:w}, {b:w}, lsl #1",
+            "cmtst v26.8b, v26.8b, v30.8b",
+            "cmtst v27.8b, v27.8b, v30.8b",
+            "cmtst v28.8b, v28.8b, v30.8b",
+            "cmtst v29.8b, v29.8b, v30.8b",
+            "orr {i0:w}, {i0:w}, #1",
+            "orr {i1:w}, {i1:w}, #1",
+            "orr {i2:w}, {i2:w}, #1",
+            "orr {i3:w}, {i3:w}, #1",
             "eor v0.8b, v0.8b, v4.8b",
             "eor v1.8b, v1.8b, v5.8b",
             "eor v2.8b, v2.8b, v6.8b",
             "eor v3.8b, v3.8b, v7.8b",
+            "eor v22.8b, v22.8b, v26.8b",
+            "eor v23.8b, v23.8b, v27.8b",
+            "eor v24.8b, v24.8b, v28.8b",
+            "eor v25.8b, v25.8b, v29.8b",
             "sub v0.8b, v0.8b, v4.8b",
             "sub v1.8b, v1.8b, v5.8b",
             "sub v2.8b, v2.8b, v6.8b",
             "sub v3.8b, v3.8b, v7.8b",
+            "sub v22.8b, v22.8b, v26.8b",
+            "sub v23.8b, v23.8b, v27.8b",
+            "sub v24.8b, v24.8b, v28.8b",
+            "sub v25.8b, v25.8b, v29.8b",
             $($dot,)*
             "subs {c:w}, {c:w}, #1",
             "b.ne 3b",
@@ -583,7 +622,6 @@ macro_rules! block_sums_iq2_s {
             "b.ne 2b",
             grid = in(reg) IQ2S_GRID.as_ptr(),
             k = in(reg) SIGN_SPREAD.as_ptr(),
-            one = in(reg) 1u64,
             x = inout(reg) $x => _,
             sg = inout(reg) $x.add(32) => _,
             qh = inout(reg) $x.add(64) => _,
@@ -591,13 +629,88 @@ macro_rules! block_sums_iq2_s {
             y = inout(reg) $y => _,
             n = inout(reg) $n => _,
             o = inout(reg) $out => _,
-            a = out(reg) _, b = out(reg) _, c = out(reg) _, t = out(reg) _, h = out(reg) _,
+            a = out(reg) _, h = out(reg) _, sc = out(reg) _, c = out(reg) _, t = out(reg) _,
             i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
+            j0 = out(reg) _, j1 = out(reg) _, j2 = out(reg) _, j3 = out(reg) _,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v12") _, out("v13") _,
-            out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _,
-            out("v21") _, out("v22") _, out("v30") _,
+            out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+            out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+            out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+            out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
+            out("v30") _, out("v31") _,
             options(nostack),
+        )
+    };
+}
+
+/// The products of two sub-blocks a trip with a scale per 16 weights (IQ2_XS, IQ2_S): A's
+/// halves by `i0`, `i1`, B's by `i2`, `i3`, with ARMv8.0 widening multiplies.
+macro_rules! two_subs_neon {
+    ($m:ident, $x:ident, $y:ident, $n:ident, $out:ident) => {
+        $m!(
+            $x,
+            $y,
+            $n,
+            $out,
+            [],
+            [
+                "smull v12.8h, v0.8b, v16.8b",
+                "smull v13.8h, v2.8b, v18.8b",
+                "smull v14.8h, v22.8b, v8.8b",
+                "smull v15.8h, v24.8b, v10.8b",
+                "smlal v12.8h, v1.8b, v17.8b",
+                "smlal v13.8h, v3.8b, v19.8b",
+                "smlal v14.8h, v23.8b, v9.8b",
+                "smlal v15.8h, v25.8b, v11.8b",
+                "dup v21.8h, {i0:w}",
+                "dup v31.8h, {i1:w}",
+                "dup v26.8h, {i2:w}",
+                "dup v27.8h, {i3:w}",
+                "smlal v20.4s, v12.4h, v21.4h",
+                "smlal2 v20.4s, v12.8h, v21.8h",
+                "smlal v20.4s, v13.4h, v31.4h",
+                "smlal2 v20.4s, v13.8h, v31.8h",
+                "smlal v20.4s, v14.4h, v26.4h",
+                "smlal2 v20.4s, v14.8h, v26.8h",
+                "smlal v20.4s, v15.4h, v27.4h",
+                "smlal2 v20.4s, v15.8h, v27.8h"
+            ]
+        )
+    };
+}
+
+/// [`two_subs_neon!`] with `sdot` (ARMv8.2 dotprod).
+macro_rules! two_subs_dotprod {
+    ($m:ident, $x:ident, $y:ident, $n:ident, $out:ident) => {
+        $m!(
+            $x,
+            $y,
+            $n,
+            $out,
+            [".arch_extension dotprod"],
+            [
+                "movi v12.4s, #0",
+                "movi v13.4s, #0",
+                "movi v14.4s, #0",
+                "movi v15.4s, #0",
+                "sdot v12.2s, v0.8b, v16.8b",
+                "sdot v13.2s, v2.8b, v18.8b",
+                "sdot v14.2s, v22.8b, v8.8b",
+                "sdot v15.2s, v24.8b, v10.8b",
+                "sdot v12.2s, v1.8b, v17.8b",
+                "sdot v13.2s, v3.8b, v19.8b",
+                "sdot v14.2s, v23.8b, v9.8b",
+                "sdot v15.2s, v25.8b, v11.8b",
+                "dup v21.4s, {i0:w}",
+                "dup v31.4s, {i1:w}",
+                "dup v26.4s, {i2:w}",
+                "dup v27.4s, {i3:w}",
+                "mla v20.4s, v12.4s, v21.4s",
+                "mla v20.4s, v13.4s, v31.4s",
+                "mla v20.4s, v14.4s, v26.4s",
+                "mla v20.4s, v15.4s, v27.4s"
+            ]
         )
     };
 }
@@ -762,35 +875,7 @@ macro_rules! half_scaled_dotprod {
 /// As [`block_sums_neon`], for IQ2_XS super-blocks (`x` at the first one's byte 2).
 #[inline(always)]
 unsafe fn iq2_xs_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    block_sums_iq2_xs!(
-        x,
-        y,
-        n,
-        out,
-        [],
-        [
-            "smull v12.8h, v0.8b, v16.8b",
-            "smull v13.8h, v2.8b, v18.8b",
-            "smull v14.8h, v22.8b, v8.8b",
-            "smull v15.8h, v24.8b, v10.8b",
-            "smlal v12.8h, v1.8b, v17.8b",
-            "smlal v13.8h, v3.8b, v19.8b",
-            "smlal v14.8h, v23.8b, v9.8b",
-            "smlal v15.8h, v25.8b, v11.8b",
-            "dup v21.8h, {i0:w}",
-            "dup v30.8h, {i1:w}",
-            "dup v31.8h, {i2:w}",
-            "dup v27.8h, {i3:w}",
-            "smlal v20.4s, v12.4h, v21.4h",
-            "smlal2 v20.4s, v12.8h, v21.8h",
-            "smlal v20.4s, v13.4h, v30.4h",
-            "smlal2 v20.4s, v13.8h, v30.8h",
-            "smlal v20.4s, v14.4h, v31.4h",
-            "smlal2 v20.4s, v14.8h, v31.8h",
-            "smlal v20.4s, v15.4h, v27.4h",
-            "smlal2 v20.4s, v15.8h, v27.8h"
-        ]
-    );
+    two_subs_neon!(block_sums_iq2_xs, x, y, n, out);
 }
 
 /// [`iq2_xs_block_sums_neon`] with `sdot`.
@@ -799,35 +884,7 @@ unsafe fn iq2_xs_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut
 /// As [`iq2_xs_block_sums_neon`], and the CPU must implement dotprod.
 #[inline(always)]
 unsafe fn iq2_xs_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    block_sums_iq2_xs!(
-        x,
-        y,
-        n,
-        out,
-        [".arch_extension dotprod"],
-        [
-            "movi v12.4s, #0",
-            "movi v13.4s, #0",
-            "movi v14.4s, #0",
-            "movi v15.4s, #0",
-            "sdot v12.2s, v0.8b, v16.8b",
-            "sdot v13.2s, v2.8b, v18.8b",
-            "sdot v14.2s, v22.8b, v8.8b",
-            "sdot v15.2s, v24.8b, v10.8b",
-            "sdot v12.2s, v1.8b, v17.8b",
-            "sdot v13.2s, v3.8b, v19.8b",
-            "sdot v14.2s, v23.8b, v9.8b",
-            "sdot v15.2s, v25.8b, v11.8b",
-            "dup v21.4s, {i0:w}",
-            "dup v30.4s, {i1:w}",
-            "dup v31.4s, {i2:w}",
-            "dup v27.4s, {i3:w}",
-            "mla v20.4s, v12.4s, v21.4s",
-            "mla v20.4s, v13.4s, v30.4s",
-            "mla v20.4s, v14.4s, v31.4s",
-            "mla v20.4s, v15.4s, v27.4s"
-        ]
-    );
+    two_subs_dotprod!(block_sums_iq2_xs, x, y, n, out);
 }
 
 /// IQ2_S block sums with ARMv8.0 widening multiplies.
@@ -836,7 +893,7 @@ unsafe fn iq2_xs_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *
 /// As [`block_sums_neon`], for IQ2_S super-blocks (`x` at the first one's byte 2).
 #[inline(always)]
 unsafe fn iq2_s_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    half_scaled_neon!(block_sums_iq2_s, x, y, n, out);
+    two_subs_neon!(block_sums_iq2_s, x, y, n, out);
 }
 
 /// [`iq2_s_block_sums_neon`] with `sdot`.
@@ -845,7 +902,7 @@ unsafe fn iq2_s_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut 
 /// As [`iq2_s_block_sums_neon`], and the CPU must implement dotprod.
 #[inline(always)]
 unsafe fn iq2_s_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    half_scaled_dotprod!(block_sums_iq2_s, x, y, n, out);
+    two_subs_dotprod!(block_sums_iq2_s, x, y, n, out);
 }
 
 /// IQ3_S block sums with ARMv8.0 widening multiplies.
