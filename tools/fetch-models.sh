@@ -6,7 +6,7 @@
 # `lowbit` makes qwen2.5-coder-0.5b-{q1_0,q2_0,q2_k,iq4_nl,iq4_xs}.gguf and synthetic-qwen3-{q2_0,tq1_0,tq2_0,q2_k}.gguf with
 # `smolrun gguf requant` (built here; the tensor bytes llama-quantize --allow-requantize --pure
 # writes, which tests/tests/golden_files.rs checks against the goldens' record), and
-# synthetic-qwen3-{iq2_xxs,iq3_xxs}.gguf with llama-quantize b11434 itself (tools/oracle/build.sh builds it
+# synthetic-qwen3-{iq2_xxs,iq3_xxs,iq2_xs,iq2_s,iq3_s,iq1_s,iq1_m}.gguf with llama-quantize b11434 itself (tools/oracle/build.sh builds it
 # if absent): smolrun has no quantizer for the grid i-quants, which search their grid under an
 # importance matrix (the committed tools/oracle/imatrix/synthetic-qwen3.gguf).
 set -euo pipefail
@@ -71,7 +71,7 @@ requant_lowbit() {
   done
   # the same command as tools/oracle/regen.sh's, so the same bytes (golden_files checks them)
   local oracle=${SMOLRUN_ORACLE:-$HOME/.cache/smolrun/oracle}
-  for t in iq2_xxs iq3_xxs; do
+  for t in iq2_xxs iq3_xxs iq2_xs iq2_s iq3_s iq1_s iq1_m; do
     local out="$dest/synthetic-qwen3-$t.gguf"
     if [[ -f $out ]]; then echo "fetch-models: synthetic-qwen3-$t present ($out)"; continue; fi
     [[ -x $oracle/build/bin/llama-quantize ]] || "$repo/tools/oracle/build.sh"

@@ -28,16 +28,35 @@ TABLES = [
     ("iq3xxs_grid", "IQ3XXS_GRID", "u32", 8,
      "IQ3_XXS: 256 groups of 4 magnitudes (byte j = element j, 4..62), indexed by one byte\n"
      "/// (ggml's `iq3xxs_grid`)."),
+    ("iq2xs_grid", "IQ2XS_GRID", "u64", 16,
+     "IQ2_XS: 512 groups of 8 magnitudes (byte j = element j, each 0x08, 0x19 or 0x2b),\n"
+     "/// indexed by 9 bits (ggml's `iq2xs_grid`)."),
+    ("iq2s_grid", "IQ2S_GRID", "u64", 16,
+     "IQ2_S: 1024 groups of 8 magnitudes (byte j = element j, each 0x08, 0x19 or 0x2b),\n"
+     "/// indexed by 10 bits (ggml's `iq2s_grid`)."),
+    ("iq3s_grid", "IQ3S_GRID", "u32", 8,
+     "IQ3_S: 512 groups of 4 magnitudes (byte j = element j, odd values 1..15), indexed by\n"
+     "/// 9 bits (ggml's `iq3s_grid`)."),
+    ("iq1s_grid", "IQ1S_GRID", "u64", 16,
+     "IQ1_S and IQ1_M: 2048 groups of 8 signed values (byte j = element j as i8: -1, 0 or 1),\n"
+     "/// indexed by 11 bits (ggml's `iq1s_grid`)."),
 ]
 
 
 def table(text, name):
-    m = re.search(r"GGML_TABLE_BEGIN\(\w+,\s*%s,\s*(\d+)\)(.*?)GGML_TABLE_END\(\)" % name, text, re.S)
+    m = re.search(r"GGML_TABLE_BEGIN\(\w+,\s*%s,\s*(\w+)\)(.*?)GGML_TABLE_END\(\)" % name, text, re.S)
     if not m:
         sys.exit(f"gen-iq-grids: no table {name}")
+    size = m.group(1)
+    if not size.isdigit():
+        # a length given by a macro (NGRID_IQ1S): its #define
+        d = re.search(r"#define\s+%s\s+(\d+)" % size, text)
+        if not d:
+            sys.exit(f"gen-iq-grids: {name}'s length {size} is not defined")
+        size = d.group(1)
     values = [int(v, 0) for v in re.findall(r"0x[0-9a-fA-F]+|\d+", m.group(2))]
-    if len(values) != int(m.group(1)):
-        sys.exit(f"gen-iq-grids: {name} has {len(values)} values, declared {m.group(1)}")
+    if len(values) != int(size):
+        sys.exit(f"gen-iq-grids: {name} has {len(values)} values, declared {size}")
     return values
 
 

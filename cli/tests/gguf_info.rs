@@ -183,6 +183,11 @@ fn every_big_matrix_of_the_test_models_reaches_a_simd_kernel() {
         "synthetic-qwen3-q2_k.gguf",
         "synthetic-qwen3-iq2_xxs.gguf",
         "synthetic-qwen3-iq3_xxs.gguf",
+        "synthetic-qwen3-iq2_xs.gguf",
+        "synthetic-qwen3-iq2_s.gguf",
+        "synthetic-qwen3-iq3_s.gguf",
+        "synthetic-qwen3-iq1_s.gguf",
+        "synthetic-qwen3-iq1_m.gguf",
     ] {
         let path = require_model(file);
         let out = smolrun(&["gguf", "info", "--kernels", path.to_str().unwrap()], None);

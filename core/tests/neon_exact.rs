@@ -18,8 +18,9 @@
 #![cfg(target_arch = "aarch64")]
 
 use smolrun_core::quant::{
-    iq2_xxs, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0, q2_0_lut, q2_k, q3_k, q4_0, q4_1, q4_k,
-    q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k, tq1_0, tq2_0, GgmlType,
+    iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_nl, iq4_xs, q1_0, q1_0_lut, q2_0,
+    q2_0_lut, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_1, q8_k, tq1_0, tq2_0,
+    GgmlType,
 };
 use smolrun_kernels::aarch64 as neon;
 
@@ -186,6 +187,47 @@ const KERNELS: &[Kernel] = &[
         dotprod: neon::vec_dot_iq3_xxs_q8_k_dotprod,
         dotprod_bit_exact: true,
     },
+    // IQ2_XS, IQ2_S, IQ3_S (#33): block integers in asm, the twins' float steps in their order.
+    Kernel {
+        name: "IQ2_XS x Q8_K",
+        weight: GgmlType::IQ2_XS,
+        scalar: iq2_xs::vec_dot,
+        neon: neon::vec_dot_iq2_xs_q8_k_neon,
+        dotprod: neon::vec_dot_iq2_xs_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ2_S x Q8_K",
+        weight: GgmlType::IQ2_S,
+        scalar: iq2_s::vec_dot,
+        neon: neon::vec_dot_iq2_s_q8_k_neon,
+        dotprod: neon::vec_dot_iq2_s_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ3_S x Q8_K",
+        weight: GgmlType::IQ3_S,
+        scalar: iq3_s::vec_dot,
+        neon: neon::vec_dot_iq3_s_q8_k_neon,
+        dotprod: neon::vec_dot_iq3_s_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ1_S x Q8_K",
+        weight: GgmlType::IQ1_S,
+        scalar: iq1_s::vec_dot,
+        neon: neon::vec_dot_iq1_s_q8_k_neon,
+        dotprod: neon::vec_dot_iq1_s_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
+    Kernel {
+        name: "IQ1_M x Q8_K",
+        weight: GgmlType::IQ1_M,
+        scalar: iq1_m::vec_dot,
+        neon: neon::vec_dot_iq1_m_q8_k_neon,
+        dotprod: neon::vec_dot_iq1_m_q8_k_dotprod,
+        dotprod_bit_exact: true,
+    },
 ];
 
 /// Block counts per row: one block, odd counts, and a real row length (4096 elements for K).
@@ -220,7 +262,12 @@ fn activation_type(weight: GgmlType) -> GgmlType {
         | GgmlType::TQ1_0
         | GgmlType::IQ4_XS
         | GgmlType::IQ2_XXS
-        | GgmlType::IQ3_XXS => GgmlType::Q8_K,
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => GgmlType::Q8_K,
         GgmlType::Q4_1 | GgmlType::Q5_1 => GgmlType::Q8_1,
         _ => GgmlType::Q8_0,
     }
@@ -235,12 +282,25 @@ fn f16_scale_fields(weight: GgmlType) -> &'static [usize] {
         GgmlType::Q2_K => &[80, 82],
         GgmlType::TQ2_0 => &[64],
         GgmlType::TQ1_0 => &[52],
+        GgmlType::IQ1_M => &[SPREAD_D],
         _ => &[0],
     }
 }
 
+/// IQ1_M's d in [`f16_scale_fields`]: no field of its own, the top nibbles of its 4 scale
+/// words at 48 ([`put_f16`] writes them there).
+const SPREAD_D: usize = usize::MAX;
+
 fn put_f16(bytes: &mut [u8], off: usize, v: f32) {
-    bytes[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+    let bits = half::f16::from_f32(v).to_bits();
+    if off == SPREAD_D {
+        for k in 0..4 {
+            let o = 48 + 2 * k + 1;
+            bytes[o] = (bytes[o] & 0x0f) | (((bits >> (4 * k)) & 15) << 4) as u8;
+        }
+        return;
+    }
+    bytes[off..off + 2].copy_from_slice(&bits.to_le_bytes());
 }
 
 /// How the quant bytes of a weight block are filled (scale fields are set separately).

@@ -34,10 +34,12 @@ pub const SYNTHETIC_MODELS: [&str; 14] = [
 /// ours differs from llama.cpp's by as much), so those are the synthetic Qwen3 requantized, and
 /// so is Q2_K a second time, in every matrix. And the 0.5B in IQ4_NL and IQ4_XS (#33; IQ4_XS's
 /// rows of 896 fall back to IQ4_NL, so there half the matrices are IQ4_XS, half IQ4_NL). And the
-/// synthetic Qwen3 in IQ2_XXS and IQ3_XXS (#33): every matrix but the token embedding (Q8_0: no matmul reads
+/// synthetic Qwen3 in IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S and IQ1_M (#33): every matrix but
+/// the token
+/// embedding (Q8_0: no matmul reads
 /// it, so the importance matrix IQ2_XXS needs has no entry for it), made by llama-quantize with
 /// tools/oracle/imatrix/synthetic-qwen3.gguf.
-pub const LOWBIT_MODELS: [&str; 10] = [
+pub const LOWBIT_MODELS: [&str; 15] = [
     "qwen2.5-coder-0.5b-q1_0",
     "qwen2.5-coder-0.5b-q2_k",
     "synthetic-qwen3-q2_0",
@@ -48,6 +50,11 @@ pub const LOWBIT_MODELS: [&str; 10] = [
     "qwen2.5-coder-0.5b-iq4_xs",
     "synthetic-qwen3-iq2_xxs",
     "synthetic-qwen3-iq3_xxs",
+    "synthetic-qwen3-iq2_xs",
+    "synthetic-qwen3-iq2_s",
+    "synthetic-qwen3-iq3_s",
+    "synthetic-qwen3-iq1_s",
+    "synthetic-qwen3-iq1_m",
 ];
 
 /// Models with no greedy.json: their greedy text is degenerate. Qwen2.5-Coder-0.5B in Q1_0

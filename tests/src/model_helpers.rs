@@ -94,6 +94,11 @@ pub fn model_file_name(model: &str) -> &'static str {
         "qwen2.5-coder-0.5b-iq4_xs" => "qwen2.5-coder-0.5b-iq4_xs.gguf",
         "synthetic-qwen3-iq2_xxs" => "synthetic-qwen3-iq2_xxs.gguf",
         "synthetic-qwen3-iq3_xxs" => "synthetic-qwen3-iq3_xxs.gguf",
+        "synthetic-qwen3-iq2_xs" => "synthetic-qwen3-iq2_xs.gguf",
+        "synthetic-qwen3-iq2_s" => "synthetic-qwen3-iq2_s.gguf",
+        "synthetic-qwen3-iq3_s" => "synthetic-qwen3-iq3_s.gguf",
+        "synthetic-qwen3-iq1_s" => "synthetic-qwen3-iq1_s.gguf",
+        "synthetic-qwen3-iq1_m" => "synthetic-qwen3-iq1_m.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }

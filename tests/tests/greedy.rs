@@ -241,6 +241,51 @@ fn synthetic_qwen3_iq3_xxs() {
     );
 }
 
+/// IQ2_XS (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq2_xs() {
+    check_greedy_on(
+        "synthetic-qwen3-iq2_xs",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
+/// IQ2_S (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq2_s() {
+    check_greedy_on(
+        "synthetic-qwen3-iq2_s",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
+/// IQ3_S (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq3_s() {
+    check_greedy_on(
+        "synthetic-qwen3-iq3_s",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
+/// IQ1_S (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq1_s() {
+    check_greedy_on(
+        "synthetic-qwen3-iq1_s",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
+/// IQ1_M (#33) likewise.
+#[test]
+fn synthetic_qwen3_iq1_m() {
+    check_greedy_on(
+        "synthetic-qwen3-iq1_m",
+        &KernelSet::select(&smolrun_linux::detect_features()),
+    );
+}
+
 #[test]
 fn synthetic_qwen3_tq1_0() {
     check_greedy("synthetic-qwen3-tq1_0");

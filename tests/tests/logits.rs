@@ -346,6 +346,31 @@ fn synthetic_qwen3_iq3_xxs() {
 }
 
 #[test]
+fn synthetic_qwen3_iq2_xs() {
+    check_logits("synthetic-qwen3-iq2_xs");
+}
+
+#[test]
+fn synthetic_qwen3_iq2_s() {
+    check_logits("synthetic-qwen3-iq2_s");
+}
+
+#[test]
+fn synthetic_qwen3_iq3_s() {
+    check_logits("synthetic-qwen3-iq3_s");
+}
+
+#[test]
+fn synthetic_qwen3_iq1_s() {
+    check_logits("synthetic-qwen3-iq1_s");
+}
+
+#[test]
+fn synthetic_qwen3_iq1_m() {
+    check_logits("synthetic-qwen3-iq1_m");
+}
+
+#[test]
 fn synthetic_qwen3_q2_0() {
     check_logits("synthetic-qwen3-q2_0");
 }

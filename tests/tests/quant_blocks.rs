@@ -11,7 +11,8 @@
 //! - weight quantization (`quantize_weights`, what `smolrun gguf requant` writes) must be
 //!   byte-identical to what llama-quantize's `ggml_quantize_chunk` gives without an importance
 //!   matrix, on edge-case rows (zero blocks, negative only, one huge value, ties, f16 extremes).
-//!   IQ4_NL and IQ4_XS (#33) were appended to the golden last (tools/oracle/quant_ref.c), so the
+//!   IQ4_NL and IQ4_XS (#33), then the grid i-quants (IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M), were
+//!   appended to the golden last (tools/oracle/quant_ref.c), so the
 //!   earlier types' entries kept their bytes (the rerun gave two F32 SIMD dot values of the
 //!   reference build in other last bits; they were kept as first recorded, both within the
 //!   tolerance of the test).

@@ -1,7 +1,7 @@
 // quant_ref: writes tests/golden/quant-blocks.json from the reference engine's own ggml build.
 //
 // For every weight type smolrun dots (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K Q1_0 Q2_0
-// TQ1_0 TQ2_0 IQ4_NL IQ4_XS IQ2_XXS IQ3_XXS) it records a few deterministic rows of blocks (quantized by ggml itself, raw
+// TQ1_0 TQ2_0 IQ4_NL IQ4_XS IQ2_XXS IQ3_XXS IQ2_XS IQ2_S IQ3_S IQ1_S IQ1_M) it records a few deterministic rows of blocks (quantized by ggml itself, raw
 // random bytes with sane scales, zero scales, extreme scales and quants), what ggml's
 // dequantizer (type_traits.to_float) makes of them, one activation row quantized into the
 // type's vec_dot_type by ggml's reference quantizer, and the vec_dot of each row with it: both
@@ -45,6 +45,11 @@ GENERIC(ggml_vec_dot_iq4_nl_q8_0_generic)
 GENERIC(ggml_vec_dot_iq4_xs_q8_K_generic)
 GENERIC(ggml_vec_dot_iq2_xxs_q8_K_generic)
 GENERIC(ggml_vec_dot_iq3_xxs_q8_K_generic)
+GENERIC(ggml_vec_dot_iq2_xs_q8_K_generic)
+GENERIC(ggml_vec_dot_iq2_s_q8_K_generic)
+GENERIC(ggml_vec_dot_iq3_s_q8_K_generic)
+GENERIC(ggml_vec_dot_iq1_s_q8_K_generic)
+GENERIC(ggml_vec_dot_iq1_m_q8_K_generic)
 
 struct weight_type {
     enum ggml_type type;
@@ -80,6 +85,11 @@ static const struct weight_type WEIGHTS[] = {
     {GGML_TYPE_IQ4_XS, 512, {0, -1}, ggml_vec_dot_iq4_xs_q8_K_generic},
     {GGML_TYPE_IQ2_XXS, 512, {0, -1}, ggml_vec_dot_iq2_xxs_q8_K_generic},
     {GGML_TYPE_IQ3_XXS, 512, {0, -1}, ggml_vec_dot_iq3_xxs_q8_K_generic},
+    {GGML_TYPE_IQ2_XS, 512, {0, -1}, ggml_vec_dot_iq2_xs_q8_K_generic},
+    {GGML_TYPE_IQ2_S, 512, {0, -1}, ggml_vec_dot_iq2_s_q8_K_generic},
+    {GGML_TYPE_IQ3_S, 512, {0, -1}, ggml_vec_dot_iq3_s_q8_K_generic},
+    {GGML_TYPE_IQ1_S, 512, {0, -1}, ggml_vec_dot_iq1_s_q8_K_generic},
+    {GGML_TYPE_IQ1_M, 512, {-1, -1}, ggml_vec_dot_iq1_m_q8_K_generic},
 };
 
 // splitmix64: deterministic across platforms.

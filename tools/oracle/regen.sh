@@ -33,7 +33,9 @@ threads=2
 # an activation moves the logits by whole units: llama.cpp's own F16 copy of the Q2_0 file scores
 # 8% another perplexity), so those three are the synthetic Qwen3 requantized instead.
 lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 synthetic-qwen3-tq1_0 synthetic-qwen3-tq2_0 synthetic-qwen3-q2_k
-        qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs synthetic-qwen3-iq2_xxs synthetic-qwen3-iq3_xxs)
+        qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs synthetic-qwen3-iq2_xxs synthetic-qwen3-iq3_xxs
+        synthetic-qwen3-iq2_xs synthetic-qwen3-iq2_s synthetic-qwen3-iq3_s synthetic-qwen3-iq1_s
+        synthetic-qwen3-iq1_m)
 all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe synthetic-lfm2 synthetic-lfm2moe synthetic-smallthinker synthetic-granitehybrid "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
@@ -102,7 +104,7 @@ for m in "${want[@]}"; do
       # so has no imatrix entry, stays Q8_0
       qflags=()
       case $lowbit_type in
-        IQ2_XXS | IQ3_XXS | IQ2_XS | IQ3_S)
+        IQ2_XXS | IQ3_XXS | IQ2_XS | IQ2_S | IQ3_S | IQ1_S | IQ1_M)
           imatrix=$repo/tools/oracle/imatrix/${m%-*}.gguf
           [[ -f $imatrix ]] || (cd "$repo" && "$bin/llama-imatrix" -m "$lowbit_src" -f tests/golden/ppl-text.txt \
             -c 128 -t 1 --process-output -o "$imatrix" >"$cache/imatrix-${m%-*}.log" 2>&1)

@@ -84,6 +84,17 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
         None,
         "neon",
     );
+    // IQ2_XS, IQ2_S, IQ3_S (#33): the same, whole sign bytes spread by `tbl`/`cmtst`.
+    set.install(
+        GgmlType::IQ2_XS,
+        neon::vec_dot_iq2_xs_q8_k_neon,
+        None,
+        "neon",
+    );
+    set.install(GgmlType::IQ2_S, neon::vec_dot_iq2_s_q8_k_neon, None, "neon");
+    set.install(GgmlType::IQ3_S, neon::vec_dot_iq3_s_q8_k_neon, None, "neon");
+    set.install(GgmlType::IQ1_S, neon::vec_dot_iq1_s_q8_k_neon, None, "neon");
+    set.install(GgmlType::IQ1_M, neon::vec_dot_iq1_m_q8_k_neon, None, "neon");
     // Q1_0 by table lookup (rows in groups of 16, one `tbl` per 4 weights of 16 rows), with
     // and without dotprod: llvm-mca (tools/lowbit-asm.py mca) predicts per row and 128
     // weights 22.4 cycles on the A53 and 5.1 on the A7 against 100 and 19.5 for the direct
@@ -115,6 +126,11 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::IQ4_XS, iq4_xs_dotprod, None, "dotprod");
     set.install(GgmlType::IQ2_XXS, iq2_xxs_dotprod, None, "dotprod");
     set.install(GgmlType::IQ3_XXS, iq3_xxs_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ2_XS, iq2_xs_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ2_S, iq2_s_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ3_S, iq3_s_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ1_S, iq1_s_dotprod, None, "dotprod");
+    set.install(GgmlType::IQ1_M, iq1_m_dotprod, None, "dotprod");
     // Rows interleaved by 4: one sdot by activation element feeds 4 rows. The tail rows
     // of a matrix run through the one-row dotprod kernel inside the same call.
     set.add_repacked(
@@ -243,6 +259,21 @@ fn iq2_xxs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn iq3_xxs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { neon::vec_dot_iq3_xxs_q8_k_dotprod(n, w, a) }
+}
+fn iq2_xs_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq2_xs_q8_k_dotprod(n, w, a) }
+}
+fn iq2_s_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq2_s_q8_k_dotprod(n, w, a) }
+}
+fn iq1_m_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq1_m_q8_k_dotprod(n, w, a) }
+}
+fn iq1_s_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq1_s_q8_k_dotprod(n, w, a) }
+}
+fn iq3_s_dotprod(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { neon::vec_dot_iq3_s_q8_k_dotprod(n, w, a) }
 }
 
 // =============================================================================================
@@ -412,6 +443,11 @@ mod tests {
             (GgmlType::IQ4_XS, true),
             (GgmlType::IQ2_XXS, true),
             (GgmlType::IQ3_XXS, true),
+            (GgmlType::IQ2_XS, true),
+            (GgmlType::IQ2_S, true),
+            (GgmlType::IQ3_S, true),
+            (GgmlType::IQ1_S, true),
+            (GgmlType::IQ1_M, true),
         ];
         let neon_only = CpuFeatures {
             neon: true,

@@ -103,6 +103,8 @@ pub(super) fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
         GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
+        GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_S | GgmlType::IQ1_S => &[0],
+        GgmlType::IQ1_M => &[SPREAD_D],
         GgmlType::TQ1_0 => &[52],
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
@@ -128,11 +130,28 @@ fn promises_scalar_bits(ty: GgmlType) -> bool {
             | GgmlType::TQ2_0
             | GgmlType::IQ2_XXS
             | GgmlType::IQ3_XXS
+            | GgmlType::IQ2_XS
+            | GgmlType::IQ2_S
+            | GgmlType::IQ3_S
+            | GgmlType::IQ1_S
+            | GgmlType::IQ1_M
     )
 }
 
+/// The "offset" of IQ1_M's d in [`f16_fields`]: it has no field of its own, its bits are the
+/// top nibbles of the 4 scale words at 48 ([`put_f16`] writes them there).
+pub(super) const SPREAD_D: usize = usize::MAX;
+
 pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
-    b[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+    let bits = half::f16::from_f32(v).to_bits();
+    if off == SPREAD_D {
+        for k in 0..4 {
+            let o = 48 + 2 * k + 1;
+            b[o] = (b[o] & 0x0f) | (((bits >> (4 * k)) & 15) << 4) as u8;
+        }
+        return;
+    }
+    b[off..off + 2].copy_from_slice(&bits.to_le_bytes());
 }
 
 /// One Q8_K block with scale `d` and quants `qs`, with consistent group sums.
@@ -756,19 +775,132 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
         ));
     }
     assert!(matches!(
-        KernelSet::select(&detected_features()).weight(GgmlType::IQ1_S),
+        KernelSet::select(&detected_features()).weight(GgmlType::MXFP4),
         Err(QuantError::Unsupported { .. })
     ));
 }
 
+/// Fills the fields after `d` of one grid i-quant super-block: grid indices all 0
+/// (`Some(false)`), all at their field's largest value (`Some(true)`: 255, 511 or 1023 with
+/// the high bits) or random (`None`); the same for the sign fields (all clear / all set) and
+/// the 4-bit scales (0 / 15).
+fn fill_grid_block(
+    ty: GgmlType,
+    b: &mut [u8],
+    index: Option<bool>,
+    signs: Option<bool>,
+    scale: Option<bool>,
+    rng: &mut XorShift,
+) {
+    let mut pick = |v: Option<bool>, max: u64| match v {
+        Some(false) => 0,
+        Some(true) => max,
+        None => rng.next_u64() & max,
+    };
+    let word = |b: &mut [u8], o: usize, w: u64| {
+        b[o..o + 4].copy_from_slice(&(w as u32).to_le_bytes());
+    };
+    match ty {
+        // 8 sub-blocks of 4 index bytes and a signs-and-scale word.
+        GgmlType::IQ2_XXS => {
+            for ib in 0..8 {
+                for q in &mut b[2 + 8 * ib..6 + 8 * ib] {
+                    *q = pick(index, 255) as u8;
+                }
+                word(
+                    b,
+                    6 + 8 * ib,
+                    pick(signs, 0x0FFF_FFFF) | pick(scale, 15) << 28,
+                );
+            }
+        }
+        // 64 index bytes, then 8 signs-and-scale words.
+        GgmlType::IQ3_XXS => {
+            for q in &mut b[2..66] {
+                *q = pick(index, 255) as u8;
+            }
+            for ib in 0..8 {
+                word(
+                    b,
+                    66 + 4 * ib,
+                    pick(signs, 0x0FFF_FFFF) | pick(scale, 15) << 28,
+                );
+            }
+        }
+        // 32 u16 of 9-bit index and 7-bit signs, 8 scale bytes.
+        GgmlType::IQ2_XS => {
+            for g in 0..32 {
+                let q = pick(index, 511) | pick(signs, 127) << 9;
+                b[2 + 2 * g..4 + 2 * g].copy_from_slice(&(q as u16).to_le_bytes());
+            }
+            for q in &mut b[66..74] {
+                *q = pick(scale, 255) as u8;
+            }
+        }
+        // qs (low index bytes), sign bytes, qh (high index bits), scales.
+        GgmlType::IQ2_S | GgmlType::IQ3_S => {
+            let (qs, sg, qh, sc) = if ty == GgmlType::IQ2_S {
+                (2..34, 34..66, 66..74, 74..82)
+            } else {
+                (2..66, 74..106, 66..74, 106..110)
+            };
+            for o in qs.chain(qh) {
+                b[o] = pick(index, 255) as u8;
+            }
+            for o in sg {
+                b[o] = pick(signs, 255) as u8;
+            }
+            for o in sc {
+                b[o] = pick(scale, 255) as u8;
+            }
+        }
+        // 32 low index bytes, 8 words of 3-bit index tops, scale (bits 12..15) and shift sign
+        // (bit 15): "signs" here is the shift sign.
+        GgmlType::IQ1_S => {
+            for q in &mut b[2..34] {
+                *q = pick(index, 255) as u8;
+            }
+            for ib in 0..8 {
+                let h = pick(index, 0xfff) | pick(scale, 7) << 12 | pick(signs, 1) << 15;
+                b[34 + 2 * ib..36 + 2 * ib].copy_from_slice(&(h as u16).to_le_bytes());
+            }
+        }
+        // 32 low index bytes; 16 qh bytes (two groups' 3-bit index tops and shift signs
+        // each); scale words whose low 12 bits are 4 scales (the top nibbles: d, set after)
+        GgmlType::IQ1_M => {
+            for q in &mut b[0..32] {
+                *q = pick(index, 255) as u8;
+            }
+            for q in &mut b[32..48] {
+                *q = (pick(index, 0x77) | pick(signs, 0x88)) as u8;
+            }
+            for k in 0..4 {
+                let w = pick(scale, 0xfff) as u16;
+                b[48 + 2 * k..50 + 2 * k].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        _ => unreachable!("{ty} is no grid i-quant"),
+    }
+}
+
 /// The grid i-quants' own edge cases, bit for bit against the scalar twin (#33): every grid
-/// index at 0 and 255 and random, every sign field all clear and all set (7 bits: the parity
-/// sign joins in), sub-block scales 0 and 15, d of either sign, tiny and the largest f16, and
-/// activations at -128 and 127 (which a kernel that negated activations would get wrong).
+/// index at 0, at its field's largest value and random, every sign field all clear and all set
+/// (for the 7-bit fields the parity sign joins in), scales 0 and 15, d of either sign, tiny
+/// and the largest f16, and activations at -128 and 127 (which a kernel that negated
+/// activations would get wrong).
 #[test]
 fn grid_iquant_edge_blocks_give_the_scalar_bits() {
     for (ty, fast, scalar) in simd_kernels() {
-        if !matches!(ty, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS) {
+        if !matches!(
+            ty,
+            GgmlType::IQ2_XXS
+                | GgmlType::IQ3_XXS
+                | GgmlType::IQ2_XS
+                | GgmlType::IQ2_S
+                | GgmlType::IQ3_S
+                | GgmlType::IQ1_S
+                | GgmlType::IQ1_M
+        ) {
             continue;
         }
         let nb = 3;
@@ -798,36 +930,49 @@ fn grid_iquant_edge_blocks_give_the_scalar_bits() {
                 act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
             ),
         ];
-        // (case, index byte, signs-and-scale word); None = random.
-        let subs: [(&str, Option<u8>, Option<u32>); 6] = [
-            ("index 0, no signs, scale 0", Some(0), Some(0)),
-            ("index 255, all signs, scale 15", Some(255), Some(u32::MAX)),
-            ("index 255, no signs, scale 15", Some(255), Some(15 << 28)),
-            ("index 0, all signs, scale 0", Some(0), Some(0x0FFF_FFFF)),
-            ("random index, all signs, scale 15", None, Some(u32::MAX)),
-            ("random", None, None),
+        // (case, indices, signs, scales): Some(false) = 0 / none, Some(true) = largest / all,
+        // None = random.
+        type Sub = (&'static str, Option<bool>, Option<bool>, Option<bool>);
+        let subs: [Sub; 7] = [
+            (
+                "index 0, no signs, scale 0",
+                Some(false),
+                Some(false),
+                Some(false),
+            ),
+            (
+                "index max, all signs, scale 15",
+                Some(true),
+                Some(true),
+                Some(true),
+            ),
+            (
+                "index max, no signs, scale 15",
+                Some(true),
+                Some(false),
+                Some(true),
+            ),
+            (
+                "index 0, all signs, scale 0",
+                Some(false),
+                Some(true),
+                Some(false),
+            ),
+            (
+                "random index, all signs, scale 15",
+                None,
+                Some(true),
+                Some(true),
+            ),
+            ("random index and signs, scale 15", None, None, Some(true)),
+            ("random", None, None, None),
         ];
-        for (case, index, word) in subs {
+        for (case, index, signs, scale) in subs {
             for d in [1.0f32, -2.5, 6.0e-8, 65504.0, -65504.0, 0.0] {
                 let mut w = vec![0u8; nb * ty.type_size()];
                 for b in w.chunks_exact_mut(ty.type_size()) {
-                    put_f16(b, 0, d);
-                    // IQ2_XXS: 8 sub-blocks of 4 indices and a word; IQ3_XXS: 64 indices,
-                    // then 8 words.
-                    let (indices, words): (Vec<usize>, Vec<usize>) = match ty {
-                        GgmlType::IQ2_XXS => (
-                            (0..32).map(|i| 2 + 8 * (i / 4) + i % 4).collect(),
-                            (0..8).map(|ib| 6 + 8 * ib).collect(),
-                        ),
-                        _ => ((2..66).collect(), (0..8).map(|ib| 66 + 4 * ib).collect()),
-                    };
-                    for i in indices {
-                        b[i] = index.unwrap_or(rng.next_u64() as u8);
-                    }
-                    for o in words {
-                        let word = word.unwrap_or(rng.next_u64() as u32);
-                        b[o..o + 4].copy_from_slice(&word.to_le_bytes());
-                    }
+                    fill_grid_block(ty, b, index, signs, scale, &mut rng);
+                    put_f16(b, f16_fields(ty)[0], d);
                 }
                 for (a_case, act) in &acts {
                     let want = (scalar.vec_dot)(n, &w, act);

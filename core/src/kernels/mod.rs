@@ -484,7 +484,7 @@ const fn scalar_kernel(
 }
 
 /// Every weight type with a matvec, with its scalar reference (pairs as in `quant::vec_dot_type`).
-const SCALAR_WEIGHTS: [WeightKernel; 21] = {
+const SCALAR_WEIGHTS: [WeightKernel; 26] = {
     use quant::*;
     use GgmlType as T;
     [
@@ -509,6 +509,11 @@ const SCALAR_WEIGHTS: [WeightKernel; 21] = {
         scalar_kernel(T::IQ4_XS, T::Q8_K, iq4_xs::vec_dot),
         scalar_kernel(T::IQ2_XXS, T::Q8_K, iq2_xxs::vec_dot),
         scalar_kernel(T::IQ3_XXS, T::Q8_K, iq3_xxs::vec_dot),
+        scalar_kernel(T::IQ2_XS, T::Q8_K, iq2_xs::vec_dot),
+        scalar_kernel(T::IQ2_S, T::Q8_K, iq2_s::vec_dot),
+        scalar_kernel(T::IQ3_S, T::Q8_K, iq3_s::vec_dot),
+        scalar_kernel(T::IQ1_S, T::Q8_K, iq1_s::vec_dot),
+        scalar_kernel(T::IQ1_M, T::Q8_K, iq1_m::vec_dot),
     ]
 };
 
@@ -546,7 +551,7 @@ const fn scalar_quantizer(act_type: GgmlType) -> QuantizeFn {
 #[derive(Clone, Debug)]
 pub struct KernelSet {
     name: &'static str,
-    weights: [WeightKernel; 21],
+    weights: [WeightKernel; 26],
     quantizers: [(GgmlType, QuantizeFn); 6],
     /// Attention over the f16 KV cache, of one query head (`math::attention_head`) and of the
     /// query heads of one KV head (`math::attention_group`), or SIMD faces with the same bits.

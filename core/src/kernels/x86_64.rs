@@ -78,12 +78,23 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install_cols(GgmlType::IQ4_NL, iq4_nl_cols);
     set.install(GgmlType::IQ4_XS, iq4_xs, None, "avx2");
     set.install_cols(GgmlType::IQ4_XS, iq4_xs_cols);
-    // IQ2_XXS and IQ3_XXS (#33): grid and sign lookups gathered per sub-block, the twins' exact
-    // integers and float steps (bit for bit); prompts in the decode kernels' bits.
+    // IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M (#33): grid and sign lookups gathered per
+    // sub-block, the twins' exact integers and float steps (bit for bit); prompts in the decode
+    // kernels' bits.
     set.install(GgmlType::IQ2_XXS, iq2_xxs, None, "avx2");
     set.install_cols(GgmlType::IQ2_XXS, iq2_xxs_cols);
     set.install(GgmlType::IQ3_XXS, iq3_xxs, None, "avx2");
     set.install_cols(GgmlType::IQ3_XXS, iq3_xxs_cols);
+    set.install(GgmlType::IQ2_XS, iq2_xs, None, "avx2");
+    set.install_cols(GgmlType::IQ2_XS, iq2_xs_cols);
+    set.install(GgmlType::IQ2_S, iq2_s, None, "avx2");
+    set.install_cols(GgmlType::IQ2_S, iq2_s_cols);
+    set.install(GgmlType::IQ3_S, iq3_s, None, "avx2");
+    set.install_cols(GgmlType::IQ3_S, iq3_s_cols);
+    set.install(GgmlType::IQ1_S, iq1_s, None, "avx2");
+    set.install_cols(GgmlType::IQ1_S, iq1_s_cols);
+    set.install(GgmlType::IQ1_M, iq1_m, None, "avx2");
+    set.install_cols(GgmlType::IQ1_M, iq1_m_cols);
     let allowed = features.avx512f && features.avx512bw && features.avx512vnni;
     if !allowed || !avx512_vnni_usable() {
         return;
@@ -256,6 +267,36 @@ fn iq3_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn iq3_xxs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_iq2::matmul_iq3_xxs_q8_k(n, w, a, t, out) }
+}
+fn iq2_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq2::vec_dot_iq2_xs_q8_k(n, w, a) }
+}
+fn iq2_xs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq2::matmul_iq2_xs_q8_k(n, w, a, t, out) }
+}
+fn iq2_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq2::vec_dot_iq2_s_q8_k(n, w, a) }
+}
+fn iq2_s_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq2::matmul_iq2_s_q8_k(n, w, a, t, out) }
+}
+fn iq1_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq2::vec_dot_iq1_s_q8_k(n, w, a) }
+}
+fn iq1_s_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq2::matmul_iq1_s_q8_k(n, w, a, t, out) }
+}
+fn iq1_m(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq2::vec_dot_iq1_m_q8_k(n, w, a) }
+}
+fn iq1_m_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq2::matmul_iq1_m_q8_k(n, w, a, t, out) }
+}
+fn iq3_s(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_iq2::vec_dot_iq3_s_q8_k(n, w, a) }
+}
+fn iq3_s_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
+    unsafe { avx2_iq2::matmul_iq3_s_q8_k(n, w, a, t, out) }
 }
 
 // `avx512_vnni_usable()` confirmed AVX2, FMA, F16C, AVX512F/BW/VL and AVX512-VNNI. The
@@ -484,6 +525,11 @@ mod tests {
                 GgmlType::IQ4_XS,
                 GgmlType::IQ2_XXS,
                 GgmlType::IQ3_XXS,
+                GgmlType::IQ2_XS,
+                GgmlType::IQ2_S,
+                GgmlType::IQ3_S,
+                GgmlType::IQ1_S,
+                GgmlType::IQ1_M,
             ] {
                 assert_eq!(set.weight(ty).unwrap().face, "avx2", "{ty}");
             }

@@ -10,7 +10,12 @@ mod common;
 pub mod bf16;
 pub mod f16;
 pub mod f32;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
 pub mod iq2_xxs;
+pub mod iq3_s;
 pub mod iq3_xxs;
 pub mod iq4_nl;
 pub mod iq4_xs;
@@ -302,8 +307,8 @@ fn check_len(ty: GgmlType, expected: usize, found: usize) -> Result<(), QuantErr
 
 /// The activation format a weight type is dotted against (ggml-cpu's `vec_dot_type`):
 /// the K-quants and ternary types take Q8_K; Q4_0, Q5_0, Q8_0, Q1_0, Q2_0 take Q8_0;
-/// Q4_1, Q5_1 take Q8_1; IQ4_NL takes Q8_0 and IQ4_XS, IQ2_XXS, IQ3_XXS Q8_K; the float types take
-/// themselves.
+/// Q4_1, Q5_1 take Q8_1; IQ4_NL takes Q8_0 and IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+/// IQ1_S, IQ1_M Q8_K; the float types take themselves.
 /// Types smolrun cannot use as matvec weights (the activation-only Q8_1 and Q8_K, the other IQ
 /// types, MXFP4/NVFP4, integers) are `Unsupported`.
 pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
@@ -315,6 +320,7 @@ pub fn vec_dot_type(w: GgmlType) -> Result<GgmlType, QuantError> {
         Q4_0 | Q5_0 | Q8_0 | Q1_0 | Q2_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | TQ1_0 | TQ2_0 | IQ4_XS | IQ2_XXS | IQ3_XXS => Q8_K,
+        IQ2_XS | IQ2_S | IQ3_S | IQ1_S | IQ1_M => Q8_K,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -428,6 +434,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Q
         GgmlType::IQ4_XS => iq4_xs::dequantize_row,
         GgmlType::IQ2_XXS => iq2_xxs::dequantize_row,
         GgmlType::IQ3_XXS => iq3_xxs::dequantize_row,
+        GgmlType::IQ2_XS => iq2_xs::dequantize_row,
+        GgmlType::IQ2_S => iq2_s::dequantize_row,
+        GgmlType::IQ3_S => iq3_s::dequantize_row,
+        GgmlType::IQ1_S => iq1_s::dequantize_row,
+        GgmlType::IQ1_M => iq1_m::dequantize_row,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: ty,
@@ -469,6 +480,11 @@ pub fn vec_dot_fn(w: GgmlType) -> Result<VecDotFn, QuantError> {
         GgmlType::IQ4_XS => iq4_xs::vec_dot,
         GgmlType::IQ2_XXS => iq2_xxs::vec_dot,
         GgmlType::IQ3_XXS => iq3_xxs::vec_dot,
+        GgmlType::IQ2_XS => iq2_xs::vec_dot,
+        GgmlType::IQ2_S => iq2_s::vec_dot,
+        GgmlType::IQ3_S => iq3_s::vec_dot,
+        GgmlType::IQ1_S => iq1_s::vec_dot,
+        GgmlType::IQ1_M => iq1_m::vec_dot,
         _ => {
             return Err(QuantError::Unsupported {
                 ggml_type: w,
@@ -531,7 +547,7 @@ mod dispatch_tests {
     use alloc::vec;
     use alloc::vec::Vec;
 
-    const WEIGHT_TYPES: [GgmlType; 21] = [
+    const WEIGHT_TYPES: [GgmlType; 26] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -553,6 +569,11 @@ mod dispatch_tests {
         GgmlType::IQ4_XS,
         GgmlType::IQ2_XXS,
         GgmlType::IQ3_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
     ];
 
     #[test]
@@ -722,7 +743,7 @@ mod dispatch_tests {
     #[test]
     fn unsupported_types_say_so() {
         assert!(matches!(
-            vec_dot_type(GgmlType::IQ1_S),
+            vec_dot_type(GgmlType::MXFP4),
             Err(QuantError::Unsupported { .. })
         ));
         assert!(matches!(
@@ -788,7 +809,7 @@ mod dispatch_tests {
 
 /// Where a block format keeps its f16 scales (byte offsets inside one block), or `None` for a
 /// type whose scales this does not know (the float types have none; the IQ types other than
-/// IQ4_NL, IQ4_XS, IQ2_XXS and IQ3_XXS are not run).
+/// IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and IQ1_S are not run).
 fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
     use GgmlType as T;
     Some(match ty {
@@ -810,6 +831,10 @@ fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
         T::IQ4_XS => &[iq4_xs::OFF_D],
         T::IQ2_XXS => &[iq2_xxs::OFF_D],
         T::IQ3_XXS => &[iq3_xxs::OFF_D],
+        T::IQ2_XS => &[iq2_xs::OFF_D],
+        T::IQ2_S => &[iq2_s::OFF_D],
+        T::IQ3_S => &[iq3_s::OFF_D],
+        T::IQ1_S => &[iq1_s::OFF_D],
         _ => return None,
     })
 }
@@ -819,6 +844,16 @@ fn scale_offsets(ty: GgmlType) -> Option<&'static [usize]> {
 /// A damaged or hostile file is the only way to get one (no quantizer writes it). Types without
 /// known scales give `None`.
 pub fn first_nonfinite_scale(ty: GgmlType, bytes: &[u8]) -> Option<(usize, f32)> {
+    if ty == GgmlType::IQ1_M {
+        // its d is spread over the top nibbles of the scale words
+        for (i, block) in bytes.chunks_exact(ty.type_size()).enumerate() {
+            let bits = iq1_m::d_bits(block);
+            if bits & 0x7c00 == 0x7c00 {
+                return Some((i, half::f16::from_bits(bits).to_f32()));
+            }
+        }
+        return None;
+    }
     let offsets = scale_offsets(ty)?;
     let size = ty.type_size();
     for (i, block) in bytes.chunks_exact(size).enumerate() {
@@ -839,6 +874,21 @@ mod scale_check_tests {
     use alloc::vec;
 
     #[test]
+    fn an_iq1_m_scale_spread_over_nibbles_is_checked() {
+        // IQ1_M's d is the top nibbles of its 4 scale words (bytes 49, 51, 53, 55).
+        let size = GgmlType::IQ1_M.type_size();
+        let mut bytes = vec![0u8; 3 * size];
+        assert_eq!(first_nonfinite_scale(GgmlType::IQ1_M, &bytes), None);
+        // block 2: d = 0x7c00 (+inf): nibbles 0, 0, 0xc, 0x7
+        bytes[2 * size + 53] = 0xc0;
+        bytes[2 * size + 55] = 0x70;
+        assert_eq!(
+            first_nonfinite_scale(GgmlType::IQ1_M, &bytes),
+            Some((2, f32::INFINITY))
+        );
+    }
+
+    #[test]
     fn a_nan_or_infinite_scale_is_found_in_its_block() {
         for ty in [
             GgmlType::Q1_0,
@@ -853,6 +903,10 @@ mod scale_check_tests {
             GgmlType::IQ4_XS,
             GgmlType::IQ2_XXS,
             GgmlType::IQ3_XXS,
+            GgmlType::IQ2_XS,
+            GgmlType::IQ2_S,
+            GgmlType::IQ3_S,
+            GgmlType::IQ1_S,
         ] {
             let offsets = scale_offsets(ty).unwrap();
             let size = ty.type_size();

@@ -32,6 +32,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q1_0 | GgmlType::Q2_0 => &[0],
         GgmlType::IQ4_NL | GgmlType::IQ4_XS | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS => &[0],
+        GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_S | GgmlType::IQ1_S => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -52,6 +53,14 @@ pub fn random_blocks(ty: GgmlType, n_blocks: usize, seed: u64) -> Vec<u8> {
         for &off in f16_fields(ty) {
             let v = 0.001 + rng.unit() * 0.05;
             blk[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+        }
+        if ty == GgmlType::IQ1_M {
+            // d is spread over the top nibbles of the 4 scale words at 48
+            let d = half::f16::from_f32(0.001 + rng.unit() * 0.05).to_bits();
+            for k in 0..4 {
+                let o = 48 + 2 * k + 1;
+                blk[o] = (blk[o] & 0x0f) | (((d >> (4 * k)) & 15) << 4) as u8;
+            }
         }
     }
     w

@@ -12,7 +12,8 @@
 //!   `.arch_extension dotprod`, so the crate still builds for plain `aarch64` targets.
 //!
 //! Float order (what "exact" means in the tests, core/tests/neon_exact.rs):
-//! - IQ4_NL and IQ4_XS (both faces, `iq4.rs`), IQ2_XXS and IQ3_XXS (both faces, `iq2.rs`): the integer
+//! - IQ4_NL and IQ4_XS (both faces, `iq4.rs`), IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M (both faces,
+//!   `iq2.rs`): the integer
 //!   sums in asm, the twin's float steps in Rust in its order: bit for bit the twin on every
 //!   input.
 //! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers and then its
@@ -133,8 +134,11 @@ mod x4;
 
 pub use float::{vec_dot_f16_neon, vec_dot_f32_neon};
 pub use iq2::{
-    vec_dot_iq2_xxs_q8_k_dotprod, vec_dot_iq2_xxs_q8_k_neon, vec_dot_iq3_xxs_q8_k_dotprod,
-    vec_dot_iq3_xxs_q8_k_neon,
+    vec_dot_iq1_m_q8_k_dotprod, vec_dot_iq1_m_q8_k_neon, vec_dot_iq1_s_q8_k_dotprod,
+    vec_dot_iq1_s_q8_k_neon, vec_dot_iq2_s_q8_k_dotprod, vec_dot_iq2_s_q8_k_neon,
+    vec_dot_iq2_xs_q8_k_dotprod, vec_dot_iq2_xs_q8_k_neon, vec_dot_iq2_xxs_q8_k_dotprod,
+    vec_dot_iq2_xxs_q8_k_neon, vec_dot_iq3_s_q8_k_dotprod, vec_dot_iq3_s_q8_k_neon,
+    vec_dot_iq3_xxs_q8_k_dotprod, vec_dot_iq3_xxs_q8_k_neon,
 };
 pub use iq4::{
     vec_dot_iq4_nl_q8_0_dotprod, vec_dot_iq4_nl_q8_0_neon, vec_dot_iq4_xs_q8_k_dotprod,

@@ -1,20 +1,23 @@
-//! AVX2 faces of the grid i-quants against Q8_K (#33): IQ2_XXS and IQ3_XXS, each a one-row dot
-//! with the signature of `smolrun_core::quant::VecDotFn` and a small-batch matmul (prompts)
-//! with that of `smolrun_core::kernels::ColsFn`.
+//! AVX2 faces of the grid i-quants against Q8_K (#33): IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S and
+//! IQ3_S, IQ1_S and IQ1_M, each a one-row dot with the signature of `smolrun_core::quant::VecDotFn` and a
+//! small-batch matmul (prompts) with that of `smolrun_core::kernels::ColsFn`.
 //!
-//! Per sub-block of 32 (4 groups of 8): the grid entries (4 of 8 magnitudes for IQ2_XXS, 8 of
-//! 4 for IQ3_XXS; one byte of index each, into a 256-entry table: in bounds by construction)
-//! are gathered into one register of 32 unsigned magnitudes, and the 4 groups' 7-bit sign fields (into the 128-entry [`KSIGNS64`]) into
-//! one register of 32 byte masks (0xFF = negative). The signed dot is then
+//! Per sub-block of 32 (4 groups of 8): the grid entries (4 of 8 magnitudes for IQ2_XXS,
+//! IQ2_XS, IQ2_S; 8 of 4 for IQ3_XXS, IQ3_S; each index a masked field of exactly its table's
+//! width: in bounds by construction) are gathered into one register of 32 unsigned magnitudes,
+//! and the signs into one register of 32 byte masks (0xFF = negative): from the 7-bit fields
+//! through the 128-entry [`KSIGNS64`] (IQ2_XXS, IQ3_XXS, IQ2_XS), or spread from 4 whole sign
+//! bytes by a shuffle and a compare (IQ2_S, IQ3_S). The signed dot is then
 //! `maddubs(|g| on positive lanes, q8) - maddubs(|g| on negative lanes, q8)`: each i16 lane
 //! is at most 2 * 62 * 128 in magnitude, so neither the saturating `maddubs` nor the
 //! difference can overflow, for every activation byte (-128 included: negating the
 //! activations with `sign_epi8`, as a shorter kernel would, turns -128 into -128).
-//! `madd` by the sub-block's odd scale 2s + 1 widens to i32 lanes, whose sum over the
-//! super-block is the scalar twin's exact integer; the float steps are then the twin's own
-//! (`sumf += (f16(d) * dy) * bsum` in block order, then `0.125 * sumf` for IQ2_XXS, `0.25 *
-//! sumf` for IQ3_XXS), so both faces give the scalar result bit for bit
-//! (`smolrun_core::quant::{iq2_xxs, iq3_xxs}::vec_dot`).
+//! `madd` by the odd scale 2s + 1 (one per sub-block, or one per 16 weights for IQ2_XS and
+//! IQ2_S: a 128-bit half each) widens to i32 lanes, whose sum over the super-block is the
+//! scalar twin's exact integer; the float steps are then the twin's own (`sumf += (f16(d) *
+//! dy) * bsum` in block order, then `0.125 * sumf` for the 2-bit ones, `0.25 * sumf` for
+//! IQ3_XXS, `sumf` for IQ3_S), so every face gives the scalar result bit for bit
+//! (`smolrun_core::quant::{iq2_xxs, iq3_xxs, iq2_xs, iq2_s, iq3_s}::vec_dot`).
 //!
 //! `matmul` unpacks each weight sub-block once for up to [`GROUP`] activation rows and gives
 //! each (row, activation) pair exactly `vec_dot`'s operations, so a prompt gives decode's bits.
@@ -25,7 +28,9 @@
 //! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
 
 use super::avx2::*;
-use crate::iq_grids::{IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS64};
+use crate::iq_grids::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS64,
+};
 use core::arch::x86_64::*;
 
 /// Bytes of an IQ2_XXS super-block: d: f16, then 8 sub-blocks of 4 index bytes and a u32 of
@@ -35,6 +40,26 @@ pub const IQ2_XXS_BYTES: usize = 66;
 /// Bytes of an IQ3_XXS super-block: d: f16, 64 index bytes (8 per sub-block), then 8 u32 of
 /// signs and scale.
 pub const IQ3_XXS_BYTES: usize = 98;
+
+/// Bytes of an IQ2_XS super-block: d: f16, 32 u16 of 9-bit index and 7-bit signs, then 8
+/// scale bytes (a nibble per 16 weights).
+pub const IQ2_XS_BYTES: usize = 74;
+
+/// Bytes of an IQ2_S super-block: d: f16, 32 low index bytes, 32 sign bytes, 8 bytes of high
+/// index bits, 8 scale bytes (a nibble per 16 weights).
+pub const IQ2_S_BYTES: usize = 82;
+
+/// Bytes of an IQ3_S super-block: d: f16, 64 low index bytes, 8 bytes of 9th index bits, 32
+/// sign bytes, 4 scale bytes (a nibble per sub-block).
+pub const IQ3_S_BYTES: usize = 110;
+
+/// Bytes of an IQ1_S super-block: d: f16, 32 low index bytes, 8 u16 of 3-bit index tops,
+/// 3-bit scale and shift sign.
+pub const IQ1_S_BYTES: usize = 50;
+
+/// Bytes of an IQ1_M super-block: 32 low index bytes, 16 bytes of index tops and shift signs,
+/// 4 scale words (whose top nibbles make d).
+pub const IQ1_M_BYTES: usize = 56;
 
 /// Activation rows dotted with one unpacked weight sub-block in the matmul.
 pub const GROUP: usize = 4;
@@ -67,12 +92,47 @@ unsafe fn sign_masks(aux: u32) -> __m256i {
 /// The magnitudes `grid` with the signs and scale of the word `aux`.
 #[inline(always)]
 unsafe fn signed_sub(grid: __m256i, aux: u32) -> Sub {
-    let signs = sign_masks(aux);
+    split(
+        grid,
+        sign_masks(aux),
+        _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+    )
+}
+
+/// The magnitudes `grid` on positive and on negative lanes by the byte masks `signs`.
+#[inline(always)]
+unsafe fn split(grid: __m256i, signs: __m256i, scale: __m256i) -> Sub {
     Sub {
         pos: _mm256_andnot_si256(signs, grid),
         neg: _mm256_and_si256(signs, grid),
-        scale: _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+        scale,
     }
+}
+
+/// The byte masks (0xFF = negative) of 4 whole sign bytes, group l's in byte l of `bits`
+/// (bit j = element j): IQ2_S and IQ3_S store them without a parity rule.
+#[inline(always)]
+unsafe fn byte_sign_masks(bits: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+}
+
+/// Scale 2s1 + 1 on the i16 lanes of the first 16 weights, 2s2 + 1 on the last 16.
+#[inline(always)]
+unsafe fn half_scales(s1: u32, s2: u32) -> __m256i {
+    _mm256_set_m128i(
+        _mm_set1_epi16((2 * s2 + 1) as i16),
+        _mm_set1_epi16((2 * s1 + 1) as i16),
+    )
 }
 
 /// A grid format: its super-block size, how a sub-block unpacks, and the constant the twin
@@ -81,6 +141,17 @@ trait Grid {
     const BYTES: usize;
     const FINAL: f32;
     unsafe fn sub(x: *const u8, ib: usize) -> Sub;
+    /// The super-block's d (an f16 at its byte 0, but for IQ1_M).
+    #[inline(always)]
+    unsafe fn d(x: *const u8) -> f32 {
+        f16_at(x)
+    }
+    /// What the twin adds to its sum for super-block `x` (f16 d `dx`) against the Q8_K block
+    /// `y`, whose block integer is `isum`: (dx * dy) * isum.
+    #[inline(always)]
+    unsafe fn block_value(_x: *const u8, y: *const u8, dx: f32, isum: i32) -> f32 {
+        dx * f32_at(y) * isum as f32
+    }
 }
 
 struct Iq2Xxs;
@@ -105,6 +176,147 @@ impl Grid for Iq3Xxs {
         let g = |l: usize| IQ3XXS_GRID[*q.add(l) as usize] as i32;
         let grid = _mm256_set_epi32(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0));
         signed_sub(grid, u32_at(x.add(66 + 4 * ib)))
+    }
+}
+
+struct Iq2Xs;
+impl Grid for Iq2Xs {
+    const BYTES: usize = IQ2_XS_BYTES;
+    const FINAL: f32 = 0.125;
+    #[inline(always)]
+    unsafe fn sub(x: *const u8, ib: usize) -> Sub {
+        let q = x.add(2 + 8 * ib) as *const u16;
+        let w = |l: usize| q.add(l).read_unaligned() as usize;
+        let g = |l: usize| IQ2XS_GRID[w(l) & 511] as i64;
+        let m = |l: usize| KSIGNS64[(w(l) >> 9) & 127] as i64;
+        let sc = *x.add(66 + ib) as u32;
+        split(
+            _mm256_set_epi64x(g(3), g(2), g(1), g(0)),
+            _mm256_set_epi64x(m(3), m(2), m(1), m(0)),
+            half_scales(sc & 15, sc >> 4),
+        )
+    }
+}
+
+struct Iq2S;
+impl Grid for Iq2S {
+    const BYTES: usize = IQ2_S_BYTES;
+    const FINAL: f32 = 0.125;
+    #[inline(always)]
+    unsafe fn sub(x: *const u8, ib: usize) -> Sub {
+        let qs = x.add(2 + 4 * ib);
+        let qh = *x.add(66 + ib) as usize;
+        let g =
+            |l: usize| IQ2S_GRID[(*qs.add(l) as usize | ((qh >> (2 * l)) & 3) << 8) & 1023] as i64;
+        let sc = *x.add(74 + ib) as u32;
+        split(
+            _mm256_set_epi64x(g(3), g(2), g(1), g(0)),
+            byte_sign_masks(u32_at(x.add(34 + 4 * ib))),
+            half_scales(sc & 15, sc >> 4),
+        )
+    }
+}
+
+struct Iq3S;
+impl Grid for Iq3S {
+    const BYTES: usize = IQ3_S_BYTES;
+    const FINAL: f32 = 1.0;
+    #[inline(always)]
+    unsafe fn sub(x: *const u8, ib: usize) -> Sub {
+        let qs = x.add(2 + 8 * ib);
+        let qh = *x.add(66 + ib) as usize;
+        let g = |k: usize| IQ3S_GRID[(*qs.add(k) as usize | ((qh >> k) & 1) << 8) & 511] as i32;
+        let grid = _mm256_set_epi32(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0));
+        let s = (*x.add(106 + ib / 2) >> (4 * (ib & 1))) & 15;
+        split(
+            grid,
+            byte_sign_masks(u32_at(x.add(74 + 4 * ib))),
+            _mm256_set1_epi16((2 * s + 1) as i16),
+        )
+    }
+}
+
+/// IQ1_S: the grid's signed values -1, 0, 1 taken as g + 1 (0, 1, 2) on the "positive" side
+/// and 1 on the "negative" one, so the difference of the two `maddubs` is sum(g * q8); the
+/// shift of +-1/8 is the twin's second integer, from the Q8_K block sums, in `block_value`.
+struct Iq1S;
+impl Grid for Iq1S {
+    const BYTES: usize = IQ1_S_BYTES;
+    const FINAL: f32 = 1.0;
+    #[inline(always)]
+    unsafe fn sub(x: *const u8, ib: usize) -> Sub {
+        let qs = x.add(2 + 4 * ib);
+        let h = (x.add(34 + 2 * ib) as *const u16).read_unaligned() as usize;
+        let g =
+            |l: usize| IQ1S_GRID[(*qs.add(l) as usize | ((h >> (3 * l)) & 7) << 8) & 2047] as i64;
+        let one = _mm256_set1_epi8(1);
+        Sub {
+            pos: _mm256_add_epi8(_mm256_set_epi64x(g(3), g(2), g(1), g(0)), one),
+            neg: one,
+            scale: _mm256_set1_epi16((2 * ((h >> 12) & 7) + 1) as i16),
+        }
+    }
+    #[inline(always)]
+    unsafe fn block_value(x: *const u8, y: *const u8, dx: f32, isum: i32) -> f32 {
+        let mut sumi1 = 0i32;
+        for ib in 0..8 {
+            let h = (x.add(34 + 2 * ib) as *const u16).read_unaligned() as i32;
+            let ls = 2 * ((h >> 12) & 7) + 1;
+            let bs = y.add(Q8_K_QS + 256 + 4 * ib) as *const i16;
+            let sum = bs.read_unaligned() as i32 + bs.add(1).read_unaligned() as i32;
+            sumi1 += if h & 0x8000 != 0 { -ls * sum } else { ls * sum };
+        }
+        dx * f32_at(y) * (isum as f32 + 0.125 * sumi1 as f32)
+    }
+}
+
+/// IQ1_M: each group's values g (-1, 0, 1) and its shift sign e (+-1) become one weight
+/// 8g + e (-9..9), taken as 8g + e + 9 (0..18) against the activations minus 9 against them
+/// (maddubs pairs at most 2 * 18 * 128), madd by the half sub-blocks' 2s + 1: the block's
+/// S = 8 * sumi1 + sumi2 of the twin's two integers, exactly. The twin's float step takes
+/// f32(sumi1) + 0.125 * f32(sumi2), both terms exact (|sumi1| < 2^19), so one rounding of
+/// sumi1 + sumi2 / 8; f32(S) * 0.125 is one rounding of the same value scaled by 8 (a power of
+/// two, far from f32's range limits): the same bits.
+struct Iq1M;
+impl Grid for Iq1M {
+    const BYTES: usize = IQ1_M_BYTES;
+    const FINAL: f32 = 1.0;
+    #[inline(always)]
+    unsafe fn sub(x: *const u8, ib: usize) -> Sub {
+        let qs = x.add(4 * ib);
+        let qh = [*x.add(32 + 2 * ib) as usize, *x.add(33 + 2 * ib) as usize];
+        let h = |l: usize| qh[l / 2] >> (4 * (l % 2));
+        let g = |l: usize| IQ1S_GRID[(*qs.add(l) as usize | (h(l) & 7) << 8) & 2047] as i64;
+        // 9 + e in every byte of group l: 8 for a negative shift, 10 for a positive one
+        let e = |l: usize| {
+            if h(l) & 8 != 0 {
+                0x0808_0808_0808_0808u64 as i64
+            } else {
+                0x0a0a_0a0a_0a0a_0a0au64 as i64
+            }
+        };
+        let g1 = _mm256_set_epi64x(g(3), g(2), g(1), g(0));
+        let g2 = _mm256_add_epi8(g1, g1);
+        let g4 = _mm256_add_epi8(g2, g2);
+        let g8 = _mm256_add_epi8(g4, g4);
+        let w =
+            ((x.add(48 + 2 * (ib / 2)) as *const u16).read_unaligned() >> (6 * (ib % 2))) as u32;
+        Sub {
+            pos: _mm256_add_epi8(g8, _mm256_set_epi64x(e(3), e(2), e(1), e(0))),
+            neg: _mm256_set1_epi8(9),
+            scale: half_scales(w & 7, (w >> 3) & 7),
+        }
+    }
+    #[inline(always)]
+    unsafe fn d(x: *const u8) -> f32 {
+        let sc = |k: usize| (x.add(48 + 2 * k) as *const u16).read_unaligned();
+        let bits =
+            (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+    #[inline(always)]
+    unsafe fn block_value(_x: *const u8, y: *const u8, dx: f32, isum: i32) -> f32 {
+        dx * f32_at(y) * (isum as f32 * 0.125)
     }
 }
 
@@ -146,10 +358,10 @@ unsafe fn cols_dot<G: Grid, const N: usize>(
                 acc[j] = _mm256_add_epi32(acc[j], dot_sub(w, y));
             }
         }
-        let dx = f16_at(x);
+        let dx = G::d(x);
         for j in 0..N {
-            let d = dx * f32_at(ys[j].add(i * Q8_K_BYTES));
-            sumf[j] += d * hsum_epi32(acc[j]) as f32;
+            let y = ys[j].add(i * Q8_K_BYTES);
+            sumf[j] += G::block_value(x, y, dx, hsum_epi32(acc[j]));
         }
     }
     let mut out = [0f32; N];
@@ -245,4 +457,99 @@ pub unsafe fn vec_dot_iq3_xxs_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matmul_iq3_xxs_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
     matmul::<Iq3Xxs>(n, w, acts, n_acts, out)
+}
+
+/// IQ2_XS . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq2_xs_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    vec_dot::<Iq2Xs>(n, w, act)
+}
+
+/// IQ2_XS weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
+/// bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq2_xs_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<Iq2Xs>(n, w, acts, n_acts, out)
+}
+
+/// IQ2_S . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq2_s_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    vec_dot::<Iq2S>(n, w, act)
+}
+
+/// IQ2_S weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
+/// bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq2_s_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<Iq2S>(n, w, acts, n_acts, out)
+}
+
+/// IQ3_S . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq3_s_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    vec_dot::<Iq3S>(n, w, act)
+}
+
+/// IQ3_S weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
+/// bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq3_s_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<Iq3S>(n, w, acts, n_acts, out)
+}
+
+/// IQ1_S . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq1_s_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    vec_dot::<Iq1S>(n, w, act)
+}
+
+/// IQ1_S weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
+/// bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq1_s_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<Iq1S>(n, w, acts, n_acts, out)
+}
+
+/// IQ1_M . Q8_K, one row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq1_m_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    vec_dot::<Iq1M>(n, w, act)
+}
+
+/// IQ1_M weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
+/// bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_iq1_m_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+    matmul::<Iq1M>(n, w, acts, n_acts, out)
 }
