@@ -18,6 +18,12 @@ FAMILY (shapes from the models' config.json as published):
                  heads of 128; three of every four layers windowed at 4096), then 32 ReGLU
                  experts of 768, 4 used per token, chosen by a softmax router that reads the
                  layer's input before attention; untied head, Qwen's 151,936 tokens
+  granite-4.0-h-1b
+                 Granite-4.0-H-1B as its published config reads (recalled, not checked against
+                 the file: no network here): 40 layers of n_embd 1536, attention (12 query, 4 KV
+                 heads of 128, no RoPE) at layers 9, 19, 29, 39, Mamba-2 elsewhere (48 heads of
+                 64, state 128, one group, a conv of 4 taps), SwiGLU FFN of 4096, Granite's
+                 four scales, tied embeddings, 100,352 tokens
 
 The tokenizer is Qwen2.5-Coder's, for LFM2 cut to the model's vocabulary size (its first 65,536
 tokens and the merges among them; end of text is set to the last token; pre-type "lfm2"):
@@ -56,6 +62,11 @@ FAMILIES = {
                                   n_vocab=151936, n_ctx=32768, rope_base=1_500_000.0, rms_eps=1e-6,
                                   sliding_window=4096, n_expert=32, n_expert_used=4, n_ff_exp=768,
                                   seed=0x5A11_4060),
+    "granite-4.0-h-1b": dict(arch="granitehybrid", name="Granite-4.0-H-1B-shaped", n_embd=1536, n_layer=40,
+                             n_head=12, n_head_kv=4, head_dim=128, n_ff=4096,
+                             attention_layers=[9, 19, 29, 39], ssm_conv=4, ssm_state=128, ssm_heads=48,
+                             ssm_groups=1, n_vocab=100352, n_ctx=131072, rope_base=10_000.0,
+                             rms_eps=1e-5, seed=0x6A41_1B00),
 }
 
 
@@ -87,7 +98,21 @@ def plan(cfg):
                     (p + "ffn_gate_exps.weight", (e, fe, d), d ** -0.5), (p + "ffn_up_exps.weight", (e, fe, d), d ** -0.5),
                     (p + "ffn_down_exps.weight", (e, d, fe), fe ** -0.5)]
             continue
-        if i in cfg["attention_layers"]:
+        if cfg["arch"] == "granitehybrid" and i not in cfg["attention_layers"]:
+            # Mamba-2: ssm_in to [z | x B C | dt], the conv over x B C with its bias, per-head
+            # A (negative), D and dt bias, the grouped norm, ssm_out
+            d_inner, n_s, n_h, n_g = 2 * d, cfg["ssm_state"], cfg["ssm_heads"], cfg["ssm_groups"]
+            conv_ch = d_inner + 2 * n_g * n_s
+            out += [(p + "ssm_in.weight", (2 * d_inner + 2 * n_g * n_s + n_h, d), d ** -0.5),
+                    (p + "ssm_conv1d.weight", (conv_ch, cfg["ssm_conv"]), "conv"),
+                    (p + "ssm_conv1d.bias", (conv_ch,), "bias"), (p + "ssm_dt.bias", (n_h,), "bias"),
+                    (p + "ssm_a", (n_h, 1), "neg"), (p + "ssm_d", (n_h, 1), "norm"),
+                    (p + "ssm_norm.weight", (n_g, d_inner // n_g), "norm"),
+                    (p + "ssm_out.weight", (d, d_inner), d_inner ** -0.5)]
+        elif cfg["arch"] == "granitehybrid":
+            out += [(p + "attn_q.weight", (n_q, d), d ** -0.5), (p + "attn_k.weight", (n_kv, d), d ** -0.5),
+                    (p + "attn_v.weight", (n_kv, d), d ** -0.5), (p + "attn_output.weight", (d, n_q), n_q ** -0.5)]
+        elif i in cfg["attention_layers"]:
             out += [(p + "attn_q.weight", (n_q, d), d ** -0.5), (p + "attn_k.weight", (n_kv, d), d ** -0.5),
                     (p + "attn_v.weight", (n_kv, d), d ** -0.5), (p + "attn_q_norm.weight", (hd,), "norm"),
                     (p + "attn_k_norm.weight", (hd,), "norm"), (p + "attn_output.weight", (d, n_q), n_q ** -0.5)]
@@ -106,6 +131,8 @@ def plan(cfg):
                     (p + "ffn_down.weight", (d, f), f ** -0.5)]
     if cfg["arch"] == "smallthinker":
         out += [("output_norm.weight", (d,), "norm"), ("output.weight", (cfg["n_vocab"], d), d ** -0.5)]
+    elif cfg["arch"] == "granitehybrid":
+        out.append(("output_norm.weight", (d,), "norm"))
     else:
         # LFM2's final norm has this name (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2); head tied
         out.append(("token_embd_norm.weight", (d,), "norm"))
@@ -119,6 +146,8 @@ def data(rng, shape, kind):
         return rng.uniform(-0.5, 0.5, shape).astype(np.float32)
     if kind == "bias":
         return rng.uniform(-0.2, 0.2, shape).astype(np.float32)
+    if kind == "neg":
+        return -np.exp(rng.uniform(-1.25, 0.5, shape)).astype(np.float32)
     # uniform with the given std; F16 for the matrices llama-quantize will quantize
     a = kind * np.sqrt(3.0)
     return (rng.random(shape, dtype=np.float32) * np.float32(2 * a) - np.float32(a)).astype(np.float16)
@@ -139,6 +168,19 @@ def write_f16(cfg, tok, path):
     if arch == "smallthinker":
         w.add_head_count_kv(cfg["n_head_kv"])
         w.add_sliding_window(cfg["sliding_window"])
+    elif arch == "granitehybrid":
+        w.add_head_count_kv([cfg["n_head_kv"] if i in cfg["attention_layers"] else 0 for i in range(cfg["n_layer"])])
+        w.add_ssm_conv_kernel(cfg["ssm_conv"])
+        w.add_ssm_state_size(cfg["ssm_state"])
+        w.add_ssm_group_count(cfg["ssm_groups"])
+        w.add_ssm_time_step_rank(cfg["ssm_heads"])
+        w.add_ssm_inner_size(2 * cfg["n_embd"])
+        # Granite 4.0's multipliers (embedding 12, residual 0.22, attention 1/128, logits 6)
+        w.add_embedding_scale(12.0)
+        w.add_residual_scale(0.22)
+        w.add_attention_scale(0.0078125)
+        w.add_logit_scale(6.0)
+        w.add_rope_scaling_finetuned(False)
     else:
         w.add_head_count_kv([cfg["n_head_kv"] if i in cfg["attention_layers"] else 0 for i in range(cfg["n_layer"])])
         w.add_uint32(f"{arch}.shortconv.l_cache", cfg["l_cache"])
@@ -159,7 +201,7 @@ def write_f16(cfg, tok, path):
     if arch == "smallthinker":
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2" if arch == "smallthinker" else "lfm2")
+    w.add_tokenizer_pre({"smallthinker": "qwen2", "granitehybrid": "qwen2"}.get(arch, "lfm2"))
     w.add_token_list(tok["tokens"])
     w.add_token_types(tok["token_type"])
     w.add_token_merges(tok["merges"])
