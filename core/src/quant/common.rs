@@ -306,6 +306,32 @@ pub(crate) fn signed_absmax(x: &[f32]) -> f32 {
     max
 }
 
+/// The super-block loop of the grid i-quants' Q8_K dots (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+/// IQ3_S), as ggml's `_generic` dots run it: per 256-weight block an exact integer
+/// (`block_sum` of the block and the activation's 256 quants), then sumf += (f16(d) * dy) *
+/// bsum in block order. Each type applies its own final factor.
+pub(crate) fn grid_dot_q8_k(
+    n: usize,
+    w: &[u8],
+    act: &[u8],
+    block_bytes: usize,
+    off_d: usize,
+    block_sum: fn(&[u8], &[u8]) -> i32,
+) -> f32 {
+    use super::q8_k;
+    let nb = n / 256;
+    debug_assert!(w.len() == nb * block_bytes && act.len() == nb * q8_k::BLOCK_BYTES);
+    let mut sumf = 0.0f32;
+    for (x, y) in w
+        .chunks_exact(block_bytes)
+        .zip(act.chunks_exact(q8_k::BLOCK_BYTES))
+    {
+        let d = f16_at(x, off_d) * f32_at(y, q8_k::OFF_D);
+        sumf += d * block_sum(x, &y[q8_k::OFF_QS..q8_k::OFF_QS + 256]) as f32;
+    }
+    sumf
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

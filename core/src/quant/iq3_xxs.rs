@@ -11,8 +11,7 @@
 //! Every field is exactly as wide as its table is long (an 8-bit index into 256 grid entries,
 //! a 7-bit index into 128 sign patterns), so no byte of a file can reach outside a table.
 
-use super::common::{f16_at, f32_at, u32_at};
-use super::q8_k;
+use super::common::{f16_at, grid_dot_q8_k, u32_at};
 pub use smolrun_kernels::iq_grids::{IQ3XXS_GRID, KSIGNS_IQ2XS};
 
 pub const BLOCK_ELEMS: usize = 256;
@@ -88,16 +87,7 @@ pub fn block_sum(b: &[u8], q8: &[u8]) -> i32 {
 /// IQ3_XXS . Q8_K (ggml's `ggml_vec_dot_iq3_xxs_q8_K_generic`): per super-block an exact
 /// integer ([`block_sum`]), sumf += (f16(d) * dy) * bsum in block order, then 0.25 * sumf.
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = n / BLOCK_ELEMS;
-    debug_assert!(w.len() == nb * BLOCK_BYTES && act.len() == nb * q8_k::BLOCK_BYTES);
-    let mut sumf = 0.0f32;
-    for (x, y) in w
-        .chunks_exact(BLOCK_BYTES)
-        .zip(act.chunks_exact(q8_k::BLOCK_BYTES))
-    {
-        let d = f16_at(x, OFF_D) * f32_at(y, q8_k::OFF_D);
-        sumf += d * block_sum(x, &y[q8_k::OFF_QS..q8_k::OFF_QS + 256]) as f32;
-    }
+    let sumf = grid_dot_q8_k(n, w, act, BLOCK_BYTES, OFF_D, block_sum);
     0.25 * sumf
 }
 
