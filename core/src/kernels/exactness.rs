@@ -527,6 +527,35 @@ fn simd_integer_parts_are_exact() {
 /// lowest and highest (TQ2_0's code 3, which ggml never writes, decodes as +2), Q2_K scale and
 /// min nibbles at 0 and 15 in every combination, d and dmin of either sign, tiny and huge, and
 /// activations at -128 and 127.
+/// Q8_K activation rows of `n` quants at the integer edges: all -128, all 127, the two mixed,
+/// and random (the edge-block tests' activations).
+fn q8_k_edge_acts(rng: &mut XorShift, n: usize) -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (
+            "all -128",
+            act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
+        ),
+        (
+            "all 127",
+            act_from_quants(GgmlType::Q8_K, 0.02, &vec![127; n]),
+        ),
+        (
+            "-128/127",
+            act_from_quants(
+                GgmlType::Q8_K,
+                0.03,
+                &(0..n)
+                    .map(|i| if i % 5 < 2 { 127 } else { -128 })
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+        (
+            "random",
+            act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(rng, n, -128, 127)),
+        ),
+    ]
+}
+
 #[test]
 fn two_bit_edge_blocks_give_the_scalar_bits() {
     for (ty, fast, scalar) in simd_kernels() {
@@ -536,30 +565,7 @@ fn two_bit_edge_blocks_give_the_scalar_bits() {
         let nb = 3;
         let n = nb * 256;
         let mut rng = XorShift(0x2B17 ^ ty.id() as u64);
-        let acts: Vec<(&str, Vec<u8>)> = vec![
-            (
-                "all -128",
-                act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
-            ),
-            (
-                "all 127",
-                act_from_quants(GgmlType::Q8_K, 0.02, &vec![127; n]),
-            ),
-            (
-                "-128/127",
-                act_from_quants(
-                    GgmlType::Q8_K,
-                    0.03,
-                    &(0..n)
-                        .map(|i| if i % 5 < 2 { 127 } else { -128 })
-                        .collect::<Vec<_>>(),
-                ),
-            ),
-            (
-                "random",
-                act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
-            ),
-        ];
+        let acts = q8_k_edge_acts(&mut rng, n);
         // Quant bytes: all codes 0, all codes 3, TQ2_0's ternary codes 0/1/2 only, random.
         type Fill = fn(&mut XorShift) -> u8;
         let code_fills: [(&str, Fill); 5] = [
@@ -646,30 +652,7 @@ fn q3_k_edge_blocks_give_the_scalar_bits() {
         let nb = 3;
         let n = nb * 256;
         let mut rng = XorShift(0x3B17);
-        let acts: Vec<(&str, Vec<u8>)> = vec![
-            (
-                "all -128",
-                act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
-            ),
-            (
-                "all 127",
-                act_from_quants(GgmlType::Q8_K, 0.02, &vec![127; n]),
-            ),
-            (
-                "-128/127",
-                act_from_quants(
-                    GgmlType::Q8_K,
-                    0.03,
-                    &(0..n)
-                        .map(|i| if i % 5 < 2 { 127 } else { -128 })
-                        .collect::<Vec<_>>(),
-                ),
-            ),
-            (
-                "random",
-                act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
-            ),
-        ];
+        let acts = q8_k_edge_acts(&mut rng, n);
         type Fill = fn(&mut XorShift) -> u8;
         let fills: [(&str, Fill); 3] = [
             ("0x00", |_| 0x00),
@@ -906,30 +889,7 @@ fn grid_iquant_edge_blocks_give_the_scalar_bits() {
         let nb = 3;
         let n = nb * 256;
         let mut rng = XorShift(0x1C2 ^ ty.id() as u64);
-        let acts: Vec<(&str, Vec<u8>)> = vec![
-            (
-                "all -128",
-                act_from_quants(GgmlType::Q8_K, 0.01, &vec![-128; n]),
-            ),
-            (
-                "all 127",
-                act_from_quants(GgmlType::Q8_K, 0.02, &vec![127; n]),
-            ),
-            (
-                "-128/127",
-                act_from_quants(
-                    GgmlType::Q8_K,
-                    0.03,
-                    &(0..n)
-                        .map(|i| if i % 5 < 2 { 127 } else { -128 })
-                        .collect::<Vec<_>>(),
-                ),
-            ),
-            (
-                "random",
-                act_from_quants(GgmlType::Q8_K, 0.01, &random_i8(&mut rng, n, -128, 127)),
-            ),
-        ];
+        let acts = q8_k_edge_acts(&mut rng, n);
         // (case, indices, signs, scales): Some(false) = 0 / none, Some(true) = largest / all,
         // None = random.
         type Sub = (&'static str, Option<bool>, Option<bool>, Option<bool>);
