@@ -165,6 +165,76 @@ fn gemma3_pruned_head_matches_the_stock_model_on_kept_ids() {
         );
     }
 
+    // `run --json` and `perplexity --json` say how much of the text fell outside the head: the
+    // prompt's and the generated text's stock ids the head cannot write, and the text's share.
+    let outside = |t: &[u32]| t.iter().filter(|&&i| !kept(i)).count();
+    let cut_path = out_path.to_str().unwrap();
+    let prompt_text = "The miller of Zürich oiled the rattled gears of the Bäckerei's kneader";
+    let mut prompt_ids = Vec::new();
+    tok.encode(prompt_text, true, true, &mut prompt_ids);
+    let run = smolrun_json(&[
+        "run",
+        "-m",
+        cut_path,
+        "-p",
+        prompt_text,
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(run["head_rows"], 32000);
+    let n_outside = outside(&prompt_ids);
+    assert!(
+        n_outside > 0,
+        "a 32K head keeps every id of {prompt_text:?}"
+    );
+    assert_eq!(run["prompt_outside_head"], n_outside);
+    let share = run["prompt_outside_head_share"].as_f64().unwrap();
+    assert!((share - n_outside as f64 / prompt_ids.len() as f64).abs() < 1e-12);
+    let mut text_ids = Vec::new();
+    tok.encode(run["text"].as_str().unwrap(), false, false, &mut text_ids);
+    assert_eq!(run["text_outside_head"], outside(&text_ids));
+    // The story's first 3 KB (about 700 tokens) keep the run short.
+    let story = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/ppl-text.txt");
+    let text = std::fs::read_to_string(story).unwrap();
+    let cut = text
+        .char_indices()
+        .take_while(|&(i, _)| i < 3000)
+        .last()
+        .unwrap()
+        .0;
+    let text = &text[..text[..cut].rfind('\n').unwrap() + 1];
+    let story = dir.join("story.txt");
+    std::fs::write(&story, text).unwrap();
+    let story = story.to_str().unwrap();
+    let ppl = smolrun_json(&[
+        "perplexity",
+        "-m",
+        cut_path,
+        "-f",
+        story,
+        "-c",
+        "64",
+        "--json",
+    ]);
+    let mut story_ids = Vec::new();
+    tok.encode(
+        text.strip_suffix('\n').unwrap_or(text),
+        true,
+        false,
+        &mut story_ids,
+    );
+    assert!(outside(&story_ids) > 0);
+    assert_eq!(ppl["outside_head"], outside(&story_ids));
+    assert_eq!(ppl["respelled"], outside(&story_ids));
+    let share = ppl["outside_head_share"].as_f64().unwrap();
+    assert!((share - outside(&story_ids) as f64 / story_ids.len() as f64).abs() < 1e-12);
+    // A full head reports nothing of the kind.
+    let full = smolrun_json(&["run", "-m", stock, "-p", prompt_text, "-n", "2", "--json"]);
+    assert!(full.get("prompt_outside_head").is_none());
+
     // The logits: a prompt with dropped ids in it still runs (the embeddings are complete).
     let dropped: Vec<u32> = (1000..262144).filter(|&i| !kept(i)).take(2).collect();
     let mut prompt = vec![tok.bos().unwrap()];
@@ -185,6 +255,21 @@ fn gemma3_pruned_head_matches_the_stock_model_on_kept_ids() {
             }
         }
     }
+}
+
+/// Runs smolrun and parses the last line of its stdout as JSON.
+fn smolrun_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_smolrun"))
+        .args(args)
+        .output()
+        .expect("run smolrun");
+    assert!(
+        out.status.success(),
+        "smolrun {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one JSON line")
 }
 
 fn smolrun_fails(args: &[&str]) -> String {

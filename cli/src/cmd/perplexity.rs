@@ -169,6 +169,7 @@ pub fn respell_by_model(
     join: bool,
 ) -> Result<(Vec<u32>, usize), String> {
     let path = engine.path.clone();
+    let n_ctx = engine.n_ctx();
     let (tok, model, state, store, par) = engine.parts();
     let is_kept = |id: u32| kept.binary_search(&id).is_ok();
     let bos = tok.bos().filter(|_| tok.adds_bos());
@@ -198,8 +199,12 @@ pub fn respell_by_model(
             Some(&n) if !join && is_kept(n) => Some(n),
             _ => None,
         };
+        // The context and the longest spelling after it must fit in the model's context
+        // (a small -c leaves less than SPELLING_CONTEXT tokens of it).
+        let longest = spellings.iter().map(Vec::len).max().unwrap_or(1);
+        let room = SPELLING_CONTEXT.min(n_ctx.saturating_sub(longest + 2));
         context.clear();
-        let from = out.len().saturating_sub(SPELLING_CONTEXT);
+        let from = out.len().saturating_sub(room);
         if from > 0 || out.first() != bos.as_ref() {
             context.extend(bos);
         }
@@ -469,6 +474,14 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
                 "n_ctx": n_ctx,
                 "stride": args.stride,
         });
+        if let Some(kept) = &engine.model.head_ids {
+            // The stock tokenization's ids the head cannot write, whether or not they were
+            // re-spelled (`--no-respell` scores them as 8 bits per byte instead).
+            let outside = smolrun_core::model::head::count_outside(kept, &stock_tokens);
+            out["head_rows"] = kept.len().into();
+            out["outside_head"] = outside.into();
+            out["outside_head_share"] = (outside as f64 / stock_tokens.len().max(1) as f64).into();
+        }
         if let Some(report) = &moe {
             report.add_to(&mut out);
         }

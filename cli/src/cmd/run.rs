@@ -179,6 +179,22 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
         if let Some(d) = gen.logits_digest {
             out["logits_digest"] = format!("{d:016x}").into();
         }
+        if let Some(kept) = &engine.model.head_ids {
+            // A pruned head: the prompt's ids it cannot write, and the generated text's (as the
+            // stock tokenizer spells it; the model wrote those with kept pieces).
+            use smolrun_core::model::head::count_outside;
+            let text_tokens = engine.tokenize(&text, false, false);
+            let share = |n: usize, of: usize| n as f64 / of.max(1) as f64;
+            let (in_prompt, in_text) = (
+                count_outside(kept, &prompt),
+                count_outside(kept, &text_tokens),
+            );
+            out["head_rows"] = kept.len().into();
+            out["prompt_outside_head"] = in_prompt.into();
+            out["prompt_outside_head_share"] = share(in_prompt, prompt.len()).into();
+            out["text_outside_head"] = in_text.into();
+            out["text_outside_head_share"] = share(in_text, text_tokens.len()).into();
+        }
         if let Some(report) = &stream {
             report.add_to(&mut out);
         }
