@@ -165,6 +165,16 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
     ("IQ1_M", 256, "dotprod", Side("3iq226vec_dot_iq1_m_q8_k_dotprod", [8], depth=1),
      ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
+    # IQ4_NL and IQ4_XS (#33): the whole row in asm, float steps included; IQ4_NL's loop takes
+    # four blocks a trip (llama.cpp's two), IQ4_XS's one super-block.
+    ("IQ4_NL", 32, "ARMv8.0", Side("3iq424vec_dot_iq4_nl_q8_0_neon", blocks=4),
+     ("quants", Side("ggml_vec_dot_iq4_nl_q8_0", blocks=2)), ""),
+    ("IQ4_NL", 32, "dotprod", Side("3iq427vec_dot_iq4_nl_q8_0_dotprod", blocks=4),
+     ("quants", Side("ggml_vec_dot_iq4_nl_q8_0", blocks=2)), ""),
+    ("IQ4_XS", 256, "ARMv8.0", Side("3iq424vec_dot_iq4_xs_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq4_xs_q8_K", [4])), ""),
+    ("IQ4_XS", 256, "dotprod", Side("3iq427vec_dot_iq4_xs_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq4_xs_q8_K", [4])), ""),
     # Qwen3.5's fused delta-rule step: a "block" is one state row of dk = 128 (Qwen3.5's head
     # dim), both sweeps (decay + S k, then the update + S q) of a pair of rows per trip of the
     # outer loop, 8 trips of 16 values each inside. llama.cpp runs the delta rule as ggml's

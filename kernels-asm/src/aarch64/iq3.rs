@@ -26,7 +26,7 @@
 //! for IQ3_S) is applied in Rust as the twin does, so both faces return its result bit for bit.
 //!
 //! The A53 and A55 issue in order, so the line order decides their speed: the loop bodies are
-//! written by tools/iq3-asm.py (a list scheduler over the whole super-block, each value on the
+//! written by tools/iq-asm.py (a list scheduler over the whole super-block, each value on the
 //! next register of a pool so that sub-blocks overlap; `emit xxs|s neon|dot`), every load
 //! issued well before its first use.
 
@@ -100,7 +100,7 @@ pub fn vec_dot_iq3_xxs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
         KSIGNS64.as_ptr(),
         [],
         [
-            // tools/iq3-asm.py emit xxs neon
+            // tools/iq-asm.py emit xxs neon
             "ldur q0, [{x}, #66]",
             "ldur q1, [{x}, #82]",
             "ldur {t0}, [{x}, #2]",
@@ -508,7 +508,7 @@ pub unsafe fn vec_dot_iq3_xxs_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f3
         KSIGNS64.as_ptr(),
         [".arch_extension dotprod"],
         [
-            // tools/iq3-asm.py emit xxs dot
+            // tools/iq-asm.py emit xxs dot
             "ldur q14, [{x}, #66]",
             "ldur q15, [{x}, #82]",
             "ldur {t0}, [{x}, #2]",
@@ -900,7 +900,7 @@ pub fn vec_dot_iq3_s_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
             "movi v29.8b, #15"
         ],
         [
-            // tools/iq3-asm.py emit s neon
+            // tools/iq-asm.py emit s neon
             "ldr s0, [{x}, #106]",
             "ldr d2, [{x}, #2]",
             "add {t0}, {x}, #66",
@@ -1329,7 +1329,7 @@ pub unsafe fn vec_dot_iq3_s_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 
             "movi v29.8b, #15"
         ],
         [
-            // tools/iq3-asm.py emit s dot
+            // tools/iq-asm.py emit s dot
             "ldr s0, [{x}, #106]",
             "ldr d2, [{x}, #2]",
             "add {t0}, {x}, #66",

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The block loops of the IQ3_XXS and IQ3_S NEON kernels (kernels-asm/src/aarch64/iq3.rs), one
-whole super-block a trip, list-scheduled (tools/lowbit-asm.py's scheduler: the A53 and A55 issue
-in order, so the line order decides their speed).
+"""The block loops of the IQ3_XXS and IQ3_S NEON kernels (kernels-asm/src/aarch64/iq3.rs: one
+super-block a trip) and of IQ4_NL (iq4.rs: four blocks a trip, and one for the last nb % 4) and
+IQ4_XS (one super-block a trip), list-scheduled (tools/lowbit-asm.py's scheduler: the A53 and
+A55 issue in order, so the line order decides their speed).
 
-    tools/iq3-asm.py emit xxs|s neon|dot   # the loop body, as the asm! string lines
-    tools/iq3-asm.py rust                  # rewrite those lines in kernels-asm/src/aarch64/iq3.rs
-    tools/iq3-asm.py mca                   # llvm-mca cycles per super-block of each
+    tools/iq-asm.py emit xxs|s|nl|nl1|xs neon|dot  # a loop body, as the asm! string lines
+    tools/iq-asm.py rust        # rewrite those lines in kernels-asm/src/aarch64/iq3.rs, iq4.rs
+    tools/iq-asm.py mca         # llvm-mca cycles per block (super-block) of each
 
 Each value gets the next register of a pool in turn (a value is written once, then read), so
 the scheduler can overlap sub-blocks; every dependence on a physical register is kept.
@@ -249,38 +250,193 @@ def s_block(dot):
     return o
 
 
+
+# IQ4_NL and IQ4_XS: v29 the 16 levels (kvalues_iq4nl), v30 0x0f bytes; IQ4_XS also v28 (the
+# u16 shifts 14 - 2k) and v27 (32 in u16 lanes); the rest a pool.
+VPOOL_4 = [f"v{i}" for i in range(0, 27)]
+
+
+def nibble_dot(o, V, dot, Q, Y0, Y1, S):
+    """The i32x4 whose lanes add to the dot of the 32 levels indexed by the 16 bytes in Q (low
+    nibbles: elements 0-15, high: 16-31) with the activations Y0, Y1, into S (ARMv8.0: two
+    products per i16 lane, |127 * 128| * 2 < 2^15, then pairwise widened)."""
+    L, H = V.new(), V.new()
+    o.append(op(f"and {L}.16b, {Q}.16b, v30.16b", [L], [Q, "v30"]))
+    o.append(op(f"ushr {H}.16b, {Q}.16b, #4", [H], [Q]))
+    o.append(op(f"tbl {L}.16b, {{{{v29.16b}}}}, {L}.16b", [L], [L, "v29"]))
+    o.append(op(f"tbl {H}.16b, {{{{v29.16b}}}}, {H}.16b", [H], [H, "v29"]))
+    if dot:
+        o.append(op(f"movi {S}.4s, #0", [S], [], 2))
+        o.append(op(f"sdot {S}.4s, {L}.16b, {Y0}.16b", [S], [S, L, Y0]))
+        o.append(op(f"sdot {S}.4s, {H}.16b, {Y1}.16b", [S], [S, H, Y1]))
+    else:
+        B = V.new()
+        o.append(op(f"smull {S}.8h, {L}.8b, {Y0}.8b", [S], [L, Y0]))
+        o.append(op(f"smull2 {B}.8h, {L}.16b, {Y0}.16b", [B], [L, Y0]))
+        o.append(op(f"smlal {S}.8h, {H}.8b, {Y1}.8b", [S], [S, H, Y1]))
+        o.append(op(f"smlal2 {B}.8h, {H}.16b, {Y1}.16b", [B], [B, H, Y1]))
+        o.append(op(f"saddlp {S}.4s, {S}.8h", [S], [S]))
+        o.append(op(f"sadalp {S}.4s, {B}.8h", [S], [S, B]))
+    return S
+
+
+def sums4(o, V, S):
+    """[sum of S[0], .., sum of S[3]] (exact i32 lanes) from four i32x4."""
+    a, b = S[0], S[2]
+    o.append(op(f"addp {a}.4s, {a}.4s, {S[1]}.4s", [a], [a, S[1]]))
+    o.append(op(f"addp {b}.4s, {b}.4s, {S[3]}.4s", [b], [b, S[3]]))
+    o.append(op(f"addp {a}.4s, {a}.4s, {b}.4s", [a], [a, b]))
+    return a
+
+
+def add_lanes(o, V, P, count):
+    """sumf += P[0]; sumf += P[1]; .. in lane order (the twin's order)."""
+    for k in range(count):
+        if k == 0:
+            o.append(op(f"fadd s31, s31, s{n(P)}", ["v31"], ["v31", P]))
+        else:
+            t = V.new()
+            o.append(op(f"dup s{n(t)}, {P}.s[{k}]", [t], [P], 4))
+            o.append(op(f"fadd s31, s31, s{n(t)}", ["v31"], ["v31", t]))
+
+
+def nl_blocks(dot, nb):
+    """nb (4 or 1) IQ4_NL blocks (18 bytes at x: f16 d, 16 index bytes) against Q8_0 blocks (34
+    bytes at y: f16 d, 32 quants): sumf += (dy * dx) * sumi, block after block."""
+    o = []
+    V, G = Regs(VPOOL_4), Regs(GPOOL)
+    # Values that live across the blocks stay out of the turn.
+    S = [V.reserve() for _ in range(nb)]
+    DX, DY = V.reserve(), V.reserve()
+    for b in range(nb):
+        Q, Y0, Y1 = V.new(), V.new(), V.new()
+        o.append(op(f"ldur q{n(Q)}, [{{x}}, #{18 * b + 2}]", [Q], ["x"], 4))
+        o.append(op(f"ldur q{n(Y0)}, [{{y}}, #{34 * b + 2}]", [Y0], ["y"], 4))
+        o.append(op(f"ldur q{n(Y1)}, [{{y}}, #{34 * b + 18}]", [Y1], ["y"], 4))
+        if b == 0:
+            o.append(op(f"ldr h{n(DX)}, [{{x}}]", [DX], ["x"], 4))
+            o.append(op(f"ldr h{n(DY)}, [{{y}}]", [DY], ["y"], 4))
+        else:
+            for D, base, size in ((DX, "x", 18), (DY, "y", 34)):
+                r = G.new()
+                o.append(op(f"add {g(r)}, {{{base}}}, #{size * b}", [r], [base], 3))
+                o.append(op(f"ld1 {{{{{D}.h}}}}[{b}], [{g(r)}]", [D], [D, r], 4))
+        nibble_dot(o, V, dot, Q, Y0, Y1, S[b])
+    if nb == 4:
+        P = sums4(o, V, S)
+        o.append(op(f"scvtf {P}.4s, {P}.4s", [P], [P]))
+        o.append(op(f"fcvtl {DX}.4s, {DX}.4h", [DX], [DX]))
+        o.append(op(f"fcvtl {DY}.4s, {DY}.4h", [DY], [DY]))
+        o.append(op(f"fmul {DY}.4s, {DY}.4s, {DX}.4s", [DY], [DY, DX]))
+        o.append(op(f"fmul {P}.4s, {DY}.4s, {P}.4s", [P], [DY, P]))
+    else:
+        P = S[0]
+        o.append(op(f"addv s{n(P)}, {P}.4s", [P], [P]))
+        o.append(op(f"scvtf s{n(P)}, s{n(P)}", [P], [P]))
+        o.append(op(f"fcvt s{n(DX)}, h{n(DX)}", [DX], [DX]))
+        o.append(op(f"fcvt s{n(DY)}, h{n(DY)}", [DY], [DY]))
+        o.append(op(f"fmul s{n(DY)}, s{n(DY)}, s{n(DX)}", [DY], [DY, DX]))
+        o.append(op(f"fmul s{n(P)}, s{n(DY)}, s{n(P)}", [P], [DY, P]))
+    add_lanes(o, V, P, nb)
+    o.append(op(f"add {{x}}, {{x}}, #{18 * nb}", ["x"], ["x"], 3))
+    o.append(op(f"add {{y}}, {{y}}, #{34 * nb}", ["y"], ["y"], 3))
+    return o
+
+
+def xs_block(dot):
+    """One IQ4_XS super-block (136 bytes at x: f16 d, u16 scales_h, 4 bytes scales_l, 128
+    index bytes) against one Q8_K block: per sub-block k, sumf += (d4d8 * (ls_k - 32)) * sumi_k
+    with d4d8 = f16(d) * dy, sub-block after sub-block (the twin's order)."""
+    o = []
+    V, G = Regs(VPOOL_4), Regs(GPOOL)
+    # Values that live across the sub-blocks stay out of the turn.
+    LS0, LS1 = V.reserve(), V.reserve()
+    S = [V.reserve() for _ in range(8)]
+    # ls_k = nibble k of scales_l (low first) | bits 2k, 2k + 1 of scales_h << 4, less 32, as
+    # f32 lanes (the high bits: scales_h in every u16 lane, shifted left by 14 - 2k, then right
+    # by 14; `sli` puts them above the nibble).
+    SL, SH, HB = V.new(), V.new(), V.new()
+    o.append(op(f"ldr s{n(SL)}, [{{x}}, #4]", [SL], ["x"], 4))
+    hp = G.new()
+    o.append(op(f"add {g(hp)}, {{x}}, #2", [hp], ["x"], 3))
+    o.append(op(f"ld1r {{{{{HB}.8h}}}}, [{g(hp)}]", [HB], [hp], 4))
+    o.append(op(f"ushr {SH}.8b, {SL}.8b, #4", [SH], [SL]))
+    o.append(op(f"and {SL}.8b, {SL}.8b, v30.8b", [SL], [SL, "v30"]))
+    o.append(op(f"zip1 {SL}.8b, {SL}.8b, {SH}.8b", [SL], [SL, SH]))
+    o.append(op(f"ushll {SL}.8h, {SL}.8b, #0", [SL], [SL]))
+    o.append(op(f"ushl {HB}.8h, {HB}.8h, v28.8h", [HB], [HB, "v28"]))
+    o.append(op(f"ushr {HB}.8h, {HB}.8h, #14", [HB], [HB]))
+    o.append(op(f"sli {SL}.8h, {HB}.8h, #4", [SL], [SL, HB]))
+    o.append(op(f"sub {SL}.8h, {SL}.8h, v27.8h", [SL], [SL, "v27"]))
+    o.append(op(f"sxtl {LS0}.4s, {SL}.4h", [LS0], [SL]))
+    o.append(op(f"sxtl2 {LS1}.4s, {SL}.8h", [LS1], [SL]))
+    o.append(op(f"scvtf {LS0}.4s, {LS0}.4s", [LS0], [LS0]))
+    o.append(op(f"scvtf {LS1}.4s, {LS1}.4s", [LS1], [LS1]))
+    D, DY = V.new(), V.new()
+    o.append(op(f"ldr h{n(D)}, [{{x}}]", [D], ["x"], 4))
+    o.append(op(f"ldr s{n(DY)}, [{{y}}]", [DY], ["y"], 4))
+    o.append(op(f"fcvt s{n(D)}, h{n(D)}", [D], [D]))
+    o.append(op(f"fmul s{n(D)}, s{n(D)}, s{n(DY)}", [D], [D, DY]))
+    # dl_k = d4d8 * (ls_k - 32): one rounding each, as the twin's scalar multiplies.
+    o.append(op(f"fmul {LS0}.4s, {LS0}.4s, {D}.s[0]", [LS0], [LS0, D]))
+    o.append(op(f"fmul {LS1}.4s, {LS1}.4s, {D}.s[0]", [LS1], [LS1, D]))
+    for k in range(8):
+        Q, Y0, Y1 = V.new(), V.new(), V.new()
+        o.append(op(f"ldur q{n(Q)}, [{{x}}, #{8 + 16 * k}]", [Q], ["x"], 4))
+        o.append(op(f"ldur q{n(Y0)}, [{{y}}, #{4 + 32 * k}]", [Y0], ["y"], 4))
+        o.append(op(f"ldur q{n(Y1)}, [{{y}}, #{20 + 32 * k}]", [Y1], ["y"], 4))
+        nibble_dot(o, V, dot, Q, Y0, Y1, S[k])
+    for half, LS in ((S[:4], LS0), (S[4:], LS1)):
+        P = sums4(o, V, half)
+        o.append(op(f"scvtf {P}.4s, {P}.4s", [P], [P]))
+        o.append(op(f"fmul {P}.4s, {LS}.4s, {P}.4s", [P], [LS, P]))
+        add_lanes(o, V, P, 4)
+    o.append(op("add {x}, {x}, #136", ["x"], ["x"], 3))
+    o.append(op("add {y}, {y}, #292", ["y"], ["y"], 3))
+    return o
+
+
 def body(kind, face):
     dot = face == "dot"
-    ops = xxs_block(dot) if kind == "xxs" else s_block(dot)
-    return schedule(ops) + ["subs {n}, {n}, #1", "b.ne 2b"]
+    ops = {"xxs": lambda: xxs_block(dot), "s": lambda: s_block(dot),
+           "nl": lambda: nl_blocks(dot, 4), "nl1": lambda: nl_blocks(dot, 1),
+           "xs": lambda: xs_block(dot)}[kind]()
+    loop = "3b" if kind == "nl1" else "2b"
+    counter = "{m}" if kind == "nl1" else "{n}"
+    return schedule(ops) + [f"subs {counter}, {counter}, #1", f"b.ne {loop}"]
 
 
 def mca_text(lines):
     import re
     regs = {f"t{i}": f"x{i + 3}" for i in range(len(GPOOL))}
-    regs.update({"x": "x0", "y": "x1", "n": "x2", "grid": "x20", "sg": "x21"})
+    regs.update({"x": "x0", "y": "x1", "n": "x2", "grid": "x20", "sg": "x21", "m": "x22"})
     out = []
     for l in lines:
         l = l.replace("{{", "\x00").replace("}}", "\x01")
         l = re.sub(r"\{(\w+)(:w)?\}",
                    lambda m: ("w" + regs[m.group(1)][1:]) if m.group(2) else regs[m.group(1)], l)
-        l = l.replace("\x00", "{").replace("\x01", "}").replace("2b", ".Lloop")
+        l = l.replace("\x00", "{").replace("\x01", "}")
+        l = l.replace("b.ne 2b", "b.ne .Lloop").replace("b.ne 3b", "b.ne .Lloop")
         out.append("  " + l)
     return ".Lloop:\n" + "\n".join(out) + "\n"
 
 
 def rust():
-    """Each `// tools/iq3-asm.py emit KIND FACE` line of iq3.rs is followed by the lines it
-    prints (the string lines after it are replaced)."""
+    """Each `// tools/iq-asm.py emit KIND FACE` line of iq3.rs and iq4.rs is followed by the
+    lines it prints (the string lines after it are replaced)."""
+    for name in ("iq3.rs", "iq4.rs"):
+        rust_file(os.path.join(os.path.dirname(HERE), "kernels-asm", "src", "aarch64", name))
+
+
+def rust_file(path):
     import re
-    path = os.path.join(os.path.dirname(HERE), "kernels-asm", "src", "aarch64", "iq3.rs")
     lines = open(path).read().split("\n")
     out, i = [], 0
     while i < len(lines):
         line = lines[i]
         out.append(line)
         i += 1
-        m = re.match(r"^(\s*)// tools/iq3-asm.py emit (\w+) (\w+)$", line)
+        m = re.match(r"^(\s*)// tools/iq-asm.py emit (\w+) (\w+)$", line)
         if not m:
             continue
         while i < len(lines) and lines[i].lstrip().startswith('"'):
@@ -297,12 +453,13 @@ def main():
         for l in body(sys.argv[2], sys.argv[3]):
             print(f'            "{l}",')
     elif sys.argv[1] == "mca":
-        for kind in ("xxs", "s"):
+        per = {"nl": 4}
+        for kind in sys.argv[2:] or ("xxs", "s", "nl", "xs"):
             for face in ("neon", "dot"):
                 text = mca_text(body(kind, face))
                 cpus = lowbit_asm.CPUS if face == "neon" else lowbit_asm.CPUS[:1]
-                print(kind, face, len(body(kind, face)), "insns",
-                      " ".join(f"{c}: {mca_cycles(text, c):.1f}" for c in cpus))
+                print(kind, face, len(body(kind, face)), "insns", " ".join(
+                    f"{c}: {mca_cycles(text, c) / per.get(kind, 1):.1f}" for c in cpus))
 
 
 if __name__ == "__main__":
