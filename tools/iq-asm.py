@@ -51,9 +51,19 @@ def n(v):
     return v[1:]
 
 
-def grid_vector(o, G, idx, dst):
-    """dst = the 4 grid entries at the (9- or 8-bit) indices in GPRs idx: the first by `ldr s`
-    at grid + 4 * index, the others by `ld1` lane loads (no lane-insert moves)."""
+def grid_vector(o, G, idx, dst, V=None):
+    """dst = the 4 grid entries at the (9- or 8-bit) indices in GPRs idx: with V, each by `ldr s`
+    at grid + 4 * index, joined by `zip1` (IQ3_XXS: fewer micro-ops than lane loads on the A7,
+    and llvm-mca's A53 and dotprod A55 agree); else the first by `ldr s`, the others by `ld1`
+    lane loads (IQ3_S: cheaper on the A55 beside its other NEON work; no lane-insert moves)."""
+    if V is not None:
+        e = [dst] + [V.new() for _ in range(3)]
+        for r, v in zip(idx, e):
+            o.append(op(f"ldr s{n(v)}, [{{grid}}, {g(r)}, lsl #2]", [v], [r, "grid"], 4))
+        o.append(op(f"zip1 {e[0]}.2s, {e[0]}.2s, {e[1]}.2s", [e[0]], [e[0], e[1]]))
+        o.append(op(f"zip1 {e[2]}.2s, {e[2]}.2s, {e[3]}.2s", [e[2]], [e[2], e[3]]))
+        o.append(op(f"zip1 {dst}.2d, {dst}.2d, {e[2]}.2d", [dst], [dst, e[2]]))
+        return
     o.append(op(f"ldr s{n(dst)}, [{{grid}}, {g(idx[0])}, lsl #2]", [dst], [idx[0], "grid"], 4))
     for lane, r in enumerate(idx[1:], 1):
         o.append(op(f"add {g(r)}, {{grid}}, {g(r)}, lsl #2", [r], [r, "grid"], 3))
@@ -157,8 +167,8 @@ def xxs_block(dot):
         o.append(op(f"ldur q{n(Y0)}, [{{y}}, #{4 + 32 * k}]", [Y0], ["y"], 4))
         o.append(op(f"ldur q{n(Y1)}, [{{y}}, #{20 + 32 * k}]", [Y1], ["y"], 4))
         G0, G1 = V.new(), V.new()
-        grid_vector(o, G, bytes_of(o, G, a, 0), G0)
-        grid_vector(o, G, bytes_of(o, G, a, 4), G1)
+        grid_vector(o, G, bytes_of(o, G, a, 0), G0, V)
+        grid_vector(o, G, bytes_of(o, G, a, 4), G1, V)
         # Sign masks: KSIGNS64 entries (8 bytes each) at the four 7-bit fields.
         M0, M1 = V.new(), V.new()
         fs = []
