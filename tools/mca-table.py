@@ -133,17 +133,18 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
     ("Q2_0", 64, "dotprod", Side("4q2_025vec_dot_q2_0_q8_0_dotprod"),
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
-    # The grid i-quants (#33): ours is the asm block loop (8 sub-blocks a trip) without the
-    # per-block float step, which runs after a run of 16 blocks in Rust (3 float operations
-    # and an f16 load per block); llama.cpp's loop body includes its own.
+    # The grid i-quants (#33): for IQ2_*/IQ1_* ours is the asm block loop (8 sub-blocks a trip)
+    # without the per-block float step, which runs after a run of 16 blocks in Rust (3 float
+    # operations and an f16 load per block); llama.cpp's loop body includes its own. IQ3_XXS
+    # and IQ3_S: the whole row in asm, one super-block a trip, float step included.
     ("IQ2_XXS", 256, "ARMv8.0", Side("3iq225vec_dot_iq2_xxs_q8_k_neon", [4], depth=1),
      ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: + the float step"),
     ("IQ2_XXS", 256, "dotprod", Side("3iq228vec_dot_iq2_xxs_q8_k_dotprod", [4], depth=1),
      ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: + the float step"),
-    ("IQ3_XXS", 256, "ARMv8.0", Side("3iq225vec_dot_iq3_xxs_q8_k_neon", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), "ours: + the float step"),
-    ("IQ3_XXS", 256, "dotprod", Side("3iq228vec_dot_iq3_xxs_q8_k_dotprod", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), "ours: + the float step"),
+    ("IQ3_XXS", 256, "ARMv8.0", Side("3iq325vec_dot_iq3_xxs_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), ""),
+    ("IQ3_XXS", 256, "dotprod", Side("3iq328vec_dot_iq3_xxs_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), ""),
     ("IQ2_XS", 256, "ARMv8.0", Side("3iq224vec_dot_iq2_xs_q8_k_neon", [4], depth=1),
      ("quants", Side("ggml_vec_dot_iq2_xs_q8_K", [4])), "ours: + the float step"),
     ("IQ2_XS", 256, "dotprod", Side("3iq227vec_dot_iq2_xs_q8_k_dotprod", [4], depth=1),
@@ -152,10 +153,10 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_iq2_s_q8_K", [4])), "ours: + the float step"),
     ("IQ2_S", 256, "dotprod", Side("3iq226vec_dot_iq2_s_q8_k_dotprod", [4], depth=1),
      ("quants", Side("ggml_vec_dot_iq2_s_q8_K", [4])), "ours: + the float step"),
-    ("IQ3_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq3_s_q8_k_neon", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), "ours: + the float step"),
-    ("IQ3_S", 256, "dotprod", Side("3iq226vec_dot_iq3_s_q8_k_dotprod", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), "ours: + the float step"),
+    ("IQ3_S", 256, "ARMv8.0", Side("3iq323vec_dot_iq3_s_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), ""),
+    ("IQ3_S", 256, "dotprod", Side("3iq326vec_dot_iq3_s_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), ""),
     ("IQ1_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_s_q8_k_neon", [8], depth=1),
      ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: + the shift and float step"),
     ("IQ1_S", 256, "dotprod", Side("3iq226vec_dot_iq1_s_q8_k_dotprod", [8], depth=1),
@@ -164,6 +165,16 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
     ("IQ1_M", 256, "dotprod", Side("3iq226vec_dot_iq1_m_q8_k_dotprod", [8], depth=1),
      ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
+    # IQ4_NL and IQ4_XS (#33): the whole row in asm, float steps included; IQ4_NL's loop takes
+    # four blocks a trip (llama.cpp's two), IQ4_XS's one super-block.
+    ("IQ4_NL", 32, "ARMv8.0", Side("3iq424vec_dot_iq4_nl_q8_0_neon", blocks=4),
+     ("quants", Side("ggml_vec_dot_iq4_nl_q8_0", blocks=2)), ""),
+    ("IQ4_NL", 32, "dotprod", Side("3iq427vec_dot_iq4_nl_q8_0_dotprod", blocks=4),
+     ("quants", Side("ggml_vec_dot_iq4_nl_q8_0", blocks=2)), ""),
+    ("IQ4_XS", 256, "ARMv8.0", Side("3iq424vec_dot_iq4_xs_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq4_xs_q8_K", [4])), ""),
+    ("IQ4_XS", 256, "dotprod", Side("3iq427vec_dot_iq4_xs_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq4_xs_q8_K", [4])), ""),
     # Qwen3.5's fused delta-rule step: a "block" is one state row of dk = 128 (Qwen3.5's head
     # dim), both sweeps (decay + S k, then the update + S q) of a pair of rows per trip of the
     # outer loop, 8 trips of 16 values each inside. llama.cpp runs the delta rule as ggml's

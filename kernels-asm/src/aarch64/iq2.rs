@@ -1,9 +1,7 @@
-//! IQ2_XXS, IQ3_XXS . Q8_K (#33; IQ2_XS, IQ2_S, IQ3_S below). IQ2_XXS super-block (66 bytes): f16 d at 0, then 8 sub-blocks of 8 bytes: 4
+//! IQ2_XXS . Q8_K (#33; IQ2_XS, IQ2_S below; IQ3_XXS and IQ3_S are in iq3.rs). IQ2_XXS super-block (66 bytes): f16 d at 0, then 8 sub-blocks of 8 bytes: 4
 //! grid indices (one byte each, into the 256 entries of [`IQ2XXS_GRID`]) and a u32 whose bits
 //! 7l..7l+7 are group l's sign field (into the 128 entries of [`KSIGNS64`]) and bits 28..32
-//! the sub-block scale s. IQ3_XXS super-block (98 bytes): f16 d at 0, 64 index bytes at 2 (8
-//! per sub-block, into the 256 entries of 4 magnitudes of [`IQ3XXS_GRID`]), then at 66 one
-//! such signs-and-scale u32 per sub-block.
+//! the sub-block scale s.
 //!
 //! The integer part runs in `asm!` (`block_sums_*`): per sub-block, the 4 indices and 4 sign
 //! fields are cut out with `and`/`ubfx` (8 and 7 bits wide: every table read is in bounds,
@@ -14,18 +12,14 @@
 //! lanes, or 64-bit `sdot` and `mla` with dotprod. IQ2_XXS runs two sub-blocks a trip. Each
 //! super-block's lanes are added (`addv`) into the scalar twin's exact integer and stored to a
 //! small stack buffer; the float part then runs in Rust, the twin's steps in its order
-//! (`smolrun_core::quant::iq2_xxs::vec_dot`: sumf += (f16(d) * dy) * bsum, then 0.125 * sumf;
-//! IQ3_XXS's the same with 0.25), so both faces return the scalar result bit for bit. For
-//! IQ3_XXS the i16 lanes of the ARMv8.0 face hold at most 4 * 62 * 128 < 2^15.
+//! (`smolrun_core::quant::iq2_xxs::vec_dot`: sumf += (f16(d) * dy) * bsum, then 0.125 * sumf),
+//! so both faces return the scalar result bit for bit.
 
 use super::{whole_blocks, Q8_K_BYTES, QK_K};
-use crate::iq_grids::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS64,
-};
+use crate::iq_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, KSIGNS64};
 use core::arch::asm;
 
 const IQ2_XXS_BYTES: usize = 66;
-const IQ3_XXS_BYTES: usize = 98;
 
 /// Super-blocks whose integer sums are gathered before the float part runs.
 const RUN: usize = 16;
@@ -127,85 +121,6 @@ macro_rules! block_sums {
             out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _,
             out("v22") _, out("v23") _, out("v24") _, out("v25") _, out("v26") _,
             out("v27") _, out("v28") _, out("v29") _,
-            options(nostack),
-        )
-    };
-}
-
-/// [`block_sums!`] for IQ3_XXS: the 8 indices of a sub-block from `x` (the first block's qs
-/// at byte 2), its signs-and-scale word from `s` (the first block's at byte 66).
-macro_rules! block_sums_iq3 {
-    ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
-        asm!(
-            $($pre,)*
-            "2:",
-            "movi v20.4s, #0",
-            "mov {c:w}, #8",
-            "3:",
-            "ldr {a}, [{x}], #8",
-            "ldr {b:w}, [{s}], #4",
-            "and {i0}, {a}, #0xff",
-            "ubfx {i1}, {a}, #8, #8",
-            "ubfx {i2}, {a}, #16, #8",
-            "ubfx {i3}, {a}, #24, #8",
-            "ldr s0, [{grid}, {i0}, lsl #2]",
-            "ldr s1, [{grid}, {i1}, lsl #2]",
-            "ldr s3, [{grid}, {i2}, lsl #2]",
-            "ldr s5, [{grid}, {i3}, lsl #2]",
-            "ubfx {i0}, {a}, #32, #8",
-            "ubfx {i1}, {a}, #40, #8",
-            "ubfx {i2}, {a}, #48, #8",
-            "lsr {i3}, {a}, #56",
-            "ldr s2, [{grid}, {i0}, lsl #2]",
-            "ldr s7, [{grid}, {i1}, lsl #2]",
-            "ldr s16, [{grid}, {i2}, lsl #2]",
-            "ldr s17, [{grid}, {i3}, lsl #2]",
-            "mov v0.s[1], v1.s[0]",
-            "mov v0.s[2], v3.s[0]",
-            "mov v0.s[3], v5.s[0]",
-            "mov v2.s[1], v7.s[0]",
-            "mov v2.s[2], v16.s[0]",
-            "mov v2.s[3], v17.s[0]",
-            "and {i0:w}, {b:w}, #0x7f",
-            "ubfx {i1:w}, {b:w}, #7, #7",
-            "ubfx {i2:w}, {b:w}, #14, #7",
-            "ubfx {i3:w}, {b:w}, #21, #7",
-            "ldr d4, [{signs}, {i0}, lsl #3]",
-            "ldr d5, [{signs}, {i1}, lsl #3]",
-            "ldr d6, [{signs}, {i2}, lsl #3]",
-            "ldr d7, [{signs}, {i3}, lsl #3]",
-            "lsr {b:w}, {b:w}, #28",
-            "orr {b:w}, {one:w}, {b:w}, lsl #1",
-            "mov v4.d[1], v5.d[0]",
-            "mov v6.d[1], v7.d[0]",
-            "ld1 {{v16.16b, v17.16b}}, [{y}], #32",
-            "eor v0.16b, v0.16b, v4.16b",
-            "eor v2.16b, v2.16b, v6.16b",
-            "sub v0.16b, v0.16b, v4.16b",
-            "sub v2.16b, v2.16b, v6.16b",
-            $($dot,)*
-            "subs {c:w}, {c:w}, #1",
-            "b.ne 3b",
-            "addv s20, v20.4s",
-            "str s20, [{o}], #4",
-            "add {x}, {x}, #34",
-            "add {s}, {s}, #66",
-            "add {y}, {y}, #36",
-            "subs {n}, {n}, #1",
-            "b.ne 2b",
-            grid = in(reg) IQ3XXS_GRID.as_ptr(),
-            signs = in(reg) KSIGNS64.as_ptr(),
-            one = in(reg) 1u64,
-            x = inout(reg) $x => _,
-            s = inout(reg) $x.add(64) => _,
-            y = inout(reg) $y => _,
-            n = inout(reg) $n => _,
-            o = inout(reg) $out => _,
-            a = out(reg) _, b = out(reg) _, c = out(reg) _,
-            i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
-            out("v18") _, out("v19") _, out("v20") _, out("v21") _,
             options(nostack),
         )
     };
@@ -329,80 +244,17 @@ pub unsafe fn vec_dot_iq2_xxs_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f3
     grid_row(nb, w, act, IQ2_XXS_BYTES, 0.125, block_sums_dotprod)
 }
 
-/// IQ3_XXS block sums with ARMv8.0 widening multiplies.
-///
-/// # Safety
-/// As [`block_sums_neon`], for IQ3_XXS super-blocks (`x` at the first one's byte 2).
-#[inline(always)]
-unsafe fn iq3_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    block_sums_iq3!(
-        x,
-        y,
-        n,
-        out,
-        [],
-        [
-            "smull v18.8h, v0.8b, v16.8b",
-            "smull2 v19.8h, v0.16b, v16.16b",
-            "smlal v18.8h, v2.8b, v17.8b",
-            "smlal2 v19.8h, v2.16b, v17.16b",
-            "add v18.8h, v18.8h, v19.8h",
-            "dup v21.8h, {b:w}",
-            "smlal v20.4s, v18.4h, v21.4h",
-            "smlal2 v20.4s, v18.8h, v21.8h"
-        ]
-    );
-}
-
-/// [`iq3_block_sums_neon`] with `sdot` (ARMv8.2 dotprod).
-///
-/// # Safety
-/// As [`iq3_block_sums_neon`], and the CPU must implement dotprod.
-#[inline(always)]
-unsafe fn iq3_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    block_sums_iq3!(
-        x,
-        y,
-        n,
-        out,
-        [".arch_extension dotprod"],
-        [
-            "movi v18.4s, #0",
-            "sdot v18.4s, v0.16b, v16.16b",
-            "sdot v18.4s, v2.16b, v17.16b",
-            "dup v21.4s, {b:w}",
-            "mla v20.4s, v18.4s, v21.4s"
-        ]
-    );
-}
-
-/// IQ3_XXS . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
-pub fn vec_dot_iq3_xxs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = whole_blocks(n, QK_K, w, IQ3_XXS_BYTES, act, Q8_K_BYTES);
-    grid_row(nb, w, act, IQ3_XXS_BYTES, 0.25, iq3_block_sums_neon)
-}
-
-/// IQ3_XXS . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
-///
-/// # Safety
-/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
-pub unsafe fn vec_dot_iq3_xxs_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = whole_blocks(n, QK_K, w, IQ3_XXS_BYTES, act, Q8_K_BYTES);
-    grid_row(nb, w, act, IQ3_XXS_BYTES, 0.25, iq3_block_sums_dotprod)
-}
-
-// IQ2_XS, IQ2_S and IQ3_S (#33). The same plan as above, one sub-block a trip: indices cut out
+// IQ2_XS and IQ2_S (#33). The same plan as above, one sub-block a trip: indices cut out
 // with `and`/`ubfx` (plus `bfi` of their high bits) to exactly the width of their table (9 bits
-// for the 512 entries of IQ2_XS and IQ3_S, 10 for the 1024 of IQ2_S), so every table read is in
+// for the 512 entries of IQ2_XS, 10 for the 1024 of IQ2_S), so every table read is in
 // bounds whatever the file holds. IQ2_XS takes its sign masks from KSIGNS64 by 7-bit field;
-// IQ2_S and IQ3_S store whole sign bytes, spread to 0x00/0xFF byte masks by `dup`/`tbl` and
+// IQ2_S stores whole sign bytes, spread to 0x00/0xFF byte masks by `dup`/`tbl` and
 // `cmtst` against the bits 1, 2, .., 128. IQ2_XS and IQ2_S have a scale per 16 weights: the
 // first two groups' products are summed apart from the last two's and each half multiplied by
-// its own 2s + 1. The ARMv8.0 i16 lanes hold at most 2 * 43 * 128 (IQ2) or 4 * 15 * 128 (IQ3_S).
+// its own 2s + 1. The ARMv8.0 i16 lanes hold at most 2 * 43 * 128.
 
 const IQ2_XS_BYTES: usize = 74;
 const IQ2_S_BYTES: usize = 82;
-const IQ3_S_BYTES: usize = 110;
 
 /// `tbl` indices that spread sign bytes 0, 1 (first 16) and 2, 3 (next 16) over 8 lanes each,
 /// then the bit each lane tests, twice.
@@ -715,110 +567,6 @@ macro_rules! two_subs_dotprod {
     };
 }
 
-/// Block integers of IQ3_S (`x` at the first block's qs, byte 2): 8 low index bytes a
-/// sub-block, its qh byte (bit k the 9th of index k), 4 sign bytes, and its scale nibble
-/// (low, then high, of each scale byte). Entries 0-3 (groups 0, 1) go to v0, 4-7 to v2 (the first
-/// by `ldr s`, the others by `ld1` lane loads at grid + 4 * index: no `mov` lane inserts), their
-/// sign masks to v24 and v25; `$dot` adds into v20 by the scale in `b`.
-macro_rules! block_sums_iq3_s {
-    ($x:expr, $y:expr, $n:expr, $out:expr, [$($pre:literal),*], [$($dot:literal),*]) => {
-        asm!(
-            $($pre,)*
-            "ld1 {{v28.16b, v29.16b, v30.16b}}, [{k}]",
-            "2:",
-            "movi v20.4s, #0",
-            "mov {c:w}, #8",
-            "mov {sh:w}, #0",
-            "3:",
-            "ldr {a}, [{x}], #8",
-            "ldrb {h:w}, [{qh}], #1",
-            "ldr s4, [{sg}], #4",
-            "ldrb {b:w}, [{s}]",
-            "and {i0}, {a}, #0xff",
-            "ubfx {i1}, {a}, #8, #8",
-            "ubfx {i2}, {a}, #16, #8",
-            "ubfx {i3}, {a}, #24, #8",
-            "bfi {i0}, {h}, #8, #1",
-            "lsr {t:w}, {h:w}, #1",
-            "bfi {i1}, {t}, #8, #1",
-            "lsr {t:w}, {h:w}, #2",
-            "bfi {i2}, {t}, #8, #1",
-            "lsr {t:w}, {h:w}, #3",
-            "bfi {i3}, {t}, #8, #1",
-            "ldr s0, [{grid}, {i0}, lsl #2]",
-            "add {i1}, {grid}, {i1}, lsl #2",
-            "add {i2}, {grid}, {i2}, lsl #2",
-            "add {i3}, {grid}, {i3}, lsl #2",
-            "ld1 {{v0.s}}[1], [{i1}]",
-            "ld1 {{v0.s}}[2], [{i2}]",
-            "ld1 {{v0.s}}[3], [{i3}]",
-            "ubfx {i0}, {a}, #32, #8",
-            "ubfx {i1}, {a}, #40, #8",
-            "ubfx {i2}, {a}, #48, #8",
-            "lsr {i3}, {a}, #56",
-            "lsr {t:w}, {h:w}, #4",
-            "bfi {i0}, {t}, #8, #1",
-            "lsr {t:w}, {h:w}, #5",
-            "bfi {i1}, {t}, #8, #1",
-            "lsr {t:w}, {h:w}, #6",
-            "bfi {i2}, {t}, #8, #1",
-            "lsr {t:w}, {h:w}, #7",
-            "bfi {i3}, {t}, #8, #1",
-            "ldr s2, [{grid}, {i0}, lsl #2]",
-            "add {i1}, {grid}, {i1}, lsl #2",
-            "add {i2}, {grid}, {i2}, lsl #2",
-            "add {i3}, {grid}, {i3}, lsl #2",
-            "ld1 {{v2.s}}[1], [{i1}]",
-            "ld1 {{v2.s}}[2], [{i2}]",
-            "ld1 {{v2.s}}[3], [{i3}]",
-            "tbl v24.16b, {{v4.16b}}, v28.16b",
-            "tbl v25.16b, {{v4.16b}}, v29.16b",
-            "lsr {b:w}, {b:w}, {sh:w}",
-            "add {s}, {s}, {sh}, lsr #2",
-            "eor {sh:w}, {sh:w}, #4",
-            "and {b:w}, {b:w}, #15",
-            "orr {b:w}, {one:w}, {b:w}, lsl #1",
-            "cmtst v24.16b, v24.16b, v30.16b",
-            "cmtst v25.16b, v25.16b, v30.16b",
-            "ld1 {{v16.16b, v17.16b}}, [{y}], #32",
-            "eor v0.16b, v0.16b, v24.16b",
-            "eor v2.16b, v2.16b, v25.16b",
-            "sub v0.16b, v0.16b, v24.16b",
-            "sub v2.16b, v2.16b, v25.16b",
-            $($dot,)*
-            "subs {c:w}, {c:w}, #1",
-            "b.ne 3b",
-            "addv s20, v20.4s",
-            "str s20, [{o}], #4",
-            "add {x}, {x}, #46",
-            "add {qh}, {qh}, #102",
-            "add {sg}, {sg}, #78",
-            "add {s}, {s}, #106",
-            "add {y}, {y}, #36",
-            "subs {n}, {n}, #1",
-            "b.ne 2b",
-            grid = in(reg) IQ3S_GRID.as_ptr(),
-            k = in(reg) SIGN_SPREAD.as_ptr(),
-            one = in(reg) 1u64,
-            x = inout(reg) $x => _,
-            qh = inout(reg) $x.add(64) => _,
-            sg = inout(reg) $x.add(72) => _,
-            s = inout(reg) $x.add(104) => _,
-            y = inout(reg) $y => _,
-            n = inout(reg) $n => _,
-            o = inout(reg) $out => _,
-            a = out(reg) _, b = out(reg) _, c = out(reg) _, t = out(reg) _, h = out(reg) _,
-            sh = out(reg) _,
-            i0 = out(reg) _, i1 = out(reg) _, i2 = out(reg) _, i3 = out(reg) _,
-            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v5") _, out("v6") _, out("v7") _, out("v16") _, out("v17") _,
-            out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v24") _,
-            out("v25") _, out("v28") _, out("v29") _, out("v30") _,
-            options(nostack),
-        )
-    };
-}
-
 /// The ARMv8.0 products of a sub-block with a scale per 16 weights (IQ2_XS, IQ2_S).
 macro_rules! half_scaled_neon {
     ($m:ident, $x:ident, $y:ident, $n:ident, $out:ident) => {
@@ -905,53 +653,6 @@ unsafe fn iq2_s_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *m
     two_subs_dotprod!(block_sums_iq2_s, x, y, n, out);
 }
 
-/// IQ3_S block sums with ARMv8.0 widening multiplies.
-///
-/// # Safety
-/// As [`block_sums_neon`], for IQ3_S super-blocks (`x` at the first one's byte 2).
-#[inline(always)]
-unsafe fn iq3_s_block_sums_neon(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    block_sums_iq3_s!(
-        x,
-        y,
-        n,
-        out,
-        [],
-        [
-            "smull v18.8h, v0.8b, v16.8b",
-            "smull2 v19.8h, v0.16b, v16.16b",
-            "smlal v18.8h, v2.8b, v17.8b",
-            "smlal2 v19.8h, v2.16b, v17.16b",
-            "add v18.8h, v18.8h, v19.8h",
-            "dup v21.8h, {b:w}",
-            "smlal v20.4s, v18.4h, v21.4h",
-            "smlal2 v20.4s, v18.8h, v21.8h"
-        ]
-    );
-}
-
-/// [`iq3_s_block_sums_neon`] with `sdot`.
-///
-/// # Safety
-/// As [`iq3_s_block_sums_neon`], and the CPU must implement dotprod.
-#[inline(always)]
-unsafe fn iq3_s_block_sums_dotprod(x: *const u8, y: *const u8, n: usize, out: *mut i32) {
-    block_sums_iq3_s!(
-        x,
-        y,
-        n,
-        out,
-        [".arch_extension dotprod"],
-        [
-            "movi v18.4s, #0",
-            "sdot v18.4s, v0.16b, v16.16b",
-            "sdot v18.4s, v2.16b, v17.16b",
-            "dup v21.4s, {b:w}",
-            "mla v20.4s, v18.4s, v21.4s"
-        ]
-    );
-}
-
 /// IQ2_XS . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
 pub fn vec_dot_iq2_xs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = whole_blocks(n, QK_K, w, IQ2_XS_BYTES, act, Q8_K_BYTES);
@@ -980,22 +681,6 @@ pub fn vec_dot_iq2_s_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
 pub unsafe fn vec_dot_iq2_s_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = whole_blocks(n, QK_K, w, IQ2_S_BYTES, act, Q8_K_BYTES);
     grid_row(nb, w, act, IQ2_S_BYTES, 0.125, iq2_s_block_sums_dotprod)
-}
-
-/// IQ3_S . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin (whose
-/// final factor is 1: `1.0 * sumf` is `sumf`).
-pub fn vec_dot_iq3_s_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = whole_blocks(n, QK_K, w, IQ3_S_BYTES, act, Q8_K_BYTES);
-    grid_row(nb, w, act, IQ3_S_BYTES, 1.0, iq3_s_block_sums_neon)
-}
-
-/// IQ3_S . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
-///
-/// # Safety
-/// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
-pub unsafe fn vec_dot_iq3_s_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = whole_blocks(n, QK_K, w, IQ3_S_BYTES, act, Q8_K_BYTES);
-    grid_row(nb, w, act, IQ3_S_BYTES, 1.0, iq3_s_block_sums_dotprod)
 }
 
 // IQ1_S (#33): 50-byte super-blocks: f16 d, 32 low index bytes, 8 u16 words (bits 3l..3l+3

@@ -4,15 +4,20 @@
 //! element j's index in its low nibble and element j + 16's in its high nibble, and an index
 //! selects one of the 16 levels of `kvalues_iq4nl`.
 //!
-//! The integer part runs in `asm!` (`group_sums_*`): per group of 32, the nibbles are split
-//! (`and`, `ushr`) and looked up with one `tbl` each in the 16-byte level table (a nibble is
-//! 0..15, so `tbl` never leaves the table: no byte of a file reaches outside it), then dotted
-//! with the 32 activations: `smull`/`smlal` (two products per i16 lane, |127 * 128| * 2 <
-//! 2^15), pairwise widened into i32 (`saddlp`/`sadalp`), or `sdot` with dotprod. The sums of a
-//! run of groups are stored to a small stack buffer, and the float part then runs in Rust, the
-//! scalar twins' operations in their order (`smolrun_core::quant::iq4_nl::vec_dot`:
-//! sumf += (dy * dx) * sumi; `iq4_xs::vec_dot`: sumf += (dx * dy * (ls - 32)) * sumi per
-//! sub-block), so both faces return the scalar result bit for bit.
+//! The whole row runs in one `asm!` block. Per group of 32, the nibbles are split (`and`,
+//! `ushr`) and looked up with one `tbl` each in the 16-byte level table (a nibble is 0..15, so
+//! `tbl` never leaves the table: no byte of a file reaches outside it), then dotted with the 32
+//! activations: `smull`/`smlal` (two products per i16 lane, |127 * 128| * 2 < 2^15), pairwise
+//! widened into i32 (`saddlp`/`sadalp`), or `sdot` with dotprod. Four groups' lanes add
+//! (`addp`) to their exact integers side by side, turned to f32 (`scvtf`, exact) and multiplied
+//! lane by lane by their factors, each product rounded once as the twin's scalar multiply;
+//! the products then join sumf one `fadd` at a time in the twin's order, so both faces return
+//! the scalar result bit for bit (`smolrun_core::quant::iq4_nl::vec_dot`: sumf += (dy * dx) *
+//! sumi per block; `iq4_xs::vec_dot`: sumf += (d4d8 * (ls - 32)) * sumi per sub-block, d4d8 =
+//! f16(d) * dy, the 8 scales ls made in u16 lanes once a super-block). IQ4_NL runs four blocks
+//! a trip (their f16 factors by `ld1` lane loads, widened by `fcvtl`, exact), then the last
+//! nb % 4 one at a time; IQ4_XS one super-block a trip. The A53 and A55 issue in order: the loop
+//! bodies are list-scheduled by tools/iq-asm.py (`emit nl|nl1|xs neon|dot`).
 
 use super::{whole_blocks, Q8_0_BYTES, Q8_K_BYTES, QK, QK_K};
 use core::arch::asm;
@@ -25,143 +30,221 @@ static KVALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
-/// Groups of 32 whose integer sums are gathered before the float part runs.
-const RUN: usize = 32;
+/// IQ4_XS's u16 lane shifts 14 - 2k: bits 2k, 2k + 1 of scales_h to the top of lane k.
+static XS_SHIFTS: [u8; 16] = [14, 0, 12, 0, 10, 0, 8, 0, 6, 0, 4, 0, 2, 0, 0, 0];
 
-/// `out[g]` = the dot of the 32 levels indexed by the 16 bytes at `x + g * xs` with the 32 i8
-/// activations at `y + g * ys`, for g in 0..n (n >= 1), with ARMv8.0 widening multiplies.
-///
-/// # Safety
-/// Every group read must lie inside its slice; `out` holds n values.
-#[inline(always)]
-unsafe fn group_sums_neon(
-    x: *const u8,
-    xs: usize,
-    y: *const u8,
-    ys: usize,
-    n: usize,
-    out: *mut i32,
-) {
-    asm!(
-        "ld1 {{v31.16b}}, [{t}]",
-        "movi v30.16b, #0x0f",
-        "2:",
-        "ld1 {{v0.16b}}, [{x}], {xs}",
-        "ld1 {{v2.16b, v3.16b}}, [{y}], {ys}",
-        "and v8.16b, v0.16b, v30.16b",
-        "ushr v9.16b, v0.16b, #4",
-        "tbl v8.16b, {{v31.16b}}, v8.16b",
-        "tbl v9.16b, {{v31.16b}}, v9.16b",
-        "smull v4.8h, v8.8b, v2.8b",
-        "smull2 v5.8h, v8.16b, v2.16b",
-        "smlal v4.8h, v9.8b, v3.8b",
-        "smlal2 v5.8h, v9.16b, v3.16b",
-        "saddlp v4.4s, v4.8h",
-        "sadalp v4.4s, v5.8h",
-        "addv s4, v4.4s",
-        "str s4, [{o}], #4",
-        "subs {n}, {n}, #1",
-        "b.ne 2b",
-        t = in(reg) KVALUES.as_ptr(),
-        x = inout(reg) x => _,
-        xs = in(reg) xs,
-        y = inout(reg) y => _,
-        ys = in(reg) ys,
-        n = inout(reg) n => _,
-        o = inout(reg) out => _,
-        out("v0") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
-        out("v8") _, out("v9") _, out("v30") _, out("v31") _,
-        options(nostack),
-    );
-}
-
-/// [`group_sums_neon`] with `sdot` (ARMv8.2 dotprod).
-///
-/// # Safety
-/// As [`group_sums_neon`], and the CPU must implement dotprod.
-#[inline(always)]
-unsafe fn group_sums_dotprod(
-    x: *const u8,
-    xs: usize,
-    y: *const u8,
-    ys: usize,
-    n: usize,
-    out: *mut i32,
-) {
-    asm!(
-        ".arch_extension dotprod",
-        "ld1 {{v31.16b}}, [{t}]",
-        "movi v30.16b, #0x0f",
-        "2:",
-        "ld1 {{v0.16b}}, [{x}], {xs}",
-        "ld1 {{v2.16b, v3.16b}}, [{y}], {ys}",
-        "movi v4.4s, #0",
-        "and v8.16b, v0.16b, v30.16b",
-        "ushr v9.16b, v0.16b, #4",
-        "tbl v8.16b, {{v31.16b}}, v8.16b",
-        "tbl v9.16b, {{v31.16b}}, v9.16b",
-        "sdot v4.4s, v8.16b, v2.16b",
-        "sdot v4.4s, v9.16b, v3.16b",
-        "addv s4, v4.4s",
-        "str s4, [{o}], #4",
-        "subs {n}, {n}, #1",
-        "b.ne 2b",
-        t = in(reg) KVALUES.as_ptr(),
-        x = inout(reg) x => _,
-        xs = in(reg) xs,
-        y = inout(reg) y => _,
-        ys = in(reg) ys,
-        n = inout(reg) n => _,
-        o = inout(reg) out => _,
-        out("v0") _, out("v2") _, out("v3") _, out("v4") _,
-        out("v8") _, out("v9") _, out("v30") _, out("v31") _,
-        options(nostack),
-    );
-}
-
-#[inline(always)]
-fn f16_at(b: &[u8], off: usize) -> f32 {
-    super::float::f16_to_f32(u16::from_le_bytes([b[off], b[off + 1]]))
-}
-
-/// IQ4_NL . Q8_0 over `nb` blocks, with `sums` filling a run of group sums.
-#[inline(always)]
-fn iq4_nl_row(
-    nb: usize,
-    w: &[u8],
-    act: &[u8],
-    sums: unsafe fn(*const u8, usize, *const u8, usize, usize, *mut i32),
-) -> f32 {
-    let mut buf = [0i32; RUN];
-    let mut sumf = 0.0f32;
-    let mut b0 = 0;
-    while b0 < nb {
-        let c = (nb - b0).min(RUN);
-        // SAFETY: blocks b0..b0 + c lie inside both slices (nb = whole_blocks), c >= 1.
-        unsafe {
-            sums(
-                w.as_ptr().add(b0 * IQ4_NL_BYTES + 2),
-                IQ4_NL_BYTES,
-                act.as_ptr().add(b0 * Q8_0_BYTES + 2),
-                Q8_0_BYTES,
-                c,
-                buf.as_mut_ptr(),
-            )
-        };
-        for (k, &s) in buf[..c].iter().enumerate() {
-            let b = b0 + k;
-            let d = f16_at(act, b * Q8_0_BYTES) * f16_at(w, b * IQ4_NL_BYTES);
-            sumf += d * s as f32;
+/// IQ4_NL . Q8_0 over `nb` blocks: `$four` is four blocks a trip, `$one` one block (the last
+/// nb % 4), each adding into sumf (v31) and stepping both pointers.
+macro_rules! nl_row {
+    ($w:expr, $act:expr, $nb:expr, [$($pre:literal),* $(,)?], [$($four:literal),* $(,)?],
+     [$($one:literal),* $(,)?]) => {{
+        let (w, act, nb): (&[u8], &[u8], usize) = ($w, $act, $nb);
+        let mut sumf = 0.0f32;
+        if nb > 0 {
+            // SAFETY: the loops read nb whole blocks of each slice (nb = whole_blocks) and the
+            // level table by 4-bit index.
+            unsafe {
+                asm!(
+                    $($pre,)*
+                    "ld1 {{v29.16b}}, [{t}]",
+                    "movi v30.16b, #0x0f",
+                    "and {m}, {n}, #3",
+                    "lsr {n}, {n}, #2",
+                    "cbz {n}, 4f",
+                    "2:",
+                    $($four,)*
+                    "4:",
+                    "cbz {m}, 5f",
+                    "3:",
+                    $($one,)*
+                    "5:",
+                    t = in(reg) KVALUES.as_ptr(),
+                    x = inout(reg) w.as_ptr() => _,
+                    y = inout(reg) act.as_ptr() => _,
+                    n = inout(reg) nb => _,
+                    m = out(reg) _,
+                    t0 = out(reg) _, t1 = out(reg) _, t2 = out(reg) _, t3 = out(reg) _,
+                    t4 = out(reg) _, t5 = out(reg) _,
+                    inout("v31") sumf,
+                    out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+                    out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+                    out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+                    out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                    out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+                    out("v25") _, out("v26") _, out("v29") _, out("v30") _,
+                    options(nostack, readonly, pure),
+                );
+            }
         }
-        b0 += c;
-    }
-    sumf
+        sumf
+    }};
+}
+
+/// IQ4_XS . Q8_K over `nb` super-blocks: `$body` is one a trip, adding into sumf (v31).
+macro_rules! xs_row {
+    ($w:expr, $act:expr, $nb:expr, [$($pre:literal),* $(,)?], [$($body:literal),* $(,)?]) => {{
+        let (w, act, nb): (&[u8], &[u8], usize) = ($w, $act, $nb);
+        let mut sumf = 0.0f32;
+        if nb > 0 {
+            // SAFETY: the loop reads nb whole super-blocks of each slice (nb = whole_blocks)
+            // and the level table by 4-bit index.
+            unsafe {
+                asm!(
+                    $($pre,)*
+                    "ld1 {{v29.16b}}, [{t}]",
+                    "ld1 {{v28.16b}}, [{k}]",
+                    "movi v30.16b, #0x0f",
+                    "movi v27.8h, #32",
+                    "2:",
+                    $($body,)*
+                    t = in(reg) KVALUES.as_ptr(),
+                    k = in(reg) XS_SHIFTS.as_ptr(),
+                    x = inout(reg) w.as_ptr() => _,
+                    y = inout(reg) act.as_ptr() => _,
+                    n = inout(reg) nb => _,
+                    t0 = out(reg) _,
+                    inout("v31") sumf,
+                    out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+                    out("v5") _, out("v6") _, out("v7") _, out("v8") _, out("v9") _,
+                    out("v10") _, out("v11") _, out("v12") _, out("v13") _, out("v14") _,
+                    out("v15") _, out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                    out("v20") _, out("v21") _, out("v22") _, out("v23") _, out("v24") _,
+                    out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _,
+                    out("v30") _,
+                    options(nostack, readonly, pure),
+                );
+            }
+        }
+        sumf
+    }};
 }
 
 /// IQ4_NL . Q8_0 with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
 pub fn vec_dot_iq4_nl_q8_0_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = whole_blocks(n, QK, w, IQ4_NL_BYTES, act, Q8_0_BYTES);
-    iq4_nl_row(nb, w, act, group_sums_neon)
+    nl_row!(
+        w,
+        act,
+        nb,
+        [],
+        [
+            // tools/iq-asm.py emit nl neon
+            "ldur q0, [{x}, #2]",
+            "ldur q1, [{y}, #2]",
+            "ldur q2, [{y}, #18]",
+            "ldr h22, [{x}]",
+            "ldr h21, [{y}]",
+            "ldur q6, [{x}, #20]",
+            "ldur q7, [{y}, #36]",
+            "ldur q8, [{y}, #52]",
+            "add {t0}, {x}, #18",
+            "add {t1}, {y}, #34",
+            "ldur q12, [{x}, #38]",
+            "ldur q13, [{y}, #70]",
+            "ldur q14, [{y}, #86]",
+            "add {t2}, {x}, #36",
+            "add {t3}, {y}, #68",
+            "ldur q18, [{x}, #56]",
+            "ldur q19, [{y}, #104]",
+            "ldur q20, [{y}, #120]",
+            "add {t4}, {x}, #54",
+            "add {t5}, {y}, #102",
+            "and v3.16b, v0.16b, v30.16b",
+            "ushr v4.16b, v0.16b, #4",
+            "and v9.16b, v6.16b, v30.16b",
+            "ushr v10.16b, v6.16b, #4",
+            "ld1 {{v22.h}}[1], [{t0}]",
+            "ld1 {{v21.h}}[1], [{t1}]",
+            "and v15.16b, v12.16b, v30.16b",
+            "ushr v16.16b, v12.16b, #4",
+            "add {x}, {x}, #72",
+            "add {y}, {y}, #136",
+            "and v0.16b, v18.16b, v30.16b",
+            "tbl v3.16b, {{v29.16b}}, v3.16b",
+            "tbl v4.16b, {{v29.16b}}, v4.16b",
+            "tbl v9.16b, {{v29.16b}}, v9.16b",
+            "tbl v10.16b, {{v29.16b}}, v10.16b",
+            "ld1 {{v22.h}}[2], [{t2}]",
+            "ld1 {{v21.h}}[2], [{t3}]",
+            "tbl v15.16b, {{v29.16b}}, v15.16b",
+            "tbl v16.16b, {{v29.16b}}, v16.16b",
+            "tbl v0.16b, {{v29.16b}}, v0.16b",
+            "smull v26.8h, v3.8b, v1.8b",
+            "smull2 v5.8h, v3.16b, v1.16b",
+            "smull v25.8h, v9.8b, v7.8b",
+            "smull2 v11.8h, v9.16b, v7.16b",
+            "ld1 {{v22.h}}[3], [{t4}]",
+            "ld1 {{v21.h}}[3], [{t5}]",
+            "smull v24.8h, v15.8b, v13.8b",
+            "smull2 v17.8h, v15.16b, v13.16b",
+            "ushr v1.16b, v18.16b, #4",
+            "smull v23.8h, v0.8b, v19.8b",
+            "smlal v26.8h, v4.8b, v2.8b",
+            "smlal2 v5.8h, v4.16b, v2.16b",
+            "smlal v25.8h, v10.8b, v8.8b",
+            "smlal2 v11.8h, v10.16b, v8.16b",
+            "fcvtl v22.4s, v22.4h",
+            "fcvtl v21.4s, v21.4h",
+            "smlal v24.8h, v16.8b, v14.8b",
+            "smlal2 v17.8h, v16.16b, v14.16b",
+            "smull2 v2.8h, v0.16b, v19.16b",
+            "tbl v1.16b, {{v29.16b}}, v1.16b",
+            "saddlp v26.4s, v26.8h",
+            "saddlp v25.4s, v25.8h",
+            "fmul v21.4s, v21.4s, v22.4s",
+            "saddlp v24.4s, v24.8h",
+            "smlal v23.8h, v1.8b, v20.8b",
+            "smlal2 v2.8h, v1.16b, v20.16b",
+            "sadalp v26.4s, v5.8h",
+            "sadalp v25.4s, v11.8h",
+            "sadalp v24.4s, v17.8h",
+            "saddlp v23.4s, v23.8h",
+            "addp v26.4s, v26.4s, v25.4s",
+            "sadalp v23.4s, v2.8h",
+            "addp v24.4s, v24.4s, v23.4s",
+            "addp v26.4s, v26.4s, v24.4s",
+            "scvtf v26.4s, v26.4s",
+            "fmul v26.4s, v21.4s, v26.4s",
+            "fadd s31, s31, s26",
+            "dup s3, v26.s[1]",
+            "dup s4, v26.s[2]",
+            "dup s5, v26.s[3]",
+            "fadd s31, s31, s3",
+            "fadd s31, s31, s4",
+            "fadd s31, s31, s5",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+        ],
+        [
+            // tools/iq-asm.py emit nl1 neon
+            "ldur q0, [{x}, #2]",
+            "ldur q1, [{y}, #2]",
+            "ldur q2, [{y}, #18]",
+            "ldr h25, [{x}]",
+            "ldr h24, [{y}]",
+            "add {x}, {x}, #18",
+            "and v3.16b, v0.16b, v30.16b",
+            "ushr v4.16b, v0.16b, #4",
+            "add {y}, {y}, #34",
+            "fcvt s25, h25",
+            "fcvt s24, h24",
+            "tbl v3.16b, {{v29.16b}}, v3.16b",
+            "tbl v4.16b, {{v29.16b}}, v4.16b",
+            "fmul s24, s24, s25",
+            "smull v26.8h, v3.8b, v1.8b",
+            "smull2 v5.8h, v3.16b, v1.16b",
+            "smlal v26.8h, v4.8b, v2.8b",
+            "smlal2 v5.8h, v4.16b, v2.16b",
+            "saddlp v26.4s, v26.8h",
+            "sadalp v26.4s, v5.8h",
+            "addv s26, v26.4s",
+            "scvtf s26, s26",
+            "fmul s26, s24, s26",
+            "fadd s31, s31, s26",
+            "subs {m}, {m}, #1",
+            "b.ne 3b",
+        ]
+    )
 }
 
 /// IQ4_NL . Q8_0 with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
@@ -170,50 +253,281 @@ pub fn vec_dot_iq4_nl_q8_0_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
 /// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
 pub unsafe fn vec_dot_iq4_nl_q8_0_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = whole_blocks(n, QK, w, IQ4_NL_BYTES, act, Q8_0_BYTES);
-    iq4_nl_row(nb, w, act, group_sums_dotprod)
-}
-
-/// IQ4_XS . Q8_K over `nb` super-blocks.
-#[inline(always)]
-fn iq4_xs_row(
-    nb: usize,
-    w: &[u8],
-    act: &[u8],
-    sums: unsafe fn(*const u8, usize, *const u8, usize, usize, *mut i32),
-) -> f32 {
-    let mut buf = [0i32; 8];
-    let mut sumf = 0.0f32;
-    for i in 0..nb {
-        let x = &w[i * IQ4_XS_BYTES..(i + 1) * IQ4_XS_BYTES];
-        let y = &act[i * Q8_K_BYTES..(i + 1) * Q8_K_BYTES];
-        // SAFETY: the 8 groups lie inside this super-block of both slices.
-        unsafe {
-            sums(
-                x.as_ptr().add(8),
-                16,
-                y.as_ptr().add(4),
-                32,
-                8,
-                buf.as_mut_ptr(),
-            )
-        };
-        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
-        let d4d8 = f16_at(x, 0) * dy;
-        let h = u16::from_le_bytes([x[2], x[3]]);
-        for (ib, &s) in buf.iter().enumerate() {
-            let low = (x[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
-            let ls = (low | ((((h >> (2 * ib)) & 3) as u8) << 4)) as i32;
-            let dl = d4d8 * (ls - 32) as f32;
-            sumf += dl * s as f32;
-        }
-    }
-    sumf
+    nl_row!(
+        w,
+        act,
+        nb,
+        [".arch_extension dotprod"],
+        [
+            // tools/iq-asm.py emit nl dot
+            "ldur q0, [{x}, #2]",
+            "ldur q1, [{y}, #2]",
+            "ldur q2, [{y}, #18]",
+            "ldr h22, [{x}]",
+            "ldr h21, [{y}]",
+            "movi v26.4s, #0",
+            "ldur q5, [{x}, #20]",
+            "ldur q6, [{y}, #36]",
+            "ldur q7, [{y}, #52]",
+            "add {t0}, {x}, #18",
+            "add {t1}, {y}, #34",
+            "movi v25.4s, #0",
+            "ldur q10, [{x}, #38]",
+            "ldur q11, [{y}, #70]",
+            "ldur q12, [{y}, #86]",
+            "add {t2}, {x}, #36",
+            "add {t3}, {y}, #68",
+            "movi v24.4s, #0",
+            "ldur q15, [{x}, #56]",
+            "ldur q16, [{y}, #104]",
+            "ldur q17, [{y}, #120]",
+            "add {t4}, {x}, #54",
+            "add {t5}, {y}, #102",
+            "movi v23.4s, #0",
+            "and v3.16b, v0.16b, v30.16b",
+            "ushr v4.16b, v0.16b, #4",
+            "and v8.16b, v5.16b, v30.16b",
+            "ushr v9.16b, v5.16b, #4",
+            "ld1 {{v22.h}}[1], [{t0}]",
+            "ld1 {{v21.h}}[1], [{t1}]",
+            "and v13.16b, v10.16b, v30.16b",
+            "ushr v14.16b, v10.16b, #4",
+            "add {x}, {x}, #72",
+            "and v18.16b, v15.16b, v30.16b",
+            "ushr v19.16b, v15.16b, #4",
+            "add {y}, {y}, #136",
+            "tbl v3.16b, {{v29.16b}}, v3.16b",
+            "tbl v4.16b, {{v29.16b}}, v4.16b",
+            "tbl v8.16b, {{v29.16b}}, v8.16b",
+            "tbl v9.16b, {{v29.16b}}, v9.16b",
+            "ld1 {{v22.h}}[2], [{t2}]",
+            "ld1 {{v21.h}}[2], [{t3}]",
+            "tbl v13.16b, {{v29.16b}}, v13.16b",
+            "tbl v14.16b, {{v29.16b}}, v14.16b",
+            "tbl v18.16b, {{v29.16b}}, v18.16b",
+            "tbl v19.16b, {{v29.16b}}, v19.16b",
+            "sdot v26.4s, v3.16b, v1.16b",
+            "sdot v25.4s, v8.16b, v6.16b",
+            "ld1 {{v22.h}}[3], [{t4}]",
+            "ld1 {{v21.h}}[3], [{t5}]",
+            "sdot v24.4s, v13.16b, v11.16b",
+            "sdot v23.4s, v18.16b, v16.16b",
+            "sdot v26.4s, v4.16b, v2.16b",
+            "sdot v25.4s, v9.16b, v7.16b",
+            "fcvtl v22.4s, v22.4h",
+            "fcvtl v21.4s, v21.4h",
+            "sdot v24.4s, v14.16b, v12.16b",
+            "sdot v23.4s, v19.16b, v17.16b",
+            "addp v26.4s, v26.4s, v25.4s",
+            "fmul v21.4s, v21.4s, v22.4s",
+            "addp v24.4s, v24.4s, v23.4s",
+            "addp v26.4s, v26.4s, v24.4s",
+            "scvtf v26.4s, v26.4s",
+            "fmul v26.4s, v21.4s, v26.4s",
+            "fadd s31, s31, s26",
+            "dup s20, v26.s[1]",
+            "dup s0, v26.s[2]",
+            "dup s1, v26.s[3]",
+            "fadd s31, s31, s20",
+            "fadd s31, s31, s0",
+            "fadd s31, s31, s1",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+        ],
+        [
+            // tools/iq-asm.py emit nl1 dot
+            "ldur q0, [{x}, #2]",
+            "ldur q1, [{y}, #2]",
+            "ldur q2, [{y}, #18]",
+            "ldr h25, [{x}]",
+            "ldr h24, [{y}]",
+            "movi v26.4s, #0",
+            "add {x}, {x}, #18",
+            "and v3.16b, v0.16b, v30.16b",
+            "ushr v4.16b, v0.16b, #4",
+            "add {y}, {y}, #34",
+            "fcvt s25, h25",
+            "fcvt s24, h24",
+            "tbl v3.16b, {{v29.16b}}, v3.16b",
+            "tbl v4.16b, {{v29.16b}}, v4.16b",
+            "fmul s24, s24, s25",
+            "sdot v26.4s, v3.16b, v1.16b",
+            "sdot v26.4s, v4.16b, v2.16b",
+            "addv s26, v26.4s",
+            "scvtf s26, s26",
+            "fmul s26, s24, s26",
+            "fadd s31, s31, s26",
+            "subs {m}, {m}, #1",
+            "b.ne 3b",
+        ]
+    )
 }
 
 /// IQ4_XS . Q8_K with widening multiplies (ARMv8.0). Bit-identical to the scalar twin.
 pub fn vec_dot_iq4_xs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = whole_blocks(n, QK_K, w, IQ4_XS_BYTES, act, Q8_K_BYTES);
-    iq4_xs_row(nb, w, act, group_sums_neon)
+    xs_row!(
+        w,
+        act,
+        nb,
+        [],
+        [
+            // tools/iq-asm.py emit xs neon
+            "ldr s0, [{x}, #4]",
+            "add {t0}, {x}, #2",
+            "ldr h3, [{x}]",
+            "ldr s4, [{y}]",
+            "ldur q5, [{x}, #8]",
+            "ldur q6, [{y}, #4]",
+            "ldur q7, [{y}, #20]",
+            "ldur q11, [{x}, #24]",
+            "ldur q12, [{y}, #36]",
+            "ldur q13, [{y}, #52]",
+            "ld1r {{v2.8h}}, [{t0}]",
+            "ushr v1.8b, v0.8b, #4",
+            "fcvt s3, h3",
+            "and v8.16b, v5.16b, v30.16b",
+            "ushr v9.16b, v5.16b, #4",
+            "and v0.8b, v0.8b, v30.8b",
+            "and v14.16b, v11.16b, v30.16b",
+            "ushr v15.16b, v11.16b, #4",
+            "ushl v2.8h, v2.8h, v28.8h",
+            "fmul s3, s3, s4",
+            "tbl v8.16b, {{v29.16b}}, v8.16b",
+            "tbl v9.16b, {{v29.16b}}, v9.16b",
+            "zip1 v0.8b, v0.8b, v1.8b",
+            "tbl v14.16b, {{v29.16b}}, v14.16b",
+            "tbl v15.16b, {{v29.16b}}, v15.16b",
+            "ushr v2.8h, v2.8h, #14",
+            "ldur q1, [{y}, #68]",
+            "smull v24.8h, v8.8b, v6.8b",
+            "smull2 v10.8h, v8.16b, v6.16b",
+            "ushll v0.8h, v0.8b, #0",
+            "smull v23.8h, v14.8b, v12.8b",
+            "smull2 v16.8h, v14.16b, v12.16b",
+            "ldur q6, [{x}, #56]",
+            "ldur q8, [{y}, #116]",
+            "smlal v24.8h, v9.8b, v7.8b",
+            "ldur q12, [{x}, #72]",
+            "ldur q14, [{y}, #148]",
+            "smlal2 v10.8h, v9.16b, v7.16b",
+            "sli v0.8h, v2.8h, #4",
+            "smlal v23.8h, v15.8b, v13.8b",
+            "smlal2 v16.8h, v15.16b, v13.16b",
+            "ldur q7, [{y}, #100]",
+            "and v9.16b, v6.16b, v30.16b",
+            "saddlp v24.4s, v24.8h",
+            "ldur q2, [{y}, #84]",
+            "ldur q13, [{y}, #132]",
+            "and v15.16b, v12.16b, v30.16b",
+            "sub v0.8h, v0.8h, v27.8h",
+            "saddlp v23.4s, v23.8h",
+            "tbl v9.16b, {{v29.16b}}, v9.16b",
+            "sadalp v24.4s, v10.8h",
+            "ushr v10.16b, v6.16b, #4",
+            "tbl v15.16b, {{v29.16b}}, v15.16b",
+            "sxtl v26.4s, v0.4h",
+            "sxtl2 v25.4s, v0.8h",
+            "sadalp v23.4s, v16.8h",
+            "smull v21.8h, v9.8b, v7.8b",
+            "smull2 v11.8h, v9.16b, v7.16b",
+            "ldur q0, [{x}, #40]",
+            "tbl v10.16b, {{v29.16b}}, v10.16b",
+            "ushr v16.16b, v12.16b, #4",
+            "smull v20.8h, v15.8b, v13.8b",
+            "scvtf v26.4s, v26.4s",
+            "ldur q7, [{x}, #104]",
+            "ldur q9, [{y}, #212]",
+            "scvtf v25.4s, v25.4s",
+            "addp v24.4s, v24.4s, v23.4s",
+            "ushr v4.16b, v0.16b, #4",
+            "smlal v21.8h, v10.8b, v8.8b",
+            "smlal2 v11.8h, v10.16b, v8.16b",
+            "tbl v16.16b, {{v29.16b}}, v16.16b",
+            "fmul v26.4s, v26.4s, v3.s[0]",
+            "fmul v25.4s, v25.4s, v3.s[0]",
+            "ldur q8, [{y}, #196]",
+            "and v10.16b, v7.16b, v30.16b",
+            "tbl v4.16b, {{v29.16b}}, v4.16b",
+            "and v3.16b, v0.16b, v30.16b",
+            "saddlp v21.4s, v21.8h",
+            "smlal v20.8h, v16.8b, v14.8b",
+            "smull2 v0.8h, v15.16b, v13.16b",
+            "tbl v10.16b, {{v29.16b}}, v10.16b",
+            "ldur q13, [{x}, #120]",
+            "ldur q15, [{y}, #244]",
+            "tbl v3.16b, {{v29.16b}}, v3.16b",
+            "sadalp v21.4s, v11.8h",
+            "saddlp v20.4s, v20.8h",
+            "smlal2 v0.8h, v16.16b, v14.16b",
+            "ushr v11.16b, v7.16b, #4",
+            "smull v18.8h, v10.8b, v8.8b",
+            "smull2 v12.8h, v10.16b, v8.16b",
+            "ldur q14, [{y}, #228]",
+            "and v16.16b, v13.16b, v30.16b",
+            "smull v22.8h, v3.8b, v1.8b",
+            "smull2 v5.8h, v3.16b, v1.16b",
+            "sadalp v20.4s, v0.8h",
+            "tbl v11.16b, {{v29.16b}}, v11.16b",
+            "ldur q1, [{x}, #88]",
+            "ldur q3, [{y}, #180]",
+            "ushr v0.16b, v13.16b, #4",
+            "tbl v16.16b, {{v29.16b}}, v16.16b",
+            "smlal v22.8h, v4.8b, v2.8b",
+            "add {x}, {x}, #136",
+            "smlal2 v5.8h, v4.16b, v2.16b",
+            "smlal v18.8h, v11.8b, v9.8b",
+            "smlal2 v12.8h, v11.16b, v9.16b",
+            "ldur q2, [{y}, #164]",
+            "and v4.16b, v1.16b, v30.16b",
+            "tbl v0.16b, {{v29.16b}}, v0.16b",
+            "smull v17.8h, v16.8b, v14.8b",
+            "saddlp v22.4s, v22.8h",
+            "add {y}, {y}, #292",
+            "saddlp v18.4s, v18.8h",
+            "tbl v4.16b, {{v29.16b}}, v4.16b",
+            "smlal v17.8h, v0.8b, v15.8b",
+            "sadalp v22.4s, v5.8h",
+            "ushr v5.16b, v1.16b, #4",
+            "sadalp v18.4s, v12.8h",
+            "smull2 v1.8h, v16.16b, v14.16b",
+            "smull v19.8h, v4.8b, v2.8b",
+            "smull2 v6.8h, v4.16b, v2.16b",
+            "saddlp v17.4s, v17.8h",
+            "addp v22.4s, v22.4s, v21.4s",
+            "tbl v5.16b, {{v29.16b}}, v5.16b",
+            "smlal2 v1.8h, v0.16b, v15.16b",
+            "addp v24.4s, v24.4s, v22.4s",
+            "smlal v19.8h, v5.8b, v3.8b",
+            "smlal2 v6.8h, v5.16b, v3.16b",
+            "sadalp v17.4s, v1.8h",
+            "scvtf v24.4s, v24.4s",
+            "saddlp v19.4s, v19.8h",
+            "addp v18.4s, v18.4s, v17.4s",
+            "fmul v24.4s, v26.4s, v24.4s",
+            "sadalp v19.4s, v6.8h",
+            "fadd s31, s31, s24",
+            "dup s2, v24.s[1]",
+            "dup s3, v24.s[2]",
+            "dup s4, v24.s[3]",
+            "addp v20.4s, v20.4s, v19.4s",
+            "fadd s31, s31, s2",
+            "addp v20.4s, v20.4s, v18.4s",
+            "fadd s31, s31, s3",
+            "scvtf v20.4s, v20.4s",
+            "fadd s31, s31, s4",
+            "fmul v20.4s, v25.4s, v20.4s",
+            "fadd s31, s31, s20",
+            "dup s5, v20.s[1]",
+            "dup s6, v20.s[2]",
+            "dup s7, v20.s[3]",
+            "fadd s31, s31, s5",
+            "fadd s31, s31, s6",
+            "fadd s31, s31, s7",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+        ]
+    )
 }
 
 /// IQ4_XS . Q8_K with `sdot` (ARMv8.2 dotprod). Bit-identical to the scalar twin.
@@ -222,5 +536,142 @@ pub fn vec_dot_iq4_xs_q8_k_neon(n: usize, w: &[u8], act: &[u8]) -> f32 {
 /// The CPU must implement the dotprod extension (HWCAP_ASIMDDP); without it this raises SIGILL.
 pub unsafe fn vec_dot_iq4_xs_q8_k_dotprod(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = whole_blocks(n, QK_K, w, IQ4_XS_BYTES, act, Q8_K_BYTES);
-    iq4_xs_row(nb, w, act, group_sums_dotprod)
+    xs_row!(
+        w,
+        act,
+        nb,
+        [".arch_extension dotprod"],
+        [
+            // tools/iq-asm.py emit xs dot
+            "ldr s0, [{x}, #4]",
+            "add {t0}, {x}, #2",
+            "ldr h3, [{x}]",
+            "ldr s4, [{y}]",
+            "ldur q5, [{x}, #8]",
+            "ldur q6, [{y}, #4]",
+            "ldur q7, [{y}, #20]",
+            "movi v24.4s, #0",
+            "ldur q10, [{x}, #24]",
+            "ldur q11, [{y}, #36]",
+            "ldur q12, [{y}, #52]",
+            "movi v23.4s, #0",
+            "ldur q15, [{x}, #40]",
+            "ldur q16, [{y}, #68]",
+            "movi v22.4s, #0",
+            "movi v21.4s, #0",
+            "movi v20.4s, #0",
+            "movi v19.4s, #0",
+            "movi v18.4s, #0",
+            "movi v17.4s, #0",
+            "ld1r {{v2.8h}}, [{t0}]",
+            "ushr v1.8b, v0.8b, #4",
+            "fcvt s3, h3",
+            "and v8.16b, v5.16b, v30.16b",
+            "ushr v9.16b, v5.16b, #4",
+            "and v13.16b, v10.16b, v30.16b",
+            "ushr v14.16b, v10.16b, #4",
+            "and v0.8b, v0.8b, v30.8b",
+            "ushl v2.8h, v2.8h, v28.8h",
+            "ldur q5, [{y}, #116]",
+            "fmul s3, s3, s4",
+            "ldur q10, [{y}, #148]",
+            "tbl v8.16b, {{v29.16b}}, v8.16b",
+            "tbl v9.16b, {{v29.16b}}, v9.16b",
+            "tbl v13.16b, {{v29.16b}}, v13.16b",
+            "tbl v14.16b, {{v29.16b}}, v14.16b",
+            "ldur q4, [{y}, #100]",
+            "zip1 v0.8b, v0.8b, v1.8b",
+            "ushr v2.8h, v2.8h, #14",
+            "sdot v24.4s, v8.16b, v6.16b",
+            "and v1.16b, v15.16b, v30.16b",
+            "sdot v23.4s, v13.16b, v11.16b",
+            "ldur q8, [{x}, #72]",
+            "ushll v0.8h, v0.8b, #0",
+            "ldur q13, [{x}, #88]",
+            "sdot v24.4s, v9.16b, v7.16b",
+            "tbl v1.16b, {{v29.16b}}, v1.16b",
+            "sdot v23.4s, v14.16b, v12.16b",
+            "ldur q9, [{y}, #132]",
+            "and v11.16b, v8.16b, v30.16b",
+            "sli v0.8h, v2.8h, #4",
+            "ushr v12.16b, v8.16b, #4",
+            "ldur q14, [{y}, #164]",
+            "ushr v2.16b, v15.16b, #4",
+            "sdot v22.4s, v1.16b, v16.16b",
+            "ldur q8, [{y}, #244]",
+            "addp v24.4s, v24.4s, v23.4s",
+            "tbl v11.16b, {{v29.16b}}, v11.16b",
+            "ldur q15, [{y}, #180]",
+            "sub v0.8h, v0.8h, v27.8h",
+            "and v16.16b, v13.16b, v30.16b",
+            "ldur q1, [{x}, #104]",
+            "tbl v12.16b, {{v29.16b}}, v12.16b",
+            "tbl v2.16b, {{v29.16b}}, v2.16b",
+            "sdot v20.4s, v11.16b, v9.16b",
+            "sxtl v26.4s, v0.4h",
+            "sxtl2 v25.4s, v0.8h",
+            "tbl v16.16b, {{v29.16b}}, v16.16b",
+            "ldur q0, [{y}, #84]",
+            "sdot v20.4s, v12.16b, v10.16b",
+            "scvtf v26.4s, v26.4s",
+            "scvtf v25.4s, v25.4s",
+            "sdot v19.4s, v16.16b, v14.16b",
+            "sdot v22.4s, v2.16b, v0.16b",
+            "ushr v0.16b, v13.16b, #4",
+            "ldur q2, [{y}, #196]",
+            "fmul v26.4s, v26.4s, v3.s[0]",
+            "fmul v25.4s, v25.4s, v3.s[0]",
+            "ldur q3, [{x}, #56]",
+            "tbl v0.16b, {{v29.16b}}, v0.16b",
+            "and v6.16b, v3.16b, v30.16b",
+            "ushr v7.16b, v3.16b, #4",
+            "sdot v19.4s, v0.16b, v15.16b",
+            "ldur q3, [{y}, #212]",
+            "tbl v6.16b, {{v29.16b}}, v6.16b",
+            "tbl v7.16b, {{v29.16b}}, v7.16b",
+            "addp v20.4s, v20.4s, v19.4s",
+            "sdot v21.4s, v6.16b, v4.16b",
+            "and v4.16b, v1.16b, v30.16b",
+            "ldur q6, [{x}, #120]",
+            "add {x}, {x}, #136",
+            "sdot v21.4s, v7.16b, v5.16b",
+            "ushr v5.16b, v1.16b, #4",
+            "ldur q7, [{y}, #228]",
+            "tbl v4.16b, {{v29.16b}}, v4.16b",
+            "and v9.16b, v6.16b, v30.16b",
+            "ushr v10.16b, v6.16b, #4",
+            "add {y}, {y}, #292",
+            "addp v22.4s, v22.4s, v21.4s",
+            "tbl v5.16b, {{v29.16b}}, v5.16b",
+            "sdot v18.4s, v4.16b, v2.16b",
+            "tbl v9.16b, {{v29.16b}}, v9.16b",
+            "tbl v10.16b, {{v29.16b}}, v10.16b",
+            "addp v24.4s, v24.4s, v22.4s",
+            "sdot v18.4s, v5.16b, v3.16b",
+            "sdot v17.4s, v9.16b, v7.16b",
+            "scvtf v24.4s, v24.4s",
+            "sdot v17.4s, v10.16b, v8.16b",
+            "fmul v24.4s, v26.4s, v24.4s",
+            "addp v18.4s, v18.4s, v17.4s",
+            "fadd s31, s31, s24",
+            "dup s11, v24.s[1]",
+            "dup s12, v24.s[2]",
+            "dup s13, v24.s[3]",
+            "addp v20.4s, v20.4s, v18.4s",
+            "fadd s31, s31, s11",
+            "scvtf v20.4s, v20.4s",
+            "fadd s31, s31, s12",
+            "fmul v20.4s, v25.4s, v20.4s",
+            "fadd s31, s31, s13",
+            "dup s14, v20.s[1]",
+            "dup s15, v20.s[2]",
+            "dup s16, v20.s[3]",
+            "fadd s31, s31, s20",
+            "fadd s31, s31, s14",
+            "fadd s31, s31, s15",
+            "fadd s31, s31, s16",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+        ]
+    )
 }

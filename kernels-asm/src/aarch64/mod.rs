@@ -12,10 +12,11 @@
 //!   `.arch_extension dotprod`, so the crate still builds for plain `aarch64` targets.
 //!
 //! Float order (what "exact" means in the tests, core/tests/neon_exact.rs):
-//! - IQ4_NL and IQ4_XS (both faces, `iq4.rs`), IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M (both faces,
-//!   `iq2.rs`): the integer
+//! - IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (both faces, `iq2.rs`): the integer
 //!   sums in asm, the twin's float steps in Rust in its order: bit for bit the twin on every
-//!   input.
+//!   input. IQ3_XXS and IQ3_S (both faces, `iq3.rs`), IQ4_NL and IQ4_XS (both faces,
+//!   `iq4.rs`): each (sub-)block's exact integer, then the twin's float steps one rounding
+//!   each, added in its order, in asm: bit for bit.
 //! - Q2_K and TQ2_0 (both faces) compute the scalar twin's per-block integers and then its
 //!   few f32 steps one instruction each, in its order: bit for bit the twin on every input.
 //! - Q3_K and Q5_K (one ARMv8.0 face, which dotprod cores run too: `q3_k.rs`, `q5_k.rs`): an
@@ -111,6 +112,7 @@ pub mod delta_rule;
 pub mod exp;
 mod float;
 mod iq2;
+mod iq3;
 mod iq4;
 mod q1;
 mod q1_0;
@@ -137,8 +139,11 @@ pub use iq2::{
     vec_dot_iq1_m_q8_k_dotprod, vec_dot_iq1_m_q8_k_neon, vec_dot_iq1_s_q8_k_dotprod,
     vec_dot_iq1_s_q8_k_neon, vec_dot_iq2_s_q8_k_dotprod, vec_dot_iq2_s_q8_k_neon,
     vec_dot_iq2_xs_q8_k_dotprod, vec_dot_iq2_xs_q8_k_neon, vec_dot_iq2_xxs_q8_k_dotprod,
-    vec_dot_iq2_xxs_q8_k_neon, vec_dot_iq3_s_q8_k_dotprod, vec_dot_iq3_s_q8_k_neon,
-    vec_dot_iq3_xxs_q8_k_dotprod, vec_dot_iq3_xxs_q8_k_neon,
+    vec_dot_iq2_xxs_q8_k_neon,
+};
+pub use iq3::{
+    vec_dot_iq3_s_q8_k_dotprod, vec_dot_iq3_s_q8_k_neon, vec_dot_iq3_xxs_q8_k_dotprod,
+    vec_dot_iq3_xxs_q8_k_neon,
 };
 pub use iq4::{
     vec_dot_iq4_nl_q8_0_dotprod, vec_dot_iq4_nl_q8_0_neon, vec_dot_iq4_xs_q8_k_dotprod,
