@@ -344,9 +344,58 @@ def iq2xs_block(dot):
     return o
 
 
-BLOCKS = {"iq2xxs": iq2xxs_block, "iq2xs": iq2xs_block}
+def iq2s_block(dot):
+    """One IQ2_S super-block: `{x}` at its qs (byte 2), `{y}` at the Q8_K block's qs. Per
+    sub-block k: 4 low index bytes at 4k, 4 sign bytes at 32 + 4k, the top 2 bits of index l
+    in bits 2l.. of qh byte k (at 64), the scale byte at 72 + k. `{signs}` holds the bits
+    1, 2, .., 128 at byte 32: each sign byte is spread over its group (`dup`) and tested."""
+    o = block_start()
+    o.append(op("ldr {%gqh}, [{x}, #64]", ["%gqh"], ["x"], 3))
+    o.append(op("ldr {%gsc}, [{x}, #72]", ["%gsc"], ["x"], 3))
+    o.append(op("ldr d%bits, [{signs}, #32]", ["%bits"], ["signs"], 3))
+    for k in range(8):
+        w = f"%gw{k}"
+        o.append(op(f"ldr {{{w}:w}}, [{{x}}, #{4 * k}]", [w], ["x"], 3))
+        gi = [f"%gi{k}_{l}" for l in range(4)]
+        gt = [f"%gt{k}_{l}" for l in range(4)]
+        for l in range(4):
+            if l == 0:
+                o.append(op(f"and {{{gi[l]}}}, {{{w}}}, #0xff", [gi[l]], [w], 1))
+            else:
+                o.append(op(f"ubfx {{{gi[l]}}}, {{{w}}}, #{8 * l}, #8", [gi[l]], [w], 1))
+            o.append(op(f"ubfx {{{gt[l]}}}, {{%gqh}}, #{8 * k + 2 * l}, #2", [gt[l]], ["%gqh"], 1))
+            o.append(op(f"orr {{{gi[l]}}}, {{{gi[l]}}}, {{{gt[l]}}}, lsl #8", [gi[l]], [gi[l], gt[l]], 1))
+        sc = [f"%gs{k}_0", f"%gs{k}_1"]
+        if k == 0:
+            o.append(op(f"ubfiz {{{sc[0]}}}, {{%gsc}}, #1, #4", [sc[0]], ["%gsc"], 1))
+        else:
+            o.append(op(f"ubfx {{{sc[0]}}}, {{%gsc}}, #{8 * k - 1}, #5", [sc[0]], ["%gsc"], 1))
+        o.append(op(f"ubfx {{{sc[1]}}}, {{%gsc}}, #{8 * k + 3}, #5", [sc[1]], ["%gsc"], 1))
+        for h in range(2):
+            o.append(op(f"orr {{{sc[h]}:w}}, {{{sc[h]}:w}}, #1", [sc[h]], [sc[h]], 1))
+        sg = f"%sg{k}"
+        o.append(op(f"ldr s{sg}, [{{x}}, #{32 + 4 * k}]", [sg], ["x"], 3))
+        g = [f"%q_{k}_{l}" for l in range(4)]
+        m = [f"%m_{k}_{l}" for l in range(4)]
+        e = [f"%e_{k}_{l}" for l in range(4)]
+        for l in range(4):
+            o.append(op(f"ldr d{g[l]}, [{{grid}}, {{{gi[l]}}}, lsl #3]", [g[l]], ["grid", gi[l]], 3))
+        for l in range(4):
+            o.append(op(f"dup {m[l]}.8b, {sg}.b[{l}]", [m[l]], [sg], 2))
+            o.append(op(f"cmtst {m[l]}.8b, {m[l]}.8b, %bits.8b", [m[l]], [m[l], "%bits"], 2))
+        for l in range(4):
+            o.append(op(f"eor {e[l]}.8b, {g[l]}.8b, {m[l]}.8b", [e[l]], [g[l], m[l]], 2))
+            o.append(op(f"sub {e[l]}.8b, {e[l]}.8b, {m[l]}.8b", [e[l]], [e[l], m[l]], 2))
+        y = acts(o, k)
+        halves(o, k, e, y, sc, dot, k == 0)
+    block_end(o, dot, 82, ["%a0", "%a1"] if dot else ["%lo0", "%hi0", "%lo1", "%hi1"])
+    return o
+
+
+BLOCKS = {"iq2xxs": iq2xxs_block, "iq2xs": iq2xs_block, "iq2s": iq2s_block}
 LIVE = {("iq2xxs", False): (18, 10), ("iq2xxs", True): (16, 6),
-        ("iq2xs", False): (12, 4), ("iq2xs", True): (6, 6)}
+        ("iq2xs", False): (12, 4), ("iq2xs", True): (6, 6),
+        ("iq2s", False): (6, 6), ("iq2s", True): (6, 4)}
 
 
 def body(kind, dot, live=None):
