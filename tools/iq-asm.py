@@ -140,10 +140,11 @@ def allocate(ops):
     return out
 
 
-def float_tail():
-    """sumf += D * f32(I) for the previous block (D = f16(d) * dy in s29, I in s30)."""
+def float_tail(frac=0):
+    """sumf += D * f32(I) for the previous block (D = f16(d) * dy in s29, I in s30); with
+    `frac` = 3, f32(I) / 8 (exact: |I| < 2^23)."""
     return [
-        op("scvtf s%f, s30", ["%f"], ["v30"], 4),
+        op(f"scvtf s%f, s30{', #' + str(frac) if frac else ''}", ["%f"], ["v30"], 4),
         op("fmul s%f, s29, s%f", ["%f"], ["v29", "%f"], 4),
         op("fadd s31, s31, s%f", ["v31"], ["v31", "%f"], 4),
     ]
@@ -392,7 +393,139 @@ def iq2s_block(dot):
     return o
 
 
-BLOCKS = {"iq2xxs": iq2xxs_block, "iq2xs": iq2xs_block, "iq2s": iq2s_block}
+def iq1_weights(o, k, gi, shifts, shl):
+    """IQ1 groups as one signed weight 8g + e each (g: grid bytes -1, 0, 1 at `grid` + 8 *
+    gi[l]; e: the bytes +1 or -1 of shifts[l], a vector name)."""
+    g = [f"%q_{k}_{l}" for l in range(4)]
+    e = [f"%e_{k}_{l}" for l in range(4)]
+    for l in range(4):
+        o.append(op(f"ldr d{g[l]}, [{{grid}}, {{{gi[l]}}}, lsl #3]", [g[l]], ["grid", gi[l]], 3))
+    for l in range(4):
+        o.append(op(f"shl {e[l]}.8b, {g[l]}.8b, #3", [e[l]], [g[l]], 2))
+        o.append(op(f"add {e[l]}.8b, {e[l]}.8b, {shifts[l]}.8b", [e[l]], [e[l], shifts[l]], 2))
+    return e
+
+
+def one_scale(o, k, e, y, sc, dot, first):
+    """Sub-block k's 4 groups times its 2s + 1 (GPR sc) into the accumulators (as IQ2_XXS)."""
+    p0, p1, p = f"%p0_{k}", f"%p1_{k}", f"%p_{k}"
+    v = f"%sc_{k}"
+    if dot:
+        o.append(op(f"movi {p0}.2s, #0", [p0], [], 1))
+        o.append(op(f"movi {p1}.2s, #0", [p1], [], 1))
+        o.append(op(f"sdot {p0}.2s, {e[0]}.8b, {y[0]}.8b", [p0], [p0, e[0], y[0]], 4))
+        o.append(op(f"sdot {p1}.2s, {e[1]}.8b, {y[1]}.8b", [p1], [p1, e[1], y[1]], 4))
+        o.append(op(f"sdot {p0}.2s, {e[2]}.8b, {y[2]}.8b", [p0], [p0, e[2], y[2]], 4))
+        o.append(op(f"sdot {p1}.2s, {e[3]}.8b, {y[3]}.8b", [p1], [p1, e[3], y[3]], 4))
+        o.append(op(f"add {p}.2s, {p0}.2s, {p1}.2s", [p], [p0, p1], 2))
+        o.append(op(f"dup {v}.2s, {{{sc}:w}}", [v], [sc], 3))
+        a = f"%a{k % 2}"
+        if first:
+            o.append(op(f"mul {a}.2s, {p}.2s, {v}.2s", [a], [p, v], 4))
+        else:
+            o.append(op(f"mla {a}.2s, {p}.2s, {v}.2s", [a], [a, p, v], 4))
+    else:
+        o.append(op(f"smull {p0}.8h, {e[0]}.8b, {y[0]}.8b", [p0], [e[0], y[0]], 4))
+        o.append(op(f"smull {p1}.8h, {e[1]}.8b, {y[1]}.8b", [p1], [e[1], y[1]], 4))
+        o.append(op(f"smlal {p0}.8h, {e[2]}.8b, {y[2]}.8b", [p0], [p0, e[2], y[2]], 4))
+        o.append(op(f"smlal {p1}.8h, {e[3]}.8b, {y[3]}.8b", [p1], [p1, e[3], y[3]], 4))
+        o.append(op(f"add {p}.8h, {p0}.8h, {p1}.8h", [p], [p0, p1], 2))
+        o.append(op(f"dup {v}.8h, {{{sc}:w}}", [v], [sc], 3))
+        lo, hi = f"%lo{k % 2}", f"%hi{k % 2}"
+        ins = ("smull", "smull2") if first else ("smlal", "smlal2")
+        rd = [] if first else [lo]
+        o.append(op(f"{ins[0]} {lo}.4s, {p}.4h, {v}.4h", [lo], rd + [p, v], 4))
+        rd = [] if first else [hi]
+        o.append(op(f"{ins[1]} {hi}.4s, {p}.8h, {v}.8h", [hi], rd + [p, v], 4))
+
+
+def iq1s_block(dot):
+    """One IQ1_S super-block: `{x}` at its qs (byte 2), `{y}` at the Q8_K block's qs. Per
+    sub-block k: 4 low index bytes at 4k, its u16 word at 32 + 2k (bits 3l.. the top 3 of
+    index l, 12..14 the scale s, 15 the shift sign e); `{signs}` holds the bytes of e = +1
+    and e = -1. With weights 8g + e the integer is S = 8 * sumi + sumi1 of the twin's two
+    (sumi1's activation sums are the sub-block's), so the block value is D * (S / 8)."""
+    o = block_start()
+    o.append(op("ldp {%gh0}, {%gh1}, [{x}, #32]", ["%gh0", "%gh1"], ["x"], 3))
+    for k in range(8):
+        h, base = f"%gh{k // 4}", 16 * (k % 4)
+        w = f"%gw{k}"
+        o.append(op(f"ldr {{{w}:w}}, [{{x}}, #{4 * k}]", [w], ["x"], 3))
+        gi = [f"%gi{k}_{l}" for l in range(4)]
+        gt = [f"%gt{k}_{l}" for l in range(4)]
+        for l in range(4):
+            if l == 0:
+                o.append(op(f"and {{{gi[l]}}}, {{{w}}}, #0xff", [gi[l]], [w], 1))
+            else:
+                o.append(op(f"ubfx {{{gi[l]}}}, {{{w}}}, #{8 * l}, #8", [gi[l]], [w], 1))
+            o.append(op(f"ubfx {{{gt[l]}}}, {{{h}}}, #{base + 3 * l}, #3", [gt[l]], [h], 1))
+            o.append(op(f"orr {{{gi[l]}}}, {{{gi[l]}}}, {{{gt[l]}}}, lsl #8", [gi[l]], [gi[l], gt[l]], 1))
+        sc, ge = f"%gs{k}", f"%ge{k}"
+        # 2s + 1 from bits 11..14 (s << 1 and index 3's top bit, which the orr overwrites).
+        o.append(op(f"ubfx {{{sc}}}, {{{h}}}, #{base + 11}, #4", [sc], [h], 1))
+        o.append(op(f"orr {{{sc}:w}}, {{{sc}:w}}, #1", [sc], [sc], 1))
+        o.append(op(f"ubfx {{{ge}}}, {{{h}}}, #{base + 15}, #1", [ge], [h], 1))
+        ev = f"%ev{k}"
+        o.append(op(f"ldr d{ev}, [{{signs}}, {{{ge}}}, lsl #3]", [ev], ["signs", ge], 3))
+        e = iq1_weights(o, k, gi, [ev] * 4, 3)
+        y = acts(o, k)
+        one_scale(o, k, e, y, sc, dot, k < 2)
+    block_end(o, dot, 50, ["%a0", "%a1"] if dot else ["%lo0", "%hi0", "%lo1", "%hi1"])
+    return o
+
+
+def iq1m_block(dot):
+    """One IQ1_M super-block: `{x}` at its byte 0, `{y}` at the Q8_K block's qs. Per sub-block
+    k: 4 low index bytes at 4k, a u16 at 32 + 2k (nibble l: the top 3 bits of index l and
+    group l's shift sign), 3-bit scales per half in the u64 at 48 (word k / 2, bits 6 (k % 2)
+    and + 3), whose 4 top nibbles are the f16 d. S = 8 * sumi1 + sumi2 as for IQ1_S."""
+    o = [op("ldur s%dy, [{y}, #-4]", ["%dy"], ["y"], 3),
+         op("ldr {%gsc}, [{x}, #48]", ["%gsc"], ["x"], 3),
+         op("ldp {%gh0}, {%gh1}, [{x}, #32]", ["%gh0", "%gh1"], ["x"], 3)]
+    # d: the top nibbles of the 4 scale words, bits 12, 28, 44 and 60.
+    o.append(op("ubfx {%gd}, {%gsc}, #12, #4", ["%gd"], ["%gsc"], 1))
+    for j in range(1, 4):
+        t = f"%gdt{j}"
+        o.append(op(f"ubfx {{{t}}}, {{%gsc}}, #{12 + 16 * j}, #4", [t], ["%gsc"], 1))
+        o.append(op(f"orr {{%gd}}, {{%gd}}, {{{t}}}, lsl #{4 * j}", ["%gd"], ["%gd", t], 1))
+    o.append(op("fmov s%d, {%gd:w}", ["%d"], ["%gd"], 3))
+    for k in range(8):
+        h, base = f"%gh{k // 4}", 16 * (k % 4)
+        w = f"%gw{k}"
+        o.append(op(f"ldr {{{w}:w}}, [{{x}}, #{4 * k}]", [w], ["x"], 3))
+        gi = [f"%gi{k}_{l}" for l in range(4)]
+        gt = [f"%gt{k}_{l}" for l in range(4)]
+        ge = [f"%ge{k}_{l}" for l in range(4)]
+        ev = [f"%ev{k}_{l}" for l in range(4)]
+        for l in range(4):
+            if l == 0:
+                o.append(op(f"and {{{gi[l]}}}, {{{w}}}, #0xff", [gi[l]], [w], 1))
+            else:
+                o.append(op(f"ubfx {{{gi[l]}}}, {{{w}}}, #{8 * l}, #8", [gi[l]], [w], 1))
+            o.append(op(f"ubfx {{{gt[l]}}}, {{{h}}}, #{base + 4 * l}, #3", [gt[l]], [h], 1))
+            o.append(op(f"orr {{{gi[l]}}}, {{{gi[l]}}}, {{{gt[l]}}}, lsl #8", [gi[l]], [gi[l], gt[l]], 1))
+            o.append(op(f"ubfx {{{ge[l]}}}, {{{h}}}, #{base + 4 * l + 3}, #1", [ge[l]], [h], 1))
+            o.append(op(f"ldr d{ev[l]}, [{{signs}}, {{{ge[l]}}}, lsl #3]", [ev[l]], ["signs", ge[l]], 3))
+        sc = [f"%gs{k}_0", f"%gs{k}_1"]
+        pos = 16 * (k // 2) + 6 * (k % 2)
+        if pos == 0:
+            o.append(op(f"ubfiz {{{sc[0]}}}, {{%gsc}}, #1, #3", [sc[0]], ["%gsc"], 1))
+        else:
+            o.append(op(f"ubfx {{{sc[0]}}}, {{%gsc}}, #{pos - 1}, #4", [sc[0]], ["%gsc"], 1))
+        o.append(op(f"ubfx {{{sc[1]}}}, {{%gsc}}, #{pos + 2}, #4", [sc[1]], ["%gsc"], 1))
+        for hh in range(2):
+            o.append(op(f"orr {{{sc[hh]}:w}}, {{{sc[hh]}:w}}, #1", [sc[hh]], [sc[hh]], 1))
+        e = iq1_weights(o, k, gi, ev, 3)
+        y = acts(o, k)
+        halves(o, k, e, y, sc, dot, k == 0)
+    block_end(o, dot, 56, ["%a0", "%a1"] if dot else ["%lo0", "%hi0", "%lo1", "%hi1"])
+    return o
+
+
+BLOCKS = {"iq2xxs": iq2xxs_block, "iq2xs": iq2xs_block, "iq2s": iq2s_block,
+          "iq1s": iq1s_block, "iq1m": iq1m_block}
+# IQ1_S and IQ1_M: the integer is 8 times the twin's sum (see iq1s_block).
+FRAC = {"iq1s": 3, "iq1m": 3}
 LIVE = {("iq2xxs", False): (18, 10), ("iq2xxs", True): (16, 6),
         ("iq2xs", False): (12, 4), ("iq2xs", True): (6, 6),
         ("iq2s", False): (6, 6), ("iq2s", True): (6, 4)}
@@ -400,7 +533,7 @@ LIVE = {("iq2xxs", False): (18, 10), ("iq2xxs", True): (16, 6),
 
 def body(kind, dot, live=None):
     n_v, n_g = live or LIVE[(kind, dot)]
-    ops = float_tail() + BLOCKS[kind](dot)
+    ops = float_tail(FRAC.get(kind, 0)) + BLOCKS[kind](dot)
     return schedule(allocate(schedule_virtual(ops, n_v, n_g))) + ["b.ne 2b"]
 
 
