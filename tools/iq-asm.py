@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The block loops of the grid i-quant kernels written from here (kernels-asm/src/aarch64/iq2.rs:
-IQ2_XXS), one whole super-block a trip with the previous block's float step, and their
-llvm-mca cycles per block.
+IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M), one whole super-block a trip with the previous block's
+float step, and their llvm-mca cycles per block.
 
-    tools/iq-asm.py emit iq2xxs dot|neon        # the loop body pasted into the asm! block
-    tools/iq-asm.py mca                         # cycles per super-block, A55 / A53 / A7
+    tools/iq-asm.py emit iq2xxs|iq2xs|iq2s|iq1s|iq1m dot|neon  # the loop body for the asm! block
+    tools/iq-asm.py mca [KIND..]     # cycles per super-block, A55 / A53 / A7 (dotprod: A55)
+    tools/iq-asm.py sweep [KIND..]   # the same for each live-register limit (LIVE's choice)
 
 Each super-block is written as operations on virtual registers (`%name`: NEON; `{%gname}`:
 general-purpose, an asm! operand `{gN}`), ordered and given registers as tools/lowbit-asm.py
@@ -442,11 +443,29 @@ def one_scale(o, k, e, y, sc, dot, first):
 def iq1s_block(dot):
     """One IQ1_S super-block: `{x}` at its qs (byte 2), `{y}` at the Q8_K block's qs. Per
     sub-block k: 4 low index bytes at 4k, its u16 word at 32 + 2k (bits 3l.. the top 3 of
-    index l, 12..14 the scale s, 15 the shift sign e); `{signs}` holds the bytes of e = +1
-    and e = -1. With weights 8g + e the integer is S = 8 * sumi + sumi1 of the twin's two
-    (sumi1's activation sums are the sub-block's), so the block value is D * (S / 8)."""
+    index l, 12..14 the scale s, 15 the shift sign). The integer is S = 8 * sumi + sumi1 of
+    the twin's two: sumi from the grid bytes (-1, 0, 1) times the activations (4 products
+    per i16 lane), sumi1 = sum (2s + 1) * (+-1) * (the sub-block's two Q8_K block sums, as
+    stored, widened to i32); the block value is then D * (S / 8), the twin's
+    f32(sumi) + 0.125 * f32(sumi1) rounded once from the same exact value."""
     o = block_start()
     o.append(op("ldp {%gh0}, {%gh1}, [{x}, #32]", ["%gh0", "%gh1"], ["x"], 3))
+    # sumi1, lanes of sub-blocks 0-3 and 4-7: ((h >> 11) & 14 | 1) ^ m - m, m = h >> 15 (arith.)
+    o += [op("ldr q%hq, [{x}, #32]", ["%hq"], ["x"], 3),
+          op("ldp q%b0, q%b1, [{y}, #256]", ["%b0", "%b1"], ["y"], 3),
+          op("movi %c14.8h, #14", ["%c14"], [], 1),
+          op("ushr %ls.8h, %hq.8h, #11", ["%ls"], ["%hq"], 2),
+          op("sshr %sg.8h, %hq.8h, #15", ["%sg"], ["%hq"], 2),
+          op("and %ls.16b, %ls.16b, %c14.16b", ["%ls"], ["%ls", "%c14"], 2),
+          op("orr %ls.8h, #1", ["%ls"], ["%ls"], 2),
+          op("eor %ls.16b, %ls.16b, %sg.16b", ["%ls"], ["%ls", "%sg"], 2),
+          op("sub %ls.8h, %ls.8h, %sg.8h", ["%ls"], ["%ls", "%sg"], 2),
+          op("saddlp %b0.4s, %b0.8h", ["%b0"], ["%b0"], 3),
+          op("saddlp %b1.4s, %b1.8h", ["%b1"], ["%b1"], 3),
+          op("sxtl %f0.4s, %ls.4h", ["%f0"], ["%ls"], 2),
+          op("sxtl2 %f1.4s, %ls.8h", ["%f1"], ["%ls"], 2),
+          op("mul %s1.4s, %f0.4s, %b0.4s", ["%s1"], ["%f0", "%b0"], 4),
+          op("mla %s1.4s, %f1.4s, %b1.4s", ["%s1"], ["%s1", "%f1", "%b1"], 4)]
     for k in range(8):
         h, base = f"%gh{k // 4}", 16 * (k % 4)
         w = f"%gw{k}"
@@ -460,17 +479,27 @@ def iq1s_block(dot):
                 o.append(op(f"ubfx {{{gi[l]}}}, {{{w}}}, #{8 * l}, #8", [gi[l]], [w], 1))
             o.append(op(f"ubfx {{{gt[l]}}}, {{{h}}}, #{base + 3 * l}, #3", [gt[l]], [h], 1))
             o.append(op(f"orr {{{gi[l]}}}, {{{gi[l]}}}, {{{gt[l]}}}, lsl #8", [gi[l]], [gi[l], gt[l]], 1))
-        sc, ge = f"%gs{k}", f"%ge{k}"
+        sc = f"%gs{k}"
         # 2s + 1 from bits 11..14 (s << 1 and index 3's top bit, which the orr overwrites).
         o.append(op(f"ubfx {{{sc}}}, {{{h}}}, #{base + 11}, #4", [sc], [h], 1))
         o.append(op(f"orr {{{sc}:w}}, {{{sc}:w}}, #1", [sc], [sc], 1))
-        o.append(op(f"ubfx {{{ge}}}, {{{h}}}, #{base + 15}, #1", [ge], [h], 1))
-        ev = f"%ev{k}"
-        o.append(op(f"ldr d{ev}, [{{signs}}, {{{ge}}}, lsl #3]", [ev], ["signs", ge], 3))
-        e = iq1_weights(o, k, gi, [ev] * 4, 3)
+        g = [f"%q_{k}_{l}" for l in range(4)]
+        for l in range(4):
+            o.append(op(f"ldr d{g[l]}, [{{grid}}, {{{gi[l]}}}, lsl #3]", [g[l]], ["grid", gi[l]], 3))
         y = acts(o, k)
-        one_scale(o, k, e, y, sc, dot, k < 2)
-    block_end(o, dot, 50, ["%a0", "%a1"] if dot else ["%lo0", "%hi0", "%lo1", "%hi1"])
+        one_scale(o, k, g, y, sc, dot, k < 2)
+    if dot:
+        o += [op("add %a0.2s, %a0.2s, %a1.2s", ["%a0"], ["%a0", "%a1"], 2),
+              op("shl %a0.2s, %a0.2s, #3", ["%a0"], ["%a0"], 2),
+              # the .2s ops left the top lanes zero
+              op("add %s1.4s, %s1.4s, %a0.4s", ["%s1"], ["%s1", "%a0"], 2)]
+    else:
+        o += [op("add %lo0.4s, %lo0.4s, %hi0.4s", ["%lo0"], ["%lo0", "%hi0"], 2),
+              op("add %lo1.4s, %lo1.4s, %hi1.4s", ["%lo1"], ["%lo1", "%hi1"], 2),
+              op("add %lo0.4s, %lo0.4s, %lo1.4s", ["%lo0"], ["%lo0", "%lo1"], 2),
+              op("shl %lo0.4s, %lo0.4s, #3", ["%lo0"], ["%lo0"], 2),
+              op("add %s1.4s, %s1.4s, %lo0.4s", ["%s1"], ["%s1", "%lo0"], 2)]
+    block_end(o, False, 50, ["%s1"])
     return o
 
 
@@ -526,9 +555,13 @@ BLOCKS = {"iq2xxs": iq2xxs_block, "iq2xs": iq2xs_block, "iq2s": iq2s_block,
           "iq1s": iq1s_block, "iq1m": iq1m_block}
 # IQ1_S and IQ1_M: the integer is 8 times the twin's sum (see iq1s_block).
 FRAC = {"iq1s": 3, "iq1m": 3}
+# (kind, dotprod) -> the live-register limits (NEON, general-purpose) of `schedule_virtual`:
+# the best of `sweep` on the A55 and A53.
 LIVE = {("iq2xxs", False): (18, 10), ("iq2xxs", True): (16, 6),
         ("iq2xs", False): (12, 4), ("iq2xs", True): (6, 6),
-        ("iq2s", False): (6, 6), ("iq2s", True): (6, 4)}
+        ("iq2s", False): (6, 6), ("iq2s", True): (6, 4),
+        ("iq1s", False): (6, 8), ("iq1s", True): (12, 4),
+        ("iq1m", False): (12, 4), ("iq1m", True): (6, 4)}
 
 
 def body(kind, dot, live=None):

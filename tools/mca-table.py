@@ -139,7 +139,7 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
     ("Q2_0", 64, "dotprod", Side("4q2_025vec_dot_q2_0_q8_0_dotprod"),
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
-    # The grid i-quants (#33): IQ2_XXS, IQ2_XS and IQ2_S run a whole super-block and the previous one's float
+    # The grid i-quants (#33): IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M run a whole super-block and the previous one's float
     # step a trip of its asm loop (tools/iq-asm.py). The others: ours is the asm block loop (8 sub-blocks a trip) plus the
     # per-block float step (IQ1_S: and its shift integer from the Q8_K block sums), which
     # runs in Rust after each run of 16 blocks: `tail=1` adds that loop's cycles per block,
@@ -164,14 +164,14 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), "ours: asm + Rust float step"),
     ("IQ3_S", 256, "dotprod", Side("3iq226vec_dot_iq3_s_q8_k_dotprod", [8], depth=1, tail=1),
      ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), "ours: asm + Rust float step"),
-    ("IQ1_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_s_q8_k_neon", [8], depth=1, tail=1),
-     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: asm + Rust shift and float step"),
-    ("IQ1_S", 256, "dotprod", Side("3iq226vec_dot_iq1_s_q8_k_dotprod", [8], depth=1, tail=1),
-     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: asm + Rust shift and float step"),
-    ("IQ1_M", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_m_q8_k_neon", [8], depth=1, tail=1),
-     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: asm + Rust float step"),
-    ("IQ1_M", 256, "dotprod", Side("3iq226vec_dot_iq1_m_q8_k_dotprod", [8], depth=1, tail=1),
-     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: asm + Rust float step"),
+    ("IQ1_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_s_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ1_S", 256, "dotprod", Side("3iq226vec_dot_iq1_s_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ1_M", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_m_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ1_M", 256, "dotprod", Side("3iq226vec_dot_iq1_m_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: a super-block a trip"),
     # Qwen3.5's fused delta-rule step: a "block" is one state row of dk = 128 (Qwen3.5's head
     # dim), both sweeps (decay + S k, then the update + S q) of a pair of rows per trip of the
     # outer loop, 8 trips of 16 values each inside. llama.cpp runs the delta rule as ggml's
