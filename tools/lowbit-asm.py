@@ -17,6 +17,7 @@ prints the lines pasted into the asm! blocks.
     tools/lowbit-asm.py emit q4k|q6k dot|neon            # one whole super-block
     tools/lowbit-asm.py emit q3k|q5k neon                # one whole super-block (ARMv8.0 only)
     tools/lowbit-asm.py emit q41|q51 dot|neon single|pair # Q4_1/Q5_1: one block, two blocks
+    tools/lowbit-asm.py emit q41 dot|neon first|loop|last # Q4_1's pipelined pair loop
     tools/lowbit-asm.py mca [LLAMA_QUANTS_C]              # cycles per block, ours (and llama.cpp's)
 
 `mca` runs llvm-mca (-iterations=100, Total Cycles / 100) on -mcpu=cortex-a55, cortex-a53 and
@@ -1316,6 +1317,48 @@ def q1x_pair(kind, dot):
     return schedule([q1x_op(l) for l in lines])
 
 
+# Q4_1 pipelined (#33): the asm loop runs over pairs of blocks; a trip holds pair i's integer
+# dots (A into s7, B into s27) and pair i - 1's float steps (its d, m, dy, s loaded at
+# negative offsets from the pointers), so the float chain never waits on the same trip's dots.
+def q41_pipe_int(dot):
+    a = [l for l in q1x_int("q41", dot) if not l.startswith(("ldr s16", "ldr s17"))]
+    a = a[:a.index("fcvtl v16.4s, v16.4h")]
+    def rename(l):
+        l = l.replace("{x}", "{x2}").replace("{y}", "{y2}")
+        return re.sub(r"(?<!\w)([vqsdh])(\d+)\b",
+                      lambda m: m.group(1) + str(Q1X_B.get(int(m.group(2)), int(m.group(2)))), l)
+    b = [rename(l).replace("{x2}, #", "{x}, #2").replace("{y2}, #", "{y}, #3") for l in a]
+    # B's loads: x + 20 + off and y + 36 + off (the renames above put a digit in front).
+    b = [re.sub(r"\{x\}, #2(\d+)", lambda m: "{x}, #" + str(20 + int(m.group(1))), l) for l in b]
+    b = [re.sub(r"\{y\}, #3(\d+)", lambda m: "{y}, #" + str(36 + int(m.group(1))), l) for l in b]
+    return a + b
+
+
+def q41_pipe_tail():
+    """Pair i - 1's float steps, A's then B's (the twin's order)."""
+    o = []
+    for (dm, ys, ms, f, acc, dx, dy) in (("v16", "v17", "s18", "s19", "s7", -40, -72),
+                                         ("v28", "v29", "s30", "s31", "s27", -20, -36)):
+        o += [f"ldur s{dm[1:]}, [{{x}}, #{dx}]", f"ldur s{ys[1:]}, [{{y}}, #{dy}]",
+              f"fcvtl {dm}.4s, {dm}.4h", f"fcvtl {ys}.4s, {ys}.4h",
+              f"fmul {dm}.2s, {dm}.2s, {ys}.2s", f"dup {ms}, {dm}.s[1]",
+              f"scvtf {f}, {acc}", f"fmul {f}, s{dm[1:]}, {f}", f"fadd {f}, {f}, {ms}",
+              f"fadd {{sumf:s}}, {{sumf:s}}, {f}"]
+    return o
+
+
+def q41_pipe(dot, part):
+    """`first`: pair 0's dots; `loop`: a trip (tail of i - 1, dots of i); `last`: the tail."""
+    step = ["add {x}, {x}, #40", "add {y}, {y}, #72"]
+    if part == "first":
+        return schedule([q1x_op(l) for l in q41_pipe_int(dot) + step])
+    if part == "last":
+        return schedule([q1x_op(l) for l in q41_pipe_tail()])
+    ops = [q1x_op(l) for l in q41_pipe_tail() + q41_pipe_int(dot) + step]
+    ops.append(op("subs {n}, {n}, #1", ["n", "flags"], ["n"], 1))
+    return schedule(ops) + ["b.ne 2b"]
+
+
 def lut_loop(kind="q1"):
     ops = allocate(schedule_virtual(lut_block_ops(kind), len(LUT_POOL)), LUT_POOL)
     return [t for t, *_ in ops] + ["b.ne 2b"]
@@ -1403,6 +1446,10 @@ def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "emit" and sys.argv[2] in ("lut", "lut-build"):
         kind = sys.argv[3] if len(sys.argv) > 3 else "q1"
         print(emit(lut_loop(kind) if sys.argv[2] == "lut" else lut_build_loop(kind)))
+        return
+    if len(sys.argv) >= 5 and sys.argv[1] == "emit" and sys.argv[2] == "q41" and \
+            sys.argv[4] in ("first", "loop", "last"):
+        print(emit(q41_pipe(sys.argv[3] == "dot", sys.argv[4])))
         return
     if len(sys.argv) >= 5 and sys.argv[1] == "emit" and sys.argv[2] in ("q41", "q51"):
         kind, dot, part = sys.argv[2], sys.argv[3] == "dot", sys.argv[4]

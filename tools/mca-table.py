@@ -18,7 +18,9 @@ repacked multi-row kernels) cross-compiled with aarch64-linux-gnu-gcc / g++ -O3,
 by its fixed trip count (ours: the asm! loops over the chunks of a super-block; llama.cpp's:
 the loops gcc did not unroll itself), divided by the blocks one trip handles (Q4_0, Q5_0 and
 Q8_0 loops take two blocks a trip, ours and llama.cpp's) and, for the multi-row kernels, also by the
-rows (figures per row and block). Dotprod faces are only measured on the A55: the A53 and A7
+rows (figures per row and block). Where part of the per-block work runs in a loop beside the
+block loop (the grid i-quants' float step, in Rust after each run of 16 blocks of asm), that
+loop's cycles per block are added (Side's `tail`). Dotprod faces are only measured on the A55: the A53 and A7
 have no `sdot`.
 
 With --md, the markdown also carries tools/insn-per-token.md if it is there: guest
@@ -60,8 +62,12 @@ class Side:
     kernels whose outer loop runs over row groups), the trip counts of the loops nested in it
     (by nesting depth), and how many blocks and rows one trip handles."""
 
-    def __init__(self, fn, trips=(), depth=0, blocks=1, rows=1):
+    def __init__(self, fn, trips=(), depth=0, blocks=1, rows=1, tail=0):
         self.fn, self.trips, self.depth, self.blocks, self.rows = fn, list(trips), depth, blocks, rows
+        # `tail`: how many loops after the block loop, beside it in the same outer loop, finish
+        # each block, one block a trip (the grid i-quants' float step, run in Rust over a run
+        # of block integers); their cycles per trip are added to the figure.
+        self.tail = tail
 
 
 # (format, weights per block, face, ours, llama.cpp's (source, function side) or None, note)
@@ -133,38 +139,37 @@ KERNELS = [
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
     ("Q2_0", 64, "dotprod", Side("4q2_025vec_dot_q2_0_q8_0_dotprod"),
      ("quants", Side("ggml_vec_dot_q2_0_q8_0")), ""),
-    # The grid i-quants (#33): for IQ2_*/IQ1_* ours is the asm block loop (8 sub-blocks a trip)
-    # without the per-block float step, which runs after a run of 16 blocks in Rust (3 float
-    # operations and an f16 load per block); llama.cpp's loop body includes its own. IQ3_XXS
-    # and IQ3_S: the whole row in asm, one super-block a trip, float step included.
-    ("IQ2_XXS", 256, "ARMv8.0", Side("3iq225vec_dot_iq2_xxs_q8_k_neon", [4], depth=1),
-     ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: + the float step"),
-    ("IQ2_XXS", 256, "dotprod", Side("3iq228vec_dot_iq2_xxs_q8_k_dotprod", [4], depth=1),
-     ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: + the float step"),
+    # The grid i-quants (#33): each runs a whole super-block a trip of one asm loop, its float
+    # step included as llama.cpp's loop body includes its own (IQ2_*/IQ1_*: with the previous
+    # block's float step, tools/iq2-asm.py; IQ3_XXS/IQ3_S: tools/iq-asm.py).
+    ("IQ2_XXS", 256, "ARMv8.0", Side("3iq225vec_dot_iq2_xxs_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ2_XXS", 256, "dotprod", Side("3iq228vec_dot_iq2_xxs_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq2_xxs_q8_K", [4])), "ours: a super-block a trip"),
     ("IQ3_XXS", 256, "ARMv8.0", Side("3iq325vec_dot_iq3_xxs_q8_k_neon"),
      ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), ""),
     ("IQ3_XXS", 256, "dotprod", Side("3iq328vec_dot_iq3_xxs_q8_k_dotprod"),
      ("quants", Side("ggml_vec_dot_iq3_xxs_q8_K", [4])), ""),
-    ("IQ2_XS", 256, "ARMv8.0", Side("3iq224vec_dot_iq2_xs_q8_k_neon", [4], depth=1),
-     ("quants", Side("ggml_vec_dot_iq2_xs_q8_K", [4])), "ours: + the float step"),
-    ("IQ2_XS", 256, "dotprod", Side("3iq227vec_dot_iq2_xs_q8_k_dotprod", [4], depth=1),
-     ("quants", Side("ggml_vec_dot_iq2_xs_q8_K", [4])), "ours: + the float step"),
-    ("IQ2_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq2_s_q8_k_neon", [4], depth=1),
-     ("quants", Side("ggml_vec_dot_iq2_s_q8_K", [4])), "ours: + the float step"),
-    ("IQ2_S", 256, "dotprod", Side("3iq226vec_dot_iq2_s_q8_k_dotprod", [4], depth=1),
-     ("quants", Side("ggml_vec_dot_iq2_s_q8_K", [4])), "ours: + the float step"),
+    ("IQ2_XS", 256, "ARMv8.0", Side("3iq224vec_dot_iq2_xs_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq2_xs_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ2_XS", 256, "dotprod", Side("3iq227vec_dot_iq2_xs_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq2_xs_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ2_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq2_s_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq2_s_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ2_S", 256, "dotprod", Side("3iq226vec_dot_iq2_s_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq2_s_q8_K", [4])), "ours: a super-block a trip"),
     ("IQ3_S", 256, "ARMv8.0", Side("3iq323vec_dot_iq3_s_q8_k_neon"),
      ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), ""),
     ("IQ3_S", 256, "dotprod", Side("3iq326vec_dot_iq3_s_q8_k_dotprod"),
      ("quants", Side("ggml_vec_dot_iq3_s_q8_K", [4])), ""),
-    ("IQ1_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_s_q8_k_neon", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: + the shift and float step"),
-    ("IQ1_S", 256, "dotprod", Side("3iq226vec_dot_iq1_s_q8_k_dotprod", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: + the shift and float step"),
-    ("IQ1_M", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_m_q8_k_neon", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
-    ("IQ1_M", 256, "dotprod", Side("3iq226vec_dot_iq1_m_q8_k_dotprod", [8], depth=1),
-     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: + the float step"),
+    ("IQ1_S", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_s_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ1_S", 256, "dotprod", Side("3iq226vec_dot_iq1_s_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq1_s_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ1_M", 256, "ARMv8.0", Side("3iq223vec_dot_iq1_m_q8_k_neon"),
+     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: a super-block a trip"),
+    ("IQ1_M", 256, "dotprod", Side("3iq226vec_dot_iq1_m_q8_k_dotprod"),
+     ("quants", Side("ggml_vec_dot_iq1_m_q8_K", [4])), "ours: a super-block a trip"),
     # IQ4_NL and IQ4_XS (#33): the whole row in asm, float steps included; IQ4_NL's loop takes
     # four blocks a trip (llama.cpp's two), IQ4_XS's one super-block.
     ("IQ4_NL", 32, "ARMv8.0", Side("3iq424vec_dot_iq4_nl_q8_0_neon", blocks=4),
@@ -261,7 +266,12 @@ def unrolled(lines, span, spans, trips, name):
     return out
 
 
-def block_loop(funcs, side):
+def block_loops(funcs, side):
+    """The block loop's body and those of its `tail` loops (see Side)."""
+    return [block_loop(funcs, side, k) for k in range(1 + side.tail)]
+
+
+def block_loop(funcs, side, sibling=0):
     names = [n for n in funcs if side.fn in n]
     if len(names) != 1:
         raise SystemExit(f"expected one function matching {side.fn!r}, found {names}: has the "
@@ -273,8 +283,14 @@ def block_loop(funcs, side):
         raise SystemExit(f"{names[0]}: no loop found")
     span = top[0]
     for _ in range(side.depth):
-        span = children(span, spans)[0]
-    body = unrolled(lines, span, spans, side.trips, names[0])
+        outer, span = span, children(span, spans)[0]
+    if sibling:
+        # The tail loops follow the block loop in the same outer loop; rustc sometimes rotates
+        # that outer loop so it shows as two overlapping spans: look among the loops at the
+        # block loop's depth in any of them.
+        level = sorted({k for o in (top if side.depth == 1 else [outer]) for k in children(o, spans)})
+        span = level[level.index(span) + sibling]
+    body = unrolled(lines, span, spans, side.trips if sibling == 0 else [], names[0])
     # llvm-mca wants no undefined labels: every branch goes to one label at the top.
     body = [re.sub(r"(\.L\w+|\b\d+b)\s*$", ".Lblock", l) if BRANCH.match(l) else l for l in body]
     return ".Lblock:\n" + "\n".join(body) + "\n"
@@ -325,21 +341,20 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         for i, (fmt, _, face, mine, llama, _) in enumerate(kernels):
             cpus = CPUS if face == "ARMv8.0" else CPUS[:1]
-            a = block_loop(ours, mine)
-            b = block_loop(theirs[(llama[0], face)], llama[1]) if llama else None
+            a = block_loops(ours, mine)
+            b = block_loops(theirs[(llama[0], face)], llama[1]) if llama else None
             for cpu in cpus:
-                jobs[(i, "ours", cpu)] = pool.submit(mca_cycles, a, cpu)
+                jobs[(i, "ours", cpu)] = [pool.submit(mca_cycles, t, cpu) for t in a]
                 if b is not None:
-                    jobs[(i, "llama", cpu)] = pool.submit(mca_cycles, b, cpu)
+                    jobs[(i, "llama", cpu)] = [pool.submit(mca_cycles, t, cpu) for t in b]
     rows = []
     for i, (fmt, elems, face, mine, llama, note) in enumerate(kernels):
         row = {"fmt": fmt, "elems": elems, "face": face, "note": note, "ours": {}, "llama": {}}
         for cpu in CPUS:
-            if (i, "ours", cpu) in jobs:
-                row["ours"][cpu] = jobs[(i, "ours", cpu)].result() / (mine.blocks * mine.rows)
-            if (i, "llama", cpu) in jobs:
-                side = llama[1]
-                row["llama"][cpu] = jobs[(i, "llama", cpu)].result() / (side.blocks * side.rows)
+            for who, side in (("ours", mine), ("llama", llama and llama[1])):
+                if (i, who, cpu) in jobs:
+                    main_loop, *tails = [j.result() for j in jobs[(i, who, cpu)]]
+                    row[who][cpu] = main_loop / (side.blocks * side.rows) + sum(tails) / side.rows
         rows.append(row)
 
     text = table(rows)

@@ -76,7 +76,7 @@ echo "== the emulated cortex-a53 really rejects sdot (else the run above would p
 cargo build -q --target "$target" -p smolrun-core --example neon_bench "$@"
 profile=debug
 for arg in "$@"; do [ "$arg" = --release ] && profile=release; done
-bench=target/$target/$profile/examples/neon_bench
+bench=${CARGO_TARGET_DIR:-target}/$target/$profile/examples/neon_bench
 status=0
 ulimit -c 0 # no core file from the deliberate crash
 qemu-aarch64 -cpu cortex-a53 -L "$sysroot" "$bench" --force-dotprod >/dev/null 2>&1 || status=$?
