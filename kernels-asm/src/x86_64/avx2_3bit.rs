@@ -57,26 +57,28 @@ struct Q3KBlock {
     d: f32,
 }
 
-/// The 16 scales minus 32, as bytes, from the 12 packed bytes (four at a time in u32 words).
+/// The 16 scales minus 32 as i16, from the 12 packed bytes: words a0, a1 (bytes 0..8) hold
+/// the low nibbles (scales 0..8 low, 8..16 high nibble), word a2 (bytes 8..12) the top two
+/// bits, scale 4g + j's at bits 2g.. of byte j. Scales 2r and 2r + 1 share dword r.
 #[inline(always)]
-unsafe fn scales_q3_k(p: *const u8) -> [i8; 16] {
-    let w = |i: usize| u32::from_le_bytes([*p.add(i), *p.add(i + 1), *p.add(i + 2), *p.add(i + 3)]);
-    let (a0, a1, a2) = (w(0), w(4), w(8));
-    let lo = 0x0f0f_0f0f;
-    let hi = 0x0303_0303;
-    let words = [
-        (a0 & lo) | ((a2 & hi) << 4),
-        (a1 & lo) | (((a2 >> 2) & hi) << 4),
-        ((a0 >> 4) & lo) | (((a2 >> 4) & hi) << 4),
-        ((a1 >> 4) & lo) | (((a2 >> 6) & hi) << 4),
-    ];
-    let mut out = [0i8; 16];
-    for (g, word) in words.iter().enumerate() {
-        for (j, b) in word.to_le_bytes().iter().enumerate() {
-            out[4 * g + j] = *b as i8 - 32;
-        }
-    }
-    out
+unsafe fn scales_q3_k(p: *const u8) -> __m256i {
+    let a = _mm_loadu_si64(p);
+    let a2 = _mm_set1_epi32((p.add(8) as *const i32).read_unaligned());
+    // Dwords (a0, a1, a0 >> 4, a1 >> 4) & 0x0f: scales 0..4, 4..8, 8..12, 12..16, low bits.
+    let low = _mm_and_si128(
+        _mm_srlv_epi32(_mm_unpacklo_epi64(a, a), _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f),
+    );
+    // Dword g: (a2 >> 2g) & 3 in each byte, moved to bits 4..6 (within the byte).
+    let high = _mm_slli_epi32(
+        _mm_and_si128(
+            _mm_srlv_epi32(a2, _mm_setr_epi32(0, 2, 4, 6)),
+            _mm_set1_epi8(3),
+        ),
+        4,
+    );
+    let sc = _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+    _mm256_cvtepi8_epi16(sc)
 }
 
 #[inline(always)]
@@ -108,14 +110,11 @@ unsafe fn unpack_q3_k(x: *const u8) -> Q3KBlock {
     for (q, l) in q.iter_mut().zip(lowered) {
         *q = _mm256_sub_epi8(*q, _mm256_and_si256(l, four));
     }
-    let sc = scales_q3_k(x.add(Q3_K_SCALES));
-    let scales = core::array::from_fn(|r| {
-        let (e, o) = (
-            sc[2 * r] as i16 as u16 as u32,
-            sc[2 * r + 1] as i16 as u16 as u32,
-        );
-        (e | (o << 16)) as i32
-    });
+    let mut scales = [0i32; 8];
+    _mm256_storeu_si256(
+        scales.as_mut_ptr() as *mut __m256i,
+        scales_q3_k(x.add(Q3_K_SCALES)),
+    );
     Q3KBlock {
         q,
         scales,
@@ -128,7 +127,13 @@ unsafe fn unpack_q3_k(x: *const u8) -> Q3KBlock {
 /// 2 * 4 * 128 in magnitude, no saturation. Then `madd` with the (even, odd) scale pair.
 #[inline(always)]
 unsafe fn run_dot(q: __m256i, y: __m256i, scales: i32) -> __m256i {
-    let p = _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(q, y));
+    run_dot_abs(q, y, _mm256_abs_epi8(y), scales)
+}
+
+/// [`run_dot`] with |y| at hand.
+#[inline(always)]
+unsafe fn run_dot_abs(q: __m256i, y: __m256i, y_abs: __m256i, scales: i32) -> __m256i {
+    let p = _mm256_maddubs_epi16(y_abs, _mm256_sign_epi8(q, y));
     _mm256_madd_epi16(p, _mm256_set1_epi32(scales))
 }
 
@@ -144,12 +149,13 @@ unsafe fn block_lanes(b: &Q3KBlock, y: *const u8) -> __m256i {
     _mm256_add_epi32(sum[0], sum[1])
 }
 
-/// [`block_lanes`] with the activation runs already in lane order.
+/// [`block_lanes`] with the activation runs already in lane order, and their magnitudes.
 #[inline(always)]
-unsafe fn block_lanes_ordered(b: &Q3KBlock, yq: &[__m256i; 8]) -> __m256i {
+unsafe fn block_lanes_ordered(b: &Q3KBlock, yq: &[__m256i; 8], y_abs: &[__m256i; 8]) -> __m256i {
     let mut sum = [_mm256_setzero_si256(); 2];
     for r in 0..8 {
-        sum[r & 1] = _mm256_add_epi32(sum[r & 1], run_dot(b.q[r], yq[r], b.scales[r]));
+        let p = run_dot_abs(b.q[r], yq[r], y_abs[r], b.scales[r]);
+        sum[r & 1] = _mm256_add_epi32(sum[r & 1], p);
     }
     _mm256_add_epi32(sum[0], sum[1])
 }
@@ -190,8 +196,8 @@ pub unsafe fn vec_dot_q3_k_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
 
 /// Weight rows dotted with a group of activation rows before moving on.
 const ROW_TILE: usize = 16;
-/// Activation blocks put in lane order at a time, per activation row (8 KB of stack for 4
-/// rows).
+/// Activation blocks put in lane order at a time, per activation row (16 KB of stack for 4
+/// rows, with the magnitudes).
 const CHUNK: usize = 8;
 
 /// `out[k][j] = rows[k] . ys[j]` for up to [`ROW_TILE`] weight rows and N activation rows.
@@ -207,6 +213,7 @@ unsafe fn dot_tile<const N: usize>(
 ) {
     let mut acc = [[_mm256_setzero_ps(); N]; ROW_TILE];
     let mut ordered = [[[_mm256_setzero_si256(); 8]; CHUNK]; N];
+    let mut ordered_abs = [[[_mm256_setzero_si256(); 8]; CHUNK]; N];
     let mut i0 = 0;
     while i0 < nb {
         let len = CHUNK.min(nb - i0);
@@ -214,7 +221,9 @@ unsafe fn dot_tile<const N: usize>(
             for i in 0..len {
                 let y = ys[j].add((i0 + i) * Q8_K_BYTES + Q8_K_QS);
                 for r in 0..8 {
-                    ordered[j][i][r] = lane_order(load256(y.add(32 * r)));
+                    let v = lane_order(load256(y.add(32 * r)));
+                    ordered[j][i][r] = v;
+                    ordered_abs[j][i][r] = _mm256_abs_epi8(v);
                 }
             }
         }
@@ -222,7 +231,7 @@ unsafe fn dot_tile<const N: usize>(
             for i in 0..len {
                 let b = unpack_q3_k(xr.add((i0 + i) * Q3_K_BYTES));
                 for j in 0..N {
-                    let lanes = block_lanes_ordered(&b, &ordered[j][i]);
+                    let lanes = block_lanes_ordered(&b, &ordered[j][i], &ordered_abs[j][i]);
                     let d = _mm256_set1_ps(b.d * f32_at(ys[j].add((i0 + i) * Q8_K_BYTES)));
                     acc[k][j] =
                         _mm256_add_ps(acc[k][j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(lanes)));
