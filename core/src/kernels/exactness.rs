@@ -264,12 +264,12 @@ fn check_close(
 }
 
 /// Where `fast` has a several-rows matvec that promises the vec_dot's bits (the x86-64
-/// 32-element formats), runs it on 5 copies of the row `w` (a group of 4 rows and a tail
+/// 32-element formats and Q3_K), runs it on 5 copies of the row `w` (a group of 4 rows and a tail
 /// row) and checks every output against `vec_dot` to the bit.
 fn check_rows_give_vec_dot_bits(fast: &WeightKernel, n: usize, w: &[u8], act: &[u8], case: &str) {
     let promises_bits = matches!(
         fast.weight_type,
-        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q3_K
     ) || fast.face == "avx512";
     let Some(rows) = fast.rows.filter(|_| promises_bits) else {
         return;
@@ -733,11 +733,13 @@ fn matvec_keeps_odd_row_counts_on_the_fast_path() {
         fast.matvec(&w, n_rows, n_cols, &act, &mut out).unwrap();
         for (r, &y) in out.iter().enumerate() {
             let row = &w[r * row_bytes..(r + 1) * row_bytes];
-            let rows_keep_bits = matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0)
-                || fast.face == "avx512";
+            let rows_keep_bits = matches!(
+                ty,
+                GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q3_K
+            ) || fast.face == "avx512";
             if fast.rows.is_none() || rows_keep_bits {
                 // Row by row through the SIMD dot: the same bits (the x86-64 rows kernels
-                // of the 32-element formats keep the vec_dot's float order).
+                // of the 32-element formats and Q3_K keep the vec_dot's float order).
                 assert_eq!(
                     y.to_bits(),
                     (fast.vec_dot)(n_cols, row, &act).to_bits(),

@@ -51,7 +51,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
     // Q3_K (#33): bytes put in the twin's lane order, its exact integers and float steps
     // (bit for bit); prompts in the same bits.
-    set.install(GgmlType::Q3_K, q3_k, None, "avx2");
+    set.install(GgmlType::Q3_K, q3_k, Some(q3_k_rows), "avx2");
     set.install_cols(GgmlType::Q3_K, q3_k_cols);
     // Q4_1 and Q5_1 (#33): the twins' exact block integers and float steps (bit for bit);
     // prompts in the same bits.
@@ -152,6 +152,9 @@ fn q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 fn q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_3bit::vec_dot_q3_k_q8_k(n, w, a) }
+}
+fn q3_k_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_3bit::matvec_q3_k_q8_k(n, w, a, out) }
 }
 fn q3_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_3bit::matmul_q3_k_q8_k(n, w, a, t, out) }

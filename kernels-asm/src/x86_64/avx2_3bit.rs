@@ -14,15 +14,14 @@
 //! of 32 elements (two sub-blocks) is permuted (`vpermd` + `pshufb`) so that dword L holds
 //! elements L, L + 8 (the even sub-block) and L + 16, L + 24 (the odd one). The weights' byte
 //! order is the same for all 8 runs (byte l of qs and hmask), so qs and hmask are permuted once
-//! per block; each activation run is permuted as it is loaded. Then `maddubs` gives, per i16,
-//! one sub-block's two products of the lane, and `madd` with (scale even, scale odd) pairs the
-//! i32 lane's exact integer. The float steps are the twin's (product, then sum, never fused;
-//! the 8 lane sums added in order at the end).
+//! per block; in the vec_dot each activation run is permuted as it is loaded, in the batched
+//! kernels (`matmul`, prompts, and `matvec`, decode) once per tile of weight rows. Then
+//! `maddubs` gives, per i16, one sub-block's two products of the lane, and `madd` with (scale
+//! even, scale odd) pairs the i32 lane's exact integer. The float steps are the twin's
+//! (product, then sum, never fused; the 8 lane sums added in order at the end).
 //!
-//! The -4 offset: `maddubs` wants unsigned weights, so it meets the low bits (0..3) and, in a
-//! second `maddubs`, 4 * (1 - bit) (0 or 4), subtracted in i16: each i16 is at most
-//! 2 * 3 * 128 + 2 * 4 * 128 in magnitude, no saturation, for every activation byte (-128
-//! included).
+//! The signed quants: `maddubs` wants one unsigned operand, so it meets |y| and q with y's
+//! sign (see `run_dot`), one multiply per run instead of two (low bits and the -4 apart).
 //!
 //! Every function reads only whole blocks inside the slices.
 //!
@@ -30,7 +29,6 @@
 //! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
 
 use super::avx2::*;
-use super::avx2_cols::{matmul_by_groups, ColGroup};
 use core::arch::x86_64::*;
 
 const Q3_K_BYTES: usize = 110;
@@ -51,35 +49,36 @@ unsafe fn lane_order(v: __m256i) -> __m256i {
     _mm256_shuffle_epi8(v, t)
 }
 
-/// One super-block's weights in lane order: for each run of 32 elements (h, s) the low bits
-/// and 4 * (1 - third bit), and the 8 (even, odd) scale pairs as i16 pairs in a dword.
+/// One super-block's weights in lane order: for each run of 32 elements (h, s) the signed
+/// quants (-4..3), and the 8 (even, odd) scale pairs as i16 pairs in a dword.
 struct Q3KBlock {
-    low: [__m256i; 8],
-    lowered: [__m256i; 8],
+    q: [__m256i; 8],
     scales: [i32; 8],
     d: f32,
 }
 
-/// The 16 scales minus 32, as bytes, from the 12 packed bytes (four at a time in u32 words).
+/// The 16 scales minus 32 as i16, from the 12 packed bytes: words a0, a1 (bytes 0..8) hold
+/// the low nibbles (scales 0..8 low, 8..16 high nibble), word a2 (bytes 8..12) the top two
+/// bits, scale 4g + j's at bits 2g.. of byte j. Scales 2r and 2r + 1 share dword r.
 #[inline(always)]
-unsafe fn scales_q3_k(p: *const u8) -> [i8; 16] {
-    let w = |i: usize| u32::from_le_bytes([*p.add(i), *p.add(i + 1), *p.add(i + 2), *p.add(i + 3)]);
-    let (a0, a1, a2) = (w(0), w(4), w(8));
-    let lo = 0x0f0f_0f0f;
-    let hi = 0x0303_0303;
-    let words = [
-        (a0 & lo) | ((a2 & hi) << 4),
-        (a1 & lo) | (((a2 >> 2) & hi) << 4),
-        ((a0 >> 4) & lo) | (((a2 >> 4) & hi) << 4),
-        ((a1 >> 4) & lo) | (((a2 >> 6) & hi) << 4),
-    ];
-    let mut out = [0i8; 16];
-    for (g, word) in words.iter().enumerate() {
-        for (j, b) in word.to_le_bytes().iter().enumerate() {
-            out[4 * g + j] = *b as i8 - 32;
-        }
-    }
-    out
+unsafe fn scales_q3_k(p: *const u8) -> __m256i {
+    let a = _mm_loadu_si64(p);
+    let a2 = _mm_set1_epi32((p.add(8) as *const i32).read_unaligned());
+    // Dwords (a0, a1, a0 >> 4, a1 >> 4) & 0x0f: scales 0..4, 4..8, 8..12, 12..16, low bits.
+    let low = _mm_and_si128(
+        _mm_srlv_epi32(_mm_unpacklo_epi64(a, a), _mm_setr_epi32(0, 0, 4, 4)),
+        _mm_set1_epi8(0x0f),
+    );
+    // Dword g: (a2 >> 2g) & 3 in each byte, moved to bits 4..6 (within the byte).
+    let high = _mm_slli_epi32(
+        _mm_and_si128(
+            _mm_srlv_epi32(a2, _mm_setr_epi32(0, 2, 4, 6)),
+            _mm_set1_epi8(3),
+        ),
+        4,
+    );
+    let sc = _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
+    _mm256_cvtepi8_epi16(sc)
 }
 
 #[inline(always)]
@@ -88,39 +87,54 @@ unsafe fn unpack_q3_k(x: *const u8) -> Q3KBlock {
     let four = _mm256_set1_epi8(4);
     // Lowered where the bit is clear: work on the inverted mask.
     let not_hm = _mm256_xor_si256(lane_order(load256(x)), _mm256_set1_epi8(-1));
-    let mut low = [_mm256_setzero_si256(); 8];
-    let mut lowered = [_mm256_setzero_si256(); 8];
+    let mut q = [_mm256_setzero_si256(); 8];
     for h in 0..2 {
         let qs = lane_order(load256(x.add(Q3_K_QS + 32 * h)));
         // 16-bit shifts: the masks keep only bits that stayed inside their byte.
-        low[4 * h] = _mm256_and_si256(qs, three);
-        low[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 2), three);
-        low[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), three);
-        low[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(qs, 6), three);
+        q[4 * h] = _mm256_and_si256(qs, three);
+        q[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(qs, 2), three);
+        q[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(qs, 4), three);
+        q[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(qs, 6), three);
     }
-    // Bit k = 4h + s of not_hm moved to bit 2.
-    lowered[0] = _mm256_and_si256(_mm256_slli_epi16(not_hm, 2), four);
-    lowered[1] = _mm256_and_si256(_mm256_slli_epi16(not_hm, 1), four);
-    lowered[2] = _mm256_and_si256(not_hm, four);
-    lowered[3] = _mm256_and_si256(_mm256_srli_epi16(not_hm, 1), four);
-    lowered[4] = _mm256_and_si256(_mm256_srli_epi16(not_hm, 2), four);
-    lowered[5] = _mm256_and_si256(_mm256_srli_epi16(not_hm, 3), four);
-    lowered[6] = _mm256_and_si256(_mm256_srli_epi16(not_hm, 4), four);
-    lowered[7] = _mm256_and_si256(_mm256_srli_epi16(not_hm, 5), four);
-    let sc = scales_q3_k(x.add(Q3_K_SCALES));
-    let scales = core::array::from_fn(|r| {
-        let (e, o) = (
-            sc[2 * r] as i16 as u16 as u32,
-            sc[2 * r + 1] as i16 as u16 as u32,
-        );
-        (e | (o << 16)) as i32
-    });
+    // Bit k = 4h + s of not_hm moved to bit 2: 4 where run k is lowered.
+    let lowered = [
+        _mm256_slli_epi16(not_hm, 2),
+        _mm256_slli_epi16(not_hm, 1),
+        not_hm,
+        _mm256_srli_epi16(not_hm, 1),
+        _mm256_srli_epi16(not_hm, 2),
+        _mm256_srli_epi16(not_hm, 3),
+        _mm256_srli_epi16(not_hm, 4),
+        _mm256_srli_epi16(not_hm, 5),
+    ];
+    for (q, l) in q.iter_mut().zip(lowered) {
+        *q = _mm256_sub_epi8(*q, _mm256_and_si256(l, four));
+    }
+    let mut scales = [0i32; 8];
+    _mm256_storeu_si256(
+        scales.as_mut_ptr() as *mut __m256i,
+        scales_q3_k(x.add(Q3_K_SCALES)),
+    );
     Q3KBlock {
-        low,
-        lowered,
+        q,
         scales,
         d: f16_at(x.add(Q3_K_D)),
     }
+}
+
+/// One run of 32 products, exact: `maddubs` wants its first operand unsigned, so it meets
+/// |y| (0..128, -128 included) and q carrying y's sign (-4..4); each i16 is at most
+/// 2 * 4 * 128 in magnitude, no saturation. Then `madd` with the (even, odd) scale pair.
+#[inline(always)]
+unsafe fn run_dot(q: __m256i, y: __m256i, scales: i32) -> __m256i {
+    run_dot_abs(q, y, _mm256_abs_epi8(y), scales)
+}
+
+/// [`run_dot`] with |y| at hand.
+#[inline(always)]
+unsafe fn run_dot_abs(q: __m256i, y: __m256i, y_abs: __m256i, scales: i32) -> __m256i {
+    let p = _mm256_maddubs_epi16(y_abs, _mm256_sign_epi8(q, y));
+    _mm256_madd_epi16(p, _mm256_set1_epi32(scales))
 }
 
 /// The twin's 8 integer lanes of one super-block against the Q8_K block at `y`, exact.
@@ -130,11 +144,17 @@ unsafe fn block_lanes(b: &Q3KBlock, y: *const u8) -> __m256i {
     for r in 0..8 {
         // Run r = 4h + s: elements 128h + 32s.., sub-blocks 2r and 2r + 1.
         let yq = lane_order(load256(y.add(Q8_K_QS + 32 * r)));
-        let p = _mm256_sub_epi16(
-            _mm256_maddubs_epi16(b.low[r], yq),
-            _mm256_maddubs_epi16(b.lowered[r], yq),
-        );
-        let p = _mm256_madd_epi16(p, _mm256_set1_epi32(b.scales[r]));
+        sum[r & 1] = _mm256_add_epi32(sum[r & 1], run_dot(b.q[r], yq, b.scales[r]));
+    }
+    _mm256_add_epi32(sum[0], sum[1])
+}
+
+/// [`block_lanes`] with the activation runs already in lane order, and their magnitudes.
+#[inline(always)]
+unsafe fn block_lanes_ordered(b: &Q3KBlock, yq: &[__m256i; 8], y_abs: &[__m256i; 8]) -> __m256i {
+    let mut sum = [_mm256_setzero_si256(); 2];
+    for r in 0..8 {
+        let p = run_dot_abs(b.q[r], yq[r], y_abs[r], b.scales[r]);
         sum[r & 1] = _mm256_add_epi32(sum[r & 1], p);
     }
     _mm256_add_epi32(sum[0], sum[1])
@@ -174,27 +194,56 @@ pub unsafe fn vec_dot_q3_k_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
     sum_lanes(acc)
 }
 
-/// Q3_K in the batch loop of `avx2_cols`: each block unpacked once for up to 4 activation rows.
-struct Q3K;
+/// Weight rows dotted with a group of activation rows before moving on.
+const ROW_TILE: usize = 16;
+/// Activation blocks put in lane order at a time, per activation row (16 KB of stack for 4
+/// rows, with the magnitudes).
+const CHUNK: usize = 8;
 
-impl ColGroup for Q3K {
-    const QK: usize = QK_K;
-    const W_BYTES: usize = Q3_K_BYTES;
-    const A_BYTES: usize = Q8_K_BYTES;
-
-    #[inline(always)]
-    unsafe fn dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
-        let mut acc = [_mm256_setzero_ps(); N];
-        for i in 0..nb {
-            let b = unpack_q3_k(xr.add(i * Q3_K_BYTES));
-            for j in 0..N {
-                let y = ys[j].add(i * Q8_K_BYTES);
-                let lanes = block_lanes(&b, y);
-                let d = _mm256_set1_ps(b.d * f32_at(y));
-                acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(lanes)));
+/// `out[k][j] = rows[k] . ys[j]` for up to [`ROW_TILE`] weight rows and N activation rows.
+/// The activation runs are put in lane order once per chunk of blocks and reused by every
+/// row of the tile (in [`vec_dot_q3_k_q8_k`] every row does it again); each (row, activation)
+/// pair keeps its own accumulator, so its float steps are the vec_dot's, block by block.
+#[inline(always)]
+unsafe fn dot_tile<const N: usize>(
+    nb: usize,
+    rows: &[*const u8],
+    ys: [*const u8; N],
+    out: &mut [[f32; N]; ROW_TILE],
+) {
+    let mut acc = [[_mm256_setzero_ps(); N]; ROW_TILE];
+    let mut ordered = [[[_mm256_setzero_si256(); 8]; CHUNK]; N];
+    let mut ordered_abs = [[[_mm256_setzero_si256(); 8]; CHUNK]; N];
+    let mut i0 = 0;
+    while i0 < nb {
+        let len = CHUNK.min(nb - i0);
+        for j in 0..N {
+            for i in 0..len {
+                let y = ys[j].add((i0 + i) * Q8_K_BYTES + Q8_K_QS);
+                for r in 0..8 {
+                    let v = lane_order(load256(y.add(32 * r)));
+                    ordered[j][i][r] = v;
+                    ordered_abs[j][i][r] = _mm256_abs_epi8(v);
+                }
             }
         }
-        core::array::from_fn(|j| sum_lanes(acc[j]))
+        for (k, &xr) in rows.iter().enumerate() {
+            for i in 0..len {
+                let b = unpack_q3_k(xr.add((i0 + i) * Q3_K_BYTES));
+                for j in 0..N {
+                    let lanes = block_lanes_ordered(&b, &ordered[j][i], &ordered_abs[j][i]);
+                    let d = _mm256_set1_ps(b.d * f32_at(ys[j].add((i0 + i) * Q8_K_BYTES)));
+                    acc[k][j] =
+                        _mm256_add_ps(acc[k][j], _mm256_mul_ps(d, _mm256_cvtepi32_ps(lanes)));
+                }
+            }
+        }
+        i0 += len;
+    }
+    for k in 0..rows.len() {
+        for j in 0..N {
+            out[k][j] = sum_lanes(acc[k][j]);
+        }
     }
 }
 
@@ -205,5 +254,81 @@ impl ColGroup for Q3K {
 /// AVX2, FMA and F16C must be available (see the module docs).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn matmul_q3_k_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
-    matmul_by_groups::<Q3K>(n, w, acts, n_acts, out)
+    if n_acts == 0 {
+        return;
+    }
+    let n_rows = out.len() / n_acts;
+    let nb = n / QK_K;
+    let (w_row, a_row) = (nb * Q3_K_BYTES, nb * Q8_K_BYTES);
+    if w.len() < n_rows * w_row || acts.len() < n_acts * a_row {
+        // The caller (WeightKernel::matmul) checked the shapes; never read past the slices.
+        return;
+    }
+    let y = |t: usize| acts.as_ptr().add(t * a_row);
+    let mut tile = [[0f32; 4]; ROW_TILE];
+    for r0 in (0..n_rows).step_by(ROW_TILE) {
+        let r1 = (r0 + ROW_TILE).min(n_rows);
+        let rows: [*const u8; ROW_TILE] =
+            core::array::from_fn(|k| w.as_ptr().add((r0 + k).min(r1 - 1) * w_row));
+        let rows = &rows[..r1 - r0];
+        let mut t = 0;
+        while t < n_acts {
+            let g = (n_acts - t).min(4);
+            match g {
+                4 => dot_tile::<4>(nb, rows, [y(t), y(t + 1), y(t + 2), y(t + 3)], &mut tile),
+                3 => {
+                    let mut o = [[0f32; 3]; ROW_TILE];
+                    dot_tile::<3>(nb, rows, [y(t), y(t + 1), y(t + 2)], &mut o);
+                    for (d, s) in tile.iter_mut().zip(o) {
+                        d[..3].copy_from_slice(&s);
+                    }
+                }
+                2 => {
+                    let mut o = [[0f32; 2]; ROW_TILE];
+                    dot_tile::<2>(nb, rows, [y(t), y(t + 1)], &mut o);
+                    for (d, s) in tile.iter_mut().zip(o) {
+                        d[..2].copy_from_slice(&s);
+                    }
+                }
+                _ => {
+                    let mut o = [[0f32; 1]; ROW_TILE];
+                    dot_tile::<1>(nb, rows, [y(t)], &mut o);
+                    for (d, s) in tile.iter_mut().zip(o) {
+                        d[0] = s[0];
+                    }
+                }
+            }
+            for (k, v) in tile[..rows.len()].iter().enumerate() {
+                for (j, &v) in v[..g].iter().enumerate() {
+                    out[(t + j) * n_rows + r0 + k] = v;
+                }
+            }
+            t += g;
+        }
+    }
+}
+
+/// Consecutive Q3_K weight rows . one Q8_K activation row (`out[r]`, decode's matvec), bit for
+/// bit the vec_dot above: the activation is put in lane order once per tile of rows.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matvec_q3_k_q8_k(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    let n_rows = out.len();
+    let nb = n / QK_K;
+    let w_row = nb * Q3_K_BYTES;
+    if w.len() < n_rows * w_row || act.len() < nb * Q8_K_BYTES {
+        return;
+    }
+    let mut tile = [[0f32; 1]; ROW_TILE];
+    for r0 in (0..n_rows).step_by(ROW_TILE) {
+        let r1 = (r0 + ROW_TILE).min(n_rows);
+        let rows: [*const u8; ROW_TILE] =
+            core::array::from_fn(|k| w.as_ptr().add((r0 + k).min(r1 - 1) * w_row));
+        dot_tile::<1>(nb, &rows[..r1 - r0], [act.as_ptr()], &mut tile);
+        for (o, v) in out[r0..r1].iter_mut().zip(tile) {
+            *o = v[0];
+        }
+    }
 }
