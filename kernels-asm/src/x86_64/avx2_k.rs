@@ -73,11 +73,11 @@ pub(super) unsafe fn prefetch_ahead<const BLOCK: usize>(x: *const u8) {
 /// One Q4_K super-block in registers: its 256 quants as 8 vectors of 32 (sub-block s in
 /// `q[s]`), each sub-block's scale as 16 i16 lanes, the mins doubled for the 16 bsums, and
 /// the two f16 factors (d, dmin) as f32.
-struct Q4KBlock {
-    q: [__m256i; 8],
-    sc: [__m256i; 8],
-    mins16: __m256i,
-    d_dmin: __m128,
+pub(super) struct Q4KBlock {
+    pub(super) q: [__m256i; 8],
+    pub(super) sc: [__m256i; 8],
+    pub(super) mins16: __m256i,
+    pub(super) d_dmin: __m128,
 }
 
 /// The 8 six-bit scales (bytes 0..7) and 8 six-bit mins (bytes 8..15) of the 12 packed scale
@@ -104,7 +104,7 @@ pub(super) unsafe fn q4_k_scales_mins(p: *const u8) -> __m128i {
 }
 
 #[inline(always)]
-unsafe fn unpack_q4_k(x: *const u8) -> Q4KBlock {
+pub(super) unsafe fn unpack_q4_k(x: *const u8) -> Q4KBlock {
     let low4 = _mm256_set1_epi8(0x0F);
     let scmn = q4_k_scales_mins(x.add(4));
     // Scales as i16 in both halves, so an in-lane pshufb can spread any of them.
@@ -139,7 +139,7 @@ unsafe fn unpack_q4_k(x: *const u8) -> Q4KBlock {
 
 /// Sum of the 8 vectors' lanes, as a tree (integer addition: the order does not matter).
 #[inline(always)]
-unsafe fn add8(p: [__m256i; 8]) -> __m256i {
+pub(super) unsafe fn add8(p: [__m256i; 8]) -> __m256i {
     let a = _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
     let b = _mm256_add_epi32(_mm256_add_epi32(p[4], p[5]), _mm256_add_epi32(p[6], p[7]));
     _mm256_add_epi32(a, b)
@@ -187,15 +187,15 @@ unsafe fn q4_k_dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u
 /// 4h + k holds elements 128h + 32k .. + 32, sub-blocks 8h + 2k in the low and 8h + 2k + 1 in
 /// the high 128 bits), the matching scales as i16 lanes, all 16 scales as i16 (for the offset
 /// through the bsums), and d.
-struct Q6KBlock {
-    q: [__m256i; 8],
-    sc: [__m256i; 8],
-    scales16: __m256i,
-    d: f32,
+pub(super) struct Q6KBlock {
+    pub(super) q: [__m256i; 8],
+    pub(super) sc: [__m256i; 8],
+    pub(super) scales16: __m256i,
+    pub(super) d: f32,
 }
 
 #[inline(always)]
-unsafe fn unpack_q6_k(x: *const u8) -> Q6KBlock {
+pub(super) unsafe fn unpack_q6_k(x: *const u8) -> Q6KBlock {
     let low4 = _mm256_set1_epi8(0x0F);
     let bits45 = _mm256_set1_epi8(0x30);
     let scales = load128(x.add(192));

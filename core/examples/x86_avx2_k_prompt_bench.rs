@@ -1,0 +1,134 @@
+//! The AVX2 Q4_K and Q6_K prompt kernels, one thread, timed in CPU time (the machine may be
+//! shared), in G multiply-adds per second: `avx2_k`'s batched matmuls (file layout, 4 tokens
+//! per unpacked block; the first line of each type) and `avx2_kt`'s (tokens in the lanes; the
+//! second), 32 tokens (the model's batch) on LFM2-1.2B's FFN shapes (2048 -> 8192 and 8192 ->
+//! 2048) and a short one (512 -> 32768, all in L1), in chunks of 256 rows as the thread pool
+//! hands them out. Also checks that each matmul gives its vec_dot's bits. (The
+//! x86_k_matmul_bench example needs AVX-512 VNNI.)
+//!
+//!     cargo run --release -p smolrun-core --example x86_avx2_k_prompt_bench [q4|q6]
+
+#[cfg(target_arch = "x86_64")]
+fn main() {
+    use smolrun_core::quant::{self, GgmlType};
+    use smolrun_kernels::x86_64::{avx2_fma_f16c_usable, avx2_k, avx2_kt};
+    use std::hint::black_box;
+
+    if !avx2_fma_f16c_usable() {
+        println!("this CPU has no AVX2/FMA/F16C");
+        return;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let want = |s: &str| {
+        args.iter()
+            .all(|a| !["q4", "q6"].contains(&a.as_str()) || a == s)
+    };
+    let random_blocks = |ty: GgmlType, n_blocks: usize, seed: u64| -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let size = ty.type_size();
+        let mut bytes: Vec<u8> = (0..n_blocks * size)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        for b in bytes.chunks_exact_mut(size) {
+            if ty == GgmlType::Q4_K {
+                b[0..2].copy_from_slice(&0x211Eu16.to_le_bytes());
+                b[2..4].copy_from_slice(&0x1818u16.to_le_bytes());
+            } else {
+                b[208..210].copy_from_slice(&0x211Eu16.to_le_bytes());
+            }
+        }
+        bytes
+    };
+    let cpu_ns = || -> u64 {
+        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        s.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    // Best of 5 CPU times of one run of `f`, each over at least 100 ms, in seconds.
+    let best = |f: &mut dyn FnMut()| {
+        (0..5)
+            .map(|_| {
+                let t = cpu_ns();
+                let mut runs = 0;
+                while runs < 3 || cpu_ns() - t < 100_000_000 {
+                    f();
+                    runs += 1;
+                }
+                (cpu_ns() - t) as f64 * 1e-9 / runs as f64
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    type Cols = unsafe fn(usize, &[u8], &[u8], usize, &mut [f32]);
+    type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
+    let sets: [(GgmlType, Cols, Dot); 4] = [
+        (
+            GgmlType::Q4_K,
+            avx2_k::matmul_q4_k_q8_k,
+            avx2_k::vec_dot_q4_k_q8_k,
+        ),
+        (
+            GgmlType::Q4_K,
+            avx2_kt::matmul_q4_k_q8_k,
+            avx2_kt::vec_dot_q4_k_q8_k,
+        ),
+        (
+            GgmlType::Q6_K,
+            avx2_k::matmul_q6_k_q8_k,
+            avx2_k::vec_dot_q6_k_q8_k,
+        ),
+        (
+            GgmlType::Q6_K,
+            avx2_kt::matmul_q6_k_q8_k,
+            avx2_kt::vec_dot_q6_k_q8_k,
+        ),
+    ];
+    let n_acts = 32;
+    let chunk = 256;
+    for (ty, cols, dot) in sets {
+        let short = if ty == GgmlType::Q4_K { "q4" } else { "q6" };
+        if !want(short) {
+            continue;
+        }
+        let mut line = format!("{ty}:");
+        for (n_cols, n_rows) in [(2048, 8192), (8192, 2048), (512, 32768)] {
+            let x: Vec<f32> = (0..n_acts * n_cols)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let act_row = quant::row_bytes(GgmlType::Q8_K, n_cols).unwrap();
+            let mut acts = vec![0u8; n_acts * act_row];
+            for (x, a) in x.chunks_exact(n_cols).zip(acts.chunks_exact_mut(act_row)) {
+                quant::quantize_row(GgmlType::Q8_K, x, a).unwrap();
+            }
+            let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
+            let w = random_blocks(ty, n_rows * n_cols / 256, 7);
+            let mut out = vec![0f32; n_acts * chunk];
+            let secs = best(&mut || {
+                for rows in w.chunks_exact(chunk * row_bytes) {
+                    // SAFETY: AVX2, FMA and F16C checked above.
+                    unsafe { cols(n_cols, rows, &acts, n_acts, &mut out) };
+                    black_box(&out);
+                }
+            });
+            let macs = (n_acts * n_rows * n_cols) as f64;
+            line += &format!(" {n_cols}x{n_rows} {:6.1} GMAC/s |", macs / secs / 1e9);
+            for (t, o) in out.chunks_exact(chunk).enumerate() {
+                for (r, &o) in o.iter().enumerate() {
+                    let row = &w[(n_rows - chunk + r) * row_bytes..][..row_bytes];
+                    // SAFETY: as above.
+                    let v = unsafe { dot(n_cols, row, &acts[t * act_row..][..act_row]) };
+                    assert_eq!(o.to_bits(), v.to_bits(), "{ty} row {r} token {t}");
+                }
+            }
+        }
+        println!("{line}");
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn main() {
+    println!("x86-64 only");
+}
