@@ -9,6 +9,9 @@
 //!     cargo run --release -p smolrun-core --example x86_k_matmul_bench
 
 #[cfg(target_arch = "x86_64")]
+mod bench_util;
+
+#[cfg(target_arch = "x86_64")]
 fn main() {
     use smolrun_core::quant::{self, GgmlType};
     use smolrun_kernels::x86_64::{avx2_k, avx512_k, avx512_vnni_usable};
@@ -39,25 +42,7 @@ fn main() {
         }
         bytes
     };
-    let cpu_ns = || -> u64 {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-        s.split_whitespace().next().unwrap().parse().unwrap()
-    };
-    // Best of 5 CPU times of one run of `f`, each measured over enough runs (the counter
-    // moves in scheduler ticks), in seconds.
-    let best = |f: &mut dyn FnMut()| {
-        (0..5)
-            .map(|_| {
-                let t = cpu_ns();
-                let mut runs = 0;
-                while runs < 3 || cpu_ns() - t < 50_000_000 {
-                    f();
-                    runs += 1;
-                }
-                (cpu_ns() - t) as f64 * 1e-9 / runs as f64
-            })
-            .fold(f64::MAX, f64::min)
-    };
+    let best = |f: &mut dyn FnMut()| bench_util::best_cpu_secs(50_000_000, f);
     type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
     type Cols = unsafe fn(usize, &[u8], &[u8], usize, &mut [f32]);
     type Rows = unsafe fn(usize, &[u8], &[u8], &mut [f32]);

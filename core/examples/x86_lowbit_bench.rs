@@ -7,6 +7,9 @@
 //!     cargo run --release -p smolrun-core --example x86_lowbit_bench [TYPE ...]
 
 #[cfg(target_arch = "x86_64")]
+mod bench_util;
+
+#[cfg(target_arch = "x86_64")]
 fn main() {
     use smolrun_core::kernels::KernelSet;
     use smolrun_core::platform::CpuFeatures;
@@ -49,24 +52,7 @@ fn main() {
         seed ^= seed << 17;
         seed
     };
-    let cpu_ns = || -> u64 {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-        s.split_whitespace().next().unwrap().parse().unwrap()
-    };
-    // Best of 5 CPU times of one run of `f`, each over >= 50 ms, in seconds.
-    let best = |f: &mut dyn FnMut()| {
-        (0..5)
-            .map(|_| {
-                let t = cpu_ns();
-                let mut runs = 0;
-                while runs < 3 || cpu_ns() - t < 50_000_000 {
-                    f();
-                    runs += 1;
-                }
-                (cpu_ns() - t) as f64 * 1e-9 / runs as f64
-            })
-            .fold(f64::MAX, f64::min)
-    };
+    let best = |f: &mut dyn FnMut()| bench_util::best_cpu_secs(50_000_000, f);
     let (rows, tokens) = (128, 32);
     for name in types {
         let ty = (0..64)
