@@ -744,7 +744,17 @@ mod tests {
         for r in [&b"--"[..], b" ==", b"********", b" //", b"...."] {
             assert!(is_ruler(r), "{:?}", String::from_utf8_lossy(r));
         }
-        for r in [&b"-"[..], b" -", b"-=", b"  --", b"aa", b"--a", b"", b" ", b"\xe2\x80\x94\xe2\x80\x94"] {
+        for r in [
+            &b"-"[..],
+            b" -",
+            b"-=",
+            b"  --",
+            b"aa",
+            b"--a",
+            b"",
+            b" ",
+            b"\xe2\x80\x94\xe2\x80\x94",
+        ] {
             assert!(!is_ruler(r), "{:?}", String::from_utf8_lossy(r));
         }
     }

@@ -142,6 +142,18 @@ fn promises_scalar_bits(ty: GgmlType) -> bool {
 /// top nibbles of the 4 scale words at 48 ([`put_f16`] writes them there).
 pub(super) const SPREAD_D: usize = usize::MAX;
 
+/// Makes row `r` (of `row_bytes`) of `w` an edge row: every byte 0xFF, every block's f16
+/// scale field(s) set to `scale`.
+pub(super) fn set_edge_row(w: &mut [u8], ty: GgmlType, row_bytes: usize, r: usize, scale: f32) {
+    let edge = &mut w[r * row_bytes..(r + 1) * row_bytes];
+    edge.fill(0xFF);
+    for b in edge.chunks_exact_mut(ty.type_size()) {
+        for &off in f16_fields(ty) {
+            put_f16(b, off, scale);
+        }
+    }
+}
+
 pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
     let bits = half::f16::from_f32(v).to_bits();
     if off == SPREAD_D {
@@ -1167,13 +1179,7 @@ fn check_matmul_is_matvec_per_row(set: &KernelSet, seed: u64) {
         };
         if bs > 1 {
             w[row_bytes..2 * row_bytes].fill(0);
-            let edge = &mut w[5 * row_bytes..6 * row_bytes];
-            edge.fill(0xFF);
-            for b in edge.chunks_exact_mut(ty.type_size()) {
-                for &off in f16_fields(ty) {
-                    put_f16(b, off, -2.5);
-                }
-            }
+            set_edge_row(&mut w, ty, row_bytes, 5, -2.5);
         }
         for n_acts in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
             let a: Vec<u8> = acts[..n_acts].concat();

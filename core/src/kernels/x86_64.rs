@@ -471,7 +471,7 @@ pub(super) const ATTENTION_LOOPS_512: AttentionLoops = AttentionLoops {
 #[cfg(test)]
 mod tests {
     use super::super::exactness::{
-        act_from_quants, detected_features, f16_fields, fast_sets, put_f16, quantize,
+        act_from_quants, detected_features, f16_fields, fast_sets, put_f16, quantize, set_edge_row,
     };
     use super::super::KernelSet;
     use crate::platform::CpuFeatures;
@@ -586,13 +586,7 @@ mod tests {
                 let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
                 w[row_bytes..2 * row_bytes].fill(0);
                 for (r, v) in [(2, -2.5f32), (3, 6.0e4)] {
-                    let edge = &mut w[r * row_bytes..(r + 1) * row_bytes];
-                    edge.fill(0xFF);
-                    for b in edge.chunks_exact_mut(ty.type_size()) {
-                        for &off in f16_fields(ty) {
-                            put_f16(b, off, v);
-                        }
-                    }
+                    set_edge_row(&mut w, ty, row_bytes, r, v);
                 }
                 let mut acts: Vec<u8> = Vec::new();
                 for t in 0..6 {
@@ -677,13 +671,7 @@ mod tests {
                 let mut w = random_blocks(ty, n_rows * nb, rng.next_u64());
                 w[row_bytes..2 * row_bytes].fill(0);
                 for (r, v) in [(2, -2.5f32), (33, 6.0e4)] {
-                    let edge = &mut w[r * row_bytes..(r + 1) * row_bytes];
-                    edge.fill(0xFF);
-                    for b in edge.chunks_exact_mut(ty.type_size()) {
-                        for &off in f16_fields(ty) {
-                            put_f16(b, off, v);
-                        }
-                    }
+                    set_edge_row(&mut w, ty, row_bytes, r, v);
                 }
                 for n_acts in [1, 3, 9, 37] {
                     let mut acts: Vec<u8> = Vec::new();
