@@ -25,120 +25,13 @@ _spec = importlib.util.spec_from_file_location("lowbit_asm", os.path.join(HERE, 
 lowbit_asm = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lowbit_asm)
 op, schedule, mca_cycles = lowbit_asm.op, lowbit_asm.schedule, lowbit_asm.mca_cycles
+# The two register files' scheduler and allocator are lowbit-asm's.
+schedule_virtual, allocate = lowbit_asm.schedule_virtual, lowbit_asm.allocate
 
 CPUS = ["cortex-a55", "cortex-a53", "cyclone"]
 # v29: the previous block's d * dy, v30: its integer (s30), v31: sumf.
 VPOOL = [f"v{i}" for i in range(29)]
 GPOOL = [f"g{i}" for i in range(16)]
-
-
-def is_g(x):
-    return x.startswith("%g")
-
-
-def schedule_virtual(ops, n_v, n_g):
-    """lowbit-asm's `schedule_virtual` with two register files: at most `n_v` NEON and `n_g`
-    general-purpose virtual registers live at once."""
-    n = len(ops)
-    deps = [[] for _ in range(n)]
-    last_w, reads_since = {}, {}
-    for i, (t, w, r, lat) in enumerate(ops):
-        for x in r:
-            if x in last_w:
-                deps[i].append((last_w[x], ops[last_w[x]][3]))
-        for x in w:
-            if x in last_w:
-                deps[i].append((last_w[x], 1))
-            for j in reads_since.get(x, []):
-                deps[i].append((j, 0))
-        for x in r:
-            reads_since.setdefault(x, []).append(i)
-        for x in w:
-            last_w[x] = i
-            reads_since[x] = []
-    readers = {}
-    for i, (_, w, r, _) in enumerate(ops):
-        for x in r:
-            if x.startswith("%"):
-                readers.setdefault(x, set()).add(i)
-    live, issued, out, cycle = set(), {}, [], 0
-    remaining = list(range(n))
-    while remaining:
-        best = None
-        for i in remaining:
-            if not all(p in issued for p, _ in deps[i]):
-                continue
-            _, w, r, _ = ops[i]
-            new = {x for x in w if x.startswith("%") and x not in live}
-            freed = {x for x in r if x.startswith("%") and readers[x] == {i} and x not in w}
-            after = (live | new) - freed
-            if sum(1 for x in after if not is_g(x)) > n_v or sum(1 for x in after if is_g(x)) > n_g:
-                continue
-            ready = max([issued[p] + d for p, d in deps[i]] + [0])
-            key = (ready, i)
-            if best is None or key < best[0]:
-                best = (key, i, new, freed)
-        if best is None:
-            i = remaining[0]
-            _, w, r, _ = ops[i]
-            new = {x for x in w if x.startswith("%") and x not in live}
-            freed = {x for x in r if x.startswith("%") and readers[x] == {i} and x not in w}
-            best = ((0, i), i, new, freed)
-        (ready, _), i, new, freed = best
-        cycle = max(cycle + 1, ready)
-        issued[i] = cycle
-        _, w, r, _ = ops[i]
-        for x in r:
-            if x.startswith("%"):
-                readers[x].discard(i)
-        live |= new
-        live -= freed
-        for x in w:
-            if x.startswith("%") and not readers.get(x):
-                live.discard(x)
-        out.append(ops[i])
-        remaining.remove(i)
-    return out
-
-
-def allocate(ops):
-    """Virtual registers -> physical, in program order, each freed after its last read."""
-    last = {}
-    for i, (_, w, r, _) in enumerate(ops):
-        for x in w + r:
-            if x.startswith("%"):
-                last[x] = i
-    free = {False: list(VPOOL), True: list(GPOOL)}
-    phys, out = {}, []
-    for i, (t, w, r, lat) in enumerate(ops):
-        rp = [phys.get(x, x) for x in r]
-        for x in dict.fromkeys(r):
-            if x.startswith("%") and last[x] == i and x not in w:
-                free[is_g(x)].append(phys.pop(x))
-        wp = []
-        for x in w:
-            if x.startswith("%"):
-                if x not in phys:
-                    if not free[is_g(x)]:
-                        raise SystemExit(f"out of registers at op {i}: {t}")
-                    phys[x] = free[is_g(x)].pop(0)
-                wp.append(phys[x])
-            else:
-                wp.append(x)
-        names = dict(zip(r, rp))
-        names.update(zip(w, wp))
-        for x in sorted(names, key=len, reverse=True):
-            if x.startswith("%"):
-                if is_g(x):
-                    t = re.sub(re.escape(x) + r"\b", names[x], t)
-                else:
-                    t = re.sub(r"(?<=[qshdb])" + re.escape(x) + r"\b", names[x][1:], t)
-                    t = re.sub(re.escape(x) + r"\b", names[x], t)
-        for x in w:
-            if x.startswith("%") and last[x] == i:
-                free[is_g(x)].append(phys.pop(x))
-        out.append((t, wp, rp, lat))
-    return out
 
 
 def float_tail(frac=0):
@@ -567,7 +460,7 @@ LIVE = {("iq2xxs", False): (18, 10), ("iq2xxs", True): (16, 6),
 def body(kind, dot, live=None):
     n_v, n_g = live or LIVE[(kind, dot)]
     ops = float_tail(FRAC.get(kind, 0)) + BLOCKS[kind](dot)
-    return schedule(allocate(schedule_virtual(ops, n_v, n_g))) + ["b.ne 2b"]
+    return schedule(allocate(schedule_virtual(ops, n_v, n_g), VPOOL, GPOOL)) + ["b.ne 2b"]
 
 
 def emit(lines):

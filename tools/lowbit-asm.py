@@ -888,26 +888,33 @@ def llama_loop(asm, fn):
 LUT_POOL = [f"v{i}" for i in list(range(0, 20)) + list(range(24, 31))]
 
 
-def allocate(ops, pool, fixed=()):
-    """Virtual registers (%name) -> physical, in program order, freeing each after its last read."""
+def is_g(x):
+    """A general-purpose virtual register (`%gname`, an asm! operand `{gN}`); the others are NEON."""
+    return x.startswith("%g")
+
+
+def allocate(ops, pool, gpool=()):
+    """Virtual registers (%name) -> physical, in program order, freeing each after its last read:
+    NEON ones from `pool`, general-purpose ones (`%gname`) from `gpool`."""
     last = {}
     for i, (_, w, r, _) in enumerate(ops):
         for x in w + r:
             if x.startswith("%"):
                 last[x] = i
-    free, phys, out = list(pool), {}, []
+    free = {False: list(pool), True: list(gpool)}
+    phys, out = {}, []
     for i, (t, w, r, lat) in enumerate(ops):
         rp = [phys.get(x, x) for x in r]
         for x in dict.fromkeys(r):
             if x.startswith("%") and last[x] == i and x not in w:
-                free.append(phys.pop(x))
+                free[is_g(x)].append(phys.pop(x))
         wp = []
         for x in w:
             if x.startswith("%"):
                 if x not in phys:
-                    if not free:
+                    if not free[is_g(x)]:
                         raise SystemExit(f"out of registers at op {i}: {t}")
-                    phys[x] = free.pop(0)
+                    phys[x] = free[is_g(x)].pop(0)
                 wp.append(phys[x])
             else:
                 wp.append(x)
@@ -915,12 +922,16 @@ def allocate(ops, pool, fixed=()):
         names.update(zip(w, wp))
         for x in sorted(names, key=len, reverse=True):
             if x.startswith("%"):
-                # `q%a` / `d%a` / `s%a` / `h%a` take the number, `%a` the whole name (v5).
-                t = re.sub(r"(?<=[qshd])" + re.escape(x) + r"\b", names[x][1:], t)
-                t = re.sub(re.escape(x) + r"\b", names[x], t)
+                if is_g(x):
+                    t = re.sub(re.escape(x) + r"\b", names[x], t)
+                else:
+                    # `q%a` / `d%a` / `s%a` / `h%a` / `b%a` take the number, `%a` the whole
+                    # name (v5).
+                    t = re.sub(r"(?<=[qshdb])" + re.escape(x) + r"\b", names[x][1:], t)
+                    t = re.sub(re.escape(x) + r"\b", names[x], t)
         for x in w:
             if x.startswith("%") and last[x] == i:
-                free.append(phys.pop(x))
+                free[is_g(x)].append(phys.pop(x))
         out.append((t, wp, rp, lat))
     return out
 
@@ -1012,25 +1023,43 @@ def lut_block_ops(kind="q1"):
     return o
 
 
-def schedule_virtual(ops, n_regs):
+def schedule_virtual(ops, n_regs, n_g=None):
     """`schedule` for ops on virtual registers, before allocation: the order may keep at most
     `n_regs` of them live at once (so that `allocate` then finds a register for each), and
-    otherwise issues the op whose operands are ready soonest."""
+    otherwise issues the op whose operands are ready soonest. With `n_g`, the two register
+    files count apart: at most `n_regs` NEON and `n_g` general-purpose (`%gname`) live."""
     n = len(ops)
     deps = [[] for _ in range(n)]
     last_w, reads_since = {}, {}
     for i, (t, w, r, lat) in enumerate(ops):
         for x in r:
-            if x in last_w: deps[i].append((last_w[x], ops[last_w[x]][3]))
+            if x in last_w:
+                deps[i].append((last_w[x], ops[last_w[x]][3]))
         for x in w:
-            if x in last_w: deps[i].append((last_w[x], 1))
-            for j in reads_since.get(x, []): deps[i].append((j, 0))
-        for x in r: reads_since.setdefault(x, []).append(i)
-        for x in w: last_w[x] = i; reads_since[x] = []
+            if x in last_w:
+                deps[i].append((last_w[x], 1))
+            for j in reads_since.get(x, []):
+                deps[i].append((j, 0))
+        for x in r:
+            reads_since.setdefault(x, []).append(i)
+        for x in w:
+            last_w[x] = i
+            reads_since[x] = []
     readers = {}
     for i, (_, w, r, _) in enumerate(ops):
         for x in r:
-            if x.startswith("%"): readers.setdefault(x, set()).add(i)
+            if x.startswith("%"):
+                readers.setdefault(x, set()).add(i)
+
+    def fits(live, new, freed, r):
+        if n_g is None:
+            # An op that reads no register (a load) leaves room for the ops that consume it.
+            reserve = 0 if any(x.startswith("%") for x in r) else 4
+            return len(live) + len(new) - len(freed) <= n_regs - reserve
+        after = (live | new) - freed
+        gp = sum(1 for x in after if is_g(x))
+        return len(after) - gp <= n_regs and gp <= n_g
+
     live, issued, out, cycle = set(), {}, [], 0
     remaining = list(range(n))
     while remaining:
@@ -1041,10 +1070,7 @@ def schedule_virtual(ops, n_regs):
             _, w, r, _ = ops[i]
             new = {x for x in w if x.startswith("%") and x not in live}
             freed = {x for x in r if x.startswith("%") and readers[x] == {i} and x not in w}
-            grow = len(new) - len(freed)
-            # An op that reads no register (a load) leaves room for the ops that consume it.
-            reserve = 0 if any(x.startswith("%") for x in r) else 4
-            if len(live) + grow > n_regs - reserve:
+            if not fits(live, new, freed, r):
                 continue
             ready = max([issued[p] + d for p, d in deps[i]] + [0])
             key = (ready, i)
@@ -1063,7 +1089,8 @@ def schedule_virtual(ops, n_regs):
         issued[i] = cycle
         _, w, r, _ = ops[i]
         for x in r:
-            if x.startswith("%"): readers[x].discard(i)
+            if x.startswith("%"):
+                readers[x].discard(i)
         live |= new
         live -= freed
         for x in w:
