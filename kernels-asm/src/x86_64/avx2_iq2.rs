@@ -382,6 +382,38 @@ unsafe fn vec_dot<G: Grid>(n: usize, w: &[u8], act: &[u8]) -> f32 {
     cols_dot::<G, 1>(nb, w.as_ptr(), [act.as_ptr()])[0]
 }
 
+/// `W` . Q8_K, one row, by [`whole::dot`].
+#[inline(always)]
+unsafe fn whole_dot<W: whole::Words>(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = (n / QK_K)
+        .min(w.len() / W::BYTES)
+        .min(act.len() / Q8_K_BYTES);
+    whole::dot::<W, 1>(nb, [w.as_ptr()], act.as_ptr())[0]
+}
+
+/// `W` weight rows . one Q8_K row: `out[r]`, two rows at a time, each value `whole_dot`'s bits.
+#[inline(always)]
+unsafe fn whole_matvec<W: whole::Words>(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    let nb = n / QK_K;
+    let w_row = nb * W::BYTES;
+    if w.len() < out.len() * w_row || act.len() < nb * Q8_K_BYTES {
+        // The caller (WeightKernel::matvec) checked the shapes; never read past the slices.
+        return;
+    }
+    let x = |r: usize| w.as_ptr().add(r * w_row);
+    let even = out.len() & !1;
+    for (k, o) in out[..even].chunks_exact_mut(2).enumerate() {
+        o.copy_from_slice(&whole::dot::<W, 2>(
+            nb,
+            [x(2 * k), x(2 * k + 1)],
+            act.as_ptr(),
+        ));
+    }
+    if even < out.len() {
+        out[even] = whole::dot::<W, 1>(nb, [x(even)], act.as_ptr())[0];
+    }
+}
+
 /// `G` weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s bits.
 #[inline(always)]
 unsafe fn matmul<G: Grid>(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
@@ -420,6 +452,137 @@ unsafe fn matmul<G: Grid>(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &
             }
             t += g;
         }
+    }
+}
+
+/// IQ2_XXS and IQ3_XXS one-row dots with the sign and scale fields of a whole super-block
+/// decoded at once.
+///
+/// Why: `cols_dot` spends most of a sub-block's ~50 instructions on the four 7-bit sign
+/// fields (a shift, a mask and a [`KSIGNS64`] load each, then three inserts) and on its scale
+/// (shift, or, move, broadcast); decoding is bound by that instruction count. Here the 8
+/// signs-and-scale words of a super-block sit in one vector, and a few shifts give, for all
+/// 32 groups at once, the whole sign byte: the 7 stored bits and the eighth, their parity
+/// (the rule that makes the count of negatives even; xor-folding the byte by 4, 2, 1 leaves
+/// it in bit 7). A sub-block then broadcasts its 4 sign bytes and scale from the stack and
+/// spreads the signs to byte masks with a shuffle and a compare, as IQ2_S does. The integers
+/// and the float steps are `cols_dot`'s (the scalar twin's): the same bits.
+mod whole {
+    use super::*;
+
+    /// A format whose super-block keeps one signs-and-scale word per sub-block (7-bit sign
+    /// fields at bits 0, 7, 14, 21, the scale at 28..32).
+    pub(super) trait Words: Grid {
+        /// The 8 words of the super-block `x`, sub-block ib's in dword ib.
+        unsafe fn words(x: *const u8) -> __m256i;
+        /// The 32 magnitudes of sub-block `ib`.
+        unsafe fn grid(x: *const u8, ib: usize) -> __m256i;
+    }
+
+    impl Words for Iq2Xxs {
+        #[inline(always)]
+        unsafe fn words(x: *const u8) -> __m256i {
+            // Sub-block ib's 8 bytes at 2 + 8 ib: 4 indices, then its word (odd dwords).
+            let v0 = _mm256_castsi256_ps(load256(x.add(2)));
+            let v1 = _mm256_castsi256_ps(load256(x.add(34)));
+            // Per 128-bit half: words of sub-blocks (0, 1, 4, 5) and (2, 3, 6, 7) ...
+            let w = _mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0b11_01_11_01));
+            // ... put in order by their qword pairs.
+            _mm256_permute4x64_epi64(w, 0b11_01_10_00)
+        }
+        #[inline(always)]
+        unsafe fn grid(x: *const u8, ib: usize) -> __m256i {
+            let q = x.add(2 + 8 * ib);
+            // u8 indices into 256 entries: in bounds for every byte.
+            let g = |l: usize| IQ2XXS_GRID[*q.add(l) as usize] as i64;
+            _mm256_set_epi64x(g(3), g(2), g(1), g(0))
+        }
+    }
+
+    impl Words for Iq3Xxs {
+        #[inline(always)]
+        unsafe fn words(x: *const u8) -> __m256i {
+            load256(x.add(66))
+        }
+        #[inline(always)]
+        unsafe fn grid(x: *const u8, ib: usize) -> __m256i {
+            let q = x.add(2 + 8 * ib);
+            let g = |l: usize| IQ3XXS_GRID[*q.add(l) as usize] as i32;
+            _mm256_set_epi32(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0))
+        }
+    }
+
+    /// From the 8 words: per dword, the 4 groups' whole sign bytes (group l in byte l, bit j
+    /// = element j negative), and the scale 2s + 1 in both i16 halves.
+    #[inline(always)]
+    unsafe fn signs_scales(w: __m256i) -> (__m256i, __m256i) {
+        let f = |mask: i32, field: __m256i| _mm256_and_si256(field, _mm256_set1_epi32(mask));
+        // Field l (bits 7l..7l+7) moved to bits 8l..8l+7 by a left shift of l.
+        let b = _mm256_or_si256(
+            _mm256_or_si256(f(0x7F, w), f(0x7F00, _mm256_slli_epi32(w, 1))),
+            _mm256_or_si256(
+                f(0x7F_0000, _mm256_slli_epi32(w, 2)),
+                f(0x7F00_0000, _mm256_slli_epi32(w, 3)),
+            ),
+        );
+        // Bit 7 of each byte after p ^= p << 4, << 2, << 1: the xor of the byte's bits 0..7
+        // (bit 7 is 0 here); the lower bits, which the shifts fill from the byte below, are
+        // not used.
+        let mut p = _mm256_xor_si256(b, _mm256_slli_epi32(b, 4));
+        p = _mm256_xor_si256(p, _mm256_slli_epi32(p, 2));
+        p = _mm256_xor_si256(p, _mm256_slli_epi32(p, 1));
+        let signs = _mm256_or_si256(b, _mm256_and_si256(p, _mm256_set1_epi8(-128)));
+        let s = _mm256_or_si256(_mm256_srli_epi32(w, 27), _mm256_set1_epi32(1));
+        (signs, _mm256_or_si256(s, _mm256_slli_epi32(s, 16)))
+    }
+
+    /// `nb` super-blocks of the R rows at `xs` against the Q8_K row at `yr` (R = 2 for the
+    /// matvec: two rows' independent lookups in flight, the activations and |y| loaded once).
+    #[inline(always)]
+    pub(super) unsafe fn dot<W: Words, const R: usize>(
+        nb: usize,
+        xs: [*const u8; R],
+        yr: *const u8,
+    ) -> [f32; R] {
+        #[repr(C, align(32))]
+        struct Fields {
+            signs: [u32; 8],
+            scales: [u32; 8],
+        }
+        let mut f: [Fields; R] = core::array::from_fn(|_| Fields {
+            signs: [0; 8],
+            scales: [0; 8],
+        });
+        let mut sumf = [0f32; R];
+        for i in 0..nb {
+            let y = yr.add(i * Q8_K_BYTES);
+            for r in 0..R {
+                let (signs, scales) = signs_scales(W::words(xs[r].add(i * W::BYTES)));
+                _mm256_store_si256(f[r].signs.as_mut_ptr() as *mut __m256i, signs);
+                _mm256_store_si256(f[r].scales.as_mut_ptr() as *mut __m256i, scales);
+            }
+            let mut acc = [_mm256_setzero_si256(); R];
+            for ib in 0..8 {
+                let q8 = load256(y.add(Q8_K_QS + 32 * ib));
+                let ay = _mm256_abs_epi8(q8);
+                for r in 0..R {
+                    // The signed weights (|w| <= 62 fits an i8) take the activations' signs
+                    // too, and meet |y| (0..128, unsigned: exact for -128) in one maddubs; a
+                    // pair is at most 2 x 62 x 128.
+                    let m = byte_sign_masks(f[r].signs[ib]);
+                    let g = W::grid(xs[r].add(i * W::BYTES), ib);
+                    let w = _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
+                    let p = _mm256_maddubs_epi16(ay, _mm256_sign_epi8(w, q8));
+                    let sc = _mm256_set1_epi32(f[r].scales[ib] as i32);
+                    acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, sc));
+                }
+            }
+            for r in 0..R {
+                let x = xs[r].add(i * W::BYTES);
+                sumf[r] += W::block_value(x, y, W::d(x), hsum_epi32(acc[r]));
+            }
+        }
+        sumf.map(|s| W::FINAL * s)
     }
 }
 
@@ -661,7 +824,16 @@ mod lanes {
 /// AVX2, FMA and F16C must be available (see the module docs).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn vec_dot_iq2_xxs_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    vec_dot::<Iq2Xxs>(n, w, act)
+    whole_dot::<Iq2Xxs>(n, w, act)
+}
+
+/// IQ2_XXS weight rows . one Q8_K row: `out[r]`, each value [`vec_dot_iq2_xxs_q8_k`]'s bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matvec_iq2_xxs_q8_k(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    whole_matvec::<Iq2Xxs>(n, w, act, out)
 }
 
 /// IQ2_XXS weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
@@ -680,7 +852,16 @@ pub unsafe fn matmul_iq2_xxs_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize
 /// AVX2, FMA and F16C must be available (see the module docs).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn vec_dot_iq3_xxs_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    vec_dot::<Iq3Xxs>(n, w, act)
+    whole_dot::<Iq3Xxs>(n, w, act)
+}
+
+/// IQ3_XXS weight rows . one Q8_K row: `out[r]`, each value [`vec_dot_iq3_xxs_q8_k`]'s bits.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available (see the module docs).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matvec_iq3_xxs_q8_k(n: usize, w: &[u8], act: &[u8], out: &mut [f32]) {
+    whole_matvec::<Iq3Xxs>(n, w, act, out)
 }
 
 /// IQ3_XXS weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s
