@@ -1403,7 +1403,14 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
     for fast in fast_sets() {
         // A prompt kernel against the one-row kernel whose bits it keeps.
         let fast = fast.with_batch_twins();
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        // IQ2_XXS and IQ3_XXS: their AVX2 prompt kernels tile the same way (tokens in the
+        // lanes, avx2_iq2::lanes).
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::IQ2_XXS,
+            GgmlType::IQ3_XXS,
+        ] {
             let k = fast.weight(ty).unwrap();
             let scalar_k = scalar.weight(ty).unwrap();
             if k.cols.is_none() {

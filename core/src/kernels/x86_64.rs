@@ -84,9 +84,9 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     // IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M (#33): grid and sign lookups gathered per
     // sub-block, the twins' exact integers and float steps (bit for bit); prompts in the decode
     // kernels' bits.
-    set.install(GgmlType::IQ2_XXS, iq2_xxs, None, "avx2");
+    set.install(GgmlType::IQ2_XXS, iq2_xxs, Some(iq2_xxs_rows), "avx2");
     set.install_cols(GgmlType::IQ2_XXS, iq2_xxs_cols);
-    set.install(GgmlType::IQ3_XXS, iq3_xxs, None, "avx2");
+    set.install(GgmlType::IQ3_XXS, iq3_xxs, Some(iq3_xxs_rows), "avx2");
     set.install_cols(GgmlType::IQ3_XXS, iq3_xxs_cols);
     set.install(GgmlType::IQ2_XS, iq2_xs, None, "avx2");
     set.install_cols(GgmlType::IQ2_XS, iq2_xs_cols);
@@ -271,11 +271,17 @@ fn iq4_xs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
 fn iq2_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_iq2::vec_dot_iq2_xxs_q8_k(n, w, a) }
 }
+fn iq2_xxs_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_iq2::matvec_iq2_xxs_q8_k(n, w, a, out) }
+}
 fn iq2_xxs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_iq2::matmul_iq2_xxs_q8_k(n, w, a, t, out) }
 }
 fn iq3_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_iq2::vec_dot_iq3_xxs_q8_k(n, w, a) }
+}
+fn iq3_xxs_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
+    unsafe { avx2_iq2::matvec_iq3_xxs_q8_k(n, w, a, out) }
 }
 fn iq3_xxs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_iq2::matmul_iq3_xxs_q8_k(n, w, a, t, out) }

@@ -81,7 +81,7 @@ trait Format {
 
 /// `out[k]` lane r = dword k of `a[r]`.
 #[inline(always)]
-unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
+pub(super) unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
     let t0 = _mm256_unpacklo_epi32(a[0], a[1]);
     let t1 = _mm256_unpackhi_epi32(a[0], a[1]);
     let t2 = _mm256_unpacklo_epi32(a[2], a[3]);
