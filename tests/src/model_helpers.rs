@@ -69,6 +69,9 @@ pub fn model_file_name(model: &str) -> &'static str {
         "gemma3-270m" => "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b" => "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         "qwen2.5-coder-1.5b" => "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        // By hand only (not fetched by the tools): llama-quantize's Q3_K_M and Q5_K_M of it.
+        "qwen2.5-coder-1.5b-q3_k_m" => "qwen2.5-coder-1.5b-q3_k_m.gguf",
+        "qwen2.5-coder-1.5b-q5_k_m" => "qwen2.5-coder-1.5b-q5_k_m.gguf",
         "synthetic-qwen3" => "synthetic-qwen3.gguf",
         "synthetic-llama" => "synthetic-llama.gguf",
         "synthetic-qwen3moe" => "synthetic-qwen3moe.gguf",

@@ -47,7 +47,12 @@ fn check(model: &str, kernels: &KernelSet, n_tokens: usize, batches: &[usize], p
     let m = Model::load_with_kernels(&g, kernels).expect("load");
     let store = ResidentStore::new(&g);
     let par = ScopedThreads::from_env();
-    let tokens = golden_prompt(model, n_tokens);
+    // A requantized file takes its source model's golden prompt.
+    let source = ["-q3_k_m", "-q5_k_m"]
+        .iter()
+        .find_map(|s| model.strip_suffix(s))
+        .unwrap_or(model);
+    let tokens = golden_prompt(source, n_tokens);
     let one_by_one = batched(&m, &store, &par, &tokens, 1);
     if per_token {
         // Decoding: forward() per token (below 64 tokens both use the decode attention).
@@ -249,4 +254,15 @@ fn batches_give_the_token_by_token_logits_native() {
 fn batches_give_the_token_by_token_logits_native_qwen25_coder_15b() {
     let kernels = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
     check("qwen2.5-coder-1.5b", &kernels, 20, &[9], true);
+}
+
+#[test]
+#[ignore = "by hand: Qwen2.5-Coder-1.5B in Q3_K_M and Q5_K_M (files not in CI; minutes of CPU)"]
+fn batches_give_the_token_by_token_logits_native_qwen25_coder_15b_k_m() {
+    // The Q3_K and Q5_K prompt kernels (x86-64: avx2_kt35) with their twins; batches of 3 take
+    // the one-row path of the prompt kernel, 7 and 32 its packed tokens.
+    let kernels = KernelSet::select(&smolrun_linux::detect_features()).with_batch_twins();
+    for model in ["qwen2.5-coder-1.5b-q3_k_m", "qwen2.5-coder-1.5b-q5_k_m"] {
+        check(model, &kernels, 40, &[3, 7, 32], true);
+    }
 }

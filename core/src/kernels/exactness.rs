@@ -651,16 +651,19 @@ fn two_bit_edge_blocks_give_the_scalar_bits() {
 /// all set, none set and random, the 2-bit codes all 0 and all 3, every 6-bit scale at its
 /// lowest (-32) and highest (+31) and mixed, d of either sign, tiny and the largest f16, and
 /// activations at -128 and 127 (-4 * -128 * -32 is the largest product); through the one-row
-/// kernel and the batched one.
+/// kernel and the batched one. A batched kernel with a twin of its own (`cols_twin`, x86-64's
+/// `avx2_kt35`) gives the twin's bits, and the twin comes within the scalar bound.
 #[test]
 fn q3_k_edge_blocks_give_the_scalar_bits() {
     let ty = GgmlType::Q3_K;
-    let scalar = KernelSet::scalar().weight(ty).unwrap().vec_dot;
+    let scalar_k = *KernelSet::scalar().weight(ty).unwrap();
+    let scalar = scalar_k.vec_dot;
     for fast in fast_sets() {
         let k = *fast.weight(ty).unwrap();
         if k.face == "scalar" {
             continue;
         }
+        let twin = k.cols_twin.map(|(twin, _)| twin);
         let nb = 3;
         let n = nb * 256;
         let mut rng = XorShift(0x3B17);
@@ -704,11 +707,27 @@ fn q3_k_edge_blocks_give_the_scalar_bits() {
                             );
                             assert!(want.is_finite(), "{case}: pick finite cases");
                             assert_eq!(got.to_bits(), want.to_bits(), "{case}: {got} vs {want}");
+                            let Some(twin) = twin else {
+                                assert_eq!(
+                                    batched[t].to_bits(),
+                                    want.to_bits(),
+                                    "{case}, batched: {} vs {want}",
+                                    batched[t]
+                                );
+                                continue;
+                            };
+                            let one = twin(n, &w, act);
                             assert_eq!(
                                 batched[t].to_bits(),
-                                want.to_bits(),
-                                "{case}, batched: {} vs {want}",
+                                one.to_bits(),
+                                "{case}, batched: {} vs its twin {one}",
                                 batched[t]
+                            );
+                            let m = magnitude(ty, scalar_k.act_type, &w, act, n);
+                            let tol = 2.0 * (nb + 12) as f64 * U * m * 1.001;
+                            assert!(
+                                ((one - want) as f64).abs() <= tol,
+                                "{case}, batch twin: {one} vs {want} (bound {tol})"
                             );
                         }
                     }
@@ -1390,8 +1409,8 @@ fn simd_matmul_integer_parts_equal_the_scalar_twin() {
     }
 }
 
-/// The batched K-quant kernels (Q4_K, Q6_K) of every set this CPU runs, on the shapes their
-/// tiling cuts: rows of 1..=17 blocks (the AVX-512 kernel packs 8 blocks at a time), 1..=70
+/// The batched K-quant kernels (Q4_K, Q6_K, Q3_K, Q5_K) of every set this CPU runs, on the
+/// shapes their tiling cuts: rows of 1..=17 blocks (the AVX-512 kernel packs 8 blocks at a time), 1..=70
 /// weight rows (tiles of 64 rows, register tiles of 4), 1..=40 activation rows (vectors of
 /// 16 and 32 tokens, tails of every size, the one-row path below 4). Every output must be
 /// the set's vec_dot to the bit, and the vec_dot within the scalar twin's bound. Weights
@@ -1404,10 +1423,12 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
         // A prompt kernel against the one-row kernel whose bits it keeps.
         let fast = fast.with_batch_twins();
         // IQ2_XXS and IQ3_XXS: their AVX2 prompt kernels tile the same way (tokens in the
-        // lanes, avx2_iq2::lanes).
+        // lanes, avx2_iq2::lanes), as do avx2_kt35's Q3_K and Q5_K.
         for ty in [
             GgmlType::Q4_K,
             GgmlType::Q6_K,
+            GgmlType::Q3_K,
+            GgmlType::Q5_K,
             GgmlType::IQ2_XXS,
             GgmlType::IQ3_XXS,
         ] {
@@ -1480,7 +1501,11 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
                     for r in 0..n_rows {
                         let v = (k.vec_dot)(n, row(r), act(t));
                         want[t * n_rows + r] = v;
-                        if k.face != "avx512" {
+                        // avx2_kt35's dots (Q3_K, Q5_K) round only each block's exact
+                        // integers, as the AVX-512 ones do.
+                        let exact_blocks =
+                            k.face == "avx512" || matches!(ty, GgmlType::Q3_K | GgmlType::Q5_K);
+                        if !exact_blocks {
                             // The AVX2 Q6_K dot keeps the -32 offset (through the bsums)
                             // in other lanes than the quants until the float sum, so its
                             // rounding scales with |q| |y| + 32 |y|, not |q - 32| |y|: an

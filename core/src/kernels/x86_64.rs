@@ -15,8 +15,8 @@ use crate::platform::CpuFeatures;
 use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
 use smolrun_kernels::x86_64::{
-    attention as k, avx2, avx2_2bit, avx2_3bit, avx2_cols, avx2_fma_f16c_usable, avx2_iq2,
-    avx2_iq4, avx2_k, avx2_kt, avx2_q0, avx2_q1, avx512_k, avx512_q0, avx512_vnni_usable, exp,
+    attention as k, avx2, avx2_2bit, avx2_3bit, avx2_fma_f16c_usable, avx2_iq2, avx2_iq4, avx2_k,
+    avx2_kt, avx2_kt35, avx2_q0, avx2_q1, avx512_k, avx512_q0, avx512_vnni_usable, exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -50,9 +50,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install(GgmlType::Q2_K, q2_k, None, "avx2");
     set.install(GgmlType::TQ2_0, tq2_0, None, "avx2");
     // Q3_K (#33): bytes put in the twin's lane order, its exact integers and float steps
-    // (bit for bit); prompts in the same bits.
+    // (bit for bit); prompts by avx2_kt35 below.
     set.install(GgmlType::Q3_K, q3_k, Some(q3_k_rows), "avx2");
-    set.install_cols(GgmlType::Q3_K, q3_k_cols);
     // Q4_1 and Q5_1 (#33): the twins' exact block integers and float steps (bit for bit);
     // prompts in the same bits.
     set.install(GgmlType::Q4_1, q4_1, None, "avx2");
@@ -72,7 +71,9 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     // weight block unpacked once for 4 tokens, bit for bit the vec_dots above.
     set.install_cols_with_twin(GgmlType::Q4_K, q4_k_cols, q4_k_twin, "avx2-tokens");
     set.install_cols_with_twin(GgmlType::Q6_K, q6_k_cols, q6_k_twin, "avx2-tokens");
-    set.install_cols(GgmlType::Q5_K, q5_k_cols);
+    // Q3_K and Q5_K likewise by avx2_kt35 (#33).
+    set.install_cols_with_twin(GgmlType::Q3_K, q3_k_cols, q3_k_twin, "avx2-tokens");
+    set.install_cols_with_twin(GgmlType::Q5_K, q5_k_cols, q5_k_twin, "avx2-tokens");
     set.install_cols(GgmlType::Q8_0, q8_0_cols);
     set.install_cols(GgmlType::Q4_0, q4_0_cols);
     set.install_cols(GgmlType::Q5_0, q5_0_cols);
@@ -125,7 +126,7 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
 }
 
 // =============================================================================================
-// Weight kernels (smolrun_kernels::x86_64: avx2, avx2_k, avx2_q0, avx2_cols, avx512_q0,
+// Weight kernels (smolrun_kernels::x86_64: avx2, avx2_k, avx2_q0, avx2_kt, avx2_kt35, avx512_q0,
 // avx512_k).
 // =============================================================================================
 
@@ -160,7 +161,10 @@ fn q3_k_rows(n: usize, w: &[u8], a: &[u8], out: &mut [f32]) {
     unsafe { avx2_3bit::matvec_q3_k_q8_k(n, w, a, out) }
 }
 fn q3_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-    unsafe { avx2_3bit::matmul_q3_k_q8_k(n, w, a, t, out) }
+    unsafe { avx2_kt35::matmul_q3_k_q8_k(n, w, a, t, out) }
+}
+fn q3_k_twin(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_kt35::vec_dot_q3_k_q8_k(n, w, a) }
 }
 fn q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_q1::vec_dot_q4_1_q8_1(n, w, a) }
@@ -225,7 +229,10 @@ fn q4_k_twin(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_kt::vec_dot_q4_k_q8_k(n, w, a) }
 }
 fn q5_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-    unsafe { avx2_cols::matmul_q5_k_q8_k(n, w, a, t, out) }
+    unsafe { avx2_kt35::matmul_q5_k_q8_k(n, w, a, t, out) }
+}
+fn q5_k_twin(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_kt35::vec_dot_q5_k_q8_k(n, w, a) }
 }
 fn q6_k_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
     unsafe { avx2_kt::matmul_q6_k_q8_k(n, w, a, t, out) }
@@ -638,34 +645,46 @@ mod tests {
         }
     }
 
-    /// `avx2_kt`'s Q4_K and Q6_K prompt kernels give their one-row dots' bits for every
-    /// (row, token):
+    /// `avx2_kt`'s Q4_K and Q6_K and `avx2_kt35`'s Q3_K and Q5_K prompt kernels give their
+    /// one-row dots' bits for every (row, token):
     /// 1..=5 blocks (across its chunks of 2), 35 rows (across its tiles of 32), 1, 3, 9 and 37
     /// tokens (the one-row path, partial token vectors, a second pass past 32), edge blocks
     /// (all 0x00, all 0xFF with large and negative factors) and extreme activations (all
-    /// -128, alternating 127/-128). With AVX-512 VNNI, the one-row dots also equal
-    /// `avx512_k`'s (the same integers and float steps).
+    /// -128, alternating 127/-128). With AVX-512 VNNI, Q4_K's and Q6_K's one-row dots also
+    /// equal `avx512_k`'s (the same integers and float steps).
     #[test]
     fn avx2_kt_matmuls_give_their_vec_dot_bits() {
-        use smolrun_kernels::x86_64::{avx2_fma_f16c_usable, avx2_kt, avx512_k};
+        use smolrun_kernels::x86_64::{avx2_fma_f16c_usable, avx2_kt, avx2_kt35, avx512_k};
         if !avx2_fma_f16c_usable() {
             println!("notice: this CPU lacks AVX2/FMA/F16C; avx2_kt is not tested");
             return;
         }
         type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
         type Cols = unsafe fn(usize, &[u8], &[u8], usize, &mut [f32]);
-        let kernels: [(GgmlType, Cols, Dot, Dot); 2] = [
+        let kernels: [(GgmlType, Cols, Dot, Option<Dot>); 4] = [
             (
                 GgmlType::Q4_K,
                 avx2_kt::matmul_q4_k_q8_k,
                 avx2_kt::vec_dot_q4_k_q8_k,
-                avx512_k::vec_dot_q4_k_q8_k,
+                Some(avx512_k::vec_dot_q4_k_q8_k),
             ),
             (
                 GgmlType::Q6_K,
                 avx2_kt::matmul_q6_k_q8_k,
                 avx2_kt::vec_dot_q6_k_q8_k,
-                avx512_k::vec_dot_q6_k_q8_k,
+                Some(avx512_k::vec_dot_q6_k_q8_k),
+            ),
+            (
+                GgmlType::Q3_K,
+                avx2_kt35::matmul_q3_k_q8_k,
+                avx2_kt35::vec_dot_q3_k_q8_k,
+                None,
+            ),
+            (
+                GgmlType::Q5_K,
+                avx2_kt35::matmul_q5_k_q8_k,
+                avx2_kt35::vec_dot_q5_k_q8_k,
+                None,
             ),
         ];
         for (ty, cols, dot, dot512) in kernels {
@@ -717,6 +736,7 @@ mod tests {
                                 one.to_bits(),
                                 "{ty} {nb} blocks, {n_acts} tokens: row {r} token {t}"
                             );
+                            let Some(dot512) = dot512 else { continue };
                             if smolrun_kernels::x86_64::avx512_vnni_usable() {
                                 // SAFETY: AVX-512 VNNI confirmed.
                                 let v = unsafe { dot512(n, row, act) };

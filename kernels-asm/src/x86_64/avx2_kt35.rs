@@ -294,8 +294,9 @@ unsafe fn q3_k_quants(x: *const u8) -> [__m256i; 8] {
     let three = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
     let hm = load256(x);
-    // Bit r = 4h + s of each hmask byte moved to bit 2: 16-bit shifts by at most 2 left or 5
-    // right move bit r within its byte (r - 2 + 2 >= 0, r <= 7), and the mask keeps only bit 2.
+    // Bit r = 4h + s of each hmask byte moved to bit 2 (a shift by r - 2, left for r < 2):
+    // bit 2 of a byte then holds that byte's own bit r (0 <= r <= 7; 16-bit shifts move bits
+    // across bytes only elsewhere), and the mask keeps only bit 2.
     let bits = [
         _mm256_slli_epi16(hm, 2),
         _mm256_slli_epi16(hm, 1),
