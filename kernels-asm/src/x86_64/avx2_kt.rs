@@ -36,7 +36,7 @@ use super::avx2_k::{add8, q4_k_scales_mins, unpack_q4_k, unpack_q6_k};
 use core::arch::x86_64::*;
 
 /// Token vectors (8 tokens each) at most per pass: 32 tokens, the model's batch.
-const MAX_VECS: usize = 4;
+pub(super) const MAX_VECS: usize = 4;
 
 /// Blocks packed at once (2 x 9.3 KB: the packed activations stay in L1 while the rows of a
 /// tile go by). Rows longer than this are run in chunks, the accumulators kept between them.
@@ -54,16 +54,17 @@ const MIN_TOKENS: usize = 4;
 /// 8g .. 8g + 7 in its lanes: `q[i][k][g]` dword k of block i's quants, `pairs[i][p][g]` two
 /// i16 made from the bsums (see `Format::pack_bsums`), `d[i][g]` the scales.
 #[repr(C, align(32))]
-struct Packed {
-    q: [[[__m256i; MAX_VECS]; 64]; K_CHUNK],
-    pairs: [[[__m256i; MAX_VECS]; 8]; K_CHUNK],
-    d: [[__m256; MAX_VECS]; K_CHUNK],
+pub(super) struct Packed {
+    pub(super) q: [[[__m256i; MAX_VECS]; 64]; K_CHUNK],
+    pub(super) pairs: [[[__m256i; MAX_VECS]; 8]; K_CHUNK],
+    pub(super) d: [[__m256; MAX_VECS]; K_CHUNK],
 }
 
-/// What differs between Q4_K and Q6_K around the shared packing and loops.
-trait Format {
+/// What differs between the K-quant formats (Q4_K and Q6_K here, Q3_K and Q5_K in avx2_kt35)
+/// around the shared packing and loops.
+pub(super) trait Format {
     const BYTES: usize;
-    /// Q4_K: a second accumulator (the mins), subtracted at the end.
+    /// Q4_K, Q5_K: a second accumulator (the mins), subtracted at the end.
     const MINS: bool;
     /// `pairs` vectors from 8 tokens' 16 bsums (one vector per token).
     unsafe fn pack_bsums(b: [__m256i; 8]) -> [__m256i; 8];
@@ -113,7 +114,7 @@ pub(super) unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
 
 /// Sum of the 8 i32 lanes (every exact sum here fits).
 #[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
+pub(super) unsafe fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
@@ -122,7 +123,7 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
 
 /// `acc + a * b` with one rounding, as `_mm256_fmadd_ps` does in every lane.
 #[inline(always)]
-unsafe fn fma1(a: f32, b: f32, acc: f32) -> f32 {
+pub(super) unsafe fn fma1(a: f32, b: f32, acc: f32) -> f32 {
     _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(acc)))
 }
 
@@ -410,7 +411,13 @@ impl Format for Q6K {
 
 /// `out[t * n_rows + r] = weights[r] . acts[t]`: up to 32 tokens per pass over the rows.
 #[inline(always)]
-unsafe fn matmul<K: Format>(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
+pub(super) unsafe fn matmul<K: Format>(
+    n: usize,
+    w: &[u8],
+    acts: &[u8],
+    n_acts: usize,
+    out: &mut [f32],
+) {
     if n_acts == 0 {
         return;
     }
