@@ -94,14 +94,8 @@ fn main() {
     for (ty, name, dot, cols, rows) in sets {
         let mut line = format!("{ty} {name:6}:");
         for (n_cols, n_rows) in [(1536, 8960), (8960, 1536)] {
-            let x: Vec<f32> = (0..n_acts * n_cols)
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-                .collect();
-            let act_row = quant::row_bytes(GgmlType::Q8_K, n_cols).unwrap();
-            let mut acts = vec![0u8; n_acts * act_row];
-            for (x, a) in x.chunks_exact(n_cols).zip(acts.chunks_exact_mut(act_row)) {
-                quant::quantize_row(GgmlType::Q8_K, x, a).unwrap();
-            }
+            let acts = bench_util::q8_k_acts(n_acts, n_cols);
+            let act_row = acts.len() / n_acts;
             let row_bytes = quant::row_bytes(ty, n_cols).unwrap();
             let w = random_blocks(ty, n_rows * n_cols / 256, 7);
             let mut out = vec![0f32; n_acts * chunk];

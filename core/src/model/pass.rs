@@ -183,18 +183,7 @@ impl<'p> Pass<'p> {
             Default::default();
         for ((m, _), slot) in jobs.iter().zip(weights.iter_mut()) {
             let w = store.get(m.key)?;
-            let expected = m.n_rows * m.row_bytes;
-            if w.len() < expected {
-                return Err(ModelError::Store {
-                    tensor: m.name.clone(),
-                    reason: format!(
-                        "got {} bytes, expected {expected} ({} rows of {} elements)",
-                        w.len(),
-                        m.n_rows,
-                        m.n_cols
-                    ),
-                });
-            }
+            check_weight_len(m, w.len(), m.n_rows * m.row_bytes, None)?;
             *slot = Some(w);
         }
         let n_workers = self.par.n_threads().max(1);
@@ -296,20 +285,7 @@ impl<'p> Pass<'p> {
             Some(rk) => (rk.bytes)(n_rows, m.n_cols).unwrap_or(usize::MAX),
             None => n_rows * m.row_bytes,
         };
-        if w.len() < expected {
-            return Err(ModelError::Store {
-                tensor: m.name.clone(),
-                reason: format!(
-                    "got {} bytes, expected {expected} ({n_rows} rows of {} elements{})",
-                    w.len(),
-                    m.n_cols,
-                    match repacked_kernel {
-                        Some(rk) => format!(", repacked as {}", rk.layout),
-                        None => String::new(),
-                    }
-                ),
-            });
-        }
+        check_weight_len(m, w.len(), expected, repacked_kernel.map(|rk| rk.layout))?;
         let w: &[u8] = &w;
         if let Some(rk) = repacked_kernel {
             return self.matmul_repacked(m, rk, w, out);
@@ -553,6 +529,32 @@ impl<'p> Pass<'p> {
 
 /// Rows per chunk of a parallel matvec: a multiple of every repacked kernel's group (4, 16).
 const MATVEC_CHUNK_ROWS: usize = 16;
+
+/// The weight of `m` the store handed over holds at least `expected` bytes (its rows, in the
+/// file layout or `repacked` into a kernel's): a store that hands over less would have the
+/// kernels read past it.
+fn check_weight_len(
+    m: &Matrix,
+    got: usize,
+    expected: usize,
+    repacked: Option<&str>,
+) -> Result<(), ModelError> {
+    if got >= expected {
+        return Ok(());
+    }
+    Err(ModelError::Store {
+        tensor: m.name.clone(),
+        reason: format!(
+            "got {got} bytes, expected {expected} ({} rows of {} elements{})",
+            m.n_rows,
+            m.n_cols,
+            match repacked {
+                Some(layout) => format!(", repacked as {layout}"),
+                None => String::new(),
+            }
+        ),
+    })
+}
 
 /// The most matrices of one input [`Pass::fused_matvecs`] runs in one job (Q, K, V).
 const MAX_FUSED_MATRICES: usize = 3;
