@@ -313,3 +313,15 @@ fn qwen25_coder_05b_iq4_xs() {
         &KernelSet::select(&smolrun_linux::detect_features()),
     );
 }
+
+// Qwen2.5-Coder-1.5B requantized to #33's types (golden::LOWBIT_15B_MODELS, by hand: the files
+// come from tools/oracle/qwen15b-types.sh), on this CPU's kernel set as the logits tests run it.
+fn check_greedy_15b(model: &str) {
+    check_greedy_on(model, &KernelSet::select(&smolrun_linux::detect_features()));
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ4_NL, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq4_nl_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq4_nl-pure");
+}

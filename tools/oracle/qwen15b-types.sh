@@ -15,7 +15,7 @@ src=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 [[ -f $src ]] || "$repo/tools/fetch-models.sh" qwen2.5-coder-1.5b
 [[ -x $bin/llama-quantize ]] || "$repo/tools/oracle/build.sh"
 mixes=(Q3_K_M Q3_K_S Q5_K_M IQ4_XS IQ3_XXS IQ3_M IQ2_XXS IQ2_M)
-pure=(IQ4_NL IQ4_XS IQ3_XXS IQ3_S IQ2_XXS IQ2_XS IQ2_S Q3_K Q5_K)
+pure=(IQ4_NL IQ4_XS IQ3_XXS IQ3_S IQ2_XXS IQ2_XS IQ2_S IQ1_S IQ1_M Q3_K Q5_K)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${mixes[@]}" "${pure[@]/%/:pure}")
 imatrix=$models/qwen2.5-coder-1.5b.imatrix.gguf
