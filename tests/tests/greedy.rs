@@ -325,3 +325,9 @@ fn check_greedy_15b(model: &str) {
 fn qwen25_coder_15b_iq4_nl_pure() {
     check_greedy_15b("qwen2.5-coder-1.5b-iq4_nl-pure");
 }
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ4_XS, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq4_xs_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq4_xs-pure");
+}
