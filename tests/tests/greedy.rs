@@ -331,3 +331,11 @@ fn qwen25_coder_15b_iq4_nl_pure() {
 fn qwen25_coder_15b_iq4_xs_pure() {
     check_greedy_15b("qwen2.5-coder-1.5b-iq4_xs-pure");
 }
+
+/// The IQ2_XXS mix as llama-quantize makes it (165 matrices IQ2_XXS, 28 Q4_K, 4 Q2_K, the head
+/// Q5_K): its text repeats itself but is not one token over and over, so greedy is compared.
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, IQ2_XXS mix, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq2_xxs() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq2_xxs");
+}
