@@ -433,3 +433,10 @@ fn qwen25_coder_15b_iq4_xs_pure() {
 fn qwen25_coder_15b_iq2_xxs() {
     check_logits_15b("qwen2.5-coder-1.5b-iq2_xxs");
 }
+
+/// The IQ3_XXS mix (84 matrices IQ3_XXS, 56 IQ2_S, 29 IQ3_S, 28 Q4_K, the head Q5_K).
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, IQ3_XXS mix, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq3_xxs() {
+    check_logits_15b("qwen2.5-coder-1.5b-iq3_xxs");
+}
