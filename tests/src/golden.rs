@@ -62,11 +62,12 @@ pub const LOWBIT_MODELS: [&str; 15] = [
 /// token embedding (also the head: Qwen ties them) Q8_0; without, the mix llama-quantize makes
 /// for that type, as published files are made. The by-hand group (tools/test.sh --full): the
 /// files are 0.5-1.1 GB each and no test makes them; goldens by tools/oracle/regen.sh NAME.
-pub const LOWBIT_15B_MODELS: [&str; 4] = [
+pub const LOWBIT_15B_MODELS: [&str; 5] = [
     "qwen2.5-coder-1.5b-iq4_nl-pure",
     "qwen2.5-coder-1.5b-iq4_xs-pure",
     "qwen2.5-coder-1.5b-iq2_xxs",
     "qwen2.5-coder-1.5b-iq3_xxs",
+    "qwen2.5-coder-1.5b-iq3_xxs-pure",
 ];
 
 /// Models with no greedy.json: their greedy text is degenerate. Qwen2.5-Coder-0.5B in Q1_0

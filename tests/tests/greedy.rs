@@ -346,3 +346,9 @@ fn qwen25_coder_15b_iq2_xxs() {
 fn qwen25_coder_15b_iq3_xxs() {
     check_greedy_15b("qwen2.5-coder-1.5b-iq3_xxs");
 }
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ3_XXS, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq3_xxs_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq3_xxs-pure");
+}
