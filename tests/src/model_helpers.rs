@@ -102,6 +102,24 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3-iq3_s" => "synthetic-qwen3-iq3_s.gguf",
         "synthetic-qwen3-iq1_s" => "synthetic-qwen3-iq1_s.gguf",
         "synthetic-qwen3-iq1_m" => "synthetic-qwen3-iq1_m.gguf",
+        // tools/oracle/qwen15b-types.sh (golden::LOWBIT_15B_MODELS)
+        "qwen2.5-coder-1.5b-iq4_nl-pure" => "qwen2.5-coder-1.5b-iq4_nl-pure.gguf",
+        "qwen2.5-coder-1.5b-iq4_xs-pure" => "qwen2.5-coder-1.5b-iq4_xs-pure.gguf",
+        "qwen2.5-coder-1.5b-iq3_xxs-pure" => "qwen2.5-coder-1.5b-iq3_xxs-pure.gguf",
+        "qwen2.5-coder-1.5b-iq3_s-pure" => "qwen2.5-coder-1.5b-iq3_s-pure.gguf",
+        "qwen2.5-coder-1.5b-iq2_xxs-pure" => "qwen2.5-coder-1.5b-iq2_xxs-pure.gguf",
+        "qwen2.5-coder-1.5b-iq2_xs-pure" => "qwen2.5-coder-1.5b-iq2_xs-pure.gguf",
+        "qwen2.5-coder-1.5b-iq2_s-pure" => "qwen2.5-coder-1.5b-iq2_s-pure.gguf",
+        "qwen2.5-coder-1.5b-iq1_s-pure" => "qwen2.5-coder-1.5b-iq1_s-pure.gguf",
+        "qwen2.5-coder-1.5b-iq1_m-pure" => "qwen2.5-coder-1.5b-iq1_m-pure.gguf",
+        "qwen2.5-coder-1.5b-q3_k_m" => "qwen2.5-coder-1.5b-q3_k_m.gguf",
+        "qwen2.5-coder-1.5b-q3_k_s" => "qwen2.5-coder-1.5b-q3_k_s.gguf",
+        "qwen2.5-coder-1.5b-q5_k_m" => "qwen2.5-coder-1.5b-q5_k_m.gguf",
+        "qwen2.5-coder-1.5b-iq4_xs" => "qwen2.5-coder-1.5b-iq4_xs.gguf",
+        "qwen2.5-coder-1.5b-iq3_xxs" => "qwen2.5-coder-1.5b-iq3_xxs.gguf",
+        "qwen2.5-coder-1.5b-iq3_m" => "qwen2.5-coder-1.5b-iq3_m.gguf",
+        "qwen2.5-coder-1.5b-iq2_xxs" => "qwen2.5-coder-1.5b-iq2_xxs.gguf",
+        "qwen2.5-coder-1.5b-iq2_m" => "qwen2.5-coder-1.5b-iq2_m.gguf",
         other => panic!("unknown test model '{other}'"),
     }
 }
@@ -125,6 +143,17 @@ pub fn model_path(model: &str) -> PathBuf {
         panic!(
             "model {model} not found at {}: run tools/test.sh --full (which fetches it with \
              tools/fetch-models.sh qwen2.5-coder-1.5b), or set SMOLRUN_MODELS",
+            p.display()
+        );
+    }
+    if let Some(ty) = model.strip_prefix("qwen2.5-coder-1.5b-") {
+        let arg = match ty.strip_suffix("-pure") {
+            Some(t) => format!("{}:pure", t.to_uppercase()),
+            None => ty.to_uppercase(),
+        };
+        panic!(
+            "model {model} not found at {}: run tools/oracle/qwen15b-types.sh {arg} (llama-quantize \
+             b11434, 1-3 minutes), or set SMOLRUN_MODELS",
             p.display()
         );
     }

@@ -313,3 +313,42 @@ fn qwen25_coder_05b_iq4_xs() {
         &KernelSet::select(&smolrun_linux::detect_features()),
     );
 }
+
+// Qwen2.5-Coder-1.5B requantized to #33's types (golden::LOWBIT_15B_MODELS, by hand: the files
+// come from tools/oracle/qwen15b-types.sh), on this CPU's kernel set as the logits tests run it.
+fn check_greedy_15b(model: &str) {
+    check_greedy_on(model, &KernelSet::select(&smolrun_linux::detect_features()));
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ4_NL, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq4_nl_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq4_nl-pure");
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ4_XS, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq4_xs_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq4_xs-pure");
+}
+
+/// The IQ2_XXS mix as llama-quantize makes it (165 matrices IQ2_XXS, 28 Q4_K, 4 Q2_K, the head
+/// Q5_K): its text repeats itself but is not one token over and over, so greedy is compared.
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, IQ2_XXS mix, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq2_xxs() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq2_xxs");
+}
+
+/// The IQ3_XXS mix (84 matrices IQ3_XXS, 56 IQ2_S, 29 IQ3_S, 28 Q4_K, the head Q5_K).
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B, IQ3_XXS mix, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq3_xxs() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq3_xxs");
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ3_XXS, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq3_xxs_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq3_xxs-pure");
+}

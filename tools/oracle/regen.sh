@@ -36,6 +36,14 @@ lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 syn
         qwen2.5-coder-0.5b-iq4_nl qwen2.5-coder-0.5b-iq4_xs synthetic-qwen3-iq2_xxs synthetic-qwen3-iq3_xxs
         synthetic-qwen3-iq2_xs synthetic-qwen3-iq2_s synthetic-qwen3-iq3_s synthetic-qwen3-iq1_s
         synthetic-qwen3-iq1_m)
+# Qwen2.5-Coder-1.5B in the types of #33 (tools/oracle/qwen15b-types.sh makes the files, with
+# its importance matrix; regen calls it for a file that is missing, so the goldens' file is that
+# script's bytes): qwen2.5-coder-1.5b-<type>-pure (--pure: every matrix the type, the embedding
+# Q8_0) and qwen2.5-coder-1.5b-<mix> (the mixes as published files are made). By hand: not in
+# the default list (each takes ~10 minutes of llama.cpp here), named one by one.
+lowbit15=(qwen2.5-coder-1.5b-iq4_nl-pure qwen2.5-coder-1.5b-iq4_xs-pure qwen2.5-coder-1.5b-iq3_xxs-pure
+          qwen2.5-coder-1.5b-iq2_xxs-pure qwen2.5-coder-1.5b-iq3_s-pure qwen2.5-coder-1.5b-iq2_xs-pure
+          qwen2.5-coder-1.5b-iq2_s-pure qwen2.5-coder-1.5b-iq1_s-pure qwen2.5-coder-1.5b-iq1_m-pure)
 all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe synthetic-lfm2 synthetic-lfm2moe synthetic-smallthinker synthetic-granitehybrid "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
@@ -59,8 +67,8 @@ model_file() {
     synthetic-lfm2moe) echo "$models/synthetic-lfm2moe.gguf" ;;
     synthetic-smallthinker) echo "$models/synthetic-smallthinker.gguf" ;;
     synthetic-granitehybrid) echo "$models/synthetic-granitehybrid.gguf" ;;
-    qwen2.5-coder-0.5b-* | synthetic-qwen3-*) echo "$models/$1.gguf" ;;
-    *) echo "regen: unknown model '$1' (known: ${all[*]})" >&2; exit 2 ;;
+    qwen2.5-coder-0.5b-* | synthetic-qwen3-* | qwen2.5-coder-1.5b-*) echo "$models/$1.gguf" ;;
+    *) echo "regen: unknown model '$1' (known: ${all[*]}, and by hand ${lowbit15[*]} or a mix such as qwen2.5-coder-1.5b-iq2_m)" >&2; exit 2 ;;
   esac
 }
 for m in "${want[@]}"; do model_file "$m" >/dev/null; done
@@ -68,11 +76,15 @@ for m in "${want[@]}"; do model_file "$m" >/dev/null; done
 "$repo/tools/oracle/build.sh"
 # only synthetic files asked for (not their requantized copies): the one real model whose
 # tokenizer they copy, and only those files
-only_synthetic=1
+only_synthetic=1 only_15b=1
 for m in "${want[@]}"; do
   case $m in synthetic-qwen3-*) only_synthetic= ;; synthetic-*) ;; *) only_synthetic= ;; esac
+  [[ $m == qwen2.5-coder-1.5b-* ]] || only_15b=
 done
-if [[ -n $only_synthetic ]]; then
+if [[ -n $only_15b ]]; then
+  # only the 1.5B's requantized files: their source, no synthetic model
+  "$repo/tools/fetch-models.sh" qwen2.5-coder-1.5b
+elif [[ -n $only_synthetic ]]; then
   "$repo/tools/fetch-models.sh" qwen2.5-coder-0.5b
   for m in "${want[@]}"; do python3 "$repo/tools/oracle/synth_model.py" "${m#synthetic-}" --out "$models"; done
 else
@@ -95,6 +107,19 @@ for m in "${want[@]}"; do
   out=$golden_dir/$m
   lowbit_type=
   case $m in
+    qwen2.5-coder-1.5b-*)
+      # tools/oracle/qwen15b-types.sh's file (the very bytes, made once: the script keeps a file
+      # that is present); its flags are recorded in model.json below
+      t=${m#qwen2.5-coder-1.5b-}; pure=
+      [[ $t == *-pure ]] && { t=${t%-pure}; pure=:pure; }
+      lowbit_type=$(echo "$t" | tr a-z A-Z)
+      lowbit_src=$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+      [[ -f $file ]] || "$repo/tools/oracle/qwen15b-types.sh" "$lowbit_type$pure"
+      [[ -f $file ]] || { echo "regen: tools/oracle/qwen15b-types.sh made no $file" >&2; exit 1; }
+      imatrix=$models/qwen2.5-coder-1.5b.imatrix.gguf
+      qflags=(--imatrix "$(basename "$imatrix")")
+      [[ -n $pure ]] && qflags+=(--pure --token-embedding-type q8_0)
+      ;;
     qwen2.5-coder-0.5b-* | synthetic-qwen3-*)
       lowbit_type=$(echo "${m##*-}" | tr a-z A-Z)
       lowbit_src=$(model_file "${m%-*}")
@@ -137,10 +162,17 @@ import hashlib, json, os, sys
 path, name, ty, data_offset, data_sha, out, src, flags = sys.argv[1:]
 flags = flags + " " if flags else ""
 whole = hashlib.sha256(open(path, "rb").read()).hexdigest()
-json.dump({"model": name, "file": os.path.basename(path), "bytes": os.path.getsize(path), "sha256": whole,
-           "tensor_data_sha256": data_sha, "tensor_data_offset": int(data_offset),
-           "made_by": f"llama-quantize --allow-requantize --pure {flags}{src} OUT {ty} (b11434)"},
-          open(out, "w"), indent=1)
+doc = {"model": name, "file": os.path.basename(path), "bytes": os.path.getsize(path), "sha256": whole,
+       "tensor_data_sha256": data_sha, "tensor_data_offset": int(data_offset),
+       "made_by": f"llama-quantize --allow-requantize --pure {flags}{src} OUT {ty} (b11434)"}
+if name.startswith("qwen2.5-coder-1.5b-"):
+    # tools/oracle/qwen15b-types.sh: --pure only for the -pure files, and its importance matrix
+    # (llama-imatrix on tools/head-corpus, not committed: 4 MB), recorded by its hash
+    imatrix = os.path.join(os.path.dirname(path), "qwen2.5-coder-1.5b.imatrix.gguf")
+    doc["made_by"] = (f"tools/oracle/qwen15b-types.sh {ty}{':pure' if name.endswith('-pure') else ''}: "
+                      f"llama-quantize --allow-requantize {flags}{src} OUT {ty} 2 (b11434)")
+    doc["imatrix_sha256"] = hashlib.sha256(open(imatrix, "rb").read()).hexdigest()
+json.dump(doc, open(out, "w"), indent=1)
 open(out, "a").write("\n")
 PY
     # the synthetic ones: logits goldens only (their model.json is the one just written)
