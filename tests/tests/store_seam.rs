@@ -4,9 +4,7 @@
 //!   resident store's logits to the bit, on Gemma 3 270M, Qwen2.5-Coder-0.5B (1.5B by hand)
 //!   and every synthetic architecture file, over the golden logits texts (the positions the
 //!   golden tests compare with llama.cpp) and over greedy decoding (two of the synthetic files
-//!   over a few tokens only); so does MTP drafting (Qwen3.5's MTP block) through both (the
-//!   resident store also runs a decoded token's matrices of one input as one parallel job,
-//!   `WeightStore::holds_every_weight`, the pread store one at a time: the same bits);
+//!   over a few tokens only); so does MTP drafting (Qwen3.5's MTP block) through both;
 //! - every get is released before the next one, and each decoded token asks for the same
 //!   weights in the same order (the order a streaming store learns), hinted ahead of use;
 //! - a read that fails (the file truncated after load) stops the pass with an error that

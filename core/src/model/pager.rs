@@ -948,11 +948,6 @@ impl<S: WeightStore, R: ReadAt + Send + Sync, G: Signal> WeightStore for PagedSt
         }
     }
 
-    /// Only keys without an expert are fused (Pass::one_job_fits), and those go to `inner`.
-    fn holds_every_weight(&self) -> bool {
-        self.inner.holds_every_weight()
-    }
-
     fn read_rows(
         &self,
         key: WeightKey,

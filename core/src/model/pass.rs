@@ -134,10 +134,6 @@ impl<'p> Pass<'p> {
         expert: Option<u16>,
         jobs: &mut [(&Matrix, &mut [f32])],
     ) -> Result<(), ModelError> {
-        if expert.is_none() && self.one_job_fits(jobs) {
-            self.quantize(jobs[0].0, x)?;
-            return self.fused_matvecs(jobs);
-        }
         let mut quantized_as = None;
         for (m, out) in jobs.iter_mut() {
             if quantized_as != Some(m.act_ty) {
@@ -151,92 +147,6 @@ impl<'p> Pass<'p> {
             self.matmul(m, key, out)?;
         }
         Ok(())
-    }
-
-    /// Whether the matrices of one input can run as one parallel job ([`Pass::fused_matvecs`]):
-    /// one token, one activation format, no repacked copy, and a store that can hold them all at
-    /// once (a streaming store holds one weight at a time).
-    fn one_job_fits(&self, jobs: &[(&Matrix, &mut [f32])]) -> bool {
-        let Some((first, _)) = jobs.first() else {
-            return false;
-        };
-        self.n == 1
-            && (2..=MAX_FUSED_MATRICES).contains(&jobs.len())
-            && self.store.holds_every_weight()
-            && jobs.iter().all(|(m, _)| {
-                m.act_ty == first.act_ty
-                    && m.n_cols == first.n_cols
-                    && m.kernel
-                        .repacked
-                        .is_none_or(|rk| self.store.get_repacked(m.key, rk.layout).is_none())
-            })
-    }
-
-    /// One token through several matrices of the same quantized input (Q, K and V; gate and
-    /// up) in one parallel job: a worker that finishes its rows of one matrix goes on to the
-    /// next instead of waiting at the end of each, which saves a barrier and the tail of a
-    /// matrix per extra matrix (decoding runs ~100 small jobs a token). Each row runs the
-    /// kernel [`Pass::matmul`] would give it, so the bits are the same.
-    fn fused_matvecs(&mut self, jobs: &mut [(&Matrix, &mut [f32])]) -> Result<(), ModelError> {
-        let store = self.store;
-        let mut weights: [Option<super::store::Weight<'_>>; MAX_FUSED_MATRICES] =
-            Default::default();
-        for ((m, _), slot) in jobs.iter().zip(weights.iter_mut()) {
-            let w = store.get(m.key)?;
-            check_weight_len(m, w.len(), m.n_rows * m.row_bytes, None)?;
-            *slot = Some(w);
-        }
-        let n_workers = self.par.n_threads().max(1);
-        let dispensers: [RowDispenser; MAX_FUSED_MATRICES] = core::array::from_fn(|j| {
-            let rows = jobs.get(j).map_or(0, |(m, _)| m.n_rows);
-            RowDispenser::new(rows, n_workers, MATVEC_CHUNK_ROWS)
-        });
-        let outs: [Option<SharedMut<f32>>; MAX_FUSED_MATRICES] = {
-            let mut outs: [Option<SharedMut<f32>>; MAX_FUSED_MATRICES] = Default::default();
-            for ((m, out), slot) in jobs.iter_mut().zip(outs.iter_mut()) {
-                *slot = Some(SharedMut::new(&mut out[..m.n_rows]));
-            }
-            outs
-        };
-        let acts = &self.act_q[..jobs[0].0.act_bytes];
-        let prompt = self.prompt;
-        let failed: [AtomicBool; MAX_FUSED_MATRICES] = Default::default();
-        let jobs_ref = &*jobs;
-        self.par.run(&|_| {
-            for (j, (m, _)) in jobs_ref.iter().enumerate() {
-                let (Some(w), Some(out)) = (&weights[j], &outs[j]) else {
-                    continue;
-                };
-                while let Some(chunk) = dispensers[j].grab() {
-                    let rows = &w[chunk.start * m.row_bytes..chunk.end * m.row_bytes];
-                    // SAFETY: the dispenser hands each row to exactly one worker.
-                    let o = unsafe { out.slice(chunk.start, chunk.len()) };
-                    // The kernels of Pass::matmul's one-token branches.
-                    let result = if prompt && m.kernel.cols_twin.is_some() {
-                        m.kernel.matmul(rows, chunk.len(), m.n_cols, acts, 1, o)
-                    } else {
-                        m.kernel.matvec(rows, chunk.len(), m.n_cols, acts, o)
-                    };
-                    if result.is_err() {
-                        failed[j].store(true, Ordering::Relaxed);
-                    }
-                }
-            }
-        });
-        match jobs
-            .iter()
-            .zip(&failed)
-            .find(|(_, f)| f.load(Ordering::Relaxed))
-        {
-            Some(((m, _), _)) => Err(ModelError::Store {
-                tensor: m.name.clone(),
-                reason: format!(
-                    "the {} kernel refused {} rows of {} columns for 1 token",
-                    m.kernel.face, m.n_rows, m.n_cols
-                ),
-            }),
-            None => Ok(()),
-        }
     }
 
     /// Quantizes the `n` input rows of `m` into its activation format, back to back.
@@ -555,9 +465,6 @@ fn check_weight_len(
         ),
     })
 }
-
-/// The most matrices of one input [`Pass::fused_matvecs`] runs in one job (Q, K, V).
-const MAX_FUSED_MATRICES: usize = 3;
 
 /// Rows of a block that the per-token path of a matmul runs every token over before the next:
 /// a multiple of [`MATVEC_CHUNK_ROWS`], so blocks start where decoding's chunks may (the same

@@ -230,13 +230,6 @@ pub trait WeightStore: Sync {
         false
     }
 
-    /// Whether every weight can be held at once (a mapping, or RAM): the forward pass may then
-    /// hold the matrices of one input together and run them as one parallel job. A store that
-    /// reads weights into a scratch buffer one at a time says no (the default).
-    fn holds_every_weight(&self) -> bool {
-        false
-    }
-
     /// The guard of `key` was dropped: the model is done with it for this token. Called by
     /// [`Weight`]'s drop only.
     fn release(&self, key: WeightKey);
@@ -609,10 +602,6 @@ impl WeightStore for ResidentStore<'_> {
         let r = self.table.rows_extent(key, first_row, n_rows, out.len())?;
         out.copy_from_slice(self.mapped(key, r)?);
         Ok(())
-    }
-
-    fn holds_every_weight(&self) -> bool {
-        true
     }
 
     fn release(&self, _key: WeightKey) {}
