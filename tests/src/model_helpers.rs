@@ -69,9 +69,6 @@ pub fn model_file_name(model: &str) -> &'static str {
         "gemma3-270m" => "gemma-3-270m-q4_k_m.gguf",
         "qwen2.5-coder-0.5b" => "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         "qwen2.5-coder-1.5b" => "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        // By hand only (not fetched by the tools): llama-quantize's Q3_K_M and Q5_K_M of it.
-        "qwen2.5-coder-1.5b-q3_k_m" => "qwen2.5-coder-1.5b-q3_k_m.gguf",
-        "qwen2.5-coder-1.5b-q5_k_m" => "qwen2.5-coder-1.5b-q5_k_m.gguf",
         "synthetic-qwen3" => "synthetic-qwen3.gguf",
         "synthetic-llama" => "synthetic-llama.gguf",
         "synthetic-qwen3moe" => "synthetic-qwen3moe.gguf",
@@ -102,7 +99,8 @@ pub fn model_file_name(model: &str) -> &'static str {
         "synthetic-qwen3-iq3_s" => "synthetic-qwen3-iq3_s.gguf",
         "synthetic-qwen3-iq1_s" => "synthetic-qwen3-iq1_s.gguf",
         "synthetic-qwen3-iq1_m" => "synthetic-qwen3-iq1_m.gguf",
-        // tools/oracle/qwen15b-types.sh (golden::LOWBIT_15B_MODELS)
+        // By hand only, made by tools/oracle/qwen15b-types.sh (golden::LOWBIT_15B_MODELS; the
+        // Q3_K_M and Q5_K_M mixes also by batch_exact's by-hand test)
         "qwen2.5-coder-1.5b-iq4_nl-pure" => "qwen2.5-coder-1.5b-iq4_nl-pure.gguf",
         "qwen2.5-coder-1.5b-iq4_xs-pure" => "qwen2.5-coder-1.5b-iq4_xs-pure.gguf",
         "qwen2.5-coder-1.5b-iq3_xxs-pure" => "qwen2.5-coder-1.5b-iq3_xxs-pure.gguf",
