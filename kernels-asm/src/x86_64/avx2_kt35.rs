@@ -30,7 +30,8 @@
 //! decode kernels (`avx2_3bit`, `avx2`); a prompt runs these for every batch size
 //! (`cols_twin`), so it gives the same logits however it is split.
 //!
-//! The packing, tiling and pass structure are `avx2_kt`'s (its items are private to it).
+//! The packing, tiling and pass structure are `avx2_kt`'s, used from there (`Packed`,
+//! `Format`, `matmul`); this file adds the two formats.
 //!
 //! Every function reads only whole blocks inside the slices.
 //!
