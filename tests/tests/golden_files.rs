@@ -379,28 +379,7 @@ fn golden_data_stays_small() {
 #[test]
 #[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B requantized, 0.5-1.1 GB each)"]
 fn qwen25_coder_15b_requantized_files_hold_the_goldens_tensor_bytes() {
-    use smolrun_tests::golden;
-    for model in golden::LOWBIT_15B_MODELS {
-        let recorded = read_json(
-            &repo_root()
-                .join("tests/golden")
-                .join(model)
-                .join("model.json"),
-        );
-        let want = field(&recorded, "tensor_data_sha256", model)
-            .as_str()
-            .unwrap();
-        let path = smolrun_tests::model_path(model);
-        let (offset, got) = golden::tensor_data_sha256(&path);
-        assert_eq!(
-            got,
-            want,
-            "{model}: {} holds other tensor bytes (from offset {offset}) than the file the goldens \
-             were made from ({}); {REGEN}",
-            path.display(),
-            field(&recorded, "made_by", model)
-        );
-    }
+    files_hold_the_goldens_tensor_bytes(&smolrun_tests::golden::LOWBIT_15B_MODELS, "");
 }
 
 /// The low-bit models' goldens were made on llama-quantize's files; the tests run on the ones
@@ -408,8 +387,17 @@ fn qwen25_coder_15b_requantized_files_hold_the_goldens_tensor_bytes() {
 /// same bytes, or the goldens say nothing about ours.
 #[test]
 fn lowbit_model_files_hold_the_goldens_tensor_bytes() {
-    use smolrun_tests::golden;
-    for model in golden::LOWBIT_MODELS {
+    files_hold_the_goldens_tensor_bytes(
+        &smolrun_tests::golden::LOWBIT_MODELS,
+        "remake it with tools/fetch-models.sh lowbit, or ",
+    );
+}
+
+/// Each model's file holds, from its own data offset (its header may differ from
+/// llama-quantize's), the tensor bytes its model.json recorded; `remake` is the error's advice
+/// before the regeneration hint.
+fn files_hold_the_goldens_tensor_bytes(models: &[&str], remake: &str) {
+    for &model in models {
         let recorded = read_json(
             &repo_root()
                 .join("tests/golden")
@@ -420,13 +408,12 @@ fn lowbit_model_files_hold_the_goldens_tensor_bytes() {
             .as_str()
             .unwrap();
         let path = smolrun_tests::model_path(model);
-        // from the file's own data offset: its header may differ from llama-quantize's
-        let (offset, got) = golden::tensor_data_sha256(&path);
+        let (offset, got) = smolrun_tests::golden::tensor_data_sha256(&path);
         assert_eq!(
             got,
             want,
             "{model}: {} holds other tensor bytes (from offset {offset}) than the file the goldens \
-             were made from ({}); remake it with tools/fetch-models.sh lowbit, or {REGEN}",
+             were made from ({}); {remake}{REGEN}",
             path.display(),
             field(&recorded, "made_by", model)
         );
