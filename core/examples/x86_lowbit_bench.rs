@@ -4,7 +4,9 @@
 //! decode matvec, in G multiply-adds per second of CPU time (the machine may be shared; run it
 //! under `perf stat -e cycles` to count cycles). Random blocks with sane f16 scales.
 //!
-//!     [TOKENS=32] cargo run --release -p smolrun-core --example x86_lowbit_bench [TYPE ...]
+//!     cargo run --release -p smolrun-core --example x86_lowbit_bench -- [--tokens N] [TYPE ...]
+//!
+//! `--tokens`: the prompt kernel's batch (default 32).
 
 #[cfg(target_arch = "x86_64")]
 mod bench_util;
@@ -29,7 +31,15 @@ fn main() {
         avx512vnni: false,
     };
     let set = KernelSet::select(&features);
-    let types: Vec<String> = std::env::args().skip(1).collect();
+    // Options come from the command line only: `--tokens N`, then the type names.
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut tokens = 32usize;
+    if let Some(i) = args.iter().position(|a| a == "--tokens") {
+        let n = args.get(i + 1).and_then(|n| n.parse().ok());
+        tokens = n.unwrap_or_else(|| panic!("--tokens takes a number of tokens"));
+        args.drain(i..i + 2);
+    }
+    let types = args;
     let types: Vec<&str> = if types.is_empty() {
         vec!["Q3_K", "Q5_K", "IQ4_XS", "IQ3_XXS", "IQ2_XXS"]
     } else {
@@ -54,7 +64,6 @@ fn main() {
     };
     let best = |f: &mut dyn FnMut()| bench_util::best_cpu_secs(50_000_000, f);
     let rows = 128;
-    let tokens: usize = std::env::var("TOKENS").map_or(32, |t| t.parse().unwrap());
     for name in types {
         let ty = (0..64)
             .filter_map(GgmlType::from_id)
