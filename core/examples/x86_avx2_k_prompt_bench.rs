@@ -2,9 +2,9 @@
 //! shared), in G multiply-adds per second. Q4_K and Q6_K: `avx2_k`'s batched matmuls (file
 //! layout, 4 tokens per unpacked block; the first line of each type) and `avx2_kt`'s (tokens
 //! in the lanes; the second), 32 tokens (the model's batch) on LFM2-1.2B's FFN shapes (2048 ->
-//! 8192 and 8192 -> 2048) and a short one (512 -> 32768, all in L1). Q3_K and Q5_K: the
-//! file-layout kernels (`avx2_3bit`, `avx2_cols`; first line) and `avx2_kt35`'s (second) on
-//! Qwen2.5-1.5B's shapes (1536 -> 1536, 256, 8960 and 8960 -> 1536), 32, 64 and 128 tokens.
+//! 8192 and 8192 -> 2048) and a short one (512 -> 32768, all in L1). Q3_K and Q5_K:
+//! `avx2_kt35`'s (tokens in the lanes; the file-layout kernels they replaced measured 30-40
+//! GMAC/s and are gone) on Qwen2.5-1.5B's shapes (1536 -> 1536, 256, 8960 and 8960 -> 1536), 32, 64 and 128 tokens.
 //! Rows go in chunks of 256 as the thread pool hands them out. Also checks that each matmul
 //! gives its vec_dot's bits. (The x86_k_matmul_bench example needs AVX-512 VNNI.)
 //!
@@ -16,9 +16,7 @@ mod bench_util;
 #[cfg(target_arch = "x86_64")]
 fn main() {
     use smolrun_core::quant::{self, GgmlType};
-    use smolrun_kernels::x86_64::{
-        avx2, avx2_3bit, avx2_cols, avx2_fma_f16c_usable, avx2_k, avx2_kt, avx2_kt35,
-    };
+    use smolrun_kernels::x86_64::{avx2_fma_f16c_usable, avx2_k, avx2_kt, avx2_kt35};
     use std::hint::black_box;
 
     if !avx2_fma_f16c_usable() {
@@ -57,7 +55,7 @@ fn main() {
     let best = |f: &mut dyn FnMut()| bench_util::best_cpu_secs(100_000_000, f);
     type Cols = unsafe fn(usize, &[u8], &[u8], usize, &mut [f32]);
     type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
-    let sets: [(GgmlType, Cols, Dot); 8] = [
+    let sets: [(GgmlType, Cols, Dot); 6] = [
         (
             GgmlType::Q4_K,
             avx2_k::matmul_q4_k_q8_k,
@@ -80,18 +78,8 @@ fn main() {
         ),
         (
             GgmlType::Q3_K,
-            avx2_3bit::matmul_q3_k_q8_k,
-            avx2_3bit::vec_dot_q3_k_q8_k,
-        ),
-        (
-            GgmlType::Q3_K,
             avx2_kt35::matmul_q3_k_q8_k,
             avx2_kt35::vec_dot_q3_k_q8_k,
-        ),
-        (
-            GgmlType::Q5_K,
-            avx2_cols::matmul_q5_k_q8_k,
-            avx2::vec_dot_q5_k_q8_k,
         ),
         (
             GgmlType::Q5_K,

@@ -1,6 +1,6 @@
-//! AVX2 Q3_K . Q8_K, one row (`vec_dot_q3_k_q8_k`) and a batch of activation rows
-//! (`matmul_q3_k_q8_k`, a prompt's tokens), both bit for bit the scalar twin
-//! `smolrun_core::quant::q3_k::vec_dot`.
+//! AVX2 Q3_K . Q8_K, one row (`vec_dot_q3_k_q8_k`) and several rows (`matvec_q3_k_q8_k`), both
+//! bit for bit the scalar twin `smolrun_core::quant::q3_k::vec_dot` (decoding; prompts are
+//! [`super::avx2_kt35`]'s).
 //!
 //! Q3_K super-block (110 bytes): hmask [u8; 32] at 0, qs [u8; 64] at 32, 12 bytes of packed
 //! 6-bit sub-block scales (stored +32) at 96, f16 d at 108. Element 128h + 32s + l has its low
@@ -243,67 +243,6 @@ unsafe fn dot_tile<const N: usize>(
     for k in 0..rows.len() {
         for j in 0..N {
             out[k][j] = sum_lanes(acc[k][j]);
-        }
-    }
-}
-
-/// Q3_K weights x Q8_K activation rows (`out[t * n_rows + r]`), bit for bit the vec_dot above
-/// (and so the scalar twin) for every pair.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available (see the module docs).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_q3_k_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
-    if n_acts == 0 {
-        return;
-    }
-    let n_rows = out.len() / n_acts;
-    let nb = n / QK_K;
-    let (w_row, a_row) = (nb * Q3_K_BYTES, nb * Q8_K_BYTES);
-    if w.len() < n_rows * w_row || acts.len() < n_acts * a_row {
-        // The caller (WeightKernel::matmul) checked the shapes; never read past the slices.
-        return;
-    }
-    let y = |t: usize| acts.as_ptr().add(t * a_row);
-    let mut tile = [[0f32; 4]; ROW_TILE];
-    for r0 in (0..n_rows).step_by(ROW_TILE) {
-        let r1 = (r0 + ROW_TILE).min(n_rows);
-        let rows: [*const u8; ROW_TILE] =
-            core::array::from_fn(|k| w.as_ptr().add((r0 + k).min(r1 - 1) * w_row));
-        let rows = &rows[..r1 - r0];
-        let mut t = 0;
-        while t < n_acts {
-            let g = (n_acts - t).min(4);
-            match g {
-                4 => dot_tile::<4>(nb, rows, [y(t), y(t + 1), y(t + 2), y(t + 3)], &mut tile),
-                3 => {
-                    let mut o = [[0f32; 3]; ROW_TILE];
-                    dot_tile::<3>(nb, rows, [y(t), y(t + 1), y(t + 2)], &mut o);
-                    for (d, s) in tile.iter_mut().zip(o) {
-                        d[..3].copy_from_slice(&s);
-                    }
-                }
-                2 => {
-                    let mut o = [[0f32; 2]; ROW_TILE];
-                    dot_tile::<2>(nb, rows, [y(t), y(t + 1)], &mut o);
-                    for (d, s) in tile.iter_mut().zip(o) {
-                        d[..2].copy_from_slice(&s);
-                    }
-                }
-                _ => {
-                    let mut o = [[0f32; 1]; ROW_TILE];
-                    dot_tile::<1>(nb, rows, [y(t)], &mut o);
-                    for (d, s) in tile.iter_mut().zip(o) {
-                        d[0] = s[0];
-                    }
-                }
-            }
-            for (k, v) in tile[..rows.len()].iter().enumerate() {
-                for (j, &v) in v[..g].iter().enumerate() {
-                    out[(t + j) * n_rows + r0 + k] = v;
-                }
-            }
-            t += g;
         }
     }
 }

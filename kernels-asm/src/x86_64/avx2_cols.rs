@@ -15,14 +15,12 @@
 //!
 //! Every function reads only whole blocks inside the slices, like the vec_dots.
 //!
-//! Only Q5_K is left here (the loop also serves [`super::avx2_3bit`]'s Q3_K): the Q4_K and Q6_K batches live with their vec_dots in
-//! [`super::avx2_k`], the 32-element formats' in [`super::avx2_q0`] and [`super::avx512_q0`].
+//! Only the shared loop is left here (`matmul_by_groups`, for [`super::avx2_q1`]): the K-quants'
+//! batches are [`super::avx2_kt`]'s and [`super::avx2_kt35`]'s (tokens in the lanes), the
+//! 32-element formats' in [`super::avx2_q0`] and [`super::avx512_q0`].
 //!
 //! # Safety (all kernels)
 //! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
-
-use super::avx2::*;
-use core::arch::x86_64::*;
 
 /// Activation rows dotted with one unpacked weight block: 4 columns keep 8 (Q4_K: 2 per
 /// column) accumulators next to the shared unpacked block within the 16 ymm registers.
@@ -93,90 +91,4 @@ pub(super) unsafe fn matmul_by_groups<K: ColGroup>(
             }
         }
     }
-}
-
-/// Q4_K and Q5_K (see `q45_k_dot` in avx2.rs for the layout of the unpacked quants).
-struct Q45K<const FIVE_BITS: bool>;
-
-impl<const FIVE_BITS: bool> ColGroup for Q45K<FIVE_BITS> {
-    const QK: usize = QK_K;
-    const W_BYTES: usize = if FIVE_BITS { Q5_K_BYTES } else { Q4_K_BYTES };
-    const A_BYTES: usize = Q8_K_BYTES;
-
-    #[inline(always)]
-    unsafe fn dot_group<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
-        let qs_off = if FIVE_BITS { 48 } else { 16 };
-        let low4 = _mm256_set1_epi8(0x0F);
-        let one = _mm256_set1_epi8(1);
-        let mut acc = [_mm256_setzero_ps(); N];
-        let mut acc_mins = [_mm256_setzero_ps(); N];
-        for i in 0..nb {
-            let x = xr.add(i * Self::W_BYTES);
-            let (dx, dminx) = (f16_at(x), f16_at(x.add(2)));
-            let (sc, mn) = scales_mins_k4(x.add(4));
-            let mut pairs = [0u8; 16];
-            for (s, &m) in mn.iter().enumerate() {
-                pairs[2 * s] = m;
-                pairs[2 * s + 1] = m;
-            }
-            let mins16 = _mm256_cvtepu8_epi16(load128(pairs.as_ptr()));
-            // The block's 256 quants as 8 vectors of 32 (sub-block s in q[s]), once.
-            let mut q = [_mm256_setzero_si256(); 8];
-            let mut qh = if FIVE_BITS {
-                load256(x.add(16))
-            } else {
-                _mm256_setzero_si256()
-            };
-            for c in 0..4 {
-                let bytes = load256(x.add(qs_off + 32 * c));
-                let mut lo = _mm256_and_si256(bytes, low4);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-                if FIVE_BITS {
-                    let h_lo = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
-                    let h_hi =
-                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);
-                    lo = _mm256_or_si256(lo, h_lo);
-                    hi = _mm256_or_si256(hi, h_hi);
-                    qh = _mm256_srli_epi16(qh, 2);
-                }
-                q[2 * c] = lo;
-                q[2 * c + 1] = hi;
-            }
-            for j in 0..N {
-                let y = ys[j].add(i * Q8_K_BYTES);
-                let dy = f32_at(y);
-                let (d, dmin) = (dx * dy, dminx * dy);
-                let mins = _mm256_madd_epi16(load256(y.add(Q8_K_BSUMS)), mins16);
-                acc_mins[j] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins), acc_mins[j]);
-                let mut sumi = _mm256_setzero_si256();
-                for c in 0..4 {
-                    let p_lo = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(q[2 * c], load256(y.add(Q8_K_QS + 64 * c))),
-                        _mm256_set1_epi16(sc[2 * c] as i16),
-                    );
-                    let p_hi = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(q[2 * c + 1], load256(y.add(Q8_K_QS + 64 * c + 32))),
-                        _mm256_set1_epi16(sc[2 * c + 1] as i16),
-                    );
-                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
-                }
-                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[j]);
-            }
-        }
-        let mut out = [0f32; N];
-        for j in 0..N {
-            out[j] = hsum_ps(acc[j]) - hsum_ps(acc_mins[j]);
-        }
-        out
-    }
-}
-
-/// Q5_K weights x Q8_K activation rows.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available (see the module docs).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_q5_k_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
-    matmul_by_groups::<Q45K<true>>(n, w, acts, n_acts, out)
 }
