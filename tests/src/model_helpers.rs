@@ -266,8 +266,16 @@ pub fn streaming_store<R: ReadAt + Send + Sync + 'static>(
 /// activation outliers turn the SIMD kernels' other f32 summation order into whole Q8
 /// rounding steps.
 pub fn test_kernels() -> KernelSet {
+    test_kernels_or(false)
+}
+
+/// The kernel set `SMOLRUN_TEST_KERNELS` names (`native` or `scalar`), else this CPU's native set
+/// when `native` is true (the by-hand 1.5B tests: the path a user runs) or the scalar one.
+pub fn test_kernels_or(native: bool) -> KernelSet {
     match std::env::var("SMOLRUN_TEST_KERNELS").as_deref() {
         Ok("native") => KernelSet::select(&smolrun_linux::detect_features()),
+        Ok("scalar") => KernelSet::scalar(),
+        _ if native => KernelSet::select(&smolrun_linux::detect_features()),
         _ => KernelSet::scalar(),
     }
 }

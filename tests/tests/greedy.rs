@@ -317,7 +317,7 @@ fn qwen25_coder_05b_iq4_xs() {
 // Qwen2.5-Coder-1.5B requantized to #33's types (golden::LOWBIT_15B_MODELS, by hand: the files
 // come from tools/oracle/qwen15b-types.sh), on this CPU's kernel set as the logits tests run it.
 fn check_greedy_15b(model: &str) {
-    check_greedy_on(model, &KernelSet::select(&smolrun_linux::detect_features()));
+    check_greedy_on(model, &test_kernels_or(true));
 }
 
 #[test]

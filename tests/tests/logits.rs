@@ -407,11 +407,7 @@ fn qwen25_coder_05b_iq4_xs() {
 // (the scalar truth on the 1.5B takes minutes per file; the kernel exactness tests hold the
 // faces to it), SMOLRUN_TEST_KERNELS=scalar for the scalar one.
 fn check_logits_15b(model: &str) {
-    let kernels = match std::env::var("SMOLRUN_TEST_KERNELS").as_deref() {
-        Ok("scalar") => smolrun_core::kernels::KernelSet::scalar(),
-        _ => smolrun_core::kernels::KernelSet::select(&smolrun_linux::detect_features()),
-    };
-    check_logits_on(model, &kernels);
+    check_logits_on(model, &test_kernels_or(true));
 }
 
 #[test]
