@@ -8,7 +8,8 @@
 #                          minutes of CPU; #[ignore]d in CI, named *qwen25_coder_15b*)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-say() { printf '\n== %s\n' "$*"; }
+# Each step is headed with the minutes and seconds since the start, so a slow step shows in CI's log.
+say() { printf '\n== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 full=0
 for arg in "$@"; do
   case $arg in
@@ -64,3 +65,4 @@ if [[ $full == 1 ]]; then
   tools/fetch-models.sh qwen2.5-coder-1.5b
   cargo test --workspace --release -- --ignored qwen25_coder_15b
 fi
+say "all steps passed"

@@ -385,7 +385,10 @@ pub unsafe fn key_dots_lanes64_512(q: &[f32], keys: &[u16], stride: usize, score
         let r0 = _mm512_add_ps(acc[0], acc[2]);
         let r1 = _mm512_add_ps(acc[1], acc[3]);
         let r = _mm512_add_ps(r0, r1);
-        let t8 = _mm256_add_ps(_mm512_castps512_ps256(r), _mm512_extractf32x8_ps::<1>(r));
+        // The upper 8 floats taken as 4 doubles: `extractf64x4` is AVX512F, where
+        // `extractf32x8` is AVX512DQ, which this function does not enable (so it was a call).
+        let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(r)));
+        let t8 = _mm256_add_ps(_mm512_castps512_ps256(r), high);
         *score = finish_key_dot(t8, qp, kp, n_full, dim);
     }
 }
