@@ -46,6 +46,10 @@ tools/test-aarch64.sh
 say "cargo test --workspace --release"
 cargo test --workspace --release
 
+say "every x86 SIMD intrinsic inlined into its kernel (tools/check-intrinsics-inlined.sh)"
+cargo build -q --release -p smolrun
+tools/check-intrinsics-inlined.sh
+
 say "bare metal: a synthetic model in an aarch64-unknown-none image under qemu-system-aarch64, a53 and a76, against smolrun run (tools/bare-metal.sh)"
 models_dir=${SMOLRUN_MODELS:-$HOME/.cache/smolrun/models}
 [ -f "$models_dir/synthetic-qwen3.gguf" ] || python3 tools/oracle/synth_model.py qwen3
