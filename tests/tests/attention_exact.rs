@@ -130,8 +130,14 @@ fn check(model: &str) {
     );
 }
 
+// One test per model, so that the two run side by side (much of a check is single-threaded:
+// the scalar attention, the logit copies and comparisons).
 #[test]
-fn simd_attention_gives_the_scalar_logits() {
+fn simd_attention_gives_the_scalar_logits_gemma3_270m() {
     check("gemma3-270m");
+}
+
+#[test]
+fn simd_attention_gives_the_scalar_logits_qwen25_coder_05b() {
     check("qwen2.5-coder-0.5b");
 }
