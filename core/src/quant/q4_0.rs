@@ -4,7 +4,7 @@
 //!
 //! Layout (18 bytes): `d: f16` at 0, `qs: [u8; 16]` at 2.
 
-use super::common::{c_f32_to_i8, f16_at, put_f16, signed_absmax};
+use super::common::{c_f32_to_i8, dot_i8_32, f16_at, put_f16, qs32, signed_absmax};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 18;
@@ -56,14 +56,15 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
         .chunks_exact(BLOCK_BYTES)
         .zip(act.chunks_exact(q8_0::BLOCK_BYTES))
     {
-        let yq = &y[q8_0::OFF_QS..];
-        let (mut sumi0, mut sumi1) = (0i32, 0i32);
+        // The 32 weights (-8..7) as signed bytes, then one exact integer sum (as Q5_0's).
+        let mut w = [0u8; 32];
         for j in 0..16 {
             let q = x[OFF_QS + j];
-            sumi0 += ((q & 0x0F) as i32 - 8) * (yq[j] as i8 as i32);
-            sumi1 += ((q >> 4) as i32 - 8) * (yq[j + 16] as i8 as i32);
+            w[j] = ((q & 0x0F) as i8 - 8) as u8;
+            w[j + 16] = ((q >> 4) as i8 - 8) as u8;
         }
-        sumf += (sumi0 + sumi1) as f32 * f16_at(x, OFF_D) * f16_at(y, q8_0::OFF_D);
+        let sumi = dot_i8_32(&w, qs32(y, q8_0::OFF_QS));
+        sumf += sumi as f32 * f16_at(x, OFF_D) * f16_at(y, q8_0::OFF_D);
     }
     sumf
 }

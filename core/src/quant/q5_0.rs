@@ -4,7 +4,7 @@
 //! Layout (22 bytes): `d: f16` at 0, `qh: u32 (LE)` at 2 (bit j = high bit of element j),
 //! `qs: [u8; 16]` at 6.
 
-use super::common::{c_f32_to_i8, f16_at, put_f16, signed_absmax, u32_at};
+use super::common::{c_f32_to_i8, dot_i8_32, f16_at, put_f16, qs32, signed_absmax, u32_at};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 22;
@@ -70,15 +70,17 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
         .chunks_exact(BLOCK_BYTES)
         .zip(act.chunks_exact(q8_0::BLOCK_BYTES))
     {
+        // The 32 weights (-16..15) as signed bytes, then one exact integer sum (ggml sums the
+        // two halves apart; an integer sum is the same in any order).
         let qh = u32_at(x, OFF_QH);
-        let yq = &y[q8_0::OFF_QS..];
-        let (mut sumi0, mut sumi1) = (0i32, 0i32);
+        let mut w = [0u8; 32];
         for j in 0..16 {
             let (q0, q1) = quants(x, qh, j);
-            sumi0 += (q0 - 16) * (yq[j] as i8 as i32);
-            sumi1 += (q1 - 16) * (yq[j + 16] as i8 as i32);
+            w[j] = (q0 - 16) as i8 as u8;
+            w[j + 16] = (q1 - 16) as i8 as u8;
         }
-        sumf += (f16_at(x, OFF_D) * f16_at(y, q8_0::OFF_D)) * (sumi0 + sumi1) as f32;
+        let sumi = dot_i8_32(&w, qs32(y, q8_0::OFF_QS));
+        sumf += (f16_at(x, OFF_D) * f16_at(y, q8_0::OFF_D)) * sumi as f32;
     }
     sumf
 }

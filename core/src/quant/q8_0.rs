@@ -6,7 +6,9 @@
 //!
 //! Layout (34 bytes): `d: f16` at 0, `qs: [i8; 32]` at 2.
 
-use super::common::{c_max, f16_at, put_f16, put_f16_keep_nan, quantize_block_half_even, roundf};
+use super::common::{
+    c_max, dot_i8_32, f16_at, put_f16, put_f16_keep_nan, qs32, quantize_block_half_even, roundf,
+};
 
 pub const BLOCK_ELEMS: usize = 32;
 pub const BLOCK_BYTES: usize = 34;
@@ -74,10 +76,7 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
         .chunks_exact(BLOCK_BYTES)
         .zip(act.chunks_exact(BLOCK_BYTES))
     {
-        let mut sumi = 0i32;
-        for (&a, &b) in x[OFF_QS..].iter().zip(&y[OFF_QS..]) {
-            sumi += (a as i8 as i32) * (b as i8 as i32);
-        }
+        let sumi = dot_i8_32(qs32(x, OFF_QS), qs32(y, OFF_QS));
         sumf += sumi as f32 * (f16_at(x, OFF_D) * f16_at(y, OFF_D));
     }
     sumf
