@@ -1431,6 +1431,7 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
             GgmlType::Q5_K,
             GgmlType::IQ2_XXS,
             GgmlType::IQ3_XXS,
+            GgmlType::IQ4_XS,
         ] {
             let k = fast.weight(ty).unwrap();
             let scalar_k = scalar.weight(ty).unwrap();
@@ -1501,10 +1502,10 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
                     for r in 0..n_rows {
                         let v = (k.vec_dot)(n, row(r), act(t));
                         want[t * n_rows + r] = v;
-                        // avx2_kt35's dots (Q3_K, Q5_K) round only each block's exact
-                        // integers, as the AVX-512 ones do.
-                        let exact_blocks =
-                            k.face == "avx512" || matches!(ty, GgmlType::Q3_K | GgmlType::Q5_K);
+                        // avx2_kt35's dots (Q3_K, Q5_K) and avx2_kt_iq4's (IQ4_XS) round
+                        // only each block's exact integers, as the AVX-512 ones do.
+                        let exact_blocks = k.face == "avx512"
+                            || matches!(ty, GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::IQ4_XS);
                         if !exact_blocks {
                             // The AVX2 Q6_K dot keeps the -32 offset (through the bsums)
                             // in other lanes than the quants until the float sum, so its

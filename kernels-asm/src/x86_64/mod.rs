@@ -34,6 +34,7 @@ pub mod avx2_iq4;
 pub mod avx2_k;
 pub mod avx2_kt;
 pub mod avx2_kt35;
+pub mod avx2_kt_iq4;
 pub mod avx2_lowbit;
 pub mod avx2_q0;
 pub mod avx2_q1;
