@@ -4,15 +4,19 @@
 //!
 //! The activations of up to 32 tokens are transposed once per chunk of blocks so that vector
 //! k of a block holds dword k (4 activations) of 8 tokens, one token per lane; each dword of
-//! a weight row's levels (in element order, on the stack) is broadcast against them. The
+//! a weight row's level planes (below; in element order, on the stack) is broadcast against
+//! them. The
 //! file-layout kernel (`avx2_iq4`, decode's) pays an `abs`, a `sign` and a `pmaddwd` by the
 //! scale for every 32 multiply-adds of one token.
 //!
 //! The levels (kvalues_iq4nl, -127..113) are signed and span 240 values: as the unsigned
 //! operand of `pmaddubsw` they would make a lane of two products up to 2 x 241 x 128, past
-//! i16. So each level is stored as L + 128 (1..241) and split into its nibbles, L + 128 =
-//! 16 h + l (h, l in 0..15), each meeting the signed activations in its own `pmaddubsw`:
-//! sum L y = 16 sum h y + sum l y - 128 sum y, the last from the bsums (as Q4_K's mins).
+//! i16 (and decode's sign trick, |y| against the level with y's sign, leaves no room to sum
+//! lanes in i16: a `pmaddwd` per dword). So each level is stored as L + 128 (1..241) and
+//! split into its nibbles, L + 128 = 16 h + l (h, l in 0..15; one table lookup each, the l
+//! and h planes), each meeting the signed activations in its own `pmaddubsw`: sum L y = 16
+//! sum h y + sum l y - 128 sum y, the last from the bsums (as Q4_K's mins). That is two
+//! `pmaddubsw` per 4 weights and 8 tokens, twice Q4_K's.
 //!
 //! i16 headroom: a `pmaddubsw` lane is two products of a nibble (0..15) and an activation
 //! (-128..127), at most 3840 in magnitude; a 32-element sub-block is 8 dwords, so its h and l
@@ -67,23 +71,36 @@ impl Format for IQ4XS {
         acc: &mut [__m256; MAX_VECS],
         _accm: &mut [__m256; MAX_VECS],
     ) {
-        // L + 128 as u8 is L with its top bit flipped; a nibble index stays inside the table.
-        let table = _mm256_xor_si256(iq4nl_table(), _mm256_set1_epi8(i8::MIN));
-        let biased: [__m256i; 8] = core::array::from_fn(|ib| {
-            _mm256_shuffle_epi8(table, nibbles(x.add(IQ4_XS_QS + 16 * ib)))
-        });
-        let bp = biased.as_ptr() as *const u8;
-        let scales = sub_scales(x);
+        // L + 128 as u8 is L with its top bit flipped; its nibble tables give l and h of each
+        // index (a nibble index stays inside a table).
         let low4 = _mm256_set1_epi8(0x0F);
+        let biased = _mm256_xor_si256(iq4nl_table(), _mm256_set1_epi8(i8::MIN));
+        let tables = [
+            _mm256_and_si256(biased, low4),
+            _mm256_and_si256(_mm256_srli_epi16(biased, 4), low4),
+        ];
+        // The l and h planes of the 256 levels in element order (two lookups per sub-block,
+        // not a shift and masks per broadcast dword), broadcast a dword at a time.
+        let mut l_plane = [_mm256_setzero_si256(); 8];
+        let mut h_plane = [_mm256_setzero_si256(); 8];
+        for (ib, (l, h)) in l_plane.iter_mut().zip(h_plane.iter_mut()).enumerate() {
+            let idx = nibbles(x.add(IQ4_XS_QS + 16 * ib));
+            *l = _mm256_shuffle_epi8(tables[0], idx);
+            *h = _mm256_shuffle_epi8(tables[1], idx);
+        }
+        let (lp, hp) = (
+            l_plane.as_ptr() as *const i32,
+            h_plane.as_ptr() as *const i32,
+        );
+        let scales = sub_scales(x);
         let mut sumi = [_mm256_setzero_si256(); G];
         for (ib, &scale) in scales.iter().enumerate() {
             // Sub-block ib: dwords 8ib .. 8ib + 7, its l and h sums in i16 (at most 30720).
             let mut lo16 = [_mm256_setzero_si256(); G];
             let mut hi16 = [_mm256_setzero_si256(); G];
             for k in 8 * ib..8 * ib + 8 {
-                let w = _mm256_set1_epi32(core::ptr::read_unaligned(bp.add(4 * k) as *const i32));
-                let lo = _mm256_and_si256(w, low4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+                let lo = _mm256_set1_epi32(*lp.add(k));
+                let hi = _mm256_set1_epi32(*hp.add(k));
                 for g in 0..G {
                     let a = p.q[i][k][g];
                     lo16[g] = _mm256_add_epi16(lo16[g], _mm256_maddubs_epi16(lo, a));
