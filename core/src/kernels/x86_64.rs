@@ -128,8 +128,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
 }
 
 // =============================================================================================
-// Weight kernels (smolrun_kernels::x86_64: avx2, avx2_k, avx2_q0, avx2_kt, avx2_kt35, avx512_q0,
-// avx512_k).
+// Weight kernels (smolrun_kernels::x86_64: avx2, avx2_k, avx2_q0, avx2_kt, avx2_kt35,
+// avx2_kt_iq4, avx512_q0, avx512_k, ...).
 // =============================================================================================
 
 // SAFETY (every function below): installed only by `install`, after
@@ -652,9 +652,8 @@ mod tests {
 
     /// `avx2_kt`'s Q4_K and Q6_K, `avx2_kt35`'s Q3_K and Q5_K and `avx2_kt_iq4`'s IQ4_XS
     /// prompt kernels give their one-row dots' bits for every (row, token):
-    /// 1..=5 blocks (across its chunks of 2), 35 rows (across its tiles of 32), 1..=5, 8, 9,
-    /// 17, 31..=33, 37 and 40 tokens (the one-row path, partial token vectors, a second pass
-    /// past 32), edge blocks (all 0x00; all 0xFF with large and negative factors; all 0x00
+    /// 1..=5 blocks (across its chunks of 2), 35 rows (across its tiles of 32), 1..=40 tokens
+    /// (the one-row path below 4, partial token vectors, a second pass past 32), edge blocks (all 0x00; all 0xFF with large and negative factors; all 0x00
     /// with factors 1, for IQ4_XS level -127 and scale -32 everywhere) and extreme
     /// activations (all -128, alternating 127/-128). With AVX-512 VNNI, Q4_K's and Q6_K's one-row dots also
     /// equal `avx512_k`'s (the same integers and float steps).
@@ -718,7 +717,7 @@ mod tests {
                         put_f16(b, off, 1.0);
                     }
                 }
-                for n_acts in [1, 2, 3, 4, 5, 8, 9, 17, 31, 32, 33, 37, 40] {
+                for n_acts in 1..=40 {
                     let mut acts: Vec<u8> = Vec::new();
                     for t in 0..n_acts {
                         acts.extend(match t % 5 {
