@@ -1409,7 +1409,8 @@ fn simd_matmul_integer_parts_equal_the_scalar_twin() {
     }
 }
 
-/// The batched K-quant kernels (Q4_K, Q6_K, Q3_K, Q5_K) of every set this CPU runs, on the
+/// The batched K-quant kernels (Q4_K, Q6_K, Q3_K, Q5_K; and IQ2_XXS, IQ3_XXS, IQ4_XS, tiled
+/// the same way) of every set this CPU runs, on the
 /// shapes their tiling cuts: rows of 1..=17 blocks (the AVX-512 kernel packs 8 blocks at a time), 1..=70
 /// weight rows (tiles of 64 rows, register tiles of 4), 1..=40 activation rows (vectors of
 /// 16 and 32 tokens, tails of every size, the one-row path below 4). Every output must be
@@ -1423,7 +1424,7 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
         // A prompt kernel against the one-row kernel whose bits it keeps.
         let fast = fast.with_batch_twins();
         // IQ2_XXS and IQ3_XXS: their AVX2 prompt kernels tile the same way (tokens in the
-        // lanes, avx2_iq2::lanes), as do avx2_kt35's Q3_K and Q5_K.
+        // lanes, avx2_iq2::lanes), as do avx2_kt35's Q3_K and Q5_K and avx2_kt_iq4's IQ4_XS.
         for ty in [
             GgmlType::Q4_K,
             GgmlType::Q6_K,
@@ -1431,6 +1432,7 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
             GgmlType::Q5_K,
             GgmlType::IQ2_XXS,
             GgmlType::IQ3_XXS,
+            GgmlType::IQ4_XS,
         ] {
             let k = fast.weight(ty).unwrap();
             let scalar_k = scalar.weight(ty).unwrap();
@@ -1501,10 +1503,10 @@ fn k_quant_matmuls_give_the_vec_dot_bits_on_every_tiling() {
                     for r in 0..n_rows {
                         let v = (k.vec_dot)(n, row(r), act(t));
                         want[t * n_rows + r] = v;
-                        // avx2_kt35's dots (Q3_K, Q5_K) round only each block's exact
-                        // integers, as the AVX-512 ones do.
-                        let exact_blocks =
-                            k.face == "avx512" || matches!(ty, GgmlType::Q3_K | GgmlType::Q5_K);
+                        // avx2_kt35's dots (Q3_K, Q5_K) and avx2_kt_iq4's (IQ4_XS) round
+                        // only each block's exact integers, as the AVX-512 ones do.
+                        let exact_blocks = k.face == "avx512"
+                            || matches!(ty, GgmlType::Q3_K | GgmlType::Q5_K | GgmlType::IQ4_XS);
                         if !exact_blocks {
                             // The AVX2 Q6_K dot keeps the -32 offset (through the bsums)
                             // in other lanes than the quants until the float sum, so its

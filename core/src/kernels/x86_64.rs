@@ -16,7 +16,8 @@ use crate::quant::GgmlType;
 use smolrun_kernels::x86_64::avx2_lowbit;
 use smolrun_kernels::x86_64::{
     attention as k, avx2, avx2_2bit, avx2_3bit, avx2_fma_f16c_usable, avx2_iq2, avx2_iq4, avx2_k,
-    avx2_kt, avx2_kt35, avx2_q0, avx2_q1, avx512_k, avx512_q0, avx512_vnni_usable, exp,
+    avx2_kt, avx2_kt35, avx2_kt_iq4, avx2_q0, avx2_q1, avx512_k, avx512_q0, avx512_vnni_usable,
+    exp,
 };
 
 /// Installs the AVX2 kernels and the AVX2 faces of attention and SwiGLU when the caller allows
@@ -77,11 +78,12 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
     set.install_cols(GgmlType::Q8_0, q8_0_cols);
     set.install_cols(GgmlType::Q4_0, q4_0_cols);
     set.install_cols(GgmlType::Q5_0, q5_0_cols);
-    // IQ4_NL and IQ4_XS (#33): the grid lookup is a pshufb; prompts in the decode kernel's bits.
+    // IQ4_NL and IQ4_XS (#33): the grid lookup is a pshufb. IQ4_NL's prompts in the decode
+    // kernel's bits; IQ4_XS's by avx2_kt_iq4 (tokens in the lanes) in its one-row twin's.
     set.install(GgmlType::IQ4_NL, iq4_nl, Some(iq4_nl_rows), "avx2");
     set.install_cols(GgmlType::IQ4_NL, iq4_nl_cols);
     set.install(GgmlType::IQ4_XS, iq4_xs, None, "avx2");
-    set.install_cols(GgmlType::IQ4_XS, iq4_xs_cols);
+    set.install_cols_with_twin(GgmlType::IQ4_XS, iq4_xs_cols, iq4_xs_twin, "avx2-tokens");
     // IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S, IQ1_S, IQ1_M (#33): grid and sign lookups gathered per
     // sub-block, the twins' exact integers and float steps (bit for bit); prompts in the decode
     // kernels' bits.
@@ -126,8 +128,8 @@ pub(super) fn install(features: &CpuFeatures, set: &mut KernelSet) {
 }
 
 // =============================================================================================
-// Weight kernels (smolrun_kernels::x86_64: avx2, avx2_k, avx2_q0, avx2_kt, avx2_kt35, avx512_q0,
-// avx512_k).
+// Weight kernels (smolrun_kernels::x86_64: avx2, avx2_k, avx2_q0, avx2_kt, avx2_kt35,
+// avx2_kt_iq4, avx512_q0, avx512_k, ...).
 // =============================================================================================
 
 // SAFETY (every function below): installed only by `install`, after
@@ -273,7 +275,10 @@ fn iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_iq4::vec_dot_iq4_xs_q8_k(n, w, a) }
 }
 fn iq4_xs_cols(n: usize, w: &[u8], a: &[u8], t: usize, out: &mut [f32]) {
-    unsafe { avx2_iq4::matmul_iq4_xs_q8_k(n, w, a, t, out) }
+    unsafe { avx2_kt_iq4::matmul_iq4_xs_q8_k(n, w, a, t, out) }
+}
+fn iq4_xs_twin(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    unsafe { avx2_kt_iq4::vec_dot_iq4_xs_q8_k(n, w, a) }
 }
 fn iq2_xxs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { avx2_iq2::vec_dot_iq2_xxs_q8_k(n, w, a) }
@@ -645,23 +650,25 @@ mod tests {
         }
     }
 
-    /// `avx2_kt`'s Q4_K and Q6_K and `avx2_kt35`'s Q3_K and Q5_K prompt kernels give their
-    /// one-row dots' bits for every (row, token):
-    /// 1..=5 blocks (across its chunks of 2), 35 rows (across its tiles of 32), 1, 3, 9 and 37
-    /// tokens (the one-row path, partial token vectors, a second pass past 32), edge blocks
-    /// (all 0x00, all 0xFF with large and negative factors) and extreme activations (all
-    /// -128, alternating 127/-128). With AVX-512 VNNI, Q4_K's and Q6_K's one-row dots also
+    /// `avx2_kt`'s Q4_K and Q6_K, `avx2_kt35`'s Q3_K and Q5_K and `avx2_kt_iq4`'s IQ4_XS
+    /// prompt kernels give their one-row dots' bits for every (row, token):
+    /// 1..=5 blocks (across its chunks of 2), 35 rows (across its tiles of 32), 1..=40 tokens
+    /// (the one-row path below 4, partial token vectors, a second pass past 32), edge blocks (all 0x00; all 0xFF with large and negative factors; all 0x00
+    /// with factors 1, for IQ4_XS level -127 and scale -32 everywhere) and extreme
+    /// activations (all -128, alternating 127/-128). With AVX-512 VNNI, Q4_K's and Q6_K's one-row dots also
     /// equal `avx512_k`'s (the same integers and float steps).
     #[test]
     fn avx2_kt_matmuls_give_their_vec_dot_bits() {
-        use smolrun_kernels::x86_64::{avx2_fma_f16c_usable, avx2_kt, avx2_kt35, avx512_k};
+        use smolrun_kernels::x86_64::{
+            avx2_fma_f16c_usable, avx2_kt, avx2_kt35, avx2_kt_iq4, avx512_k,
+        };
         if !avx2_fma_f16c_usable() {
             println!("notice: this CPU lacks AVX2/FMA/F16C; avx2_kt is not tested");
             return;
         }
         type Dot = unsafe fn(usize, &[u8], &[u8]) -> f32;
         type Cols = unsafe fn(usize, &[u8], &[u8], usize, &mut [f32]);
-        let kernels: [(GgmlType, Cols, Dot, Option<Dot>); 4] = [
+        let kernels: [(GgmlType, Cols, Dot, Option<Dot>); 5] = [
             (
                 GgmlType::Q4_K,
                 avx2_kt::matmul_q4_k_q8_k,
@@ -686,6 +693,12 @@ mod tests {
                 avx2_kt35::vec_dot_q5_k_q8_k,
                 None,
             ),
+            (
+                GgmlType::IQ4_XS,
+                avx2_kt_iq4::matmul_iq4_xs_q8_k,
+                avx2_kt_iq4::vec_dot_iq4_xs_q8_k,
+                None,
+            ),
         ];
         for (ty, cols, dot, dot512) in kernels {
             let mut rng = XorShift(0x4B_70 ^ ty.id() as u64);
@@ -698,7 +711,13 @@ mod tests {
                 for (r, v) in [(2, -2.5f32), (33, 6.0e4)] {
                     set_edge_row(&mut w, ty, row_bytes, r, v);
                 }
-                for n_acts in [1, 3, 9, 37] {
+                for b in w[5 * row_bytes..6 * row_bytes].chunks_exact_mut(ty.type_size()) {
+                    b.fill(0);
+                    for &off in f16_fields(ty) {
+                        put_f16(b, off, 1.0);
+                    }
+                }
+                for n_acts in 1..=40 {
                     let mut acts: Vec<u8> = Vec::new();
                     for t in 0..n_acts {
                         acts.extend(match t % 5 {

@@ -1,6 +1,6 @@
-//! AVX2 IQ4_XS . Q8_K (#33): a one-row dot with the signature of
-//! `smolrun_core::quant::VecDotFn` and a small-batch matmul (prompts) with that of
-//! `smolrun_core::kernels::ColsFn`. (IQ4_NL, a 32-element format against Q8_0, is in
+//! AVX2 IQ4_XS . Q8_K (#33): the one-row dot (decode) with the signature of
+//! `smolrun_core::quant::VecDotFn`, and the sub-block pieces `avx2_kt_iq4` (the prompt kernel,
+//! tokens in the lanes) shares. (IQ4_NL, a 32-element format against Q8_0, is in
 //! [`super::avx2_q0`].)
 //!
 //! Per sub-block of 32: the 16 index bytes become 32 nibbles in element order (low nibbles are
@@ -18,9 +18,6 @@
 //! i16 and multiplying by the scale there, as this kernel did first, took about twice the
 //! instructions per weight: decode at 0.82x llama.cpp's on Qwen2.5-Coder-1.5B IQ4_XS.)
 //!
-//! `matmul` unpacks each weight sub-block once for up to [`GROUP`] activation rows and gives
-//! each (row, activation) pair exactly `vec_dot`'s operations, so a prompt gives decode's bits.
-//!
 //! Every function reads only whole blocks inside the slices.
 //!
 //! # Safety (all kernels)
@@ -30,15 +27,9 @@ use super::avx2::*;
 use super::avx2_q0::{iq4nl_table, nibbles};
 use core::arch::x86_64::*;
 
-/// Activation rows dotted with one unpacked weight sub-block in the matmul.
-pub const GROUP: usize = 4;
-
-/// Weight rows dotted with every activation group before moving on (the tile stays in L1).
-const ROW_TILE: usize = 16;
-
 /// The 8 sub-block scales of an IQ4_XS super-block (ls - 32, in -32..31).
 #[inline(always)]
-unsafe fn sub_scales(x: *const u8) -> [i16; 8] {
+pub(super) unsafe fn sub_scales(x: *const u8) -> [i16; 8] {
     let h = u16::from_le_bytes([*x.add(2), *x.add(3)]);
     let mut s = [0i16; 8];
     for (ib, s) in s.iter_mut().enumerate() {
@@ -51,49 +42,20 @@ unsafe fn sub_scales(x: *const u8) -> [i16; 8] {
 
 /// Sub-block `ib`'s 32 levels (i8, in element order), looked up once for every activation row.
 #[inline(always)]
-unsafe fn levels(x: *const u8, ib: usize, table: __m256i) -> __m256i {
+pub(super) unsafe fn levels(x: *const u8, ib: usize, table: __m256i) -> __m256i {
     _mm256_shuffle_epi8(table, nibbles(x.add(8 + 16 * ib)))
 }
 
 /// 32 levels . the 32 activations at `y`, times the sub-block's scale (in every i16 lane of
 /// `scale`): 8 exact i32 lanes (see the module docs for the sign trick and its bounds).
 #[inline(always)]
-unsafe fn dot_sub(levels: __m256i, scale: __m256i, y: *const u8) -> __m256i {
+pub(super) unsafe fn dot_sub(levels: __m256i, scale: __m256i, y: *const u8) -> __m256i {
     let y = load256(y);
     let pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(levels, y));
     _mm256_madd_epi16(pairs, scale)
 }
 
-/// `nb` super-blocks of the weight row at `xr` against N activation rows.
-#[inline(always)]
-unsafe fn cols_dot<const N: usize>(nb: usize, xr: *const u8, ys: [*const u8; N]) -> [f32; N] {
-    let table = iq4nl_table();
-    let mut acc = [_mm256_setzero_ps(); N];
-    for i in 0..nb {
-        let x = xr.add(i * IQ4_XS_BYTES);
-        let scales = sub_scales(x);
-        let mut sumi = [_mm256_setzero_si256(); N];
-        for (ib, &sc) in scales.iter().enumerate() {
-            let (v, scale) = (levels(x, ib, table), _mm256_set1_epi16(sc));
-            for j in 0..N {
-                let y = ys[j].add(i * Q8_K_BYTES + Q8_K_QS + 32 * ib);
-                sumi[j] = _mm256_add_epi32(sumi[j], dot_sub(v, scale, y));
-            }
-        }
-        let dx = f16_at(x);
-        for j in 0..N {
-            let d = _mm256_set1_ps(dx * f32_at(ys[j].add(i * Q8_K_BYTES)));
-            acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[j]), acc[j]);
-        }
-    }
-    let mut out = [0f32; N];
-    for j in 0..N {
-        out[j] = hsum_ps(acc[j]);
-    }
-    out
-}
-
-/// IQ4_XS . Q8_K, one row.
+/// IQ4_XS . Q8_K, one row (decode; prompts run `avx2_kt_iq4`, with their own one-row twin).
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available (see the module docs).
@@ -102,49 +64,20 @@ pub unsafe fn vec_dot_iq4_xs_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = (n / QK_K)
         .min(w.len() / IQ4_XS_BYTES)
         .min(act.len() / Q8_K_BYTES);
-    cols_dot::<1>(nb, w.as_ptr(), [act.as_ptr()])[0]
-}
-
-/// IQ4_XS weight rows x Q8_K activation rows: `out[t * n_rows + r]`, each value `vec_dot`'s bits.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available (see the module docs).
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_iq4_xs_q8_k(n: usize, w: &[u8], acts: &[u8], n_acts: usize, out: &mut [f32]) {
-    if n_acts == 0 {
-        return;
-    }
-    let n_rows = out.len() / n_acts;
-    let nb = n / QK_K;
-    let (w_row, a_row) = (nb * IQ4_XS_BYTES, nb * Q8_K_BYTES);
-    if w.len() < n_rows * w_row || acts.len() < n_acts * a_row {
-        // The caller (WeightKernel::matmul) checked the shapes; never read past the slices.
-        return;
-    }
-    let y = |t: usize| acts.as_ptr().add(t * a_row);
-    let x = |r: usize| w.as_ptr().add(r * w_row);
-    for r0 in (0..n_rows).step_by(ROW_TILE) {
-        let mut t = 0;
-        while t < n_acts {
-            let g = (n_acts - t).min(GROUP);
-            for r in r0..(r0 + ROW_TILE).min(n_rows) {
-                let mut put = |v: &[f32]| {
-                    for (j, &v) in v.iter().enumerate() {
-                        out[(t + j) * n_rows + r] = v;
-                    }
-                };
-                match g {
-                    4 => put(&cols_dot::<4>(
-                        nb,
-                        x(r),
-                        [y(t), y(t + 1), y(t + 2), y(t + 3)],
-                    )),
-                    3 => put(&cols_dot::<3>(nb, x(r), [y(t), y(t + 1), y(t + 2)])),
-                    2 => put(&cols_dot::<2>(nb, x(r), [y(t), y(t + 1)])),
-                    _ => put(&cols_dot::<1>(nb, x(r), [y(t)])),
-                }
-            }
-            t += g;
+    let (xr, yr) = (w.as_ptr(), act.as_ptr());
+    let table = iq4nl_table();
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..nb {
+        let x = xr.add(i * IQ4_XS_BYTES);
+        let y = yr.add(i * Q8_K_BYTES);
+        let scales = sub_scales(x);
+        let mut sumi = _mm256_setzero_si256();
+        for (ib, &sc) in scales.iter().enumerate() {
+            let (v, scale) = (levels(x, ib, table), _mm256_set1_epi16(sc));
+            sumi = _mm256_add_epi32(sumi, dot_sub(v, scale, y.add(Q8_K_QS + 32 * ib)));
         }
+        let d = _mm256_set1_ps(f16_at(x) * f32_at(y));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
+    hsum_ps(acc)
 }

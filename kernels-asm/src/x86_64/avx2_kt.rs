@@ -112,6 +112,17 @@ pub(super) unsafe fn transpose8(a: [__m256i; 8]) -> [__m256i; 8] {
     ]
 }
 
+/// `pairs` vectors for formats with 32-element sub-blocks (Q4_K, Q5_K, IQ4_XS): pair p holds
+/// (b4p + b4p+1, b4p+2 + b4p+3), the activation sums of sub-blocks 2p and 2p + 1 (each at most
+/// 32 x 128 in magnitude); entries 4..7 unused.
+#[inline(always)]
+pub(super) unsafe fn bsum_pairs_of_32(b: [__m256i; 8]) -> [__m256i; 8] {
+    // In each 128-bit half: (b0 + b1, b2 + b3), (b4 + b5, b6 + b7), then zeros.
+    let zero = _mm256_setzero_si256();
+    let t = transpose8(b.map(|b| _mm256_hadd_epi16(b, zero)));
+    [t[0], t[1], t[4], t[5], zero, zero, zero, zero]
+}
+
 /// Sum of the 8 i32 lanes (every exact sum here fits).
 #[inline(always)]
 pub(super) unsafe fn hsum_epi32(v: __m256i) -> i32 {
@@ -133,14 +144,10 @@ impl Format for Q4K {
     const BYTES: usize = Q4_K_BYTES;
     const MINS: bool = true;
 
-    /// Pair p: (b4p + b4p+1, b4p+2 + b4p+3), the bsums of sub-blocks 2p and 2p + 1 (they meet
-    /// mins 2p and 2p + 1); entries 4..7 unused.
+    /// The sums of the 32-element sub-blocks, meeting mins 2p and 2p + 1.
     #[inline(always)]
     unsafe fn pack_bsums(b: [__m256i; 8]) -> [__m256i; 8] {
-        // In each 128-bit half: (b0 + b1, b2 + b3), (b4 + b5, b6 + b7), then zeros.
-        let zero = _mm256_setzero_si256();
-        let t = transpose8(b.map(|b| _mm256_hadd_epi16(b, zero)));
-        [t[0], t[1], t[4], t[5], zero, zero, zero, zero]
+        bsum_pairs_of_32(b)
     }
 
     #[inline(always)]

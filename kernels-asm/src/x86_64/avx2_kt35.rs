@@ -41,7 +41,9 @@
 use super::avx2::*;
 use super::avx2_k::{add8, q4_k_scales_mins, spread_i16};
 // The packing, the loops and the tile sizes are avx2_kt's; this file adds two formats.
-use super::avx2_kt::{fma1, hsum_epi32, matmul, transpose8, Format, Packed, MAX_VECS};
+use super::avx2_kt::{
+    bsum_pairs_of_32, fma1, hsum_epi32, matmul, transpose8, Format, Packed, MAX_VECS,
+};
 use core::arch::x86_64::*;
 
 const Q3_K_BYTES: usize = 110; // hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16
@@ -93,14 +95,10 @@ impl Format for Q5K {
     const BYTES: usize = Q5_K_BYTES;
     const MINS: bool = true;
 
-    /// Pair p: (b4p + b4p+1, b4p+2 + b4p+3), the bsums of sub-blocks 2p and 2p + 1 (they meet
-    /// mins 2p and 2p + 1; each sum at most 32 x 128 in magnitude); entries 4..7 unused.
+    /// The sums of the 32-element sub-blocks, meeting mins 2p and 2p + 1.
     #[inline(always)]
     unsafe fn pack_bsums(b: [__m256i; 8]) -> [__m256i; 8] {
-        // In each 128-bit half: (b0 + b1, b2 + b3), (b4 + b5, b6 + b7), then zeros.
-        let zero = _mm256_setzero_si256();
-        let t = transpose8(b.map(|b| _mm256_hadd_epi16(b, zero)));
-        [t[0], t[1], t[4], t[5], zero, zero, zero, zero]
+        bsum_pairs_of_32(b)
     }
 
     #[inline(always)]

@@ -11,7 +11,8 @@
 //! Q3_K (one row and batches, bit for bit its scalar twin), [`avx2_q1`] Q4_1 and Q5_1 (one row, bit
 //! for bit).
 //! [`avx2_lowbit`] the 1-bit, 2-bit and ternary formats (Q1_0, Q2_0, TQ1_0). IQ4_NL is one of
-//! [`avx2_q0`]'s 32-element formats; [`avx2_iq4`] holds IQ4_XS, [`avx2_iq2`] the grid i-quants
+//! [`avx2_q0`]'s 32-element formats; [`avx2_iq4`] holds IQ4_XS's decode, [`avx2_kt_iq4`] its
+//! prompts (tokens in the lanes, on [`avx2_kt`]'s packing), [`avx2_iq2`] the grid i-quants
 //! (IQ2_XXS, IQ3_XXS).
 //!
 //! [`delta_rule`] holds the fused one-token step of Qwen3.5's gated delta rule (f32 and f16
@@ -34,6 +35,7 @@ pub mod avx2_iq4;
 pub mod avx2_k;
 pub mod avx2_kt;
 pub mod avx2_kt35;
+pub mod avx2_kt_iq4;
 pub mod avx2_lowbit;
 pub mod avx2_q0;
 pub mod avx2_q1;
