@@ -442,3 +442,9 @@ fn qwen25_coder_15b_iq3_xxs() {
 fn qwen25_coder_15b_iq3_xxs_pure() {
     check_logits_15b("qwen2.5-coder-1.5b-iq3_xxs-pure");
 }
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ2_XXS, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq2_xxs_pure() {
+    check_logits_15b("qwen2.5-coder-1.5b-iq2_xxs-pure");
+}
