@@ -13,9 +13,8 @@
 # goldens together, or neither.
 #   tools/oracle/qwen15b-types.sh [TYPE ...]   (default: every type below)
 # Writes $SMOLRUN_MODELS/qwen2.5-coder-1.5b-<type>.gguf (lower case; -pure for the --pure ones).
-# Takes ~20 min for the importance matrix and 1-20 min per type on 2 shared cores (IQ2_XXS :pure
-# ~20: the grid searches; the K-quants ~1). By hand (bench
-# figures), not in CI.
+# Takes ~20 min for the importance matrix (21 on 2 shared cores) and up to ~20 per grid type
+# (IQ2_XXS :pure: 17.5, the grid searches). By hand (bench figures), not in CI.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 models=${SMOLRUN_MODELS:-$HOME/.cache/smolrun/models}
