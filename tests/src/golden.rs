@@ -58,16 +58,20 @@ pub const LOWBIT_MODELS: [&str; 15] = [
 ];
 
 /// Qwen2.5-Coder-1.5B requantized to the types of #33 by tools/oracle/qwen15b-types.sh
-/// (llama-quantize b11434 with its importance matrix): `-pure`, every matrix the type and the
-/// token embedding (also the head: Qwen ties them) Q8_0; without, the mix llama-quantize makes
-/// for that type, as published files are made. The by-hand group (tools/test.sh --full): the
-/// files are 0.5-1.1 GB each and no test makes them; goldens by tools/oracle/regen.sh NAME.
-pub const LOWBIT_15B_MODELS: [&str; 5] = [
+/// (llama-quantize b11434 with its importance matrix): `-pure`, every matrix the type (the head,
+/// output.weight, is its own tensor in this file and one of them) and the token embedding Q8_0;
+/// without, the mix llama-quantize makes for that type, as published files are made. The by-hand
+/// group (tools/test.sh --full): the files are 0.5-1.1 GB each and no test makes them; goldens by
+/// tools/oracle/regen.sh NAME.
+pub const LOWBIT_15B_MODELS: [&str; 8] = [
     "qwen2.5-coder-1.5b-iq4_nl-pure",
     "qwen2.5-coder-1.5b-iq4_xs-pure",
     "qwen2.5-coder-1.5b-iq2_xxs",
     "qwen2.5-coder-1.5b-iq3_xxs",
     "qwen2.5-coder-1.5b-iq3_xxs-pure",
+    "qwen2.5-coder-1.5b-iq2_xxs-pure",
+    "qwen2.5-coder-1.5b-q3_k-pure",
+    "qwen2.5-coder-1.5b-q5_k-pure",
 ];
 
 /// Models with no greedy.json: their greedy text is degenerate. Qwen2.5-Coder-0.5B in Q1_0

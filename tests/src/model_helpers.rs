@@ -110,6 +110,8 @@ pub fn model_file_name(model: &str) -> &'static str {
         "qwen2.5-coder-1.5b-iq2_s-pure" => "qwen2.5-coder-1.5b-iq2_s-pure.gguf",
         "qwen2.5-coder-1.5b-iq1_s-pure" => "qwen2.5-coder-1.5b-iq1_s-pure.gguf",
         "qwen2.5-coder-1.5b-iq1_m-pure" => "qwen2.5-coder-1.5b-iq1_m-pure.gguf",
+        "qwen2.5-coder-1.5b-q3_k-pure" => "qwen2.5-coder-1.5b-q3_k-pure.gguf",
+        "qwen2.5-coder-1.5b-q5_k-pure" => "qwen2.5-coder-1.5b-q5_k-pure.gguf",
         "qwen2.5-coder-1.5b-q3_k_m" => "qwen2.5-coder-1.5b-q3_k_m.gguf",
         "qwen2.5-coder-1.5b-q3_k_s" => "qwen2.5-coder-1.5b-q3_k_s.gguf",
         "qwen2.5-coder-1.5b-q5_k_m" => "qwen2.5-coder-1.5b-q5_k_m.gguf",

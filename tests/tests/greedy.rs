@@ -352,3 +352,21 @@ fn qwen25_coder_15b_iq3_xxs() {
 fn qwen25_coder_15b_iq3_xxs_pure() {
     check_greedy_15b("qwen2.5-coder-1.5b-iq3_xxs-pure");
 }
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in IQ2_XXS, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_iq2_xxs_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-iq2_xxs-pure");
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in Q3_K, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_q3_k_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-q3_k-pure");
+}
+
+#[test]
+#[ignore = "by hand: tools/test.sh --full (Qwen2.5-Coder-1.5B in Q5_K, tools/oracle/qwen15b-types.sh)"]
+fn qwen25_coder_15b_q5_k_pure() {
+    check_greedy_15b("qwen2.5-coder-1.5b-q5_k-pure");
+}

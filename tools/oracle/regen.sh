@@ -43,7 +43,8 @@ lowbit=(qwen2.5-coder-0.5b-q1_0 qwen2.5-coder-0.5b-q2_k synthetic-qwen3-q2_0 syn
 # the default list (each takes ~10 minutes of llama.cpp here), named one by one.
 lowbit15=(qwen2.5-coder-1.5b-iq4_nl-pure qwen2.5-coder-1.5b-iq4_xs-pure qwen2.5-coder-1.5b-iq3_xxs-pure
           qwen2.5-coder-1.5b-iq2_xxs-pure qwen2.5-coder-1.5b-iq3_s-pure qwen2.5-coder-1.5b-iq2_xs-pure
-          qwen2.5-coder-1.5b-iq2_s-pure qwen2.5-coder-1.5b-iq1_s-pure qwen2.5-coder-1.5b-iq1_m-pure)
+          qwen2.5-coder-1.5b-iq2_s-pure qwen2.5-coder-1.5b-iq1_s-pure qwen2.5-coder-1.5b-iq1_m-pure
+          qwen2.5-coder-1.5b-q3_k-pure qwen2.5-coder-1.5b-q5_k-pure qwen2.5-coder-1.5b-iq3_m qwen2.5-coder-1.5b-iq2_m)
 all=(gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b synthetic-qwen3 synthetic-llama synthetic-qwen3moe synthetic-qwen2moe synthetic-bailingmoe2 synthetic-qwen35 synthetic-qwen35moe synthetic-smollm3 synthetic-phi3 synthetic-olmoe synthetic-lfm2 synthetic-lfm2moe synthetic-smallthinker synthetic-granitehybrid "${lowbit[@]}")
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
