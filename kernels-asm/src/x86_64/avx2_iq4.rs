@@ -55,6 +55,19 @@ pub(super) unsafe fn dot_sub(levels: __m256i, scale: __m256i, y: *const u8) -> _
     _mm256_madd_epi16(pairs, scale)
 }
 
+/// Block `x` . the Q8_K block `y`: its 8 sub-blocks' scaled sums in 8 exact i32 lanes (the
+/// block's integer is their sum), for decode's dot below and the prompt kernel's twin.
+#[inline(always)]
+pub(super) unsafe fn block_sumi(x: *const u8, y: *const u8, table: __m256i) -> __m256i {
+    let scales = sub_scales(x);
+    let mut sumi = _mm256_setzero_si256();
+    for (ib, &sc) in scales.iter().enumerate() {
+        let (v, scale) = (levels(x, ib, table), _mm256_set1_epi16(sc));
+        sumi = _mm256_add_epi32(sumi, dot_sub(v, scale, y.add(Q8_K_QS + 32 * ib)));
+    }
+    sumi
+}
+
 /// IQ4_XS . Q8_K, one row (decode; prompts run `avx2_kt_iq4`, with their own one-row twin).
 ///
 /// # Safety
@@ -70,12 +83,7 @@ pub unsafe fn vec_dot_iq4_xs_q8_k(n: usize, w: &[u8], act: &[u8]) -> f32 {
     for i in 0..nb {
         let x = xr.add(i * IQ4_XS_BYTES);
         let y = yr.add(i * Q8_K_BYTES);
-        let scales = sub_scales(x);
-        let mut sumi = _mm256_setzero_si256();
-        for (ib, &sc) in scales.iter().enumerate() {
-            let (v, scale) = (levels(x, ib, table), _mm256_set1_epi16(sc));
-            sumi = _mm256_add_epi32(sumi, dot_sub(v, scale, y.add(Q8_K_QS + 32 * ib)));
-        }
+        let sumi = block_sumi(x, y, table);
         let d = _mm256_set1_ps(f16_at(x) * f32_at(y));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }

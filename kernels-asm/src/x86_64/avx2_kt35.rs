@@ -172,11 +172,14 @@ impl Format for Q5K {
                 _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
             ));
             // One vector's pmaddubsw lanes are at most 7936 in magnitude: no saturation.
-            let p: [__m256i; 8] = core::array::from_fn(|s| {
+            // A loop, not `array::from_fn`: a closure does not inherit this function's target
+            // features, so LLVM may leave its intrinsics as calls (tools/check-intrinsics-inlined.sh).
+            let mut p = [_mm256_setzero_si256(); 8];
+            for (s, p) in p.iter_mut().enumerate() {
                 let yq = load256(y.add(Q8_K_QS + 32 * s));
                 let sc = _mm256_shuffle_epi8(sc16, spread_i16(s as i32, s as i32));
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], yq), sc)
-            });
+                *p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], yq), sc);
+            }
             let s = hsum_epi32(add8(p));
             let m = hsum_epi32(_mm256_madd_epi16(load256(y.add(Q8_K_BSUMS)), mins16));
             let dy = f32_at(y);
@@ -333,12 +336,14 @@ impl Format for Q3K {
                 _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8))),
             ];
             // One vector's pmaddubsw lanes are at most 1792 in magnitude: no saturation.
-            let p: [__m256i; 8] = core::array::from_fn(|r| {
+            // A loop, not `array::from_fn` (see Q5_K's dot).
+            let mut p = [_mm256_setzero_si256(); 8];
+            for (r, p) in p.iter_mut().enumerate() {
                 let yq = load256(y.add(Q8_K_QS + 32 * r));
                 let k = 2 * (r % 4) as i32;
                 let sc = _mm256_shuffle_epi8(sc_h[r / 4], spread_i16(k, k + 1));
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yq), sc)
-            });
+                *p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], yq), sc);
+            }
             let offset = hsum_epi32(_mm256_madd_epi16(load256(y.add(Q8_K_BSUMS)), scales16));
             let s = hsum_epi32(add8(p)) - 4 * offset;
             acc = fma1(f16_at(x.add(Q3_K_D)) * f32_at(y), s as f32, acc);

@@ -42,7 +42,7 @@
 //! Call only on a CPU with AVX2, FMA and F16C (see [`super::avx2_fma_f16c_usable`]).
 
 use super::avx2::*;
-use super::avx2_iq4::{dot_sub, levels, sub_scales};
+use super::avx2_iq4::{block_sumi, sub_scales};
 // The packing, the loops and the tile sizes are avx2_kt's; this file adds one format.
 use super::avx2_kt::{bsum_pairs_of_32, fma1, hsum_epi32, matmul, Format, Packed, MAX_VECS};
 use super::avx2_q0::{iq4nl_table, nibbles};
@@ -140,16 +140,7 @@ impl Format for IQ4XS {
         for i in 0..nb {
             let x = xr.add(i * IQ4_XS_BYTES);
             let y = yr.add(i * Q8_K_BYTES);
-            let scales = sub_scales(x);
-            let mut sumi = _mm256_setzero_si256();
-            for (ib, &sc) in scales.iter().enumerate() {
-                let v = dot_sub(
-                    levels(x, ib, table),
-                    _mm256_set1_epi16(sc),
-                    y.add(Q8_K_QS + 32 * ib),
-                );
-                sumi = _mm256_add_epi32(sumi, v);
-            }
+            let sumi = block_sumi(x, y, table);
             acc = fma1(f16_at(x) * f32_at(y), hsum_epi32(sumi) as f32, acc);
         }
         acc
