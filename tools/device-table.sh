@@ -4,15 +4,15 @@
 # that device (RAM cap with page cache, throttled flash, 2 cores), beside llama.cpp b11434 on the
 # stock file under the same limits.
 #
-#   tools/device-table.sh [--rows a,b] [--force] [--list] [--table]
+#   tools/device-table.sh [--rows a,b] [--parts stock,fitted,llama] [--force] [--list] [--table]
 #
 # For each row: makes the shaped file if absent (cached in $SMOLRUN_MODELS), fits it with
 # `smolrun fit --device ...`, runs `smolrun bench --json` on the stock and on the fitted file and
 # llama-bench on the stock file, each under `smoldevice --mem M --read-mbps R --cpus 0-1 --dev
 # $SMOLRUN_MODELS` (the iPad rows add its 1.7 GB address space by `ulimit -v` inside), then
 # prints the markdown table. Each row's results are kept in $SMOLRUN_MODELS/device-table.json,
-# so a rerun runs only the rows missing there (--force reruns the rows asked for; --table only
-# prints what is stored).
+# so a rerun runs only the rows (and parts of a row) missing there (--force reruns the rows
+# asked for, --parts only those parts of them; --table only prints what is stored).
 #
 # Environment: SMOLRUN (the smolrun binary; default target/release/smolrun or the one on PATH),
 # SMOLDEVICE (default /work/shared/tools/smoldevice or the one on PATH), SMOLRUN_ORACLE (llama.cpp
@@ -45,21 +45,22 @@ llama_bench=$oracle/build/bin/llama-bench
 # id | device preset | smoldevice --mem | --read-mbps | address space (ulimit -v, or -) | fit's --mem (or -) |
 # file maker | reference (tok/s) | reference (where)
 rows_table='
-ling-tv-1g|tv-box|1G|278|-|-|ling|5.1|Ling-mini-2.0 (16B MoE), TV box, chat (000: TV results; Ling-mini-2.0 4.1 -> 5.1)
-ling-tv-1.15g|tv-box-headless|1150M|278|-|-|ling|5.1|Ling-mini-2.0 (16B MoE), TV box headless, chat (000: the same 5.1 run; 43 experts per layer)
-bonsai8b-tv-1.15g|tv-box-headless|1150M|278|-|-|bonsai8b|5.2|Bonsai-8B (Q1_0), TV box headless, fully resident, chat (000: 8B dense 1.21 -> 5.2)
-qwen35-2b-tv-1g|tv-box|1G|278|-|-|qwen35-2b|7.7|Qwen3.5-2B, TV box, chat (000: 2B 0.1 -> 7.7)
-ling-ipad-640m|ipad-air|640M|260|1.7G|640M|ling|2.6|Ling-mini-2.0, iPad Air (2013), unchanged routing (000: 2.6; 4.5 with bias 0.3)
-moonbeam-tv-1g|tv-box|1G|278|-|-|moonbeam|7.2|Moon-Beam-8B-A1B (MoE), TV box, chat (000: 8B MoE 1.87 -> 7.2)
-moonbeam-ipad-640m|ipad-air|640M|260|1.7G|640M|moonbeam|3.5|Moon-Beam-8B-A1B, iPad Air (2013) (000: 3.5-3.6)
-qwen35-9b-tv-1g|tv-box|1G|278|-|-|qwen35-9b|0.27|Qwen3.5-9B streamed with MTP, TV box, chat (000: 9B 0.16 -> 0.27)
+ling-tv-1g|tv-box|1G|278|-|-|ling|5.1|Ling-mini-2.0 16B MoE, TV box, chat
+ling-tv-1.15g|tv-box-headless|1.15G|278|-|-|ling|5.1|Ling-mini-2.0 16B MoE, TV box (43 experts/layer), chat
+bonsai8b-tv-1.15g|tv-box-headless|1.15G|278|-|-|bonsai8b|5.2|Bonsai-8B Q1_0, TV box headless, chat
+qwen35-2b-tv-1g|tv-box|1G|278|-|-|qwen35-2b|7.7|Qwen3.5-2B, TV box, chat
+ling-ipad-640m|ipad-air|640M|260|1.7G|640M|ling|2.6|Ling-mini-2.0, iPad Air (4.5 with bias 0.3)
+moonbeam-tv-1g|tv-box|1G|278|-|-|moonbeam|7.2|Moon-Beam-8B-A1B, TV box, chat
+moonbeam-ipad-640m|ipad-air|640M|260|1.7G|640M|moonbeam|3.5|Moon-Beam-8B-A1B, iPad Air
+qwen35-9b-tv-1g|tv-box|1G|278|-|-|qwen35-9b|0.27|Qwen3.5-9B streamed + MTP, TV box, chat
 '
 
-want=""; force=0; table_only=0
+want=""; force=0; table_only=0; only=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rows) want=$2; shift 2;;
     --force) force=1; shift;;
+    --parts) only=$2; shift 2;;
     --table) table_only=1; shift;;
     --list) echo "$rows_table" | awk -F'|' 'NF>1 {print $1 "\t" $2 " --mem " $3 "\t" $7}'; exit 0;;
     -h|--help) sed -n '2,26p' "$0"; exit 0;;
@@ -109,7 +110,7 @@ under_device() {
 }
 
 run_row() {
-  local id=$1 preset=$2 mem=$3 mbps=$4 as=$5 fitmem=$6 kind=$7 ref=$8 refwhere=$9
+  local id=$1 preset=$2 mem=$3 mbps=$4 as=$5 fitmem=$6 kind=$7 ref=$8 refwhere=$9 parts=${10}
   local logdir=$models/device-table-logs/$id
   mkdir -p "$logdir"
   echo "== $id: $preset under --mem $mem --read-mbps $mbps, address space $as" >&2
@@ -127,29 +128,39 @@ PY
   [[ $fitmem != - ]] && fitted=${stock%.gguf}.fit-$preset-$fitmem.gguf
   local fitargs=(--device "$preset" -c "$ctx")
   [[ $fitmem != - ]] && fitargs+=(--mem "$fitmem")
-  if [[ ! -f $fitted || $force == 1 ]]; then
-    "$smolrun" fit "$stock" -o "$fitted" "${fitargs[@]}" >"$logdir/fit.log" 2>&1 || { cat "$logdir/fit.log" >&2; echo "device-table: fit failed" >&2; }
+  # the head's rows from the corpus counts and the tokenizer alone: the predictions of random
+  # weights say nothing, and 4096 positions of an 8B take most of an hour here
+  local fitonly=(--model-positions 0)
+  if [[ ! -f $fitted || ($force == 1 && $parts == *fitted*) ]]; then
+    "$smolrun" fit "$stock" -o "$fitted" "${fitargs[@]}" "${fitonly[@]}" >"$logdir/fit.log" 2>&1 || { cat "$logdir/fit.log" >&2; echo "device-table: fit failed" >&2; }
   fi
-  "$smolrun" plan "$fitted" >"$logdir/plan-fitted.log" 2>&1 || true
+  "$smolrun" plan "$fitted" "${fitargs[@]}" >"$logdir/plan-fitted.log" 2>&1 || true
   "$smolrun" plan "$stock" "${fitargs[@]}" >"$logdir/plan-stock.log" 2>&1 || true
-  local bench=(bench -p "$prompt" -n "$gen" -r 1 -t 2 -c "$ctx" --json)
-  echo "   smolrun stock" >&2
-  under_device "$logdir/stock" "$mem" "$mbps" "$as" "$smolrun" "${bench[@]}" -m "$stock" || true
-  echo "   smolrun fitted" >&2
-  [[ -f $fitted ]] && { under_device "$logdir/fitted" "$mem" "$mbps" "$as" "$smolrun" "${bench[@]}" -m "$fitted" || true; }
-  echo "   llama.cpp stock (timeout ${llama_timeout}s)" >&2
-  if [[ -x $llama_bench ]]; then
+  # the stock file at bench's default context (4096, or less if trained for less); the fitted one
+  # at its profile's (fit -c $ctx)
+  local bench=(bench -p "$prompt" -n "$gen" -r 1 -t 2 --json)
+  if [[ $parts == *stock* ]]; then
+    echo "   smolrun stock" >&2
+    under_device "$logdir/stock" "$mem" "$mbps" "$as" "$smolrun" "${bench[@]}" -m "$stock" || true
+  fi
+  if [[ $parts == *fitted* ]]; then
+    echo "   smolrun fitted" >&2
+    [[ -f $fitted ]] && { under_device "$logdir/fitted" "$mem" "$mbps" "$as" "$smolrun" "${bench[@]}" -m "$fitted" || true; }
+  fi
+  if [[ $parts != *llama* ]]; then :
+  elif [[ -x $llama_bench ]]; then
+    echo "   llama.cpp stock (timeout ${llama_timeout}s)" >&2
     # -r 1 --no-warmup: one timed run; --repack 0 (a repacked copy would not fit); mmap on (the
     # default): the file is paged from flash as the cgroup's RAM allows
     under_device "$logdir/llama" "$mem" "$mbps" "$as" timeout -s KILL "$llama_timeout" \
       env LD_LIBRARY_PATH="$oracle/build/bin" "$llama_bench" -m "$stock" -p 0 -n 4 -r 1 -t 2 \
       --no-warmup -o json || true
   else
-    echo "llama-bench missing ($llama_bench): tools/oracle/build.sh" >"$logdir/llama.err"; : >"$logdir/llama.out"
+    echo "llama-bench missing: tools/oracle/build.sh" >"$logdir/llama.err"; : >"$logdir/llama.out"
   fi
-  python3 - "$results" "$id" "$preset" "$mem" "$mbps" "$as" "$ref" "$refwhere" "$stock" "$fitted" "$logdir" "$llama_timeout" "$ctx" <<'PY'
+  python3 - "$results" "$id" "$preset" "$mem" "$mbps" "$as" "$ref" "$refwhere" "$stock" "$fitted" "$logdir" "$llama_timeout" "$ctx" "$parts" <<'PY'
 import json, os, re, sys
-path, rid, preset, mem, mbps, aspace, ref, where, stock, fitted, logdir, ltimeout, ctx = sys.argv[1:]
+path, rid, preset, mem, mbps, aspace, ref, where, stock, fitted, logdir, ltimeout, ctx, parts = sys.argv[1:]
 mbps = float(mbps)
 
 def smoldev(text):
@@ -178,6 +189,10 @@ def why_failed(out, err, dev):
     tail = [l for l in err.strip().splitlines() if l.strip()][-1:] or ["no output"]
     return "failed: " + tail[0][:160]
 
+def plan_resident(tag):
+    m = re.search(r"weights in RAM: ([\d.]+) MB", read(f"plan-{tag}.log"))
+    return float(m[1]) if m else None
+
 def smolrun_run(tag):
     out, err = read(tag + ".out"), read(tag + ".err")
     dev = smoldev(out)
@@ -188,7 +203,7 @@ def smolrun_run(tag):
         return r
     mb_tok = (j.get("stream_mb_per_token") or 0) + (j.get("moe_read_mb_per_token") or 0)
     r.update(tg_tok_s=j["tg_tok_s"], pp_tok_s=j.get("pp_tok_s"), peak_rss_mb=j.get("peak_rss_mb"),
-             resident_mb=j.get("resident_mb"), flash_mb_per_token=mb_tok,
+             resident_mb=j.get("resident_mb") or plan_resident(tag), flash_mb_per_token=mb_tok,
              moe_slots_per_layer=j.get("moe_slots_per_layer"), moe_miss_rate=j.get("moe_miss_rate"),
              moe_pool_mb=j.get("moe_pool_mb"), json=j)
     if mb_tok > 0:
@@ -220,13 +235,17 @@ def llama_run():
 
 plan = read("plan-fitted.log")
 d = json.load(open(path))
-d[rid] = dict(ref=float(ref), ref_where=where, preset=preset, mem=mem, read_mbps=mbps,
-              address_space=None if aspace == "-" else aspace, ctx=int(ctx),
-              stock_file=os.path.basename(stock), stock_mb=os.path.getsize(stock) / 1e6,
-              fitted_file=os.path.basename(fitted),
-              fitted_mb=os.path.getsize(fitted) / 1e6 if os.path.exists(fitted) else None,
-              stock=smolrun_run("stock"), fitted=smolrun_run("fitted"), llama=llama_run(),
-              plan_fitted=plan[-4000:])
+old = d.get(rid, {})
+row = dict(ref=float(ref), ref_where=where, preset=preset, mem=mem, read_mbps=mbps,
+           address_space=None if aspace == "-" else aspace, ctx=int(ctx),
+           stock_file=os.path.basename(stock), stock_mb=os.path.getsize(stock) / 1e6,
+           fitted_file=os.path.basename(fitted),
+           fitted_mb=os.path.getsize(fitted) / 1e6 if os.path.exists(fitted) else None,
+           plan_fitted=plan[-4000:])
+# every part from its log (the logs of earlier runs stay in the row's log folder)
+for part, fn in (("stock", lambda: smolrun_run("stock")), ("fitted", lambda: smolrun_run("fitted")), ("llama", llama_run)):
+    row[part] = fn() if os.path.exists(os.path.join(logdir, part + ".out")) else old.get(part, {"error": "not run"})
+d[rid] = row
 json.dump(d, open(path, "w"), indent=1)
 PY
 }
@@ -235,10 +254,25 @@ if [[ $table_only == 0 ]]; then
   while IFS='|' read -r id preset mem mbps as fitmem kind ref refwhere; do
     [[ -n $id ]] || continue
     if [[ -n $want ]] && [[ ",$want," != *",$id,"* ]]; then continue; fi
-    if [[ $force == 0 ]] && python3 -c "import json,sys; sys.exit(0 if sys.argv[2] in json.load(open(sys.argv[1])) else 1)" "$results" "$id"; then
-      echo "== $id: cached in $results (--force to rerun)" >&2; continue
-    fi
-    run_row "$id" "$preset" "$mem" "$mbps" "$as" "$fitmem" "$kind" "$ref" "$refwhere"
+    # the parts of the row to run: all with --force, else those not stored (a llama.cpp run that
+    # found no llama-bench counts as not stored)
+    parts=stock,fitted,llama
+    if [[ $force == 0 ]]; then
+      parts=$(python3 - "$results" "$id" "$only" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])).get(sys.argv[2])
+want = sys.argv[3].split(",") if sys.argv[3] else ["stock", "fitted", "llama"]
+if d is None:
+    print(",".join(want))
+elif "not_run" in d:
+    print("")
+else:
+    print(",".join(p for p in want if p not in d or "llama-bench missing" in str(d[p].get("error", ""))))
+PY
+)
+      [[ -n $parts ]] || { echo "== $id: stored in $results (--force to rerun)" >&2; continue; }
+    elif [[ -n $only ]]; then parts=$only; fi
+    run_row "$id" "$preset" "$mem" "$mbps" "$as" "$fitmem" "$kind" "$ref" "$refwhere" "$parts"
   done <<<"$rows_table"
 fi
 
@@ -247,7 +281,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 order = [l.split("|")[0] for l in sys.argv[2].strip().splitlines()]
 f = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"
-print("| row | device limits | reference tok/s (write-up's model, device) | smolrun stock tok/s | smolrun fitted tok/s | llama.cpp b11434 stock tok/s | resident MB (fitted) | flash MB/token (fitted) | flash limit tok/s (share reached) | experts/layer in RAM (fitted) | peak RSS MB stock / fitted | weights |")
+print("| row | device limits (smoldevice) | reference tok/s (write-up's model and device) | smolrun stock tok/s | smolrun fitted tok/s | llama.cpp b11434 stock tok/s | resident MB (fitted, plan) | flash MB/token (fitted) | flash limit tok/s (share reached) | experts/layer in RAM fitted (stock) | peak RSS MB stock / fitted | weights |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for rid in order:
     r = d.get(rid)
@@ -256,16 +290,20 @@ for rid in order:
     if "not_run" in r:
         print(f"| {rid} | — | {r['ref']:g} ({r['ref_where']}) | {r['not_run']} | | | | | | | | — |")
         continue
-    lim = f"--mem {r['mem']}, {r['read_mbps']:g} MB/s" + (f", {r['address_space']} address space" if r.get("address_space") else "")
+    lim = f"{r['preset']}: {r['mem']}, {r['read_mbps']:g} MB/s" + (f", {r['address_space']} address space" if r.get("address_space") else "")
     def tok(run):
         if "tg_tok_s" in run:
-            return f(run["tg_tok_s"])
+            return f(run["tg_tok_s"]) + (f" (tg{run['n_gen']})" if "n_gen" in run else "")
         return run.get("error", "—")
     s, t, l = r["stock"], r["fitted"], r["llama"]
-    ltxt = tok(l)
-    share = f"{f(t.get('flash_limit_tok_s'))} ({t['limit_share'] * 100:.0f} %)" if t.get("limit_share") else "—"
+    if t.get("limit_share"):
+        share = f"{f(t.get('flash_limit_tok_s'))} ({t['limit_share'] * 100:.0f} %)"
+    elif "tg_tok_s" in t:
+        share = "none: no flash read"
+    else:
+        share = "—"
     slots = t.get("moe_slots_per_layer")
-    slots = "—" if slots is None else f"{slots:g}" + (f" (stock {s['moe_slots_per_layer']:g})" if s.get("moe_slots_per_layer") is not None else "")
+    slots = "—" if slots is None else f"{slots:g}" + (f" ({s['moe_slots_per_layer']:g})" if s.get("moe_slots_per_layer") is not None else "")
     rss = f"{f(s.get('peak_rss_mb'), 0)} / {f(t.get('peak_rss_mb'), 0)}"
-    print(f"| {rid} | {r['preset']}: {lim} | {r['ref']:g} ({r['ref_where']}) | {tok(s)} | {tok(t)} | {ltxt} | {f(t.get('resident_mb'), 0)} | {f(t.get('flash_mb_per_token'), 1)} | {share} | {slots} | {rss} | synthetic (shaped) |")
+    print(f"| {rid} | {lim} | {r['ref']:g} ({r['ref_where']}) | {tok(s)} | {tok(t)} | {tok(l)} | {f(t.get('resident_mb'), 0)} | {f(t.get('flash_mb_per_token'), 1)} | {share} | {slots} | {rss} | synthetic (shaped) |")
 PY
