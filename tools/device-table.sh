@@ -17,8 +17,8 @@
 # Environment: SMOLRUN (the smolrun binary; default target/release/smolrun or the one on PATH),
 # SMOLDEVICE (default /work/shared/tools/smoldevice or the one on PATH), SMOLRUN_ORACLE (llama.cpp
 # b11434 from tools/oracle/build.sh), LLAMA_TIMEOUT (seconds for one llama-bench run, default 240),
-# DT_GEN / DT_PROMPT (decode and prompt tokens, default 16 and 16), DT_CTX (fit and bench context,
-# default 1024: the iPad write-up's context).
+# DT_GEN / DT_PROMPT (decode and prompt tokens, default 16 and 16), DT_CTX (fit's context, default
+# 1024: the iPad write-up's), DT_REFIT=1 (fit again though the fitted file exists).
 #
 # Every speed here is measured on whatever machine runs the script (x86-64 standing in for an ARM
 # board: its compute is not the device's, only RAM and flash are), and every file has synthetic
@@ -85,7 +85,13 @@ make_file() {
       out=$models/bonsai8b-shaped-q1_0.gguf
       [[ -f $out ]] || python3 "$root/tools/oracle/bonsai_shaped.py" --out "$out" >&2;;
     qwen35-2b)
-      echo "!not run: Qwen3.5's 248,320-token vocabulary is not on this machine (only llama.cpp's 151,936-token test vocabulary) and no tool writes a 2B qwen35 shape"; return;;
+      # Qwen3.5-2B's shape with its 248,320 rows of vocabulary (synth_model.py qwen35-2b: the
+      # qwen35 test vocabulary padded), every matrix requantized to Q4_K as the write-up's file
+      out=$models/qwen35-2b-shaped-q4_k.gguf
+      if [[ ! -f $out ]]; then
+        [[ -f $models/synthetic-qwen35-2b.gguf ]] || python3 "$root/tools/oracle/synth_model.py" qwen35-2b --out "$models" >&2
+        "$smolrun" gguf requant -m "$models/synthetic-qwen35-2b.gguf" --type Q4_K -o "$out" >&2
+      fi;;
     qwen35-9b)
       echo "!not run: no tool writes a 9B qwen35 shape with its MTP layer (synth_model.py's qwen35-0.8b is the largest; a 9B in its float path would take hours here)"; return;;
     *) echo "!unknown shape $kind"; return;;
@@ -131,7 +137,7 @@ PY
   # the head's rows from the corpus counts and the tokenizer alone: the predictions of random
   # weights say nothing, and 4096 positions of an 8B take most of an hour here
   local fitonly=(--model-positions 0)
-  if [[ ! -f $fitted || ($force == 1 && $parts == *fitted*) ]]; then
+  if [[ ! -f $fitted || ${DT_REFIT:-0} == 1 ]]; then
     "$smolrun" fit "$stock" -o "$fitted" "${fitargs[@]}" "${fitonly[@]}" >"$logdir/fit.log" 2>&1 || { cat "$logdir/fit.log" >&2; echo "device-table: fit failed" >&2; }
   fi
   "$smolrun" plan "$fitted" "${fitargs[@]}" >"$logdir/plan-fitted.log" 2>&1 || true
@@ -154,7 +160,7 @@ PY
     # default): the file is paged from flash as the cgroup's RAM allows
     under_device "$logdir/llama" "$mem" "$mbps" "$as" timeout -s KILL "$llama_timeout" \
       env LD_LIBRARY_PATH="$oracle/build/bin" "$llama_bench" -m "$stock" -p 0 -n 4 -r 1 -t 2 \
-      --no-warmup -o json || true
+      --no-warmup --repack 0 -o json || true
   else
     echo "llama-bench missing: tools/oracle/build.sh" >"$logdir/llama.err"; : >"$logdir/llama.out"
   fi
@@ -202,7 +208,7 @@ def smolrun_run(tag):
         r["error"] = why_failed(out, err, dev)
         return r
     mb_tok = (j.get("stream_mb_per_token") or 0) + (j.get("moe_read_mb_per_token") or 0)
-    r.update(tg_tok_s=j["tg_tok_s"], pp_tok_s=j.get("pp_tok_s"), peak_rss_mb=j.get("peak_rss_mb"),
+    r.update(tg_tok_s=j["tg_tok_s"], n_gen=j.get("n_gen"), pp_tok_s=j.get("pp_tok_s"), peak_rss_mb=j.get("peak_rss_mb"),
              resident_mb=j.get("resident_mb") or plan_resident(tag), flash_mb_per_token=mb_tok,
              moe_slots_per_layer=j.get("moe_slots_per_layer"), moe_miss_rate=j.get("moe_miss_rate"),
              moe_pool_mb=j.get("moe_pool_mb"), json=j)
@@ -267,7 +273,7 @@ if d is None:
 elif "not_run" in d:
     print("")
 else:
-    print(",".join(p for p in want if p not in d or "llama-bench missing" in str(d[p].get("error", ""))))
+    print(",".join(p for p in want if p not in d or d[p].get("error") == "not run" or "llama-bench missing" in str(d[p].get("error", ""))))
 PY
 )
       [[ -n $parts ]] || { echo "== $id: stored in $results (--force to rerun)" >&2; continue; }
@@ -281,27 +287,30 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 order = [l.split("|")[0] for l in sys.argv[2].strip().splitlines()]
 f = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"
-print("| row | device limits (smoldevice) | reference tok/s (write-up's model and device) | smolrun stock tok/s | smolrun fitted tok/s | llama.cpp b11434 stock tok/s | resident MB (fitted, plan) | flash MB/token (fitted) | flash limit tok/s (share reached) | experts/layer in RAM fitted (stock) | peak RSS MB stock / fitted | weights |")
+print("| row | device limits (smoldevice) | reference tok/s (write-up's model and device) | smolrun stock tok/s | smolrun fitted tok/s | llama.cpp b11434 stock tok/s | resident MB (fitted, plan) | flash MB/token (fitted) | flash limit tok/s at the throttle's MB/s (share reached) | experts/layer in RAM fitted (stock) | peak RSS MB stock / fitted | weights |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for rid in order:
     r = d.get(rid)
     if r is None:
         continue
     if "not_run" in r:
-        print(f"| {rid} | — | {r['ref']:g} ({r['ref_where']}) | {r['not_run']} | | | | | | | | — |")
+        print(f"| {rid} | — | {r['ref']:g} ({r['ref_where']}) | {r['not_run']} | — | — | — | — | — | — | — | — |")
         continue
     lim = f"{r['preset']}: {r['mem']}, {r['read_mbps']:g} MB/s" + (f", {r['address_space']} address space" if r.get("address_space") else "")
     def tok(run):
         if "tg_tok_s" in run:
-            return f(run["tg_tok_s"]) + (f" (tg{run['n_gen']})" if "n_gen" in run else "")
+            n = run.get("n_gen") or run.get("json", {}).get("n_gen")
+            return f(run["tg_tok_s"]) + (f" (tg{n})" if n else "")
         return run.get("error", "—")
     s, t, l = r["stock"], r["fitted"], r["llama"]
     if t.get("limit_share"):
         share = f"{f(t.get('flash_limit_tok_s'))} ({t['limit_share'] * 100:.0f} %)"
     elif "tg_tok_s" in t:
-        share = "none: no flash read"
+        share = "none: resident"
     else:
         share = "—"
+    if s.get("limit_share"):
+        share += f"; stock {f(s.get('flash_limit_tok_s'))} ({s['limit_share'] * 100:.0f} %)"
     slots = t.get("moe_slots_per_layer")
     slots = "—" if slots is None else f"{slots:g}" + (f" ({s['moe_slots_per_layer']:g})" if s.get("moe_slots_per_layer") is not None else "")
     rss = f"{f(s.get('peak_rss_mb'), 0)} / {f(t.get('peak_rss_mb'), 0)}"
