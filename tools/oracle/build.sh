@@ -87,6 +87,14 @@ if built; then
 fi
 
 echo "oracle/build: building llama.cpp $version in $build (about 15 min on 2 cores; log $log)"
+# A fresh machine may have no cmake (seen: a new session's machine had none, and the build
+# failed with "cmake: command not found"); Debian's package is enough.
+if ! command -v cmake >/dev/null; then
+  echo "oracle/build: installing cmake (apt-get)"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq cmake >/dev/null \
+    || { echo "oracle/build: cmake is missing and apt-get could not install it" >&2; exit 1; }
+fi
 set +e
 {
   if [[ ! -f $build/CMakeCache.txt ]]; then
