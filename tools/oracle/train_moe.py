@@ -28,7 +28,8 @@ plus the router z-loss (1e-3 x mean logsumexp^2) to keep router logits bounded.
 
 Training: AdamW (lr 2e-3, betas 0.9/0.95, weight decay 0.1 on matrices), 50 warm-up steps, cosine to
 10 % over --steps (500), batches of 8 x 256 tokens (random windows of the stream), gradient clip 1.0, one CPU thread, seeds fixed (torch 1234, data
-order from numpy PCG64 4321). The checkpoint (WORK/train_moe.pt) is saved, so `--export-only`
+order from numpy PCG64 4321); `--max-minutes M` stops early (the file measured in docs/moe.md:
+`--max-minutes 31`, stopped after 359 steps, 735K tokens, on a busy 2-core machine). The checkpoint (WORK/train_moe.pt) is saved, so `--export-only`
 rewrites the GGUF without training. At the end it prints the validation loss and the held-out Speckled
 Band's bits per byte in torch (chunks of 256 tokens, every token but each chunk's first scored), which
 smolrun's and llama.cpp's figures on the file should match.
@@ -37,10 +38,10 @@ Export: F16 for every matrix (token_embd, output, attention, experts), F32 for t
 norms. Default output ~/.cache/smolrun/models/trained-moe-e32k4.gguf.
 """
 import argparse
+import json
 import math
 import os
 import pathlib
-import sys
 import time
 
 import numpy as np
@@ -199,7 +200,6 @@ def model_classes():
 
 def export(model, tok, out):
     import gguf
-    import torch
     from gguf import GGMLQuantizationType as T
 
     c = CFG
@@ -209,7 +209,6 @@ def export(model, tok, out):
     for s, i in vocab.items():
         tokens[i] = s
     assert len(tokens) == c["n_vocab"] and None not in tokens
-    import json
     merges = json.loads(tok.to_str())["model"]["merges"]
     merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
     eot = vocab[EOT]
