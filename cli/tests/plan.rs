@@ -147,3 +147,28 @@ fn presets_and_profile_files() {
     assert_eq!(tiny["fits"], false, "{tiny}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A paged mixture of experts: the plan says the cache bias is off (fit sets none) and points to
+/// its measured trade-off; a dense model's plan has no such line.
+#[test]
+fn paged_moe_plan_states_the_cache_bias() {
+    let moe = smolrun_tests::model_path("synthetic-qwen3moe");
+    let text = |model: &std::path::Path, extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_smolrun"))
+            .args(["plan", model.to_str().unwrap(), "--device", "tv-box"])
+            .args(extra)
+            .output()
+            .expect("run smolrun");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = text(&moe, &["--moe-pool", "4"]);
+    assert!(out.contains("expert pools: 4 of 8"), "{out}");
+    assert!(
+        out.contains("cache bias: off (fit sets none")
+            && out.contains("A trained mixture of experts"),
+        "{out}"
+    );
+    let dense = text(&smolrun_tests::model_path("synthetic-qwen3"), &[]);
+    assert!(!dense.contains("cache bias"), "{dense}");
+}
