@@ -24,7 +24,7 @@ import gguf
 from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synth_model import VOCAB_SOURCE, read_tokenizer  # noqa: E402
+from synth_model import VOCAB_SOURCE, read_tokenizer, write_tokenizer  # noqa: E402
 
 Q1_0_BYTES, Q1_0_ELEMS = 18, 128  # d f16, qs[16]: x = +d where the bit is set, else -d
 Q1_0 = T.Q1_0 if hasattr(T, "Q1_0") else 41  # ggml's GGML_TYPE_Q1_0 (b11434)
@@ -105,15 +105,7 @@ def main():
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(n_vocab)
     w.add_uint32("general.file_type", 27)  # GGML_FTYPE_MOSTLY_Q1_0 (b11434)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tok["tokens"])
-    w.add_token_types(tok["token_type"])
-    w.add_token_merges(tok["merges"])
-    w.add_bos_token_id(tok["bos"])
-    w.add_eos_token_id(tok["eos"])
-    w.add_pad_token_id(tok["pad"])
-    w.add_add_bos_token(False)
+    write_tokenizer(w, tok, "qwen2", False)
     for name, qtype, dims, _ in tensors:
         w.add_tensor_info(name, list(reversed(dims)), np.dtype(np.float32), nbytes(qtype, dims), raw_dtype=qtype)
     w.write_header_to_file()

@@ -55,7 +55,7 @@ import gguf
 from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synth_model import VOCAB_SOURCE, read_tokenizer  # noqa: E402
+from synth_model import VOCAB_SOURCE, read_tokenizer, write_tokenizer  # noqa: E402
 
 EXPERT_DATA_OFFSET_KEY = "smolrun.expert_data_offset"
 
@@ -303,15 +303,7 @@ def main():
     w.add_expert_weights_scale(2.5)
     w.add_expert_weights_norm(True)
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tok["tokens"])
-    w.add_token_types(tok["token_type"])
-    w.add_token_merges(tok["merges"])
-    w.add_bos_token_id(tok["bos"])
-    w.add_eos_token_id(tok["eos"])
-    w.add_pad_token_id(tok["pad"])
-    w.add_add_bos_token(False)
+    write_tokenizer(w, tok, "qwen2", False)
     # The true value is patched in once the layout is known (a u64: its value moves nothing).
     offset_placeholder = 0xFFFF_FFFF_FFFF_FFFF
     if args.experts_last:

@@ -385,6 +385,20 @@ def read_kv(path, wanted):
     return {k: found[k] for k in wanted}
 
 
+def write_tokenizer(w, tok, pre, add_bos):
+    """A byte-level BPE tokenizer's fields (read_tokenizer's) into GGUFWriter `w`, in the order
+    every writer here uses (the files' bytes depend on it)."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tok["tokens"])
+    w.add_token_types(tok["token_type"])
+    w.add_token_merges(tok["merges"])
+    w.add_bos_token_id(tok["bos"])
+    w.add_eos_token_id(tok["eos"])
+    w.add_pad_token_id(tok["pad"])
+    w.add_add_bos_token(add_bos)
+
+
 def read_tokenizer(path):
     """The tokenizer fields of a real GGUF: tokens, token types, merges, special ids."""
     keys = dict(tokens="tokenizer.ggml.tokens", token_type="tokenizer.ggml.token_type",
@@ -519,15 +533,7 @@ def build(name, tok, out_path):
         for key, value, vtype, sub in tok["fields"]:
             w.add_key_value(key, value, vtype, sub)
     else:
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(cfg["pre"])
-        w.add_token_list(tok["tokens"])
-        w.add_token_types(tok["token_type"])
-        w.add_token_merges(tok["merges"])
-        w.add_bos_token_id(tok["bos"])
-        w.add_eos_token_id(tok["eos"])
-        w.add_pad_token_id(tok["pad"])
-        w.add_add_bos_token(cfg["add_bos"])
+        write_tokenizer(w, tok, cfg["pre"], cfg["add_bos"])
 
     def tensor(name, kind, data):
         packed, qtype = quantize(data, types.get(kind, T.F32))
