@@ -224,13 +224,15 @@ pub struct MemoryArgs {
     pub state_f16: bool,
     /// What the KV cache stores for keys: f16, or q8_0 (34 bytes per 32 values: 47% less
     /// cache, the query quantized to q8_0 for the dots, as llama.cpp's -ctk q8_0). -ctk too.
+    /// [default: f16, or a fitted file's run profile's type when neither -ctk nor -ctv is given]
     #[arg(long = "cache-type-k", visible_alias = "ctk", value_name = "TYPE",
-          value_parser = parse_kv_type, default_value = "f16")]
-    pub cache_type_k: KvCacheType,
+          value_parser = parse_kv_type)]
+    pub cache_type_k: Option<KvCacheType>,
     /// What the KV cache stores for values: f16 or q8_0 (the same type as the keys'). -ctv too.
+    /// [default: as -ctk's]
     #[arg(long = "cache-type-v", visible_alias = "ctv", value_name = "TYPE",
-          value_parser = parse_kv_type, default_value = "f16")]
-    pub cache_type_v: KvCacheType,
+          value_parser = parse_kv_type)]
+    pub cache_type_v: Option<KvCacheType>,
     /// Decoding's attention skip threshold: once every key's score is known, keys whose
     /// softmax weight is below EPS times the largest get no exponential and their values are
     /// not read (faster at long context, at a small cost; e.g. 1e-4). 0 or off: exact.
@@ -279,8 +281,8 @@ impl Default for MemoryArgs {
             moe_warm: None,
             moe_policy: MoePolicyFlag::Decay,
             state_f16: false,
-            cache_type_k: KvCacheType::F16,
-            cache_type_v: KvCacheType::F16,
+            cache_type_k: None,
+            cache_type_v: None,
             attn_skip_eps: 0.0,
         }
     }

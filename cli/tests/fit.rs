@@ -2,16 +2,21 @@
 //! (and -inf on the dropped ones) where it changed no tensor's type, for every architecture
 //! smolrun runs, tied heads (Gemma 3, Qwen2.5 0.5B) and untied; its experts, requantized, equal
 //! `gguf requant`'s of the same tensors; the experts are written last and the run profile reads
-//! back; `--plan` writes nothing; what it cannot do is refused before anything is written.
+//! back; `--plan` writes nothing; what it cannot do is refused before anything is written; a
+//! mixture of experts whose experts are paged gets a q8_0 KV cache in its profile, one that
+//! fits gets none.
 
 mod common;
 
-use common::{expect_failure, model, scratch, smolrun};
+use common::{
+    expect_failure, model, require_python_with_gguf, scratch, smolrun, write_ling_shaped,
+};
 use smolrun_core::gguf::{expert_data_offset, Gguf};
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{Model, ResidentStore, State};
 use smolrun_core::platform::SingleThread;
-use smolrun_engine::profile::RunProfile;
+use smolrun_engine::options::KvCacheType;
+use smolrun_engine::profile::{self, RunProfile};
 use smolrun_linux::MappedFile;
 use std::path::Path;
 
@@ -129,6 +134,8 @@ fn a_fitted_file_gives_the_stock_logits_on_the_kept_rows_for_every_architecture(
         }
         let profile = RunProfile::of(&g);
         assert!(profile.ctx.is_some(), "{file}: {profile:?}");
+        // Everything fits in 8 GB: the stock file's f16 cache, no cache type written.
+        assert_eq!(profile.cache_type, None, "{file}: {profile:?}");
         let _ = std::fs::remove_file(&out);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -234,5 +241,118 @@ fn fit_plan_writes_nothing_and_bad_requests_are_refused() {
     };
     assert_eq!(plan_ctx(&[]), 512);
     assert_eq!(plan_ctx(&["-c", "1024"]), 1024);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Ling-shaped mixture of experts (3 layers, 2 of them 128 experts of 256x2048, 133 MB of
+/// experts in a 184 MB file) fitted for 150 MB: its experts are paged, so the fitted file gets
+/// a q8_0 KV cache in its profile (and its pool is planned with it), which plan and bench use
+/// unless told `-ctk f16 -ctv f16`; fitted for 8 GB (every expert in RAM), no cache type.
+#[test]
+fn a_fitted_moe_whose_experts_are_paged_gets_a_q8_0_kv_cache() {
+    require_python_with_gguf();
+    let dir = scratch("fit-kv-q8");
+    let stock = dir.join("ling.gguf");
+    write_ling_shaped(
+        &stock,
+        &[
+            "--layers",
+            "3",
+            "--experts",
+            "128",
+            "--experts-used",
+            "4",
+            "--groups",
+            "4",
+            "--groups-used",
+            "2",
+            "--n-embd",
+            "256",
+            "--head-dim",
+            "64",
+            "--expert-ff",
+            "2048",
+            "--dense-ff",
+            "512",
+            "--experts-last",
+        ],
+    );
+    let out = dir.join("fitted.gguf");
+    let fit_for = |mem: &str| {
+        let o = smolrun()
+            .args(["fit", stock.to_str().unwrap(), "-o", out.to_str().unwrap()])
+            .args(["--mem", mem, "--flash-mbps", "278", "-c", "256"])
+            .args(["--model-positions", "0", "--experts-type", "keep"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "fit --mem {mem}: {}",
+            common::stderr(&o)
+        );
+        let text = common::stdout(&o);
+        let f = MappedFile::open(&out).unwrap();
+        let g = Gguf::parse(f.bytes()).unwrap();
+        (
+            text,
+            RunProfile::of(&g),
+            g.get(profile::CACHE_TYPE_KEY).is_some(),
+        )
+    };
+
+    let (text, p, _) = fit_for("150M");
+    assert!(
+        text.contains("kv cache type") && text.contains("KV cache q8_0"),
+        "{text}"
+    );
+    assert_eq!(p.cache_type, Some(KvCacheType::Q8_0), "{p:?}");
+    let pool = p.moe_pool.expect("a paged fit has a pool");
+    assert!(pool < 128, "{p:?}");
+    let plan = |extra: &[&str]| {
+        let o = smolrun()
+            .args(["plan", out.to_str().unwrap(), "--mem", "150M"])
+            .args(["--flash-mbps", "278", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(common::stdout(&o).trim()).unwrap();
+        v
+    };
+    let q8 = plan(&[]);
+    assert_eq!(q8["kv_cache_type"], "q8_0", "{q8}");
+    assert_eq!(q8["weights"], "paged", "{q8}");
+    assert_eq!(
+        q8["moe_slots_per_layer"].as_u64(),
+        Some(pool as u64),
+        "{q8}"
+    );
+    assert!(q8["fits"].as_bool().unwrap(), "{q8}");
+    let f16 = plan(&["-ctk", "f16", "-ctv", "f16"]);
+    assert_eq!(f16["kv_cache_type"], "f16", "{f16}");
+    // -ctk alone: values unset are f16 too; the profile stays out.
+    assert_eq!(plan(&["-ctk", "f16"])["kv_cache_type"], "f16");
+    // The run itself: bench's engine takes the profile's type unless told otherwise.
+    let bench = |extra: &[&str]| {
+        let o = smolrun()
+            .args(["bench", "-m", out.to_str().unwrap()])
+            .args(["-p", "4", "-n", "2", "-r", "1", "-t", "1", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", common::stderr(&o));
+        let line = common::stdout(&o);
+        let last = line.lines().last().unwrap_or_default().to_string();
+        let v: serde_json::Value = serde_json::from_str(&last).unwrap();
+        v["kv_cache_type"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(bench(&[]), "q8_0");
+    assert_eq!(bench(&["-ctk", "f16", "-ctv", "f16"]), "f16");
+
+    // Every expert in RAM: no cache type written.
+    let (text, p, written) = fit_for("8G");
+    assert_eq!(p.cache_type, None, "{p:?}\n{text}");
+    assert!(!written, "{text}");
+    assert!(!text.contains("KV cache q8_0"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

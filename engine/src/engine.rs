@@ -315,8 +315,12 @@ impl Engine {
             file,
             n_ctx,
             moe,
+            kv_type,
         } = file::open(model, options)?;
         phase("open", t);
+        // The KV cache's type the file was placed with (a fitted file's profile may set it):
+        // the memory check, the model and the engine's options all use it.
+        let options = &options.with_kv_type(kv_type);
         let file = Box::new(file);
         // SAFETY: see `detach`; `file` moves into the engine below, after the fields that
         // borrow it.

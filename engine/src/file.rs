@@ -5,7 +5,7 @@
 
 use crate::memory_guard;
 use crate::moe::{self, PagerSettings};
-use crate::options::{EngineOptions, Events, WeightsMode, DEFAULT_CTX};
+use crate::options::{EngineOptions, Events, KvCacheType, WeightsMode, DEFAULT_CTX};
 use crate::EngineError;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::tensor_use::head_is_embedding;
@@ -72,6 +72,9 @@ pub struct OpenedFile {
     pub n_ctx: usize,
     /// `--experts`, and the cache bias and prefetch when the experts are paged.
     pub moe: MoeOptions,
+    /// The KV cache's type the run was planned with (the caller's, or the file's run
+    /// profile's when the caller set none).
+    pub kv_type: KvCacheType,
 }
 
 /// Whether a stream plan for `budget` can hold its zones (from the header alone), with reads
@@ -236,6 +239,8 @@ pub fn context_length(
 pub struct Placement {
     /// The context the run is planned for.
     pub n_ctx: usize,
+    /// The KV cache's type the run is planned for (the caller's, or the run profile's).
+    pub kv_type: KvCacheType,
     /// The whole file is mapped (the resident store, or a paged MoE's whole file).
     pub map: bool,
     /// Streamed: the budget of the resident set and zones (`None`: not streamed).
@@ -404,6 +409,7 @@ fn place_with(
     };
     Ok(Placement {
         n_ctx: ctx,
+        kv_type: options.kv_type()?,
         map: pager.is_some() || (map && stream.is_none()),
         stream,
         pager,
@@ -458,6 +464,7 @@ pub fn open(model: &str, options: &EngineOptions) -> Result<OpenedFile, EngineEr
     };
     let Placement {
         n_ctx,
+        kv_type,
         map,
         stream,
         pager,
@@ -486,6 +493,7 @@ pub fn open(model: &str, options: &EngineOptions) -> Result<OpenedFile, EngineEr
         file,
         n_ctx,
         moe,
+        kv_type,
     })
 }
 

@@ -395,7 +395,9 @@ pub(crate) fn open_draft_model(
         file,
         n_ctx,
         moe,
+        kv_type,
     } = file::open(model, &draft_options)?;
+    let draft_options = draft_options.with_kv_type(kv_type);
     let file = Box::new(file);
     // SAFETY: see `detach`; `file` moves into the `OwnedModel` after the fields that borrow it.
     let bytes_owner = unsafe { detach(&file) };

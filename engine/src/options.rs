@@ -39,10 +39,11 @@ pub struct EngineOptions {
     /// Recurrent models (Qwen3.5): the delta-rule state as f16 instead of f32.
     pub state_f16: bool,
     /// What the KV cache stores, keys and values (`--cache-type-k` / `--cache-type-v`, like
-    /// llama.cpp's `-ctk` / `-ctv`): f16 (the default) or q8_0. The two must be the same type
-    /// (one attention kernel per pair); [`EngineOptions::kv_type`] checks.
-    pub cache_type_k: KvCacheType,
-    pub cache_type_v: KvCacheType,
+    /// llama.cpp's `-ctk` / `-ctv`): f16 or q8_0; `None`: unset, f16 unless a fitted file's
+    /// run profile says otherwise (`RunProfile::apply`). The two must be the same type (one
+    /// attention kernel per pair); [`EngineOptions::kv_type`] checks.
+    pub cache_type_k: Option<KvCacheType>,
+    pub cache_type_v: Option<KvCacheType>,
     /// Decoding's attention skip threshold (`--attn-skip-eps`): keys whose softmax weight is
     /// below eps times the largest are left out. 0: exact attention (the default).
     pub attn_skip_eps: f32,
@@ -71,8 +72,8 @@ impl Default for EngineOptions {
             memory: MemoryOptions::default(),
             pager: PagerOptions::default(),
             state_f16: false,
-            cache_type_k: KvCacheType::F16,
-            cache_type_v: KvCacheType::F16,
+            cache_type_k: None,
+            cache_type_v: None,
             attn_skip_eps: 0.0,
             draft: DraftOptions::default(),
             kernels: KernelChoice::Best,
@@ -87,17 +88,19 @@ impl Default for EngineOptions {
 }
 
 impl EngineOptions {
-    /// The KV cache's type: `cache_type_k`, refused when `cache_type_v` differs or the skip
-    /// threshold is not a number in [0, 1).
+    /// The KV cache's type: `cache_type_k` (f16 when unset), refused when `cache_type_v`
+    /// (f16 when unset) differs or the skip threshold is not a number in [0, 1).
     pub fn kv_type(&self) -> Result<KvCacheType, EngineError> {
-        if self.cache_type_k != self.cache_type_v {
+        let k = self.cache_type_k.unwrap_or_default();
+        let v = self.cache_type_v.unwrap_or_default();
+        if k != v {
             return Err(EngineError::option(
                 "cache_type",
                 format!(
                     "--cache-type-k {} with --cache-type-v {}: smolrun keeps keys and values in \
                      one type; give both f16 or both q8_0",
-                    self.cache_type_k.name(),
-                    self.cache_type_v.name()
+                    k.name(),
+                    v.name()
                 ),
             ));
         }
@@ -111,7 +114,17 @@ impl EngineOptions {
                 ),
             ));
         }
-        Ok(self.cache_type_k)
+        Ok(k)
+    }
+
+    /// These options with the KV cache's type set (keys and values): what a run planned with
+    /// `kv` (a fitted file's profile's type, say) runs with.
+    pub fn with_kv_type(&self, kv: KvCacheType) -> EngineOptions {
+        EngineOptions {
+            cache_type_k: Some(kv),
+            cache_type_v: Some(kv),
+            ..self.clone()
+        }
     }
 
     /// MTP drafting may run (`Mtp`, or `Auto` when streamed): a streamed model keeps its MTP
@@ -426,10 +439,14 @@ mod tests {
     fn kv_type_refuses_mixed_types_and_bad_thresholds() {
         let mut o = EngineOptions::default();
         assert_eq!(o.kv_type().unwrap(), KvCacheType::F16);
-        o.cache_type_k = KvCacheType::Q8_0;
+        o.cache_type_k = Some(KvCacheType::Q8_0);
         let e = o.kv_type().unwrap_err().to_string();
         assert!(e.contains("both f16 or both q8_0"), "{e}");
-        o.cache_type_v = KvCacheType::Q8_0;
+        // Unset is f16: an explicit f16 beside it is the same type.
+        o.cache_type_k = Some(KvCacheType::F16);
+        assert_eq!(o.kv_type().unwrap(), KvCacheType::F16);
+        o.cache_type_k = Some(KvCacheType::Q8_0);
+        o.cache_type_v = Some(KvCacheType::Q8_0);
         assert_eq!(o.kv_type().unwrap(), KvCacheType::Q8_0);
         o.attn_skip_eps = 1.5;
         let e = o.kv_type().unwrap_err().to_string();

@@ -11,7 +11,7 @@
 use crate::file::{self, weight_keys_from_header, Placement};
 use crate::memory_guard;
 use crate::moe::ExpertLayout;
-use crate::options::{EngineOptions, MemoryOptions};
+use crate::options::{EngineOptions, KvCacheType, MemoryOptions};
 use crate::EngineError;
 use smolrun_core::gguf::Gguf;
 use smolrun_core::model::{FfnShape, HParams, MemoryPlan, StreamPlan, TensorTable};
@@ -172,6 +172,8 @@ pub struct DevicePlan {
     /// The weights mode `--weights auto` picks: resident, stream, paged or pread.
     pub weights: &'static str,
     pub n_ctx: usize,
+    /// The KV cache's type (the options', or the fitted file's run profile's).
+    pub kv_type: KvCacheType,
     /// Bytes of weights held in RAM while running (mapped and read every token, the resident
     /// set of a streamed run, or the mapped non-experts and the pools).
     pub resident_bytes: u64,
@@ -205,6 +207,8 @@ pub fn plan(
     // Direct reads on eMMC and SD cards are 4 KiB aligned.
     let align = 4096;
     let placement = file::place(path, gguf, file_len, align, &options)?;
+    // The KV cache's type the file was placed with (a fitted file's profile may set it).
+    let options = options.with_kv_type(placement.kv_type);
     let hp = HParams::from_gguf(gguf)
         .map_err(|e| EngineError::bad_file(path, format!("{}: {e}", path.display())))?
         .with_state_f16(options.state_f16)
@@ -292,6 +296,7 @@ pub fn plan(
     Ok(DevicePlan {
         weights: placement.mode(),
         n_ctx,
+        kv_type: placement.kv_type,
         resident_bytes: resident,
         zone_bytes: zones,
         pools,

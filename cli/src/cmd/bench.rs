@@ -212,6 +212,7 @@ pub fn run(args: Args, globals: &Globals) -> Result<(), String> {
                 "tg_tok_s": tg_tok_s,
                 "peak_rss_mb": peak_rss_mb,
                 "kernels": kernels,
+                "kv_cache_type": engine.options().kv_type().map_or("?", |t| t.name()),
         });
         if let Some(d) = &drafting {
             out["draft"] = d.clone().into();

@@ -13,8 +13,10 @@
 //!              requantized to `--experts-type` (Q2_K by default; `keep` leaves them) where
 //!              that is fewer bytes, and every expert tensor is written last
 //!              (`smolrun.expert_data_offset`: a device maps the non-expert prefix alone)
-//!   profile    `smolrun.profile.*`: the device, the fitted plan's pool and context, taken by
-//!              run, chat, serve, bench and plan as defaults (engine/src/profile.rs)
+//!   profile    `smolrun.profile.*`: the device, the fitted plan's pool and context, and a q8_0
+//!              KV cache where memory buys speed (experts paged, weights streamed: the fitted
+//!              file is planned with it, so its pool holds what the smaller cache leaves),
+//!              taken by run, chat, serve, bench and plan as defaults (engine/src/profile.rs)
 //! the fitted file's plan, from its header before a byte of tensor data is written
 //! ```
 //! Every other tensor and metadata entry is copied unchanged. The output is written to
@@ -29,6 +31,7 @@ use smolrun_core::gguf::{
 };
 use smolrun_core::model::head::KEPT_IDS_KEY;
 use smolrun_core::quant::{self, GgmlType};
+use smolrun_engine::options::KvCacheType;
 use smolrun_engine::plan::{self, Device, DevicePlan};
 use smolrun_engine::profile::{self, RunProfile};
 use smolrun_engine::EngineOptions;
@@ -160,12 +163,25 @@ pub fn run(args: Args, globals: &crate::args::Globals) -> Result<(), String> {
     let header = layout.writer.header();
     let fitted_g = Gguf::parse_header(&header, layout.file_len())
         .map_err(|e| format!("the fitted header does not parse: {e}; please report this"))?;
-    let fitted = plan::plan(&args.out, &fitted_g, layout.file_len(), &device, &base)?;
+    let mut fitted = plan::plan(&args.out, &fitted_g, layout.file_len(), &device, &base)?;
+    // Where memory buys speed, the fitted file runs with a q8_0 KV cache, and is planned
+    // with it: its pool holds what the smaller cache leaves.
+    let cache_type = kv_cache_type(&fitted);
+    if let Some(kv) = cache_type {
+        fitted = plan::plan(
+            &args.out,
+            &fitted_g,
+            layout.file_len(),
+            &device,
+            &base.with_kv_type(kv),
+        )?;
+    }
     decision.profile = RunProfile {
         device: Some(device.name.clone()),
         moe_pool: fitted.pools.as_ref().map(|p| p.slots_per_layer),
         ctx: Some(fitted.n_ctx),
         threads: Some(device.threads),
+        cache_type,
     };
     drop(fitted_g);
     print_side_by_side(&label, &g, file_len, &device, &stock, &fitted, &decision);
@@ -224,6 +240,18 @@ fn default_experts_type(stock: &DevicePlan) -> Option<GgmlType> {
         None => stock.weights == "resident",
     };
     (!all_fit || stock.refusal.is_some()).then_some(GgmlType::Q2_K)
+}
+
+/// The KV cache's type of the fitted file's profile: q8_0 (half the f16 cache, as llama.cpp's
+/// `-ctk q8_0 -ctv q8_0`) when memory buys speed, i.e. when the (f16) fitted plan pages
+/// experts without a slot for each, streams its weights, or does not fit; `None` (f16)
+/// otherwise, so a file that fits keeps the stock file's exact cache.
+fn kv_cache_type(fitted: &DevicePlan) -> Option<KvCacheType> {
+    let memory_buys_speed = match fitted.pools.as_ref() {
+        Some(p) => p.slots_per_layer < p.n_expert,
+        None => fitted.weights == "stream",
+    };
+    (memory_buys_speed || fitted.refusal.is_some()).then_some(KvCacheType::Q8_0)
 }
 
 /// The kept head ids: from `--head-ids`, or chosen here for `--head-rows` (default: 65,536 for
@@ -306,6 +334,7 @@ fn layout_with(g: &Gguf, path: &Path, d: &Decision, expert_offset: u64) -> Resul
         profile::MOE_POOL_KEY,
         profile::CTX_KEY,
         profile::THREADS_KEY,
+        profile::CACHE_TYPE_KEY,
     ];
     for entry in g.metadata.iter().filter(|e| !ours.contains(&e.key)) {
         w.add(entry.key, MetaValue::from(entry.value))
@@ -324,6 +353,9 @@ fn layout_with(g: &Gguf, path: &Path, d: &Decision, expert_offset: u64) -> Resul
         .map_err(bad)?;
     w.add(profile::CTX_KEY, count(p.ctx)).map_err(bad)?;
     w.add(profile::THREADS_KEY, count(p.threads)).map_err(bad)?;
+    if let Some(kv) = p.cache_type {
+        w.add(profile::CACHE_TYPE_KEY, kv.name()).map_err(bad)?;
+    }
     if is_moe {
         w.add(EXPERT_DATA_OFFSET_KEY, expert_offset).map_err(bad)?;
     }
@@ -464,6 +496,12 @@ fn print_side_by_side(
         "resident MB",
         mb(stock.resident_bytes),
         mb(fitted.resident_bytes)
+    );
+    println!(
+        "  {:<28} {:>14} {:>14}",
+        "kv cache type",
+        stock.kv_type.name(),
+        fitted.kv_type.name()
     );
     if let (Some(a), Some(b)) = (&stock.pools, &fitted.pools) {
         println!(
@@ -607,6 +645,7 @@ mod tests {
         DevicePlan {
             weights,
             n_ctx: 4096,
+            kv_type: KvCacheType::F16,
             resident_bytes: 0,
             zone_bytes: 0,
             pools: pools.map(|(slots_per_layer, n_expert)| plan::PoolPlan {
@@ -640,5 +679,19 @@ mod tests {
         let mut refused = plan("resident", None);
         refused.refusal = Some("does not fit".into());
         assert_eq!(default_experts_type(&refused), q2);
+    }
+
+    /// A q8_0 KV cache where memory buys speed (experts paged short of a slot each, weights
+    /// streamed) or the fit needs it; f16 (none written) where everything is in RAM.
+    #[test]
+    fn kv_cache_is_q8_0_where_memory_buys_speed() {
+        let q8 = Some(KvCacheType::Q8_0);
+        assert_eq!(kv_cache_type(&plan("resident", None)), None);
+        assert_eq!(kv_cache_type(&plan("paged", Some((32, 32)))), None);
+        assert_eq!(kv_cache_type(&plan("paged", Some((31, 32)))), q8);
+        assert_eq!(kv_cache_type(&plan("stream", None)), q8);
+        let mut refused = plan("resident", None);
+        refused.refusal = Some("does not fit".into());
+        assert_eq!(kv_cache_type(&refused), q8);
     }
 }

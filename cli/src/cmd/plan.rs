@@ -63,14 +63,15 @@ pub struct Args {
     /// The recurrent state in f16 (Qwen3.5).
     #[arg(long = "state-f16")]
     state_f16: bool,
-    /// The KV cache's key type, f16 or q8_0 (as `run --cache-type-k`).
+    /// The KV cache's key type, f16 or q8_0 (as `run --cache-type-k`) [default: f16, or a
+    /// fitted file's run profile's type].
     #[arg(long = "cache-type-k", visible_alias = "ctk", value_name = "TYPE",
-          value_parser = crate::args::parse_kv_type, default_value = "f16")]
-    cache_type_k: smolrun_engine::options::KvCacheType,
+          value_parser = crate::args::parse_kv_type)]
+    cache_type_k: Option<smolrun_engine::options::KvCacheType>,
     /// The KV cache's value type (as `run --cache-type-v`).
     #[arg(long = "cache-type-v", visible_alias = "ctv", value_name = "TYPE",
-          value_parser = crate::args::parse_kv_type, default_value = "f16")]
-    cache_type_v: smolrun_engine::options::KvCacheType,
+          value_parser = crate::args::parse_kv_type)]
+    cache_type_v: Option<smolrun_engine::options::KvCacheType>,
     /// One JSON line (weights, resident_mb, flash_mb_per_token, flash_limit_tok_s, ...: the
     /// names and units `bench --json` reports).
     #[arg(long)]
@@ -273,6 +274,7 @@ pub fn json(label: &str, g: &Gguf, file_len: u64, d: &Device, p: &DevicePlan) ->
         "flash_mb_s": d.flash_mbps,
         "weights": p.weights,
         "n_ctx": p.n_ctx,
+        "kv_cache_type": p.kv_type.name(),
         "fits": p.refusal.is_none(),
         "resident_mb": mb(p.resident_bytes),
         "zone_mb": mb(p.zone_bytes),
@@ -330,8 +332,10 @@ pub fn print_plan(label: &str, g: &Gguf, file_len: u64, d: &Device, p: &DevicePl
         println!("  note: {n}");
     }
     println!(
-        "weights: {} (what --weights auto picks), context {} tokens",
-        p.weights, p.n_ctx
+        "weights: {} (what --weights auto picks), context {} tokens, KV cache {}",
+        p.weights,
+        p.n_ctx,
+        p.kv_type.name()
     );
     println!("memory by part:");
     for (part, bytes) in &p.parts {
