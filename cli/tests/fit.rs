@@ -8,9 +8,7 @@
 
 mod common;
 
-use common::{
-    expect_failure, model, require_python_with_gguf, scratch, smolrun, write_ling_shaped,
-};
+use common::{expect_failure, model, require_python_with_gguf, scratch, smolrun, write_small_ling};
 use smolrun_core::gguf::{expert_data_offset, Gguf};
 use smolrun_core::kernels::KernelSet;
 use smolrun_core::model::{Model, ResidentStore, State};
@@ -253,30 +251,7 @@ fn a_fitted_moe_whose_experts_are_paged_gets_a_q8_0_kv_cache() {
     require_python_with_gguf();
     let dir = scratch("fit-kv-q8");
     let stock = dir.join("ling.gguf");
-    write_ling_shaped(
-        &stock,
-        &[
-            "--layers",
-            "3",
-            "--experts",
-            "128",
-            "--experts-used",
-            "4",
-            "--groups",
-            "4",
-            "--groups-used",
-            "2",
-            "--n-embd",
-            "256",
-            "--head-dim",
-            "64",
-            "--expert-ff",
-            "2048",
-            "--dense-ff",
-            "512",
-            "--experts-last",
-        ],
-    );
+    write_small_ling(&stock, "128", "2048", &["--experts-last"]);
     let out = dir.join("fitted.gguf");
     let fit_for = |mem: &str| {
         let o = smolrun()

@@ -16,7 +16,7 @@ use smolrun_core::platform::SingleThread;
 use smolrun_core::tokenizer::Tokenizer;
 use smolrun_linux::MappedFile;
 mod common;
-use common::{require_python_with_gguf, write_ling_shaped};
+use common::{require_python_with_gguf, write_small_ling};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -37,27 +37,7 @@ impl Drop for Scratch {
 
 /// The small variant: 3 layers (1 dense), 16 experts of 256 in 4 groups, n_embd 256.
 fn write_small(out: &Path, extra: &[&str]) {
-    let shape = [
-        "--layers",
-        "3",
-        "--experts",
-        "16",
-        "--experts-used",
-        "4",
-        "--groups",
-        "4",
-        "--groups-used",
-        "2",
-        "--n-embd",
-        "256",
-        "--head-dim",
-        "64",
-        "--expert-ff",
-        "256",
-        "--dense-ff",
-        "512",
-    ];
-    write_ling_shaped(out, &[&shape[..], extra].concat());
+    write_small_ling(out, "16", "256", extra);
 }
 
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. In 1969, Apollo 11 landed on \

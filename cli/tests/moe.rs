@@ -117,28 +117,8 @@ fn run_file(
 fn a_mixture_of_experts_that_does_not_fit_is_paged() {
     require_python_with_gguf();
     let dir = scratch("moe-fit");
-    let shape = [
-        "--layers",
-        "3",
-        "--experts",
-        "128",
-        "--experts-used",
-        "4",
-        "--groups",
-        "4",
-        "--groups-used",
-        "2",
-        "--n-embd",
-        "256",
-        "--head-dim",
-        "64",
-        "--expert-ff",
-        "512",
-        "--dense-ff",
-        "512",
-    ];
     let last = dir.join("ling-last.gguf");
-    write_ling_shaped(&last, &[&shape[..], &["--experts-last"]].concat());
+    write_small_ling(&last, "128", "512", &["--experts-last"]);
     let (all, _) = run_file(&last, &["--moe-pool", "all"], &[]);
 
     let (doc, err) = run_file(&last, &["--mem-budget", "100M", "--mem-floor", "4M"], &[]);
@@ -158,7 +138,7 @@ fn a_mixture_of_experts_that_does_not_fit_is_paged() {
 
     // Experts not last: its other weights cannot be mapped alone, so it is streamed.
     let mixed = dir.join("ling.gguf");
-    write_ling_shaped(&mixed, &shape);
+    write_small_ling(&mixed, "128", "512", &[]);
     let (doc, err) = run_file(&mixed, &[], &small_space);
     assert!(err.contains("streamed instead of mapped"), "{err}");
     assert!(doc.get("moe_miss_rate").is_none(), "{doc}");

@@ -135,6 +135,34 @@ pub fn require_python_with_gguf() {
     );
 }
 
+/// Writes the small Ling shape the pager and fit tests share (tools/oracle/ling_shaped.py: 3
+/// layers, the first dense with an FFN of 512, the other two `experts` experts of `expert_ff`
+/// in 4 groups, 2 groups and 4 experts used per token, n_embd 256, heads of 64), with `extra`
+/// options after it.
+pub fn write_small_ling(out: &Path, experts: &str, expert_ff: &str, extra: &[&str]) {
+    let shape = [
+        "--layers",
+        "3",
+        "--experts",
+        experts,
+        "--experts-used",
+        "4",
+        "--groups",
+        "4",
+        "--groups-used",
+        "2",
+        "--n-embd",
+        "256",
+        "--head-dim",
+        "64",
+        "--expert-ff",
+        expert_ff,
+        "--dense-ff",
+        "512",
+    ];
+    write_ling_shaped(out, &[&shape[..], extra].concat());
+}
+
 /// Writes a Ling-shaped model (tools/oracle/ling_shaped.py) with `args` (its shape and
 /// options) to `out`, the tokenizer taken from Qwen2.5-Coder-0.5B.
 pub fn write_ling_shaped(out: &Path, args: &[&str]) {
