@@ -24,6 +24,7 @@ import gguf
 from gguf import GGMLQuantizationType as T
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ling_shaped import f32  # noqa: E402
 from synth_model import VOCAB_SOURCE, read_tokenizer, write_tokenizer  # noqa: E402
 
 Q1_0_BYTES, Q1_0_ELEMS = 18, 128  # d f16, qs[16]: x = +d where the bit is set, else -d
@@ -35,10 +36,6 @@ def q1_0_blocks(rng, n_rows, row_len, std):
     blocks = np.frombuffer(rng.bytes(n_blocks * Q1_0_BYTES), dtype=np.uint8).reshape(n_blocks, Q1_0_BYTES).copy()
     blocks[:, 0:2] = np.full(n_blocks, std, dtype="<f2").view(np.uint8).reshape(n_blocks, 2)
     return blocks
-
-
-def f32(values):
-    return np.ascontiguousarray(values, dtype="<f4")
 
 
 def main():
